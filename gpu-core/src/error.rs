@@ -1,0 +1,233 @@
+//! The one error type of the toolkit: a kind a caller can match on, with the numbers that
+//! explain it, and the driver's own name and number when a driver call caused it.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+
+use crate::id::DeviceId;
+
+/// A half-open host byte range `[start, start + len)` as named in errors and reports.
+///
+/// `start + len` may equal `2^64` (a range ending at the top of the address space), so the
+/// end is never stored or computed unchecked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ByteRange {
+    /// First byte of the range.
+    pub start: usize,
+    /// Number of bytes; never zero for a range the toolkit accepted.
+    pub len: usize,
+}
+
+impl ByteRange {
+    /// The range `[start, start + len)`, or `None` if it is empty or would run past the top of
+    /// the address space.
+    #[inline]
+    pub const fn new(start: usize, len: usize) -> Option<Self> {
+        if len == 0 || start.checked_add(len - 1).is_none() {
+            None
+        } else {
+            Some(Self { start, len })
+        }
+    }
+
+    /// The last byte of the range (inclusive), which never overflows.
+    #[inline]
+    pub const fn last(&self) -> usize {
+        self.start + (self.len - 1)
+    }
+
+    /// Whether `other` lies wholly inside `self`.
+    #[inline]
+    pub const fn contains(&self, other: &ByteRange) -> bool {
+        other.start >= self.start && other.last() <= self.last()
+    }
+
+    /// Whether the two ranges share at least one byte.
+    #[inline]
+    pub const fn overlaps(&self, other: &ByteRange) -> bool {
+        self.start <= other.last() && other.start <= self.last()
+    }
+}
+
+impl fmt::Display for ByteRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "[{:#x}, {:#x}] ({} bytes)",
+            self.start,
+            self.last(),
+            self.len
+        )
+    }
+}
+
+/// A failed driver call, as the backend reported it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriverError {
+    /// The backend that made the call (`"cuda"`, `"hip"`, `"hsa"`, `"host"`).
+    pub backend: &'static str,
+    /// The driver function that failed, e.g. `"cuMemHostRegister"`.
+    pub call: &'static str,
+    /// The driver's own name for the code, e.g. `"CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"`.
+    pub name: &'static str,
+    /// The driver's numeric code.
+    pub code: i64,
+}
+
+/// Everything that can go wrong in the toolkit. Every failed call leaves the object it was
+/// called on exactly as it was before the call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    // ----- bad arguments, shared by all modules -----
+    /// A size or length of zero where at least one byte is needed.
+    ZeroSize {
+        /// What was zero, e.g. `"lock length"`.
+        what: &'static str,
+    },
+    /// A null pointer where a real address is needed.
+    NullPointer {
+        /// What was null, e.g. `"lock start"`.
+        what: &'static str,
+    },
+    /// `ptr + len` runs past the top of the address space.
+    AddressOverflow {
+        /// Start of the requested range.
+        ptr: usize,
+        /// Requested length.
+        len: usize,
+    },
+    /// A device id outside the backend's devices.
+    UnknownDevice {
+        /// The id given.
+        device: DeviceId,
+        /// How many devices there are.
+        device_count: usize,
+    },
+    /// The host ran out of memory for the toolkit's own bookkeeping.
+    HostOutOfMemory {
+        /// What the memory was for.
+        what: &'static str,
+    },
+
+    // ----- lock interval table -----
+    /// A lock request overlaps an existing entry without lying inside it.
+    LockOverlap {
+        /// The range asked for.
+        requested: ByteRange,
+        /// The entry it collides with.
+        conflicting: ByteRange,
+        /// Whether the conflicting entry was pinned by someone else.
+        external: bool,
+    },
+    /// An unlock (or query) names memory the table holds no entry for.
+    NotLocked {
+        /// The pointer given.
+        ptr: usize,
+    },
+    /// An exact-start unlock named a pointer inside an entry but not its start.
+    NotEntryStart {
+        /// The pointer given.
+        ptr: usize,
+        /// The entry that contains it.
+        entry: ByteRange,
+    },
+    /// Memory already pinned by someone else covers only part of the requested range.
+    ExternalPinTooSmall {
+        /// The range asked for.
+        requested: ByteRange,
+        /// The extent the driver reports as pinned.
+        pinned: ByteRange,
+    },
+
+    // ----- driver -----
+    /// A driver call failed.
+    Driver(DriverError),
+
+    // ----- free-form detail for errors that carry several names -----
+    /// A limit was exceeded; `detail` names the items involved.
+    LimitExceeded {
+        /// What limit, e.g. `"workgroup memory per block"`.
+        what: &'static str,
+        /// Bytes (or items) required.
+        required: usize,
+        /// The limit.
+        limit: usize,
+        /// Names of the items involved and a hint.
+        detail: Vec<String>,
+    },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::ZeroSize { what } => write!(f, "{what} is zero; at least one byte is needed"),
+            Error::NullPointer { what } => write!(f, "{what} is a null pointer"),
+            Error::AddressOverflow { ptr, len } => write!(
+                f,
+                "range of {len} bytes at {ptr:#x} runs past the top of the address space"
+            ),
+            Error::UnknownDevice {
+                device,
+                device_count,
+            } => write!(
+                f,
+                "{device} does not exist (the backend has {device_count} device(s))"
+            ),
+            Error::HostOutOfMemory { what } => {
+                write!(f, "host memory exhausted while allocating {what}")
+            }
+            Error::LockOverlap {
+                requested,
+                conflicting,
+                external,
+            } => write!(
+                f,
+                "cannot lock {requested}: it overlaps the {}locked range {conflicting} without \
+                 lying inside it; lock a range inside that entry, or unlock it first",
+                if *external { "externally " } else { "" }
+            ),
+            Error::NotLocked { ptr } => write!(f, "no locked range contains {ptr:#x}"),
+            Error::NotEntryStart { ptr, entry } => write!(
+                f,
+                "{ptr:#x} lies inside the locked range {entry} but is not its start; \
+                 exact-start unlock needs {:#x}",
+                entry.start
+            ),
+            Error::ExternalPinTooSmall { requested, pinned } => write!(
+                f,
+                "cannot lock {requested}: the driver reports only {pinned} as pinned by someone \
+                 else; the rest would need a second registration the driver refuses"
+            ),
+            Error::Driver(e) => write!(
+                f,
+                "{} driver call {} failed: {} ({})",
+                e.backend, e.call, e.name, e.code
+            ),
+            Error::LimitExceeded {
+                what,
+                required,
+                limit,
+                detail,
+            } => {
+                write!(f, "{what}: {required} needed, limit {limit}")?;
+                for d in detail {
+                    write!(f, "; {d}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl core::error::Error for Error {}
+
+impl From<DriverError> for Error {
+    fn from(e: DriverError) -> Self {
+        Error::Driver(e)
+    }
+}
+
+/// The toolkit's result type.
+pub type Result<T, E = Error> = core::result::Result<T, E>;

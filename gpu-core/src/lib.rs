@@ -1,0 +1,22 @@
+//! Pure logic of a GPU runtime, with no driver in sight: the lock interval table of pinned
+//! host ranges, the async token planner and stream/event checker, the allocator policy and
+//! caching sub-allocator, the workgroup memory planner, and the backend trait drivers
+//! implement.
+//!
+//! The crate is `#![no_std]` with `alloc`; the default `std` feature adds what needs threads.
+#![no_std]
+#![warn(missing_docs)]
+
+extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
+
+pub mod allocator;
+pub mod error;
+pub mod id;
+pub mod lock_table;
+pub mod token;
+pub mod workgroup;
+
+pub use error::{ByteRange, DriverError, Error, Result};
+pub use id::{DeviceId, EventId, StreamId};

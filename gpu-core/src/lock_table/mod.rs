@@ -1,0 +1,1 @@
+//! The lock interval table.

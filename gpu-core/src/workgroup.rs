@@ -1,0 +1,2 @@
+//! The workgroup (shared) memory planner (spec: workgroup.md).
+//! Filled by the workgroup work; empty until then.

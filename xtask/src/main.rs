@@ -1,0 +1,86 @@
+//! `cargo xtask COMMAND`: the project's workflow steps that plain cargo does not cover.
+//! Each command runs cargo (or cargo-fuzz) with the project's pinned options.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+const USAGE: &str = "\
+usage: cargo xtask COMMAND
+
+commands:
+  no-std                      build gpu-core into a #![no_std] staticlib (fails if std sneaks in)
+  fuzz TARGET [--seconds N]   run a cargo-fuzz target for N seconds (default 60) on nightly
+  fuzz-list                   list the fuzz targets
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("no-std") => no_std(),
+        Some("fuzz") => fuzz(&args[1..]),
+        Some("fuzz-list") => run(Command::new("cargo")
+            .args(["+nightly", "fuzz", "list"])
+            .current_dir(root().join("fuzz"))),
+        _ => Err(USAGE.to_string()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root (the parent of this crate's directory).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the workspace root")
+        .to_path_buf()
+}
+
+fn run(command: &mut Command) -> Result<(), String> {
+    let status = command
+        .status()
+        .map_err(|e| format!("cannot start {command:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{command:?} failed with {status}"))
+    }
+}
+
+fn no_std() -> Result<(), String> {
+    let manifest = root().join("xtask/no-std-check/Cargo.toml");
+    run(Command::new("cargo")
+        .args(["build", "--release", "--manifest-path"])
+        .arg(&manifest))?;
+    println!("no_std: gpu-core links into a #![no_std] staticlib without std");
+    Ok(())
+}
+
+fn fuzz(args: &[String]) -> Result<(), String> {
+    let target = args
+        .first()
+        .ok_or_else(|| format!("fuzz needs a TARGET\n{USAGE}"))?;
+    let seconds = match args.get(1).map(String::as_str) {
+        None => 60,
+        Some("--seconds") => args
+            .get(2)
+            .and_then(|s| s.parse::<u64>().ok())
+            .ok_or_else(|| "--seconds needs a whole number".to_string())?,
+        Some(other) => return Err(format!("unknown fuzz option {other}\n{USAGE}")),
+    };
+    run(Command::new("cargo")
+        .args([
+            "+nightly",
+            "fuzz",
+            "run",
+            target,
+            "--",
+            "-rss_limit_mb=4096",
+        ])
+        .arg(format!("-max_total_time={seconds}"))
+        .current_dir(root().join("fuzz")))
+}
