@@ -141,6 +141,43 @@ pub enum Error {
         pinned: ByteRange,
     },
 
+    // ----- workgroup -----
+    /// A buffer in the private (per-thread) address space was handed to the workgroup planner,
+    /// which lays out memory shared by every thread of a workgroup.
+    PrivateBufferInWorkgroup {
+        /// The buffer's name.
+        buffer: String,
+        /// Its position in the list given to the planner.
+        index: usize,
+    },
+    /// A workgroup buffer's alignment is zero or not a power of two.
+    WorkgroupAlignment {
+        /// The buffer's name.
+        buffer: String,
+        /// Its position in the list given to the planner.
+        index: usize,
+        /// The alignment given.
+        align: u32,
+    },
+    /// A workgroup buffer's live range ends before it starts.
+    WorkgroupLiveRange {
+        /// The buffer's name.
+        buffer: String,
+        /// Its position in the list given to the planner.
+        index: usize,
+        /// First phase given.
+        first: u32,
+        /// Last phase given.
+        last: u32,
+    },
+    /// A launch gave a different number of sizes than the plan has launch-sized buffers.
+    LaunchSizeCount {
+        /// The launch-sized buffers, in the order their sizes are expected.
+        buffers: Vec<String>,
+        /// How many sizes the launch gave.
+        given: usize,
+    },
+
     // ----- driver -----
     /// A driver call failed.
     Driver(DriverError),
@@ -199,6 +236,39 @@ impl fmt::Display for Error {
                 f,
                 "cannot lock {requested}: the driver reports only {pinned} as pinned by someone \
                  else; the rest would need a second registration the driver refuses"
+            ),
+            Error::PrivateBufferInWorkgroup { buffer, index } => write!(
+                f,
+                "buffer `{buffer}` (#{index}) is private (per-thread) memory but was handed to the \
+                 workgroup planner; declare it as a workgroup buffer if the threads of a \
+                 workgroup share it, or keep it private (a per-thread alloca) and leave it out \
+                 of the workgroup plan"
+            ),
+            Error::WorkgroupAlignment {
+                buffer,
+                index,
+                align,
+            } => write!(
+                f,
+                "buffer `{buffer}` (#{index}) has alignment {align}; use a power of two (1, 2, 4, \
+                 8, 16, ...)"
+            ),
+            Error::WorkgroupLiveRange {
+                buffer,
+                index,
+                first,
+                last,
+            } => write!(
+                f,
+                "buffer `{buffer}` (#{index}) has live range from phase {first} to phase {last}, \
+                 which ends before it starts; give the first phase, then the last (inclusive)"
+            ),
+            Error::LaunchSizeCount { buffers, given } => write!(
+                f,
+                "the launch gave {given} size(s) but the plan has {} launch-sized buffer(s) ({}); \
+                 give one size per launch-sized buffer, in that order",
+                buffers.len(),
+                buffers.join(", ")
             ),
             Error::Driver(e) => write!(
                 f,
