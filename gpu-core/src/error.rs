@@ -182,6 +182,25 @@ pub enum Error {
     /// A driver call failed.
     Driver(DriverError),
 
+    // ----- driver loading -----
+    /// The driver library could not be opened under any of the file names tried.
+    DriverLibraryNotFound {
+        /// The backend whose driver is missing (`"cuda"`, `"hip"`, `"hsa"`).
+        backend: &'static str,
+        /// The file names tried, in order.
+        tried: Vec<String>,
+        /// What the system loader said for each name, in the same order.
+        message: String,
+    },
+    /// The driver library was opened but lacks an entry point the call needs (usually a driver
+    /// older than the feature).
+    DriverSymbolMissing {
+        /// The backend whose driver lacks it.
+        backend: &'static str,
+        /// The entry point's name, e.g. `"cuMemAllocAsync"`.
+        symbol: &'static str,
+    },
+
     // ----- free-form detail for errors that carry several names -----
     /// A limit was exceeded; `detail` names the items involved.
     LimitExceeded {
@@ -274,6 +293,22 @@ impl fmt::Display for Error {
                 f,
                 "{} driver call {} failed: {} ({})",
                 e.backend, e.call, e.name, e.code
+            ),
+            Error::DriverLibraryNotFound {
+                backend,
+                tried,
+                message,
+            } => write!(
+                f,
+                "the {backend} driver library is not installed or not on the loader's path \
+                 (tried {}): {message}; install the driver, or add the folder holding it to \
+                 the library search path (LD_LIBRARY_PATH on Linux, PATH on Windows)",
+                tried.join(", ")
+            ),
+            Error::DriverSymbolMissing { backend, symbol } => write!(
+                f,
+                "the installed {backend} driver has no entry point {symbol}; it is older than \
+                 this call needs: update the driver, or avoid the feature that uses {symbol}"
             ),
             Error::LimitExceeded {
                 what,

@@ -1,6 +1,8 @@
 //! `cargo xtask COMMAND`: the project's workflow steps that plain cargo does not cover.
 //! Each command runs cargo (or cargo-fuzz) with the project's pinned options.
 
+mod bindgen_cuda;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -11,6 +13,8 @@ commands:
   no-std                      build gpu-core into a #![no_std] staticlib (fails if std sneaks in)
   fuzz TARGET [--seconds N]   run a cargo-fuzz target for N seconds (default 60) on nightly
   fuzz-list                   list the fuzz targets
+  bindgen [--check]           regenerate gpu-cuda-ffi/src/sys.rs from the pinned cuda.h (needs pip and
+                              libclang); --check only compares a fresh run with the committed file
 ";
 
 fn main() -> ExitCode {
@@ -18,6 +22,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("no-std") => no_std(),
         Some("fuzz") => fuzz(&args[1..]),
+        Some("bindgen") => bindgen_cuda::bindgen(&args[1..]),
         Some("fuzz-list") => run(Command::new("cargo")
             .args(["+nightly", "fuzz", "list"])
             .current_dir(root().join("fuzz"))),

@@ -1,0 +1,117 @@
+//! `CUresult` codes turned into the toolkit's errors, keeping the driver's own name and number.
+//! Names come from a table generated from cuda.h, so naming a code never needs the driver.
+
+use gpu_core::{DriverError, Error};
+
+use crate::sys;
+
+/// The backend name carried by every error of this crate.
+pub const BACKEND: &str = "cuda";
+
+/// The name given to a code the bindings do not know (a driver newer than cuda.h 13.0); the
+/// number itself is kept in [`DriverError::code`].
+pub const UNRECOGNIZED_RESULT: &str = "unrecognized CUresult";
+
+/// The driver's name for `code` (`CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED` for 712), or
+/// [`UNRECOGNIZED_RESULT`] for a code cuda.h 13.0 does not name.
+pub fn result_name(code: sys::CUresult) -> &'static str {
+    match sys::CURESULT_NAMES.binary_search_by_key(&code, |&(known, _)| known) {
+        Ok(index) => sys::CURESULT_NAMES[index].1,
+        Err(_) => UNRECOGNIZED_RESULT,
+    }
+}
+
+/// The error for driver function `call` having returned `code`.
+pub fn driver_error(call: &'static str, code: sys::CUresult) -> DriverError {
+    DriverError {
+        backend: BACKEND,
+        call,
+        name: result_name(code),
+        code: i64::from(code),
+    }
+}
+
+/// `Ok` for `CUDA_SUCCESS`, else [`Error::Driver`] naming `call` and the code.
+///
+/// # Errors
+/// [`Error::Driver`] when `code` is not `CUDA_SUCCESS`.
+pub fn check(call: &'static str, code: sys::CUresult) -> Result<(), Error> {
+    if code == sys::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Driver(driver_error(call, code)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_codes_have_the_driver_names() {
+        let expected = [
+            (0, "CUDA_SUCCESS"),
+            (1, "CUDA_ERROR_INVALID_VALUE"),
+            (2, "CUDA_ERROR_OUT_OF_MEMORY"),
+            (3, "CUDA_ERROR_NOT_INITIALIZED"),
+            (34, "CUDA_ERROR_STUB_LIBRARY"),
+            (100, "CUDA_ERROR_NO_DEVICE"),
+            (500, "CUDA_ERROR_NOT_FOUND"),
+            (600, "CUDA_ERROR_NOT_READY"),
+            (712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED"),
+            (713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED"),
+            (999, "CUDA_ERROR_UNKNOWN"),
+        ];
+        for (code, name) in expected {
+            assert_eq!(result_name(code), name, "code {code}");
+        }
+    }
+
+    #[test]
+    fn unknown_codes_are_named_unrecognized_and_keep_their_number() {
+        for code in [9, 99, 998, 1000, 12345, u32::MAX] {
+            assert_eq!(result_name(code), UNRECOGNIZED_RESULT, "code {code}");
+            assert_eq!(driver_error("cuInit", code).code, i64::from(code));
+        }
+    }
+
+    #[test]
+    fn name_table_is_sorted_by_code_without_repeats_and_complete_at_both_ends() {
+        let codes: Vec<_> = sys::CURESULT_NAMES.iter().map(|&(code, _)| code).collect();
+        assert!(codes.windows(2).all(|pair| pair[0] < pair[1]));
+        assert_eq!(sys::CURESULT_NAMES.first(), Some(&(0, "CUDA_SUCCESS")));
+        assert_eq!(
+            sys::CURESULT_NAMES.last(),
+            Some(&(999, "CUDA_ERROR_UNKNOWN"))
+        );
+        assert!(
+            sys::CURESULT_NAMES.len() > 100,
+            "the table covers every CUresult"
+        );
+    }
+
+    #[test]
+    fn check_passes_success_and_names_the_failed_call() {
+        assert_eq!(check("cuInit", sys::CUDA_SUCCESS), Ok(()));
+        let error = check(
+            "cuMemHostRegister",
+            sys::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
+        )
+        .unwrap_err();
+        assert_eq!(
+            error,
+            Error::Driver(DriverError {
+                backend: "cuda",
+                call: "cuMemHostRegister",
+                name: "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+                code: 712,
+            })
+        );
+        let message = error.to_string();
+        assert!(message.contains("cuMemHostRegister"), "{message}");
+        assert!(
+            message.contains("CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED (712)"),
+            "{message}"
+        );
+    }
+}

@@ -1,0 +1,689 @@
+//! `cargo xtask bindgen [--check]`: regenerates the committed CUDA driver-API bindings
+//! (gpu-cuda-ffi/src/sys.rs) from the pinned header, with a fixed allow-list and fixed options.
+//!
+//! The header comes from the PyPI wheel `nvidia-cuda-runtime==13.0.96`, downloaded with pip and
+//! unpacked under the workspace's target/ folder (headers are inputs, never committed). bindgen
+//! parses it through libclang, loaded at run time. Functions are not emitted as `extern` items:
+//! each becomes a pointer type `PFN_<name>` plus one row of the `cuda_entry_points!` table, so the
+//! loader asks cuGetProcAddress for the ABI version cuda.h binds each name to. The CUresult
+//! constants also become a sorted code-to-name table, so error names never need the driver.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use quote::ToTokens;
+
+use crate::{root, run};
+
+/// The pinned header source: package, version, platform tag, and the include folder inside it.
+const WHEEL_PACKAGE: &str = "nvidia-cuda-runtime";
+const WHEEL_VERSION: &str = "13.0.96";
+const WHEEL_PLATFORM: &str = "manylinux2014_x86_64";
+const WHEEL_INCLUDE_DIR: &str = "nvidia/cu13/include";
+
+/// Where the headers are unpacked (relative to the workspace root) and where the output goes.
+const HEADER_CACHE_DIR: &str = "target/cuda-headers";
+const OUTPUT_FILE: &str = "gpu-cuda-ffi/src/sys.rs";
+
+/// The target the header is parsed for; the type layouts in the output are this target's.
+const CLANG_TARGET: &str = "x86_64-unknown-linux-gnu";
+
+/// Driver functions a backend needs, by the base name cuGetProcAddress expects. cuda.h renames
+/// some of them with macros (cuMemHostRegister is declared as cuMemHostRegister_v2): the
+/// allow-list accepts a `_vN` suffix and the output records both names.
+const FUNCTIONS: &[&str] = &[
+    // Library, versions, entry points, error text.
+    "cuInit",
+    "cuDriverGetVersion",
+    "cuGetProcAddress",
+    "cuGetErrorName",
+    "cuGetErrorString",
+    // Devices.
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetName",
+    "cuDeviceGetAttribute",
+    "cuDeviceTotalMem",
+    // Contexts.
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease",
+    "cuCtxGetCurrent",
+    "cuCtxSetCurrent",
+    "cuCtxPushCurrent",
+    "cuCtxPopCurrent",
+    "cuCtxGetDevice",
+    "cuCtxSynchronize",
+    // Device memory, synchronous and stream-ordered, and pools.
+    "cuMemGetInfo",
+    "cuMemAlloc",
+    "cuMemFree",
+    "cuMemAllocAsync",
+    "cuMemFreeAsync",
+    "cuMemAllocFromPoolAsync",
+    "cuDeviceGetDefaultMemPool",
+    "cuMemPoolCreate",
+    "cuMemPoolDestroy",
+    "cuMemPoolSetAttribute",
+    "cuMemPoolGetAttribute",
+    "cuMemPoolTrimTo",
+    "cuMemAllocManaged",
+    // Host memory: allocated pinned, or registered (locked) after the fact.
+    "cuMemHostAlloc",
+    "cuMemFreeHost",
+    "cuMemHostRegister",
+    "cuMemHostUnregister",
+    "cuMemHostGetDevicePointer",
+    "cuMemHostGetFlags",
+    "cuPointerGetAttribute",
+    "cuPointerGetAttributes",
+    // Streams and events.
+    "cuStreamCreate",
+    "cuStreamDestroy",
+    "cuStreamSynchronize",
+    "cuStreamQuery",
+    "cuStreamWaitEvent",
+    "cuEventCreate",
+    "cuEventDestroy",
+    "cuEventRecord",
+    "cuEventQuery",
+    "cuEventSynchronize",
+    "cuEventElapsedTime",
+    // Copies and fills.
+    "cuMemcpyHtoDAsync",
+    "cuMemcpyDtoHAsync",
+    "cuMemcpyDtoDAsync",
+    "cuMemcpyAsync",
+    "cuMemsetD8Async",
+    "cuMemsetD32Async",
+    // Modules and kernels.
+    "cuModuleLoadData",
+    "cuModuleUnload",
+    "cuModuleGetFunction",
+    "cuFuncSetAttribute",
+    "cuFuncGetAttribute",
+    "cuLaunchKernel",
+];
+
+/// Types the functions take as plain integers (flags, attribute selectors), so the recursive
+/// allow-list would not reach them; plus the pre-12.0 cuGetProcAddress pointer type, which the
+/// loader needs to talk to drivers that lack cuGetProcAddress_v2. (The other `PFN_<name>_vN`
+/// types are read to find each function's ABI version, then left out.)
+const TYPES: &[&str] = &[
+    "CUresult",
+    "CUdevice_attribute",
+    "CUpointer_attribute",
+    "CUmemorytype",
+    "CUmemPool_attribute",
+    "CUfunction_attribute",
+    "CUstream_flags",
+    "CUevent_flags",
+    "CUmemAttach_flags",
+    "CUdriverProcAddress_flags",
+    "CUdriverProcAddressQueryResult",
+    "PFN_cuGetProcAddress_v11030",
+];
+
+/// `#define`d constants (regular expressions over their names).
+const VARS: &[&str] = &[
+    "CUDA_VERSION",
+    "CU_MEMHOSTREGISTER_.*",
+    "CU_MEMHOSTALLOC_.*",
+];
+
+/// The C enum behind `CUresult`; its constants become the code-to-name table.
+const RESULT_ENUM: &str = "cudaError_enum";
+
+/// Runs `cargo xtask bindgen [--check]`.
+pub fn bindgen(args: &[String]) -> Result<(), String> {
+    let check = match args {
+        [] => false,
+        [flag] if flag == "--check" => true,
+        _ => return Err("usage: cargo xtask bindgen [--check]".to_string()),
+    };
+    load_libclang()?;
+    let root = root();
+    let include_dir = fetch_headers(&root)?;
+    let generated = generate(&include_dir)?;
+    let output = root.join(OUTPUT_FILE);
+    if check {
+        compare_with_committed(&root, &output, &generated)
+    } else {
+        std::fs::write(&output, generated)
+            .map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+        println!("bindgen: wrote {OUTPUT_FILE}");
+        Ok(())
+    }
+}
+
+/// Downloads and unpacks the pinned wheel once; returns its include folder.
+fn fetch_headers(root: &Path) -> Result<PathBuf, String> {
+    let cache = root
+        .join(HEADER_CACHE_DIR)
+        .join(format!("{WHEEL_PACKAGE}-{WHEEL_VERSION}"));
+    let unpacked = cache.join("unpacked");
+    let include_dir = unpacked.join(WHEEL_INCLUDE_DIR);
+    if include_dir.join("cuda.h").is_file() {
+        return Ok(include_dir);
+    }
+    let wheel_dir = cache.join("wheel");
+    std::fs::create_dir_all(&wheel_dir)
+        .map_err(|e| format!("cannot create {}: {e}", wheel_dir.display()))?;
+    println!("bindgen: downloading {WHEEL_PACKAGE}=={WHEEL_VERSION} with pip");
+    run(Command::new("python3")
+        .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:"])
+        .args(["--platform", WHEEL_PLATFORM])
+        .arg(format!("{WHEEL_PACKAGE}=={WHEEL_VERSION}"))
+        .arg("--dest")
+        .arg(&wheel_dir))
+    .map_err(|e| format!("{e}\n(the header comes from PyPI: python3 with pip is needed)"))?;
+    let wheel = std::fs::read_dir(&wheel_dir)
+        .map_err(|e| format!("cannot list {}: {e}", wheel_dir.display()))?
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .find(|path| path.extension().is_some_and(|ext| ext == "whl"))
+        .ok_or_else(|| format!("pip left no wheel in {}", wheel_dir.display()))?;
+    run(Command::new("python3")
+        .args(["-m", "zipfile", "--extract"])
+        .arg(&wheel)
+        .arg(&unpacked))?;
+    if include_dir.join("cuda.h").is_file() {
+        Ok(include_dir)
+    } else {
+        Err(format!(
+            "the wheel {} has no {WHEEL_INCLUDE_DIR}/cuda.h",
+            wheel.display()
+        ))
+    }
+}
+
+/// Loads libclang (bindgen would panic without it) and says how to get it.
+fn load_libclang() -> Result<(), String> {
+    clang_sys::load().map_err(|message| {
+        format!(
+            "libclang is needed to run `cargo xtask bindgen` but could not be loaded: {message}\n\
+             install it (Debian/Ubuntu: `apt-get install libclang-dev`), or point LIBCLANG_PATH \
+             at the folder holding libclang.so"
+        )
+    })
+}
+
+/// Runs bindgen over the header (libclang loaded already) and turns its output into the
+/// committed file's text.
+fn generate(include_dir: &Path) -> Result<String, String> {
+    let clang = bindgen::clang_version();
+    let (clang_major, clang_minor) = clang
+        .parsed
+        .ok_or_else(|| format!("cannot parse the libclang version {:?}", clang.full))?;
+    let rust_target = bindgen::RustTarget::stable(85, 0).map_err(|e| e.to_string())?;
+    let mut builder = bindgen::Builder::default()
+        .header_contents(
+            "cuda_driver_bindings.h",
+            "#include <cuda.h>\n#include <cudaTypedefs.h>\n",
+        )
+        .clang_arg(format!("--target={CLANG_TARGET}"))
+        .clang_arg(format!("-I{}", include_dir.display()))
+        .rust_target(rust_target)
+        .rust_edition(bindgen::RustEdition::Edition2024)
+        .use_core()
+        .ctypes_prefix("::core::ffi")
+        .default_enum_style(bindgen::EnumVariation::Consts)
+        .prepend_enum_name(false)
+        .generate_comments(false)
+        .layout_tests(true)
+        .derive_default(true)
+        .sort_semantically(true)
+        .merge_extern_blocks(true)
+        .formatter(bindgen::Formatter::None);
+    for function in FUNCTIONS {
+        builder = builder
+            .allowlist_function(format!("{function}(_v[0-9]+)?"))
+            .allowlist_type(format!("PFN_{function}_v[0-9]+"));
+    }
+    for ty in TYPES {
+        builder = builder.allowlist_type(ty);
+    }
+    for var in VARS {
+        builder = builder.allowlist_var(var);
+    }
+    let raw = builder
+        .generate()
+        .map_err(|e| format!("bindgen failed on cuda.h: {e}"))?
+        .to_string();
+    let mut file =
+        syn::parse_file(&raw).map_err(|e| format!("cannot parse bindgen's output: {e}"))?;
+    let split = split_items(std::mem::take(&mut file.items))?;
+    file.items = split.items;
+    let body = prettyplease::unparse(&file);
+    let mut text = header_comment(clang_major, clang_minor);
+    text.push('\n');
+    text.push_str(&body);
+    text.push('\n');
+    text.push_str(&result_names_table(&split.results));
+    text.push('\n');
+    text.push_str(&entry_points_macro(&split.entry_points));
+    Ok(text)
+}
+
+/// The first lines of the output. (lib.rs declares the module `#[rustfmt::skip]`, so the
+/// committed file stays byte for byte what this command writes.)
+fn header_comment(clang_major: u32, clang_minor: u32) -> String {
+    format!(
+        "// @generated by `cargo xtask bindgen`: do not edit by hand.\n\
+         //\n\
+         // CUDA 13.0 driver API (cuda.h and cudaTypedefs.h from the PyPI wheel\n\
+         // {WHEEL_PACKAGE}=={WHEEL_VERSION}, folder {WHEEL_INCLUDE_DIR}), parsed for {CLANG_TARGET}\n\
+         // by bindgen 0.73 with libclang {clang_major}.{clang_minor}. The allow-list and the options live in\n\
+         // xtask/src/bindgen_cuda.rs; `cargo xtask bindgen --check` compares this file with a fresh run.\n\
+         //\n\
+         // Functions are not declared as extern items (nothing links libcuda): each is a pointer type\n\
+         // `PFN_<name>` with the signature cuda.h gives it, listed in `cuda_entry_points!` for the loader.\n"
+    )
+}
+
+/// One driver function: its base name, the (possibly versioned) name cuda.h declares, and the
+/// CUDA version whose ABI that declaration is (what cuGetProcAddress must be asked for).
+struct EntryPoint {
+    base: String,
+    declared: String,
+    abi_version: u32,
+}
+
+/// bindgen's output, sorted into what is kept verbatim and what is rewritten.
+struct SplitItems {
+    items: Vec<syn::Item>,
+    entry_points: Vec<EntryPoint>,
+    results: Vec<(u32, String)>,
+}
+
+/// Replaces each extern function with its pointer type and finds its ABI version; collects the
+/// CUresult constants in code order.
+fn split_items(bindgen_items: Vec<syn::Item>) -> Result<SplitItems, String> {
+    let mut items = Vec::new();
+    let mut functions = Vec::new();
+    let mut abi_typedefs = Vec::new();
+    let mut results = Vec::new();
+    let mut aliases = TypeAliases::default();
+    for item in bindgen_items {
+        aliases.learn(&item);
+        match item {
+            syn::Item::ForeignMod(block) => {
+                for foreign in block.items {
+                    let syn::ForeignItem::Fn(function) = foreign else {
+                        return Err(format!(
+                            "unexpected extern item in bindgen's output: {}",
+                            foreign.to_token_stream()
+                        ));
+                    };
+                    functions.push(function);
+                }
+            }
+            syn::Item::Type(typedef) if abi_typedef_name(&typedef.ident.to_string()).is_some() => {
+                let keep = TYPES.contains(&typedef.ident.to_string().as_str());
+                if keep {
+                    items.push(syn::Item::Type(typedef.clone()));
+                }
+                abi_typedefs.push(typedef);
+            }
+            syn::Item::Const(constant) if is_path(&constant.ty, RESULT_ENUM) => {
+                results.push((integer_value(&constant)?, constant.ident.to_string()));
+                items.push(syn::Item::Const(constant));
+            }
+            other => items.push(other),
+        }
+    }
+
+    let mut entry_points = Vec::new();
+    for base in FUNCTIONS {
+        let function = declaration_of(base, &functions)?;
+        let declared = function.sig.ident.to_string();
+        let abi_version = abi_version_of(base, function, &functions, &abi_typedefs, &aliases)?;
+        items.push(pointer_type(base, function, abi_version)?);
+        entry_points.push(EntryPoint {
+            base: base.to_string(),
+            declared,
+            abi_version,
+        });
+    }
+
+    results.sort();
+    if let Some(pair) = results.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+        return Err(format!(
+            "CUresult code {} has two names ({} and {}); the name table needs one",
+            pair[0].0, pair[0].1, pair[1].1
+        ));
+    }
+    Ok(SplitItems {
+        items,
+        entry_points,
+        results,
+    })
+}
+
+/// The declaration cuda.h gives `base`: the function named exactly `base` if there is one (cuda.h
+/// 13.0 declares cuCtxGetDevice and, as a separate function, cuCtxGetDevice_v2), else the one
+/// versioned `base_vN` a macro renamed it to (cuMemHostRegister -> cuMemHostRegister_v2).
+fn declaration_of<'a>(
+    base: &str,
+    functions: &'a [syn::ForeignItemFn],
+) -> Result<&'a syn::ForeignItemFn, String> {
+    if let Some(exact) = functions.iter().find(|f| f.sig.ident == base) {
+        return Ok(exact);
+    }
+    let mut versioned = functions
+        .iter()
+        .filter(|f| base_name(&f.sig.ident.to_string()) == base);
+    match (versioned.next(), versioned.next()) {
+        (Some(function), None) => Ok(function),
+        _ => Err(format!(
+            "cuda.h must declare {base}, or exactly one versioned {base}_vN"
+        )),
+    }
+}
+
+/// The CUDA version of the ABI `function` has, from cudaTypedefs.h's `PFN_<base>_v<version>`
+/// pointer types (the per-thread-stream `_ptsz` ones aside). When cuda.h declares both `base`
+/// and `base_vN` as separate functions, `base` is the oldest ABI; otherwise cuda.h binds `base`
+/// to the newest. The chosen typedef's parameter types must equal the declaration's.
+fn abi_version_of(
+    base: &str,
+    function: &syn::ForeignItemFn,
+    functions: &[syn::ForeignItemFn],
+    abi_typedefs: &[syn::ItemType],
+    aliases: &TypeAliases,
+) -> Result<u32, String> {
+    let mut candidates: Vec<(u32, &syn::ItemType)> = abi_typedefs
+        .iter()
+        .filter_map(|typedef| {
+            let name = typedef.ident.to_string();
+            let (typedef_base, version) = abi_typedef_name(&name)?;
+            (typedef_base == base).then_some((version, typedef))
+        })
+        .collect();
+    candidates.sort_by_key(|(version, _)| *version);
+    let has_separate_newer_function = function.sig.ident == base
+        && functions
+            .iter()
+            .any(|f| f.sig.ident != base && base_name(&f.sig.ident.to_string()) == base);
+    let chosen = if has_separate_newer_function {
+        candidates.first()
+    } else {
+        candidates.last()
+    };
+    let Some((version, typedef)) = chosen else {
+        return Err(format!(
+            "cudaTypedefs.h has no PFN_{base}_vNNNN type; cannot tell which ABI cuda.h declares"
+        ));
+    };
+    let declared: Vec<String> = function
+        .sig
+        .inputs
+        .iter()
+        .map(|input| match input {
+            syn::FnArg::Typed(argument) => aliases.canonical(&argument.ty),
+            syn::FnArg::Receiver(_) => String::from("self"),
+        })
+        .collect();
+    let typedef_parameters = bare_fn_parameters(typedef)
+        .ok_or_else(|| format!("{} is not an optional function pointer", typedef.ident))?;
+    let typed: Vec<String> = typedef_parameters
+        .iter()
+        .map(|ty| aliases.canonical(ty))
+        .collect();
+    if declared != typed {
+        return Err(format!(
+            "{} declares ({}) but {} takes ({}); the ABI version of {base} is unclear",
+            function.sig.ident,
+            declared.join(", "),
+            typedef.ident,
+            typed.join(", ")
+        ));
+    }
+    Ok(*version)
+}
+
+/// `PFN_cuMemAlloc_v3020` -> (`cuMemAlloc`, 3020); `None` for other names, `_ptsz` ones included.
+fn abi_typedef_name(name: &str) -> Option<(&str, u32)> {
+    let rest = name.strip_prefix("PFN_")?;
+    let (base, version) = rest.rsplit_once("_v")?;
+    if version.is_empty() || !version.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((base, version.parse().ok()?))
+}
+
+/// The parameter types of `type X = Option<unsafe extern "C" fn(...) -> R>`.
+fn bare_fn_parameters(typedef: &syn::ItemType) -> Option<Vec<syn::Type>> {
+    let syn::Type::Path(option) = typedef.ty.as_ref() else {
+        return None;
+    };
+    let segment = option.path.segments.last()?;
+    let syn::PathArguments::AngleBracketed(arguments) = &segment.arguments else {
+        return None;
+    };
+    let Some(syn::GenericArgument::Type(syn::Type::FnPtr(function))) = arguments.args.first()
+    else {
+        return None;
+    };
+    Some(
+        function
+            .inputs
+            .iter()
+            .map(|input| input.ty.clone())
+            .collect(),
+    )
+}
+
+/// Type aliases in bindgen's output (`pub type A = B;` and `pub use self::B as A;`), to compare
+/// signatures that spell one type two ways (`CUdevice` and `CUdevice_v1`).
+#[derive(Default)]
+struct TypeAliases {
+    targets: std::collections::HashMap<String, syn::Type>,
+}
+
+impl TypeAliases {
+    fn learn(&mut self, item: &syn::Item) {
+        match item {
+            syn::Item::Type(alias) => {
+                self.targets
+                    .insert(alias.ident.to_string(), alias.ty.as_ref().clone());
+            }
+            syn::Item::Use(import) => {
+                if let syn::UseTree::Path(path) = &import.tree
+                    && let syn::UseTree::Rename(rename) = path.tree.as_ref()
+                {
+                    let target = &rename.ident;
+                    self.targets
+                        .insert(rename.rename.to_string(), syn::parse_quote!(#target));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// `ty` with every alias replaced by what it stands for, as text.
+    fn canonical(&self, ty: &syn::Type) -> String {
+        match ty {
+            syn::Type::Path(path) if path.qself.is_none() => match path.path.get_ident() {
+                Some(ident) => match self.targets.get(&ident.to_string()) {
+                    Some(target) => self.canonical(target),
+                    None => ident.to_string(),
+                },
+                None => path.to_token_stream().to_string(),
+            },
+            syn::Type::Ptr(pointer) => format!(
+                "*{} {}",
+                match pointer.mutability {
+                    syn::PointerMutability::Mut(_) => "mut",
+                    syn::PointerMutability::Const(_) => "const",
+                },
+                self.canonical(&pointer.elem)
+            ),
+            other => other.to_token_stream().to_string(),
+        }
+    }
+}
+
+/// The value of an integer constant.
+fn integer_value(constant: &syn::ItemConst) -> Result<u32, String> {
+    match constant.expr.as_ref() {
+        syn::Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Int(value),
+            ..
+        }) => value.base10_parse::<u32>().map_err(|e| e.to_string()),
+        other => Err(format!(
+            "constant {} is not an integer literal: {}",
+            constant.ident,
+            other.to_token_stream()
+        )),
+    }
+}
+
+/// `cuMemHostRegister_v2` -> `cuMemHostRegister`; names without a `_vN` suffix are kept.
+fn base_name(declared: &str) -> &str {
+    match declared.rsplit_once("_v") {
+        Some((base, version))
+            if !version.is_empty() && version.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            base
+        }
+        _ => declared,
+    }
+}
+
+/// Whether `ty` is the plain path `name`.
+fn is_path(ty: &syn::Type, name: &str) -> bool {
+    matches!(ty, syn::Type::Path(path) if path.qself.is_none() && path.path.is_ident(name))
+}
+
+/// `pub type PFN_<base> = unsafe extern "C" fn(<args>) -> <ret>;` for one declared function.
+fn pointer_type(
+    base: &str,
+    function: &syn::ForeignItemFn,
+    abi_version: u32,
+) -> Result<syn::Item, String> {
+    let signature = &function.sig;
+    if signature.variadic.is_some() {
+        return Err(format!("{} is variadic", signature.ident));
+    }
+    let mut arguments = Vec::new();
+    for input in &signature.inputs {
+        let syn::FnArg::Typed(argument) = input else {
+            return Err(format!("{} has a self argument", signature.ident));
+        };
+        arguments.push(format!(
+            "{}: {}",
+            argument.pat.to_token_stream(),
+            argument.ty.to_token_stream()
+        ));
+    }
+    let output = match &signature.output {
+        syn::ReturnType::Default => String::new(),
+        syn::ReturnType::Type(_, ty) => format!(" -> {}", ty.to_token_stream()),
+    };
+    let abi = &signature.ident;
+    let text = format!(
+        "#[doc = \" `{abi}` as cuda.h declares it: cuGetProcAddress(\\\"{base}\\\", {abi_version}).\"]\n\
+         pub type PFN_{base} = unsafe extern \"C\" fn({}){output};",
+        arguments.join(", ")
+    );
+    syn::parse_str(&text).map_err(|e| format!("cannot build the pointer type of {abi}: {e}"))
+}
+
+/// `CURESULT_NAMES`: every CUresult code with its name, sorted by code for binary search.
+fn result_names_table(results: &[(u32, String)]) -> String {
+    let mut text = String::from(
+        "/// Every `CUresult` code cuda.h names, with its name, sorted by code (for binary search).\n\
+         pub const CURESULT_NAMES: &[(CUresult, &str)] = &[\n",
+    );
+    for (code, name) in results {
+        let _ = writeln!(text, "    ({code}, \"{name}\"),");
+    }
+    text.push_str("];\n");
+    text
+}
+
+/// `cuda_entry_points!`: hands the table of entry points to a macro of the loader.
+fn entry_points_macro(entry_points: &[EntryPoint]) -> String {
+    let mut text = String::from(
+        "/// Calls `$callback!` with one `(name, c\"name\", declared_name, abi_version, PFN_name)` row per\n\
+         /// driver function above: `name` is the base name cuGetProcAddress expects, `declared_name`\n\
+         /// the (possibly versioned) symbol cuda.h binds it to, and `abi_version` the CUDA version\n\
+         /// that introduced this ABI (cudaTypedefs.h's `PFN_name_v<abi_version>`), which is what\n\
+         /// cuGetProcAddress must be asked for to return a function with this signature.\n\
+         macro_rules! cuda_entry_points {\n    \
+             ($callback:ident) => {\n        \
+                 $callback! {\n",
+    );
+    for EntryPoint {
+        base,
+        declared,
+        abi_version,
+    } in entry_points
+    {
+        let _ = writeln!(
+            text,
+            "            ({base}, c\"{base}\", {declared}, {abi_version}, PFN_{base}),"
+        );
+    }
+    text.push_str("        }\n    };\n}\npub(crate) use cuda_entry_points;\n");
+    text
+}
+
+/// `--check`: fails if a fresh run differs from the committed file; keeps the fresh output in
+/// target/ for a full diff.
+fn compare_with_committed(root: &Path, committed: &Path, generated: &str) -> Result<(), String> {
+    let current = std::fs::read_to_string(committed)
+        .map_err(|e| format!("cannot read {}: {e}", committed.display()))?;
+    if current == generated {
+        println!("bindgen --check: {OUTPUT_FILE} matches a fresh run");
+        return Ok(());
+    }
+    let fresh = root.join(HEADER_CACHE_DIR).join("sys.rs");
+    std::fs::write(&fresh, generated)
+        .map_err(|e| format!("cannot write {}: {e}", fresh.display()))?;
+    let mut report = format!(
+        "{OUTPUT_FILE} differs from a fresh run (kept in {HEADER_CACHE_DIR}/sys.rs); \
+         run `cargo xtask bindgen` and commit the result"
+    );
+    let mut committed_lines = current.lines();
+    let mut fresh_lines = generated.lines();
+    for line_number in 1.. {
+        match (committed_lines.next(), fresh_lines.next()) {
+            (None, None) => break,
+            (a, b) if a == b => continue,
+            (a, b) => {
+                let _ = write!(
+                    report,
+                    "\nfirst difference at line {line_number}:\n  committed: {}\n  fresh:     {}",
+                    a.unwrap_or("<end of file>"),
+                    b.unwrap_or("<end of file>")
+                );
+                break;
+            }
+        }
+    }
+    Err(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_name_strips_only_a_numeric_version_suffix() {
+        assert_eq!(base_name("cuMemHostRegister_v2"), "cuMemHostRegister");
+        assert_eq!(base_name("cuGetProcAddress_v2"), "cuGetProcAddress");
+        assert_eq!(base_name("cuCtxCreate_v4"), "cuCtxCreate");
+        assert_eq!(base_name("cuInit"), "cuInit");
+        assert_eq!(base_name("cuMemcpy_vector"), "cuMemcpy_vector");
+        assert_eq!(base_name("cuThing_v"), "cuThing_v");
+    }
+
+    #[test]
+    fn allow_list_has_no_versioned_or_repeated_names() {
+        for (i, name) in FUNCTIONS.iter().enumerate() {
+            assert_eq!(base_name(name), *name, "{name} must be a base name");
+            assert!(!FUNCTIONS[..i].contains(name), "{name} listed twice");
+        }
+    }
+}
