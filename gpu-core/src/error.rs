@@ -178,6 +178,34 @@ pub enum Error {
         given: usize,
     },
 
+    // ----- token -----
+    /// A token was already consumed (or given twice in one call, or its program ended).
+    TokenConsumed {
+        /// The token given.
+        token: crate::token::TokenId,
+    },
+    /// A token id this planner never issued.
+    TokenUnknown {
+        /// The token given.
+        token: crate::token::TokenId,
+    },
+    /// A token issued by another planner.
+    TokenForeign {
+        /// The token given.
+        token: crate::token::TokenId,
+        /// The id of the planner it was given to.
+        planner: u32,
+    },
+    /// A line of a stream/event trace is not in the trace format.
+    TraceSyntax {
+        /// Line number, from 1.
+        line: usize,
+        /// What was expected there.
+        expected: &'static str,
+        /// What the line held instead.
+        found: String,
+    },
+
     // ----- driver -----
     /// A driver call failed.
     Driver(DriverError),
@@ -289,6 +317,24 @@ impl fmt::Display for Error {
                 buffers.len(),
                 buffers.join(", ")
             ),
+            Error::TokenConsumed { token } => write!(
+                f,
+                "{token} was already consumed (tokens are linear: fork a token to use it twice)"
+            ),
+            Error::TokenUnknown { token } => write!(
+                f,
+                "{token} was never issued by this planner; pass only tokens it returned"
+            ),
+            Error::TokenForeign { token, planner } => write!(
+                f,
+                "{token} was given to planner {planner}; a token is valid only in the planner \
+                 that issued it"
+            ),
+            Error::TraceSyntax {
+                line,
+                expected,
+                found,
+            } => write!(f, "trace line {line}: expected {expected}, found `{found}`"),
             Error::Driver(e) => write!(
                 f,
                 "{} driver call {} failed: {} ({})",

@@ -1,2 +1,0 @@
-//! Async tokens: the sync planner and the stream/event trace checker (spec: tokens.md).
-//! Filled by the token work; empty until then.

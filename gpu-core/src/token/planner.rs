@@ -1,0 +1,702 @@
+//! The token planner: turns operations with token dependencies into stream/event steps, with
+//! per-device pools, lazy fork waits and no wait that the plan already implies.
+
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use super::{OpId, Token, TokenId};
+use crate::error::{Error, Result};
+use crate::id::{DeviceId, EventId, StreamId};
+
+/// One stream/event operation of a plan, for the runtime layer to carry out on a backend.
+///
+/// Pools only hand out ids: an acquire with `fresh: true` means the pool was empty and the
+/// runtime creates the object; a release puts it back in the pool; a destroy (only from
+/// [`Planner::drain_pools`]) ends it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlanStep {
+    /// Take a stream from `device`'s pool; `fresh` means the pool was empty: create it.
+    AcquireStream {
+        /// Device the stream belongs to.
+        device: DeviceId,
+        /// The stream handed out.
+        stream: StreamId,
+        /// Whether the runtime must create the stream.
+        fresh: bool,
+    },
+    /// Give a stream back to `device`'s pool. Work on it may still be pending.
+    ReleaseStream {
+        /// Device the stream belongs to.
+        device: DeviceId,
+        /// The stream given back.
+        stream: StreamId,
+    },
+    /// Destroy a pooled stream.
+    DestroyStream {
+        /// Device the stream belongs to.
+        device: DeviceId,
+        /// The stream destroyed.
+        stream: StreamId,
+    },
+    /// Take an event from `device`'s pool; `fresh` means the pool was empty: create it.
+    AcquireEvent {
+        /// Device the event belongs to.
+        device: DeviceId,
+        /// The event handed out.
+        event: EventId,
+        /// Whether the runtime must create the event.
+        fresh: bool,
+    },
+    /// Give an event back to `device`'s pool. Waits issued on it stay valid.
+    ReleaseEvent {
+        /// Device the event belongs to.
+        device: DeviceId,
+        /// The event given back.
+        event: EventId,
+    },
+    /// Destroy a pooled event.
+    DestroyEvent {
+        /// Device the event belongs to.
+        device: DeviceId,
+        /// The event destroyed.
+        event: EventId,
+    },
+    /// Record `event` on `stream` (both of one device).
+    Record {
+        /// The event recorded.
+        event: EventId,
+        /// The stream it is recorded on.
+        stream: StreamId,
+    },
+    /// Make `stream` wait for the last record of `event` (the event may be another device's).
+    Wait {
+        /// The stream that waits.
+        stream: StreamId,
+        /// The event waited for.
+        event: EventId,
+    },
+    /// Launch the caller's operation `op` on `stream` of `device`.
+    Run {
+        /// The caller's label of the operation.
+        op: OpId,
+        /// The device the operation runs on.
+        device: DeviceId,
+        /// The stream it runs on.
+        stream: StreamId,
+    },
+    /// Block the host until all work on `stream` has completed.
+    SynchronizeStream {
+        /// The stream waited for.
+        stream: StreamId,
+    },
+    /// Block the host until the last record of `event` has completed.
+    SynchronizeEvent {
+        /// The event waited for.
+        event: EventId,
+    },
+}
+
+/// How a token ended without a synchronous wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnwaitedKind {
+    /// Handed to [`Planner::discard`].
+    Discarded,
+    /// Still live when [`Planner::end_program`] ran.
+    Outstanding,
+}
+
+/// A token that ended without anyone waiting on it: an asynchronous error it carries would
+/// otherwise be lost, so the program's report names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnwaitedToken {
+    /// The token.
+    pub token: TokenId,
+    /// The last operation whose completion it stood for, if an operation produced it.
+    pub producer: Option<OpId>,
+    /// Whether it was discarded or still outstanding at the end.
+    pub kind: UnwaitedKind,
+}
+
+/// What [`Planner::end_program`] reports: every token that ended without a synchronous wait.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProgramReport {
+    /// Discarded tokens (in discard order), then outstanding ones (in slot order).
+    pub unwaited: Vec<UnwaitedToken>,
+}
+
+/// What a live token holds: its stream's tail, or a share of a fork event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hold {
+    /// The token owns the stream; the stream's tail is the token's point.
+    Stream,
+    /// A fork branch: the point is where `EventId` was recorded; the wait is issued lazily.
+    ForkEvent(EventId),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct TokenSlot {
+    generation: u32,
+    live: bool,
+    hold: Hold,
+    /// The token's point: `position` on `stream` (counted in runs and waits), emitted at
+    /// planner time `time` (a linear extension of happens-before).
+    stream: StreamId,
+    position: u64,
+    time: u64,
+    producer: Option<OpId>,
+}
+
+/// Per-call buffers, reused so that planning does not allocate once warm. They carry nothing
+/// from one call to the next, so two planners compare equal whatever their buffers hold.
+#[derive(Clone, Debug, Default)]
+struct Scratch {
+    /// Call number, and per token slot the last call that saw it (finds a token given twice).
+    call: u64,
+    seen: Vec<u64>,
+    /// Validated dependencies as (time, index in the caller's list, slot), latest first.
+    deps: Vec<(u64, usize, u32)>,
+}
+
+impl PartialEq for Scratch {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// A stream (or event) and its vector clock: `clock[s]` is the position of stream `s` that
+/// everything after the stream's tail (or the event's record) is ordered after.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct StreamState {
+    device: DeviceId,
+    /// Planner time of the last run or wait on the stream.
+    tail_time: u64,
+    clock: Vec<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct EventState {
+    device: DeviceId,
+    /// Fork branches still holding the event.
+    shares: u32,
+    clock: Vec<u64>,
+}
+
+#[inline]
+fn known(clock: &[u64], stream: StreamId) -> u64 {
+    clock.get(stream.index()).copied().unwrap_or(0)
+}
+
+fn merge(into: &mut Vec<u64>, from: &[u64]) {
+    if into.len() < from.len() {
+        into.resize(from.len(), 0);
+    }
+    for (mine, theirs) in into.iter_mut().zip(from) {
+        *mine = (*mine).max(*theirs);
+    }
+}
+
+static NEXT_PLANNER_ID: AtomicU32 = AtomicU32::new(1);
+
+/// Plans token programs onto streams and events of several devices.
+///
+/// Every call either succeeds or returns an error and leaves the planner exactly as it was.
+/// Steps accumulate in [`steps`](Planner::steps) until drained.
+#[derive(Debug)]
+#[cfg_attr(any(test, feature = "model"), derive(Clone, PartialEq))]
+pub struct Planner {
+    id: u32,
+    device_count: usize,
+    tokens: Vec<TokenSlot>,
+    free_slots: Vec<u32>,
+    streams: Vec<StreamState>,
+    events: Vec<EventState>,
+    stream_pools: Vec<Vec<StreamId>>,
+    event_pools: Vec<Vec<EventId>>,
+    steps: Vec<PlanStep>,
+    unwaited: Vec<UnwaitedToken>,
+    /// Counts emitted runs and waits.
+    time: u64,
+    scratch: Scratch,
+}
+
+impl Planner {
+    /// A planner for `device_count` devices (numbered from 0), with empty pools and its own
+    /// planner id, so tokens of another planner are recognised as foreign.
+    pub fn new(device_count: usize) -> Self {
+        Planner {
+            id: NEXT_PLANNER_ID.fetch_add(1, Ordering::Relaxed),
+            device_count,
+            tokens: Vec::new(),
+            free_slots: Vec::new(),
+            streams: Vec::new(),
+            events: Vec::new(),
+            stream_pools: (0..device_count).map(|_| Vec::new()).collect(),
+            event_pools: (0..device_count).map(|_| Vec::new()).collect(),
+            steps: Vec::new(),
+            unwaited: Vec::new(),
+            time: 0,
+            scratch: Scratch::default(),
+        }
+    }
+
+    /// This planner's id, carried in every [`TokenId`] it issues.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The steps planned since the last [`drain_steps`](Planner::drain_steps).
+    pub fn steps(&self) -> &[PlanStep] {
+        &self.steps
+    }
+
+    /// Hands out the planned steps, keeping the buffer for the next calls.
+    pub fn drain_steps(&mut self) -> alloc::vec::Drain<'_, PlanStep> {
+        self.steps.drain(..)
+    }
+
+    /// The stream of a live token's point: the stream it owns, or the stream a fork branch's
+    /// event was recorded on.
+    pub fn stream_of(&self, token: &Token) -> Result<StreamId> {
+        let slot = self.validate(token.id())?;
+        Ok(self.tokens[slot as usize].stream)
+    }
+
+    /// Plans operation `op` on `device` after all of `deps`, and returns its token.
+    ///
+    /// The operation runs on the stream of one dependency (of `device`) where it can, else on
+    /// a stream from `device`'s pool; each other dependency costs one event wait unless the
+    /// plan already implies it, and every input stream not kept goes back to its pool.
+    /// On success `deps` is emptied (the tokens are consumed); on error it is left untouched.
+    pub fn run(&mut self, op: OpId, device: DeviceId, deps: &mut Vec<Token>) -> Result<Token> {
+        if device.index() >= self.device_count {
+            return Err(Error::UnknownDevice {
+                device,
+                device_count: self.device_count,
+            });
+        }
+        self.validate_all(deps)?;
+        let token = self.schedule(Some(op), Some(device));
+        deps.clear();
+        Ok(token)
+    }
+
+    /// Joins `deps` into one token, without an operation: the result lives on one input's
+    /// stream, which waits for the others where the plan does not already imply them.
+    /// On success `deps` is emptied; on error (also when it is empty) it is left untouched.
+    pub fn join(&mut self, deps: &mut Vec<Token>) -> Result<Token> {
+        if deps.is_empty() {
+            return Err(Error::ZeroSize {
+                what: "join input list",
+            });
+        }
+        self.validate_all(deps)?;
+        let token = self.schedule(None, None);
+        deps.clear();
+        Ok(token)
+    }
+
+    /// Forks `token` into `count` tokens, appended to `branches`. The first branch keeps the
+    /// stream; the others share one event recorded now, and each waits on it only when it is
+    /// first used. Forking a fork branch shares that branch's event.
+    pub fn fork(&mut self, token: Token, count: usize, branches: &mut Vec<Token>) -> Result<()> {
+        if count == 0 {
+            return Err(Error::ZeroSize {
+                what: "fork branch count",
+            });
+        }
+        let shares = u32::try_from(count - 1).map_err(|_| Error::LimitExceeded {
+            what: "fork branch count",
+            required: count,
+            limit: u32::MAX as usize,
+            detail: Vec::new(),
+        })?;
+        let slot = self.validate(token.id())?;
+        branches.reserve(count);
+        if count == 1 {
+            branches.push(token);
+            return Ok(());
+        }
+        let source = self.tokens[slot as usize].clone();
+        let event = match source.hold {
+            Hold::ForkEvent(event) => event,
+            Hold::Stream => self.record_on(source.stream),
+        };
+        // The first branch takes over what the source held; each other one gets a share.
+        self.events[event.index()].shares += shares;
+        self.free_slot(slot);
+        branches.push(self.new_token(source.hold, &source));
+        for _ in 1..count {
+            branches.push(self.new_token(Hold::ForkEvent(event), &source));
+        }
+        Ok(())
+    }
+
+    /// Blocks the host on `token` (a stream or event synchronisation) and releases what it
+    /// held.
+    pub fn wait(&mut self, token: Token) -> Result<()> {
+        let slot = self.validate(token.id())?;
+        let state = &self.tokens[slot as usize];
+        let step = match state.hold {
+            Hold::Stream => PlanStep::SynchronizeStream {
+                stream: state.stream,
+            },
+            Hold::ForkEvent(event) => PlanStep::SynchronizeEvent { event },
+        };
+        self.steps.push(step);
+        self.release_hold(slot);
+        self.free_slot(slot);
+        Ok(())
+    }
+
+    /// Ends `token` without waiting: releases what it held and notes it in the program's
+    /// report, since an asynchronous error it carries is no longer observed by anyone.
+    pub fn discard(&mut self, token: Token) -> Result<()> {
+        let slot = self.validate(token.id())?;
+        self.note_unwaited(slot, UnwaitedKind::Discarded);
+        self.release_hold(slot);
+        self.free_slot(slot);
+        Ok(())
+    }
+
+    /// Ends the program: releases every stream and event still held by a live token (each
+    /// exactly once), invalidates all tokens, and reports the tokens that ended without a
+    /// synchronous wait. Pools keep their streams and events for the next program.
+    pub fn end_program(&mut self) -> ProgramReport {
+        for slot in 0..self.tokens.len() as u32 {
+            if self.tokens[slot as usize].live {
+                self.note_unwaited(slot, UnwaitedKind::Outstanding);
+                self.release_hold(slot);
+                self.free_slot(slot);
+            }
+        }
+        ProgramReport {
+            unwaited: core::mem::take(&mut self.unwaited),
+        }
+    }
+
+    /// Destroys every pooled stream and event (streams and events held by live tokens stay).
+    /// Destroyed ids are never handed out again.
+    pub fn drain_pools(&mut self) {
+        for device in 0..self.device_count {
+            while let Some(stream) = self.stream_pools[device].pop() {
+                self.steps.push(PlanStep::DestroyStream {
+                    device: DeviceId(device as u32),
+                    stream,
+                });
+            }
+            while let Some(event) = self.event_pools[device].pop() {
+                self.steps.push(PlanStep::DestroyEvent {
+                    device: DeviceId(device as u32),
+                    event,
+                });
+            }
+        }
+    }
+
+    // ----- validation (no state change) -----
+
+    fn validate(&self, id: TokenId) -> Result<u32> {
+        if id.planner != self.id {
+            return Err(Error::TokenForeign {
+                token: id,
+                planner: self.id,
+            });
+        }
+        match self.tokens.get(id.slot as usize) {
+            Some(slot) if slot.live && slot.generation == id.generation => Ok(id.slot),
+            Some(slot) if id.generation < slot.generation => {
+                Err(Error::TokenConsumed { token: id })
+            }
+            _ => Err(Error::TokenUnknown { token: id }),
+        }
+    }
+
+    /// Validates every dependency (and that none is given twice) into the scratch list,
+    /// latest point first.
+    fn validate_all(&mut self, deps: &[Token]) -> Result<()> {
+        let mut scratch = core::mem::take(&mut self.scratch);
+        let validated = self.collect_deps(&mut scratch, deps);
+        self.scratch = scratch;
+        validated
+    }
+
+    fn collect_deps(&self, scratch: &mut Scratch, deps: &[Token]) -> Result<()> {
+        scratch.call += 1;
+        scratch.deps.clear();
+        if scratch.seen.len() < self.tokens.len() {
+            scratch.seen.resize(self.tokens.len(), 0);
+        }
+        for (index, token) in deps.iter().enumerate() {
+            let slot = self.validate(token.id())?;
+            let seen = &mut scratch.seen[slot as usize];
+            if *seen == scratch.call {
+                return Err(Error::TokenConsumed { token: token.id() });
+            }
+            *seen = scratch.call;
+            scratch
+                .deps
+                .push((self.tokens[slot as usize].time, index, slot));
+        }
+        if scratch.deps.len() > 1 {
+            scratch
+                .deps
+                .sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        }
+        Ok(())
+    }
+
+    // ----- planning (infallible once validated) -----
+
+    fn clock_of(&self, slot: u32) -> &[u64] {
+        let state = &self.tokens[slot as usize];
+        match state.hold {
+            Hold::Stream => &self.streams[state.stream.index()].clock,
+            Hold::ForkEvent(event) => &self.events[event.index()].clock,
+        }
+    }
+
+    /// Whether the point of token slot `a` happens before (or is) the point of slot `b`.
+    fn point_before(&self, a: u32, b: u32) -> bool {
+        let point = &self.tokens[a as usize];
+        known(self.clock_of(b), point.stream) >= point.position
+    }
+
+    /// Plans the validated dependencies (and the operation, if any) onto one stream.
+    ///
+    /// Dependencies are visited latest point first (planner time is a linear extension of
+    /// happens-before), so by the time an earlier point is visited, every later point it
+    /// precedes has been waited for or found implied, and a wait is issued exactly for the
+    /// dependencies that neither the stream nor any later dependency already implies.
+    fn schedule(&mut self, op: Option<OpId>, device: Option<DeviceId>) -> Token {
+        let deps = core::mem::take(&mut self.scratch.deps);
+        let kept = self.pick_kept(&deps, device);
+        let target = match kept {
+            Some(slot) => self.tokens[slot as usize].stream,
+            None => {
+                // A join always has a first dependency; an operation always names a device.
+                let device = device.unwrap_or_else(|| {
+                    let first = &self.tokens[deps[0].2 as usize];
+                    self.streams[first.stream.index()].device
+                });
+                self.acquire_stream(device)
+            }
+        };
+        let mut producer = None;
+        for &(_, _, slot) in &deps {
+            let state = self.tokens[slot as usize].clone();
+            producer = producer.or(state.producer);
+            let implied = Some(slot) == kept
+                || known(&self.streams[target.index()].clock, state.stream) >= state.position;
+            if !implied {
+                let event = match state.hold {
+                    Hold::Stream => self.record_on(state.stream),
+                    Hold::ForkEvent(event) => event,
+                };
+                self.steps.push(PlanStep::Wait {
+                    stream: target,
+                    event,
+                });
+                let (streams, events) = (&mut self.streams, &self.events);
+                merge(
+                    &mut streams[target.index()].clock,
+                    &events[event.index()].clock,
+                );
+                self.advance(target);
+                if state.hold == Hold::Stream {
+                    self.release_event(event);
+                }
+            }
+            if Some(slot) != kept {
+                self.release_hold(slot);
+            }
+            self.free_slot(slot);
+        }
+        if let Some(op) = op {
+            let device = self.streams[target.index()].device;
+            self.steps.push(PlanStep::Run {
+                op,
+                device,
+                stream: target,
+            });
+            self.advance(target);
+            producer = Some(op);
+        }
+        self.scratch.deps = deps;
+        let stream = &self.streams[target.index()];
+        let point = TokenSlot {
+            generation: 0,
+            live: true,
+            hold: Hold::Stream,
+            stream: target,
+            position: known(&stream.clock, target),
+            time: stream.tail_time,
+            producer,
+        };
+        self.new_token(Hold::Stream, &point)
+    }
+
+    /// One more run or wait on `stream`.
+    fn advance(&mut self, stream: StreamId) {
+        self.time += 1;
+        let state = &mut self.streams[stream.index()];
+        state.clock[stream.index()] += 1;
+        state.tail_time = self.time;
+    }
+
+    /// The dependency whose stream the work continues on: the latest one that owns a stream
+    /// (of `device`, if given) and that no later dependency follows; else the latest owner.
+    fn pick_kept(&self, deps: &[(u64, usize, u32)], device: Option<DeviceId>) -> Option<u32> {
+        let mut fallback = None;
+        for (rank, &(time, _, slot)) in deps.iter().enumerate() {
+            let state = &self.tokens[slot as usize];
+            let on_device = device.is_none_or(|d| self.streams[state.stream.index()].device == d);
+            if state.hold != Hold::Stream || !on_device {
+                continue;
+            }
+            let followed = deps[..rank]
+                .iter()
+                .any(|&(later, _, other)| later > time && self.point_before(slot, other));
+            if !followed {
+                return Some(slot);
+            }
+            fallback = fallback.or(Some(slot));
+        }
+        fallback
+    }
+
+    fn acquire_stream(&mut self, device: DeviceId) -> StreamId {
+        let (stream, fresh) = match self.stream_pools[device.index()].pop() {
+            Some(stream) => (stream, false),
+            None => {
+                let stream = StreamId(self.streams.len() as u32);
+                let clock = alloc::vec![0; stream.index() + 1];
+                self.streams.push(StreamState {
+                    device,
+                    tail_time: 0,
+                    clock,
+                });
+                (stream, true)
+            }
+        };
+        self.steps.push(PlanStep::AcquireStream {
+            device,
+            stream,
+            fresh,
+        });
+        stream
+    }
+
+    fn release_stream(&mut self, stream: StreamId) {
+        let state = &mut self.streams[stream.index()];
+        self.stream_pools[state.device.index()].push(stream);
+        self.steps.push(PlanStep::ReleaseStream {
+            device: state.device,
+            stream,
+        });
+    }
+
+    /// Records an event from the stream's device pool at `stream`'s tail, with no shares.
+    fn record_on(&mut self, stream: StreamId) -> EventId {
+        let device = self.streams[stream.index()].device;
+        let (event, fresh) = match self.event_pools[device.index()].pop() {
+            Some(event) => (event, false),
+            None => {
+                let event = EventId(self.events.len() as u32);
+                self.events.push(EventState {
+                    device,
+                    shares: 0,
+                    clock: Vec::new(),
+                });
+                (event, true)
+            }
+        };
+        self.steps.push(PlanStep::AcquireEvent {
+            device,
+            event,
+            fresh,
+        });
+        self.steps.push(PlanStep::Record { event, stream });
+        let state = &mut self.events[event.index()];
+        state.clock.clear();
+        state
+            .clock
+            .extend_from_slice(&self.streams[stream.index()].clock);
+        event
+    }
+
+    fn release_event(&mut self, event: EventId) {
+        let state = &mut self.events[event.index()];
+        self.event_pools[state.device.index()].push(event);
+        self.steps.push(PlanStep::ReleaseEvent {
+            device: state.device,
+            event,
+        });
+    }
+
+    /// Gives back what a token holds: its stream, or its share of a fork event.
+    fn release_hold(&mut self, slot: u32) {
+        let state = &self.tokens[slot as usize];
+        match state.hold {
+            Hold::Stream => self.release_stream(state.stream),
+            Hold::ForkEvent(event) => {
+                let shares = &mut self.events[event.index()].shares;
+                *shares -= 1;
+                if *shares == 0 {
+                    self.release_event(event);
+                }
+            }
+        }
+    }
+
+    fn note_unwaited(&mut self, slot: u32, kind: UnwaitedKind) {
+        let state = &self.tokens[slot as usize];
+        self.unwaited.push(UnwaitedToken {
+            token: TokenId {
+                planner: self.id,
+                slot,
+                generation: state.generation,
+            },
+            producer: state.producer,
+            kind,
+        });
+    }
+
+    /// A live token holding `hold` at the point of `point` (stream, position, time, producer).
+    fn new_token(&mut self, hold: Hold, point: &TokenSlot) -> Token {
+        let fresh = TokenSlot {
+            generation: 0,
+            live: true,
+            hold,
+            stream: point.stream,
+            position: point.position,
+            time: point.time,
+            producer: point.producer,
+        };
+        let slot = match self.free_slots.pop() {
+            Some(slot) => {
+                let state = &mut self.tokens[slot as usize];
+                *state = TokenSlot {
+                    generation: state.generation,
+                    ..fresh
+                };
+                slot
+            }
+            None => {
+                self.tokens.push(fresh);
+                (self.tokens.len() - 1) as u32
+            }
+        };
+        Token(TokenId {
+            planner: self.id,
+            slot,
+            generation: self.tokens[slot as usize].generation,
+        })
+    }
+
+    fn free_slot(&mut self, slot: u32) {
+        let state = &mut self.tokens[slot as usize];
+        state.live = false;
+        state.generation = state.generation.wrapping_add(1);
+        self.free_slots.push(slot);
+    }
+}
