@@ -1,0 +1,114 @@
+//! The thread-safe lock table: many concurrent readers, writers serialised, and no table lock
+//! held across a driver call (a pin takes tens of microseconds; lookups must not wait on it).
+//!
+//! Two locks: the writer lock owns the driver and serialises lock/unlock; the table lock
+//! guards the entries and is held only for the table's own short phases. Because writers are
+//! serialised, what a writer saw before its driver call is still true after it. The lock type
+//! is any `lock_api::RawRwLock` (spin's by default), so no_std users can plug their own.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use lock_api::{RawRwLock, RwLock};
+
+use super::{LockStart, LockStats, LockTable, Locked, PinDriver, Unlocked, pin_new};
+use crate::error::Result;
+use crate::id::DeviceId;
+
+/// What a writer holds while it works: the driver, and scratch for device addresses.
+struct Writer<D> {
+    driver: D,
+    device_ptrs: Vec<usize>,
+}
+
+/// A [`LockTable`] shared by threads: lookups run concurrently; lock and unlock are
+/// serialised among themselves, and driver calls run without blocking lookups.
+pub struct SharedLockTable<D, R: RawRwLock = spin::RwLock<()>> {
+    writer: RwLock<R, Writer<D>>,
+    table: RwLock<R, LockTable>,
+}
+
+impl<D: PinDriver, R: RawRwLock> SharedLockTable<D, R> {
+    /// An empty shared table over `driver` for `device_count` devices (at least one).
+    pub fn new(driver: D, device_count: usize) -> Result<Self> {
+        let table = LockTable::new(device_count)?;
+        Ok(Self {
+            writer: RwLock::new(Writer {
+                driver,
+                device_ptrs: vec![0; device_count],
+            }),
+            table: RwLock::new(table),
+        })
+    }
+
+    /// See [`LockTable::lock`]. The driver's pin runs with only the writer lock held.
+    pub fn lock(&self, ptr: usize, len: usize) -> Result<Locked> {
+        let mut writer = self.writer.write();
+        let range = match self.table.write().start_lock(ptr, len)? {
+            LockStart::Done(locked) => return Ok(locked),
+            LockStart::NeedsDriver(range) => range,
+        };
+        let Writer {
+            driver,
+            device_ptrs,
+        } = &mut *writer;
+        let mut calls = LockStats::default();
+        let pinned = pin_new(driver, &mut calls, range, device_ptrs);
+        let mut table = self.table.write();
+        table.record_driver_calls(&calls);
+        table.finish_lock(range, pinned?, device_ptrs)
+    }
+
+    /// See [`LockTable::unlock`]. The driver's unpin runs with only the writer lock held; the
+    /// entry stays visible to lookups until the unpin succeeded.
+    pub fn unlock(&self, ptr: usize) -> Result<Unlocked> {
+        self.unlock_inner(ptr, false)
+    }
+
+    /// See [`LockTable::unlock_exact`].
+    pub fn unlock_exact(&self, ptr: usize) -> Result<Unlocked> {
+        self.unlock_inner(ptr, true)
+    }
+
+    fn unlock_inner(&self, ptr: usize, exact: bool) -> Result<Unlocked> {
+        let mut writer = self.writer.write();
+        let ((slot, id, entry), needs_unpin) = {
+            let table = self.table.read();
+            let found = table.entry_for_unlock(ptr, exact)?;
+            let needs_unpin = table.needs_unpin(found.1);
+            (found, needs_unpin)
+        };
+        let unpinned = needs_unpin.then(|| writer.driver.unpin(entry.start));
+        let mut table = self.table.write();
+        if let Some(result) = unpinned {
+            table.record_driver_calls(&LockStats {
+                driver_unpins: 1,
+                ..LockStats::default()
+            });
+            result?;
+        }
+        Ok(table.release(slot, id, entry))
+    }
+
+    /// See [`LockTable::lookup`]. Takes only the shared read lock.
+    #[inline]
+    pub fn lookup(&self, ptr: usize, len: usize, device: DeviceId) -> Result<Option<usize>> {
+        self.table.read().lookup(ptr, len, device)
+    }
+
+    /// Calls `f` with a consistent read-only view of the table (entries, stats, finds).
+    pub fn read<T>(&self, f: impl FnOnce(&LockTable) -> T) -> T {
+        f(&self.table.read())
+    }
+
+    /// The table's counters.
+    pub fn stats(&self) -> LockStats {
+        self.table.read().stats()
+    }
+
+    /// See [`LockTable::release_all`]: unpins everything this table pinned, for shutdown.
+    pub fn release_all(&self) -> Result<usize> {
+        let mut writer = self.writer.write();
+        self.table.write().release_all(&mut writer.driver)
+    }
+}
