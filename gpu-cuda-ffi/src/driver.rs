@@ -118,14 +118,16 @@ impl ResolveEntryPoint for GetProcAddress {
     }
 }
 
-/// One entry point of the bindings.
-struct EntryPoint {
+/// One driver function of the bindings.
+#[derive(Debug)]
+pub struct EntryPoint {
     /// Base name, as cuGetProcAddress expects it and as errors name the call.
-    name: &'static str,
+    pub name: &'static str,
     /// The same, NUL-terminated.
     symbol: &'static CStr,
-    /// The CUDA version that introduced the ABI of its `sys::PFN_*` type.
-    abi_version: c_int,
+    /// The CUDA version that introduced the ABI of its `sys::PFN_*` type: drivers older than
+    /// this lack it.
+    pub abi_version: c_int,
 }
 
 /// Turns the generated entry-point table into the slot list and one accessor per function.
@@ -138,8 +140,8 @@ macro_rules! entry_point_accessors {
             $($name,)*
         }
 
-        /// Every entry point, indexed by [`Slot`].
-        const ENTRY_POINTS: &[EntryPoint] = &[
+        /// Every driver function of the bindings, in the generated table's order.
+        pub const ENTRY_POINTS: &[EntryPoint] = &[
             $(EntryPoint { name: stringify!($name), symbol: $symbol, abi_version: $abi_version },)*
         ];
 
@@ -280,10 +282,32 @@ impl Driver {
         self.driver_version
     }
 
+    /// Looks up every entry point of [`ENTRY_POINTS`] and returns the names of those this driver
+    /// lacks (for hardware logs; a backend looks up each function when it first needs it).
+    ///
+    /// # Errors
+    /// [`Error::Driver`] if a lookup itself failed.
+    pub fn missing_entry_points(&self) -> Result<Vec<&'static str>, Error> {
+        let mut missing = Vec::new();
+        for (index, entry) in ENTRY_POINTS.iter().enumerate() {
+            match self.entry_point_at(index) {
+                Ok(_) => {}
+                Err(Error::DriverSymbolMissing { .. }) => missing.push(entry.name),
+                Err(other) => return Err(other),
+            }
+        }
+        Ok(missing)
+    }
+
     /// The address of the entry point in `slot`, looked up on first use.
     fn entry_point(&self, slot: Slot) -> Result<NonNull<c_void>, Error> {
-        let entry = &ENTRY_POINTS[slot as usize];
-        let cached = &self.entry_points[slot as usize];
+        self.entry_point_at(slot as usize)
+    }
+
+    /// The address of the entry point at `index` of [`ENTRY_POINTS`], looked up on first use.
+    fn entry_point_at(&self, index: usize) -> Result<NonNull<c_void>, Error> {
+        let entry = &ENTRY_POINTS[index];
+        let cached = &self.entry_points[index];
         let missing = || Error::DriverSymbolMissing {
             backend: BACKEND,
             symbol: entry.name,

@@ -24,5 +24,5 @@ pub mod result;
 #[rustfmt::skip]
 pub mod sys;
 
-pub use driver::{Driver, LIBRARY_NAMES};
+pub use driver::{Driver, ENTRY_POINTS, EntryPoint, LIBRARY_NAMES};
 pub use result::{BACKEND, check, driver_error, result_name};

@@ -188,6 +188,36 @@ fn older_driver_lacks_only_the_newer_abis_and_is_not_asked_for_them() {
 }
 
 #[test]
+fn missing_entry_points_lists_exactly_the_abis_newer_than_the_driver_or_absent() {
+    let all_but_two: Vec<&'static str> = ENTRY_POINTS
+        .iter()
+        .map(|entry| entry.name)
+        .filter(|&name| name != "cuMemPoolTrimTo" && name != "cuLaunchKernel")
+        .collect();
+    let (driver, requests) = fake_driver(reports_version::<12040>, &all_but_two, &[]);
+    let driver = driver.unwrap();
+    taken(&requests);
+    assert_eq!(
+        driver.missing_entry_points(),
+        Ok(vec![
+            "cuMemPoolTrimTo",
+            "cuEventElapsedTime",
+            "cuLaunchKernel"
+        ])
+    );
+    // cuDriverGetVersion was cached at load and cuEventElapsedTime is newer than 12.4.
+    assert_eq!(taken(&requests).len(), ENTRY_POINTS.len() - 2);
+    assert_eq!(driver.missing_entry_points().map(|m| m.len()), Ok(3));
+    assert_eq!(taken(&requests), []);
+
+    let (driver, _) = fake_driver(reports_version::<13000>, &[], &["cuInit"]);
+    assert!(matches!(
+        driver.unwrap().missing_entry_points(),
+        Err(Error::Driver(e)) if e.call == "cuGetProcAddress"
+    ));
+}
+
+#[test]
 fn a_failed_lookup_is_reported_and_asked_again_next_time() {
     let (driver, requests) = fake_driver(reports_version::<13000>, &[], &["cuStreamCreate"]);
     let driver = driver.unwrap();
