@@ -178,6 +178,52 @@ pub enum Error {
         given: usize,
     },
 
+    // ----- allocator -----
+    /// An allocation alignment that is not a power of two, or that exceeds the segment the
+    /// request's size is carved from.
+    InvalidAlignment {
+        /// The alignment given.
+        alignment: usize,
+        /// The largest alignment this request could have (its segment size).
+        limit: usize,
+    },
+    /// A memory kind the device (or the allocator's capabilities for it) does not provide.
+    KindUnsupported {
+        /// The device asked.
+        device: DeviceId,
+        /// The kind asked for.
+        kind: crate::allocator::MemoryKind,
+    },
+    /// The device's memory of one kind is exhausted even after every reclaim step.
+    OutOfMemory {
+        /// The device.
+        device: DeviceId,
+        /// The kind asked for.
+        kind: crate::allocator::MemoryKind,
+        /// Bytes requested.
+        requested: usize,
+        /// Bytes the allocator holds from the driver for this kind.
+        reserved: usize,
+        /// Bytes of those handed out to callers.
+        allocated: usize,
+        /// The largest free cached block.
+        largest_free: usize,
+    },
+    /// A handle that names no live allocation of this allocator (already freed, or foreign).
+    UnknownAllocation {
+        /// The kind the handle claims.
+        kind: crate::allocator::MemoryKind,
+        /// The handle's slot.
+        slot: u32,
+    },
+    /// The driver handed back a segment whose address breaks its alignment contract.
+    MisalignedSegment {
+        /// The address the driver returned.
+        address: usize,
+        /// The alignment the contract promises.
+        required: usize,
+    },
+
     // ----- token -----
     /// A token was already consumed (or given twice in one call, or its program ended).
     TokenConsumed {
@@ -316,6 +362,38 @@ impl fmt::Display for Error {
                  give one size per launch-sized buffer, in that order",
                 buffers.len(),
                 buffers.join(", ")
+            ),
+            Error::InvalidAlignment { alignment, limit } => write!(
+                f,
+                "alignment {alignment} is not a power of two or exceeds {limit}, the segment this \
+                 size is carved from; use a power of two no larger than that"
+            ),
+            Error::KindUnsupported { device, kind } => write!(
+                f,
+                "{device} has no {kind} memory; pick a kind its capabilities list"
+            ),
+            Error::OutOfMemory {
+                device,
+                kind,
+                requested,
+                reserved,
+                allocated,
+                largest_free,
+            } => write!(
+                f,
+                "{device} is out of {kind} memory: {requested} bytes requested, {reserved} \
+                 reserved, {allocated} allocated, largest free cached block {largest_free}; \
+                 free memory or request less"
+            ),
+            Error::UnknownAllocation { kind, slot } => write!(
+                f,
+                "no live {kind} allocation has handle slot {slot}; it was already freed or \
+                 comes from another allocator"
+            ),
+            Error::MisalignedSegment { address, required } => write!(
+                f,
+                "the driver returned segment {address:#x}, not aligned to {required} bytes as \
+                 the allocator's driver contract requires; fix the backend"
             ),
             Error::TokenConsumed { token } => write!(
                 f,

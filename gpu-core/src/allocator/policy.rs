@@ -1,0 +1,286 @@
+//! What the backend can do (capabilities), the allocator's tunables, and the checks and size
+//! arithmetic that turn a request into a block shape before any driver call.
+
+use alloc::vec::Vec;
+
+use crate::error::{Error, Result};
+
+use super::MemoryKind;
+use super::bins::GRANULE;
+
+/// Request sizes are rounded up to a multiple of this many bytes.
+pub const ROUNDING: usize = 512;
+/// The alignment every block has without carving: the driver's own guarantee (256 bytes for
+/// CUDA device memory). Larger alignments are carved out of bigger blocks.
+pub const MIN_ALIGNMENT: usize = GRANULE;
+/// Requests up to this size come from the small pool.
+pub const SMALL_REQUEST_LIMIT: usize = 1 << 20;
+/// Size of a small-pool segment.
+pub const SMALL_SEGMENT: usize = 2 << 20;
+/// Size of a segment for mid-size requests (above [`SMALL_REQUEST_LIMIT`], below
+/// [`LARGE_REQUEST`]).
+pub const LARGE_SEGMENT: usize = 20 << 20;
+/// Requests from this size on get a segment of their own, rounded to [`LARGE_ROUNDING`].
+const LARGE_REQUEST: usize = 10 << 20;
+/// Rounding of dedicated segments.
+const LARGE_ROUNDING: usize = 2 << 20;
+/// How much bigger than the request an oversize block may be and still serve it.
+const OVERSIZE_SLACK: usize = 20 << 20;
+
+/// What the driver offers for one memory kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KindSupport {
+    /// The device has this kind at all.
+    pub available: bool,
+    /// The driver has a stream-ordered, pool-backed allocation of this kind (CUDA 11.2+ for
+    /// device memory, 12.6+ for pinned host, 13.0+ for managed).
+    pub stream_ordered: bool,
+    /// The largest single request accepted, in bytes.
+    pub max_size: usize,
+}
+
+impl KindSupport {
+    /// Not offered.
+    pub const NONE: Self = Self {
+        available: false,
+        stream_ordered: false,
+        max_size: 0,
+    };
+    /// Offered synchronously only, up to `usize::MAX` bytes.
+    pub const SYNCHRONOUS: Self = Self {
+        available: true,
+        stream_ordered: false,
+        max_size: usize::MAX,
+    };
+    /// Offered synchronously and stream-ordered, up to `usize::MAX` bytes.
+    pub const STREAM_ORDERED: Self = Self {
+        available: true,
+        stream_ordered: true,
+        max_size: usize::MAX,
+    };
+}
+
+/// What the backend reports for one device; the policy decides from it, not from the kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocatorCapabilities {
+    /// Device-only memory.
+    pub device: KindSupport,
+    /// Managed (unified) memory.
+    pub managed: KindSupport,
+    /// Page-locked host memory.
+    pub host_pinned: KindSupport,
+    /// Whether the caller's host memory can be registered (pinned in place).
+    pub host_register: bool,
+}
+
+impl AllocatorCapabilities {
+    /// What the driver offers for `kind` (host-registered memory is never cached, so it has no
+    /// [`KindSupport`]: see [`AllocatorCapabilities::host_register`]).
+    pub const fn support(&self, kind: MemoryKind) -> KindSupport {
+        match kind {
+            MemoryKind::Device => self.device,
+            MemoryKind::Managed => self.managed,
+            MemoryKind::HostPinned => self.host_pinned,
+            MemoryKind::HostRegistered => KindSupport::NONE,
+        }
+    }
+}
+
+/// Tunables of the caching sub-allocator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocatorConfig {
+    /// Blocks at least this large are never split, and requests smaller than this never use
+    /// them (PyTorch's `max_split_size`); `usize::MAX` turns the rule off.
+    pub max_split_size: usize,
+    /// Streams are numbered below this (each stream the allocator sees gets its own free
+    /// lists, indexed by the stream's number).
+    pub max_streams: usize,
+}
+
+impl Default for AllocatorConfig {
+    fn default() -> Self {
+        Self {
+            max_split_size: usize::MAX,
+            max_streams: 1024,
+        }
+    }
+}
+
+/// The block a request needs, worked out before any driver call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Shape {
+    /// Bytes the caller asked for.
+    pub(crate) size: usize,
+    /// The size rounded to [`ROUNDING`]: the block handed out.
+    pub(crate) rounded: usize,
+    /// Required address alignment (at least [`MIN_ALIGNMENT`]).
+    pub(crate) alignment: usize,
+    /// Bytes to look for so that an aligned `rounded` block can be carved out.
+    pub(crate) search: usize,
+    /// Whether the large pool serves it.
+    pub(crate) large: bool,
+    /// The largest free block that may serve it (the oversize rule).
+    pub(crate) max_block: usize,
+    /// Size of a new segment for it.
+    pub(crate) segment: usize,
+}
+
+/// The segment a search for `bytes` is carved from, or `None` when its size overflows.
+fn segment_size(bytes: usize) -> Option<usize> {
+    if bytes <= SMALL_REQUEST_LIMIT {
+        Some(SMALL_SEGMENT)
+    } else if bytes < LARGE_REQUEST {
+        Some(LARGE_SEGMENT)
+    } else {
+        bytes.checked_next_multiple_of(LARGE_ROUNDING)
+    }
+}
+
+fn too_large(size: usize, limit: usize) -> Error {
+    Error::LimitExceeded {
+        what: "allocation size",
+        required: size,
+        limit,
+        detail: Vec::new(),
+    }
+}
+
+/// Checks a request's size and alignment and works out its block shape.
+pub(crate) fn shape(
+    size: usize,
+    alignment: usize,
+    max_size: usize,
+    config: &AllocatorConfig,
+) -> Result<Shape> {
+    if size == 0 {
+        return Err(Error::ZeroSize {
+            what: "allocation size",
+        });
+    }
+    if size > max_size {
+        return Err(too_large(size, max_size));
+    }
+    let rounded = size
+        .checked_next_multiple_of(ROUNDING)
+        .ok_or_else(|| too_large(size, usize::MAX - ROUNDING + 1))?;
+    let own_segment =
+        segment_size(rounded).ok_or_else(|| too_large(size, usize::MAX - LARGE_ROUNDING + 1))?;
+    if !alignment.is_power_of_two() || alignment > own_segment {
+        return Err(Error::InvalidAlignment {
+            alignment,
+            limit: own_segment,
+        });
+    }
+    let alignment = alignment.max(MIN_ALIGNMENT);
+    let search = rounded
+        .checked_add(alignment - MIN_ALIGNMENT)
+        .ok_or_else(|| too_large(size, usize::MAX - alignment))?;
+    let segment = segment_size(search).ok_or_else(|| too_large(size, usize::MAX - alignment))?;
+    let large = search > SMALL_REQUEST_LIMIT;
+    let max_block = if !large {
+        usize::MAX
+    } else if search < config.max_split_size {
+        config.max_split_size - 1
+    } else {
+        search.saturating_add(OVERSIZE_SLACK)
+    };
+    Ok(Shape {
+        size,
+        rounded,
+        alignment,
+        search,
+        large,
+        max_block,
+        segment,
+    })
+}
+
+/// Whether a block of `block_size` bytes in the given pool, serving `used` bytes, is split.
+#[inline]
+pub(crate) fn should_split(
+    large: bool,
+    block_size: usize,
+    used: usize,
+    config: &AllocatorConfig,
+) -> bool {
+    let rest = block_size - used;
+    if large {
+        rest > SMALL_REQUEST_LIMIT && block_size < config.max_split_size
+    } else {
+        rest >= ROUNDING
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape_of(size: usize, alignment: usize) -> Result<Shape> {
+        shape(size, alignment, usize::MAX, &AllocatorConfig::default())
+    }
+
+    #[test]
+    fn sizes_round_to_512_and_pick_the_pool_and_segment() {
+        let small = shape_of(1, 1).unwrap();
+        assert_eq!(
+            (small.rounded, small.large, small.segment),
+            (512, false, SMALL_SEGMENT)
+        );
+        let mid = shape_of(SMALL_REQUEST_LIMIT + 1, 1).unwrap();
+        assert_eq!((mid.large, mid.segment), (true, LARGE_SEGMENT));
+        let big = shape_of(LARGE_REQUEST + 1, 1).unwrap();
+        assert_eq!(big.segment, LARGE_REQUEST + LARGE_ROUNDING);
+    }
+
+    #[test]
+    fn impossible_requests_are_typed_errors() {
+        assert!(matches!(shape_of(0, 1), Err(Error::ZeroSize { .. })));
+        assert!(matches!(
+            shape_of(64, 3),
+            Err(Error::InvalidAlignment { alignment: 3, .. })
+        ));
+        assert!(matches!(
+            shape_of(64, 0),
+            Err(Error::InvalidAlignment { .. })
+        ));
+        assert_eq!(
+            shape_of(64, 4 << 20),
+            Err(Error::InvalidAlignment {
+                alignment: 4 << 20,
+                limit: SMALL_SEGMENT
+            })
+        );
+        assert!(matches!(
+            shape_of(usize::MAX - 10, 1),
+            Err(Error::LimitExceeded { .. })
+        ));
+        assert!(matches!(
+            shape(4096, 1, 1024, &AllocatorConfig::default()),
+            Err(Error::LimitExceeded { limit: 1024, .. })
+        ));
+    }
+
+    #[test]
+    fn large_alignments_search_for_room_to_carve() {
+        let aligned = shape_of(512, 1 << 20).unwrap();
+        assert_eq!(aligned.search, 512 + (1 << 20) - MIN_ALIGNMENT);
+        assert!(aligned.large);
+        assert_eq!(aligned.segment, LARGE_SEGMENT);
+    }
+
+    #[test]
+    fn oversize_rule_bounds_the_blocks_a_request_may_take() {
+        let config = AllocatorConfig {
+            max_split_size: 64 << 20,
+            ..AllocatorConfig::default()
+        };
+        let below = shape(30 << 20, 1, usize::MAX, &config).unwrap();
+        assert_eq!(below.max_block, (64 << 20) - 1);
+        let above = shape(100 << 20, 1, usize::MAX, &config).unwrap();
+        assert_eq!(above.max_block, (100 << 20) + OVERSIZE_SLACK);
+        assert!(!should_split(true, 128 << 20, 100 << 20, &config));
+        assert!(should_split(true, 40 << 20, 30 << 20, &config));
+        assert!(!should_split(false, 1024, 768, &config));
+        assert!(should_split(false, 1024, 512, &config));
+    }
+}

@@ -1,0 +1,313 @@
+//! Unit tests of the allocator's rules, one scenario each, over the model's fake driver.
+//! Random sequences against the model live in tests/allocator_model.rs.
+
+use super::model::{FakeDriver, capabilities};
+use super::*;
+use alloc::vec::Vec;
+
+const S0: StreamId = StreamId(0);
+const S1: StreamId = StreamId(1);
+const MIB: usize = 1 << 20;
+
+fn allocator(stream_ordered: bool) -> DeviceAllocator {
+    DeviceAllocator::new(
+        DeviceId(0),
+        capabilities([stream_ordered; 3], true),
+        AllocatorConfig::default(),
+    )
+}
+
+fn on(stream: StreamId, size: usize) -> AllocRequest<'static> {
+    AllocRequest::new(MemoryKind::Device, size).on_stream(stream, &[])
+}
+
+#[test]
+fn a_block_freed_on_a_stream_is_reused_there_at_once_without_driver_calls() {
+    let (mut a, mut d) = (allocator(true), FakeDriver::new(usize::MAX / 2));
+    let first = a.allocate(&mut d, &on(S0, 1000)).unwrap();
+    assert_eq!(first.path, AllocPath::DriverStreamOrdered);
+    a.free(&mut d, first.handle, Release::OnStream(S0)).unwrap();
+    let calls = d.calls;
+    let second = a.allocate(&mut d, &on(S0, 900)).unwrap();
+    assert_eq!(
+        (second.path, second.address),
+        (AllocPath::Cached, first.address)
+    );
+    assert_eq!(d.calls, calls);
+    let stats = a.stats(MemoryKind::Device);
+    assert_eq!(
+        (stats.hits, stats.misses, stats.allocated, stats.requested),
+        (1, 1, 1024, 900)
+    );
+}
+
+#[test]
+fn another_stream_reuses_a_block_only_after_one_wait_or_a_completed_free() {
+    let (mut a, mut d) = (allocator(true), FakeDriver::new(usize::MAX / 2));
+    let first = a.allocate(&mut d, &on(S0, 20 * MIB)).unwrap();
+    let second = a.allocate(&mut d, &on(S0, 22 * MIB)).unwrap();
+    for block in [first, second] {
+        d.enqueue(S0, block.address, block.size);
+        a.free(&mut d, block.handle, Release::OnStream(S0)).unwrap();
+    }
+    let reused = a.allocate(&mut d, &on(S1, 20 * MIB)).unwrap();
+    assert_eq!(
+        reused.path,
+        AllocPath::CachedFromStream {
+            from: S0,
+            waited: true
+        }
+    );
+    assert_eq!(reused.address, first.address);
+    assert_eq!(d.unordered_use(reused.address, reused.size, Some(S1)), None);
+
+    // Once S0's work is done, the event recorded for the first reuse answers without a wait.
+    d.progress(S0, 2);
+    let calls = d.calls;
+    let later = a.allocate(&mut d, &on(S1, 22 * MIB)).unwrap();
+    assert_eq!(
+        later.path,
+        AllocPath::CachedFromStream {
+            from: S0,
+            waited: false
+        }
+    );
+    assert_eq!(
+        d.calls - calls,
+        2,
+        "one query and one event release, no wait"
+    );
+
+    for block in [reused, later] {
+        a.free(&mut d, block.handle, Release::OnStream(S1)).unwrap();
+    }
+    a.trim(&mut d).unwrap();
+    assert_eq!(d.allocator_events(), 0);
+    assert!(d.live_segments().is_empty());
+}
+
+#[test]
+fn a_synchronous_request_never_takes_a_block_whose_free_may_be_pending() {
+    let (mut a, mut d) = (allocator(true), FakeDriver::new(usize::MAX / 2));
+    let block = a.allocate(&mut d, &on(S0, 4096)).unwrap();
+    d.enqueue(S0, block.address, block.size);
+    a.free(&mut d, block.handle, Release::OnStream(S0)).unwrap();
+    let sync = a
+        .allocate(&mut d, &AllocRequest::new(MemoryKind::Device, 4096))
+        .unwrap();
+    assert_eq!(sync.path, AllocPath::DriverSynchronous);
+    assert_ne!(sync.address, block.address);
+}
+
+#[test]
+fn blocks_used_on_other_streams_return_only_after_that_work_completes() {
+    let (mut a, mut d) = (allocator(true), FakeDriver::new(usize::MAX / 2));
+    let block = a.allocate(&mut d, &on(S0, 20 * MIB)).unwrap();
+    a.mark_used_on(block.handle, S1).unwrap();
+    d.enqueue(S1, block.address, block.size);
+    a.free(&mut d, block.handle, Release::OnStream(S0)).unwrap();
+    assert_eq!(a.stats(MemoryKind::Device).pending, 20 * MIB);
+    let meanwhile = a.allocate(&mut d, &on(S0, 20 * MIB)).unwrap();
+    assert_ne!(
+        meanwhile.address, block.address,
+        "reused while S1 may still use it"
+    );
+    d.progress(S1, 1);
+    let after = a.allocate(&mut d, &on(S0, 20 * MIB)).unwrap();
+    assert_eq!(
+        (after.path, after.address),
+        (AllocPath::Cached, block.address)
+    );
+    assert_eq!(a.stats(MemoryKind::Device).pending, 0);
+    a.check_consistency().unwrap();
+}
+
+#[test]
+fn the_fallback_waits_for_the_dependencies_then_allocates_synchronously() {
+    let (mut a, mut d) = (allocator(false), FakeDriver::new(usize::MAX / 2));
+    d.enqueue(S1, 0, 1);
+    let dependency = d.record_user_event(S1);
+    let request = AllocRequest::new(MemoryKind::Device, 100)
+        .on_stream(S0, core::slice::from_ref(&dependency));
+    let allocation = a.allocate(&mut d, &request).unwrap();
+    assert_eq!(allocation.path, AllocPath::Fallback);
+    assert_eq!(
+        d.unordered_use(0, 1, None),
+        None,
+        "the host did not wait for the dependency"
+    );
+    assert_eq!(
+        (d.synchronous_allocations, d.stream_ordered_allocations),
+        (1, 0)
+    );
+    assert_eq!(a.stats(MemoryKind::Device).fallbacks, 1);
+}
+
+#[test]
+fn impossible_requests_fail_before_any_driver_call() {
+    let mut a = DeviceAllocator::new(
+        DeviceId(3),
+        capabilities([true; 3], false),
+        AllocatorConfig::default(),
+    );
+    let mut d = FakeDriver::new(usize::MAX / 2);
+    let managed = AllocRequest::new(MemoryKind::Managed, 64);
+    assert_eq!(
+        a.allocate(&mut d, &managed),
+        Err(Error::KindUnsupported {
+            device: DeviceId(3),
+            kind: MemoryKind::Managed
+        })
+    );
+    assert!(matches!(
+        a.allocate(&mut d, &on(S0, 0)),
+        Err(Error::ZeroSize { .. })
+    ));
+    assert!(matches!(
+        a.allocate(&mut d, &on(S0, 64).aligned(96)),
+        Err(Error::InvalidAlignment { .. })
+    ));
+    let far = on(StreamId(5000), 64);
+    assert!(matches!(
+        a.allocate(&mut d, &far),
+        Err(Error::LimitExceeded { .. })
+    ));
+    assert_eq!(d.calls, 0);
+}
+
+#[test]
+fn alignments_above_the_guarantee_are_carved_from_bigger_blocks() {
+    let (mut a, mut d) = (allocator(true), FakeDriver::new(usize::MAX / 2));
+    let small = a.allocate(&mut d, &on(S0, 256)).unwrap();
+    let aligned = a.allocate(&mut d, &on(S0, 300).aligned(64 << 10)).unwrap();
+    assert_eq!(aligned.address % (64 << 10), 0);
+    assert!(aligned.address >= small.address + 512 || aligned.address + 512 <= small.address);
+    a.check_consistency().unwrap();
+}
+
+#[test]
+fn neighbours_freed_on_one_stream_merge_back_into_the_whole_segment() {
+    let (mut a, mut d) = (allocator(true), FakeDriver::new(usize::MAX / 2));
+    let blocks: Vec<_> = (0..4)
+        .map(|_| a.allocate(&mut d, &on(S0, 512 << 10)).unwrap())
+        .collect();
+    assert_eq!(a.stats(MemoryKind::Device).segments, 1);
+    for index in [1, 3, 0, 2] {
+        a.free(&mut d, blocks[index].handle, Release::OnStream(S0))
+            .unwrap();
+    }
+    assert_eq!(
+        a.trim(&mut d),
+        Ok(SMALL_SEGMENT),
+        "the four blocks did not merge back"
+    );
+    assert!(d.violations.is_empty() && d.live_segments().is_empty());
+}
+
+#[test]
+fn oversize_blocks_are_never_split_nor_given_to_small_requests() {
+    let config = AllocatorConfig {
+        max_split_size: 32 * MIB,
+        ..AllocatorConfig::default()
+    };
+    let mut a = DeviceAllocator::new(DeviceId(0), capabilities([true; 3], true), config);
+    let mut d = FakeDriver::new(usize::MAX / 2);
+    let big = a.allocate(&mut d, &on(S0, 64 * MIB)).unwrap();
+    a.free(&mut d, big.handle, Release::OnStream(S0)).unwrap();
+    let mid = a.allocate(&mut d, &on(S0, 12 * MIB)).unwrap();
+    assert_ne!(mid.path, AllocPath::Cached);
+    let close = a.allocate(&mut d, &on(S0, 60 * MIB)).unwrap();
+    assert_eq!(
+        (close.path, close.address),
+        (AllocPath::Cached, big.address)
+    );
+    assert_eq!(a.stats(MemoryKind::Device).allocated, 64 * MIB + 12 * MIB);
+}
+
+#[test]
+fn out_of_memory_reclaims_cached_segments_then_reports_the_numbers() {
+    let (mut a, mut d) = (allocator(true), FakeDriver::new(24 * MIB));
+    let small = a.allocate(&mut d, &on(S0, 4096)).unwrap();
+    a.free(&mut d, small.handle, Release::OnStream(S0)).unwrap();
+    let mid = a.allocate(&mut d, &on(S1, 2 * MIB)).unwrap();
+    // 20 MiB + 2 MiB held; the next mid-size segment fits only once the free small one goes.
+    let mid2 = a.allocate(&mut d, &on(S1, 19 * MIB)).unwrap_err();
+    assert!(
+        matches!(mid2, Error::OutOfMemory { requested, reserved, allocated, largest_free, .. }
+        if requested == 19 * MIB && reserved == 20 * MIB && allocated == 2 * MIB && largest_free == 18 * MIB)
+    );
+    assert!(a.stats(MemoryKind::Device).oom_retries >= 3);
+    assert_eq!(
+        a.stats(MemoryKind::Device).reserved,
+        20 * MIB,
+        "the free small segment was released"
+    );
+    a.free(&mut d, mid.handle, Release::OnStream(S1)).unwrap();
+    let retry = a.allocate(&mut d, &on(S0, 19 * MIB)).unwrap();
+    assert!(matches!(
+        retry.path,
+        AllocPath::CachedFromStream { from: S1, .. } | AllocPath::Cached
+    ));
+}
+
+#[test]
+fn stale_and_foreign_handles_are_refused() {
+    let (mut a, mut d) = (allocator(true), FakeDriver::new(usize::MAX / 2));
+    let block = a.allocate(&mut d, &on(S0, 64)).unwrap();
+    a.free(&mut d, block.handle, Release::Idle).unwrap();
+    let again = a.allocate(&mut d, &on(S0, 64)).unwrap();
+    assert_eq!(again.address, block.address);
+    assert!(matches!(
+        a.free(&mut d, block.handle, Release::Idle),
+        Err(Error::UnknownAllocation { .. })
+    ));
+    assert!(matches!(
+        a.mark_used_on(block.handle, S1),
+        Err(Error::UnknownAllocation { .. })
+    ));
+    a.free(&mut d, again.handle, Release::Idle).unwrap();
+}
+
+#[test]
+fn a_failed_driver_call_leaves_the_allocator_as_it_was() {
+    let (mut a, mut d) = (allocator(true), FakeDriver::new(usize::MAX / 2));
+    d.fail_at = Some(1);
+    assert!(matches!(
+        a.allocate(&mut d, &on(S0, 64)),
+        Err(Error::Driver(_))
+    ));
+    assert_eq!(a.stats(MemoryKind::Device).reserved, 0);
+    let block = a.allocate(&mut d, &on(S0, 64)).unwrap();
+    a.mark_used_on(block.handle, S1).unwrap();
+    d.fail_at = Some(d.calls + 1);
+    assert!(matches!(
+        a.free(&mut d, block.handle, Release::OnStream(S0)),
+        Err(Error::Driver(_))
+    ));
+    a.check_consistency().unwrap();
+    a.free(&mut d, block.handle, Release::OnStream(S0)).unwrap();
+    a.check_consistency().unwrap();
+}
+
+#[test]
+fn the_shared_allocator_locks_each_device_alone() {
+    let shared: SharedAllocator = SharedAllocator::new(
+        &[capabilities([true; 3], true); 2],
+        AllocatorConfig::default(),
+    );
+    let mut d = FakeDriver::new(usize::MAX / 2);
+    let first = shared.device(DeviceId(0)).unwrap();
+    let mut second = shared.device(DeviceId(1)).unwrap();
+    assert_eq!(
+        (first.device(), second.device()),
+        (DeviceId(0), DeviceId(1))
+    );
+    second.allocate(&mut d, &on(S0, 64)).unwrap();
+    assert!(matches!(
+        shared.device(DeviceId(2)),
+        Err(Error::UnknownDevice {
+            device_count: 2,
+            ..
+        })
+    ));
+}
