@@ -251,7 +251,7 @@ fn generate(include_dir: &Path) -> Result<String, String> {
         .to_string();
     let mut file =
         syn::parse_file(&raw).map_err(|e| format!("cannot parse bindgen's output: {e}"))?;
-    let split = split_items(std::mem::take(&mut file.items))?;
+    let split = split_items(std::mem::take(&mut file.items), FUNCTIONS)?;
     file.items = split.items;
     let body = prettyplease::unparse(&file);
     let mut text = header_comment(clang_major, clang_minor);
@@ -295,9 +295,9 @@ struct SplitItems {
     results: Vec<(u32, String)>,
 }
 
-/// Replaces each extern function with its pointer type and finds its ABI version; collects the
-/// CUresult constants in code order.
-fn split_items(bindgen_items: Vec<syn::Item>) -> Result<SplitItems, String> {
+/// Replaces each extern function with its pointer type and finds its ABI version, for the
+/// functions `bases` in that order; collects the CUresult constants in code order.
+fn split_items(bindgen_items: Vec<syn::Item>, bases: &[&str]) -> Result<SplitItems, String> {
     let mut items = Vec::new();
     let mut functions = Vec::new();
     let mut abi_typedefs = Vec::new();
@@ -333,7 +333,7 @@ fn split_items(bindgen_items: Vec<syn::Item>) -> Result<SplitItems, String> {
     }
 
     let mut entry_points = Vec::new();
-    for base in FUNCTIONS {
+    for base in bases {
         let function = declaration_of(base, &functions)?;
         let declared = function.sig.ident.to_string();
         let abi_version = abi_version_of(base, function, &functions, &abi_typedefs, &aliases)?;
@@ -677,6 +677,119 @@ mod tests {
         assert_eq!(base_name("cuInit"), "cuInit");
         assert_eq!(base_name("cuMemcpy_vector"), "cuMemcpy_vector");
         assert_eq!(base_name("cuThing_v"), "cuThing_v");
+    }
+
+    /// What bindgen emits for a slice of cuda.h and cudaTypedefs.h 13.0.
+    const BINDGEN_SAMPLE: &str = r#"
+        pub type CUdevice_v1 = ::core::ffi::c_int;
+        pub type CUdevice = CUdevice_v1;
+        pub type CUcontext = *mut CUctx_st;
+        pub type cudaError_enum = ::core::ffi::c_uint;
+        pub use self::cudaError_enum as CUresult;
+        pub const CUDA_ERROR_INVALID_VALUE: cudaError_enum = 1;
+        pub const CUDA_SUCCESS: cudaError_enum = 0;
+        pub type PFN_cuCtxGetDevice_v2000 = ::core::option::Option<
+            unsafe extern "C" fn(device: *mut CUdevice_v1) -> CUresult>;
+        pub type PFN_cuCtxGetDevice_v13000 = ::core::option::Option<
+            unsafe extern "C" fn(device: *mut CUdevice, ctx: CUcontext) -> CUresult>;
+        pub type PFN_cuMemHostRegister_v6050 = ::core::option::Option<
+            unsafe extern "C" fn(p: *mut ::core::ffi::c_void, bytesize: usize,
+                                 Flags: ::core::ffi::c_uint) -> CUresult>;
+        pub type PFN_cuEventElapsedTime_v2000 = ::core::option::Option<
+            unsafe extern "C" fn(ms: *mut f32, start: CUdevice, end: CUdevice) -> CUresult>;
+        pub type PFN_cuEventElapsedTime_v12080 = ::core::option::Option<
+            unsafe extern "C" fn(ms: *mut f32, start: CUdevice, end: CUdevice) -> CUresult>;
+        pub type PFN_cuGetProcAddress_v11030 = ::core::option::Option<
+            unsafe extern "C" fn(symbol: *const ::core::ffi::c_char) -> CUresult>;
+        pub type PFN_cuWrong_v2000 = ::core::option::Option<
+            unsafe extern "C" fn(a: ::core::ffi::c_int, b: ::core::ffi::c_int) -> CUresult>;
+        unsafe extern "C" {
+            pub fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult;
+            pub fn cuCtxGetDevice_v2(device: *mut CUdevice, ctx: CUcontext) -> CUresult;
+            pub fn cuMemHostRegister_v2(p: *mut ::core::ffi::c_void, bytesize: usize,
+                                        Flags: ::core::ffi::c_uint) -> CUresult;
+            pub fn cuEventElapsedTime_v2(ms: *mut f32, start: CUdevice_v1, end: CUdevice)
+                -> CUresult;
+            pub fn cuWrong(a: ::core::ffi::c_int) -> CUresult;
+            pub fn cuUntyped() -> CUresult;
+        }
+    "#;
+
+    fn split_sample(bases: &[&str]) -> Result<SplitItems, String> {
+        split_items(syn::parse_file(BINDGEN_SAMPLE).unwrap().items, bases)
+    }
+
+    #[test]
+    fn each_function_gets_the_abi_version_of_its_declaration() {
+        let split =
+            split_sample(&["cuCtxGetDevice", "cuMemHostRegister", "cuEventElapsedTime"]).unwrap();
+        let found: Vec<(&str, &str, u32)> = split
+            .entry_points
+            .iter()
+            .map(|e| (e.base.as_str(), e.declared.as_str(), e.abi_version))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                // cuda.h declares both: the plain name is the old ABI, not cuCtxGetDevice_v2.
+                ("cuCtxGetDevice", "cuCtxGetDevice", 2000),
+                ("cuMemHostRegister", "cuMemHostRegister_v2", 6050),
+                // Two ABIs with one signature: the macro-bound _v2 is the newest.
+                ("cuEventElapsedTime", "cuEventElapsedTime_v2", 12080),
+            ]
+        );
+        assert_eq!(
+            split.results,
+            [
+                (0, "CUDA_SUCCESS".to_string()),
+                (1, "CUDA_ERROR_INVALID_VALUE".to_string())
+            ]
+        );
+        let text = prettyplease::unparse(&syn::File {
+            shebang: None,
+            frontmatter: None,
+            attrs: Vec::new(),
+            items: split.items,
+        });
+        assert!(text.contains("pub type PFN_cuCtxGetDevice = unsafe extern \"C\" fn("));
+        assert!(text.contains("cuGetProcAddress(\"cuMemHostRegister\", 6050)"));
+        assert!(
+            text.contains("PFN_cuGetProcAddress_v11030"),
+            "listed in TYPES: kept"
+        );
+        assert!(
+            !text.contains("PFN_cuCtxGetDevice_v2000"),
+            "read, then left out"
+        );
+        assert!(!text.contains("extern \"C\" {"), "no extern declarations");
+    }
+
+    #[test]
+    fn unclear_or_absent_abis_are_refused() {
+        let mismatch = split_sample(&["cuWrong"]).err().unwrap();
+        assert!(
+            mismatch.contains("the ABI version of cuWrong is unclear"),
+            "{mismatch}"
+        );
+        let untyped = split_sample(&["cuUntyped"]).err().unwrap();
+        assert!(untyped.contains("no PFN_cuUntyped_vNNNN"), "{untyped}");
+        let absent = split_sample(&["cuAbsent"]).err().unwrap();
+        assert!(absent.contains("must declare cuAbsent"), "{absent}");
+    }
+
+    #[test]
+    fn abi_typedef_names_split_into_base_and_version() {
+        assert_eq!(
+            abi_typedef_name("PFN_cuMemAlloc_v3020"),
+            Some(("cuMemAlloc", 3020))
+        );
+        assert_eq!(
+            abi_typedef_name("PFN_cuCtxGetDevice_v13000"),
+            Some(("cuCtxGetDevice", 13000))
+        );
+        assert_eq!(abi_typedef_name("PFN_cuMemAllocAsync_v11020_ptsz"), None);
+        assert_eq!(abi_typedef_name("cuMemAlloc_v2"), None);
+        assert_eq!(abi_typedef_name("PFN_cuInit"), None);
     }
 
     #[test]
