@@ -700,3 +700,480 @@ impl Planner {
         self.free_slots.push(slot);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use alloc::vec;
+
+    use super::*;
+    use crate::token::{TraceView, check, plan_trace};
+
+    const D0: DeviceId = DeviceId(0);
+    const D1: DeviceId = DeviceId(1);
+
+    fn start(planner: &mut Planner, op: u32, device: DeviceId) -> Token {
+        planner.run(OpId(op), device, &mut Vec::new()).unwrap()
+    }
+
+    fn then(planner: &mut Planner, op: u32, device: DeviceId, deps: Vec<Token>) -> Token {
+        let mut deps = deps;
+        planner.run(OpId(op), device, &mut deps).unwrap()
+    }
+
+    /// The steps planned since the last call, also appended to the whole `plan`.
+    fn take(planner: &mut Planner, plan: &mut Vec<PlanStep>) -> Vec<PlanStep> {
+        let steps: Vec<PlanStep> = planner.drain_steps().collect();
+        plan.extend_from_slice(&steps);
+        steps
+    }
+
+    fn waits(steps: &[PlanStep]) -> usize {
+        steps
+            .iter()
+            .filter(|s| matches!(s, PlanStep::Wait { .. }))
+            .count()
+    }
+
+    fn records(steps: &[PlanStep]) -> usize {
+        steps
+            .iter()
+            .filter(|s| matches!(s, PlanStep::Record { .. }))
+            .count()
+    }
+
+    fn fork(planner: &mut Planner, token: Token, count: usize) -> Vec<Token> {
+        let mut branches = Vec::new();
+        planner.fork(token, count, &mut branches).unwrap();
+        branches
+    }
+
+    /// Ends the program, drains the pools, and checks the whole plan in both views.
+    fn finish_clean(planner: &mut Planner, plan: &mut Vec<PlanStep>) -> ProgramReport {
+        let report = planner.end_program();
+        planner.drain_pools();
+        plan.extend(planner.drain_steps());
+        for view in [TraceView::Logical, TraceView::Driver] {
+            assert_eq!(check(&plan_trace(plan, view)), vec![], "{view:?}");
+        }
+        report
+    }
+
+    #[test]
+    fn a_chain_stays_on_one_stream_without_events() {
+        let mut p = Planner::new(1);
+        let a = start(&mut p, 0, D0);
+        let b = then(&mut p, 1, D0, vec![a]);
+        let c = then(&mut p, 2, D0, vec![b]);
+        p.wait(c).unwrap();
+        let s = StreamId(0);
+        assert_eq!(
+            p.steps(),
+            &[
+                PlanStep::AcquireStream {
+                    device: D0,
+                    stream: s,
+                    fresh: true
+                },
+                PlanStep::Run {
+                    op: OpId(0),
+                    device: D0,
+                    stream: s
+                },
+                PlanStep::Run {
+                    op: OpId(1),
+                    device: D0,
+                    stream: s
+                },
+                PlanStep::Run {
+                    op: OpId(2),
+                    device: D0,
+                    stream: s
+                },
+                PlanStep::SynchronizeStream { stream: s },
+                PlanStep::ReleaseStream {
+                    device: D0,
+                    stream: s
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn two_dependencies_cost_one_wait_and_release_the_other_stream() {
+        let mut p = Planner::new(1);
+        let mut plan = Vec::new();
+        let a = start(&mut p, 0, D0);
+        let b = start(&mut p, 1, D0);
+        take(&mut p, &mut plan);
+        let c = then(&mut p, 2, D0, vec![a, b]);
+        let steps = take(&mut p, &mut plan);
+        assert_eq!(waits(&steps), 1);
+        assert_eq!(records(&steps), 1);
+        // The latest dependency's stream is kept; the other goes back to the pool (the join
+        // that leaks its input streams is the defect this rules out).
+        assert!(steps.contains(&PlanStep::ReleaseStream {
+            device: D0,
+            stream: StreamId(0)
+        }));
+        assert_eq!(p.stream_of(&c).unwrap(), StreamId(1));
+        p.wait(c).unwrap();
+        finish_clean(&mut p, &mut plan);
+    }
+
+    #[test]
+    fn a_dependency_already_waited_for_costs_nothing() {
+        let mut p = Planner::new(1);
+        let mut plan = Vec::new();
+        let a = start(&mut p, 0, D0);
+        let [a_keep, a_branch] = <[Token; 2]>::try_from(fork(&mut p, a, 2)).unwrap();
+        let b = then(&mut p, 1, D0, vec![a_branch]);
+        take(&mut p, &mut plan);
+        let c = then(&mut p, 2, D0, vec![b, a_keep]);
+        let steps = take(&mut p, &mut plan);
+        assert_eq!(waits(&steps), 0, "{steps:?}");
+        assert_eq!(records(&steps), 0);
+        p.wait(c).unwrap();
+        finish_clean(&mut p, &mut plan);
+    }
+
+    #[test]
+    fn a_dependency_implied_by_another_dependency_costs_nothing() {
+        let mut p = Planner::new(2);
+        let mut plan = Vec::new();
+        let a = start(&mut p, 0, D0);
+        let [a_keep, a_branch] = <[Token; 2]>::try_from(fork(&mut p, a, 2)).unwrap();
+        let b = then(&mut p, 1, D0, vec![a_branch]);
+        take(&mut p, &mut plan);
+        // On device 1 neither stream can be kept; b's stream already waited for a's point.
+        let c = then(&mut p, 2, D1, vec![a_keep, b]);
+        let steps = take(&mut p, &mut plan);
+        assert_eq!(waits(&steps), 1, "{steps:?}");
+        p.wait(c).unwrap();
+        finish_clean(&mut p, &mut plan);
+    }
+
+    #[test]
+    fn fork_records_once_and_waits_lazily_per_branch() {
+        let mut p = Planner::new(1);
+        let mut plan = Vec::new();
+        let a = start(&mut p, 0, D0);
+        take(&mut p, &mut plan);
+        let branches = fork(&mut p, a, 3);
+        let at_fork = take(&mut p, &mut plan);
+        assert_eq!(records(&at_fork), 1);
+        assert_eq!(waits(&at_fork), 0);
+        let mut rest = branches.into_iter();
+        let keep = rest.next().unwrap();
+        let b1 = rest.next().unwrap();
+        let b2 = rest.next().unwrap();
+        let k = then(&mut p, 1, D0, vec![keep]);
+        assert_eq!(waits(&take(&mut p, &mut plan)), 0);
+        let x = then(&mut p, 2, D0, vec![b1]);
+        let first_use = take(&mut p, &mut plan);
+        assert_eq!(waits(&first_use), 1);
+        assert!(
+            !first_use
+                .iter()
+                .any(|s| matches!(s, PlanStep::ReleaseEvent { .. })),
+            "the event is still shared by one branch"
+        );
+        p.discard(b2).unwrap();
+        let last = take(&mut p, &mut plan);
+        assert!(matches!(last[..], [PlanStep::ReleaseEvent { .. }]));
+        p.wait(k).unwrap();
+        p.wait(x).unwrap();
+        let report = finish_clean(&mut p, &mut plan);
+        assert_eq!(report.unwaited.len(), 1);
+        assert_eq!(report.unwaited[0].kind, UnwaitedKind::Discarded);
+    }
+
+    #[test]
+    fn forking_a_branch_shares_its_event() {
+        let mut p = Planner::new(1);
+        let mut plan = Vec::new();
+        let a = start(&mut p, 0, D0);
+        let [keep, branch] = <[Token; 2]>::try_from(fork(&mut p, a, 2)).unwrap();
+        take(&mut p, &mut plan);
+        let again = fork(&mut p, branch, 3);
+        assert!(p.steps().is_empty(), "{:?}", p.steps());
+        for (i, token) in again.into_iter().enumerate() {
+            let t = then(&mut p, 10 + i as u32, D0, vec![token]);
+            p.wait(t).unwrap();
+        }
+        p.wait(keep).unwrap();
+        assert_eq!(finish_clean(&mut p, &mut plan).unwaited, vec![]);
+    }
+
+    #[test]
+    fn a_writer_after_two_readers_waits_for_both() {
+        // cudarc keeps one read event per buffer, so a writer after two readers on different
+        // streams waits only for the last one; tokens keep both.
+        let mut p = Planner::new(1);
+        let mut plan = Vec::new();
+        let a = start(&mut p, 0, D0);
+        let [keep, r1, r2] = <[Token; 3]>::try_from(fork(&mut p, a, 3)).unwrap();
+        let read1 = then(&mut p, 1, D0, vec![r1]);
+        let read2 = then(&mut p, 2, D0, vec![r2]);
+        let s1 = p.stream_of(&read1).unwrap();
+        let s2 = p.stream_of(&read2).unwrap();
+        assert_ne!(s1, s2);
+        take(&mut p, &mut plan);
+        let w = then(&mut p, 3, D0, vec![read1, read2, keep]);
+        let steps = take(&mut p, &mut plan);
+        // Kept on the last reader's stream, one wait for the other reader; the fork point is
+        // implied (both readers waited for it).
+        assert_eq!(waits(&steps), 1, "{steps:?}");
+        let ran_on = steps.iter().find_map(|s| match s {
+            PlanStep::Run { stream, .. } => Some(*stream),
+            _ => None,
+        });
+        assert_eq!(ran_on, Some(s2));
+        let waited = steps.iter().find_map(|s| match s {
+            PlanStep::Wait { event, .. } => Some(*event),
+            _ => None,
+        });
+        let recorded_on_first_reader = steps.iter().any(|s| {
+            matches!(s, PlanStep::Record { event, stream } if Some(*event) == waited && *stream == s1)
+        });
+        assert!(recorded_on_first_reader, "{steps:?}");
+        p.wait(w).unwrap();
+        finish_clean(&mut p, &mut plan);
+    }
+
+    #[test]
+    fn a_cross_device_dependency_waits_on_an_event_of_the_producing_device() {
+        let mut p = Planner::new(2);
+        let mut plan = Vec::new();
+        let a = start(&mut p, 0, D0);
+        take(&mut p, &mut plan);
+        let b = then(&mut p, 1, D1, vec![a]);
+        let steps = take(&mut p, &mut plan);
+        let (s0, s1, e) = (StreamId(0), StreamId(1), EventId(0));
+        assert_eq!(
+            steps,
+            vec![
+                PlanStep::AcquireStream {
+                    device: D1,
+                    stream: s1,
+                    fresh: true
+                },
+                PlanStep::AcquireEvent {
+                    device: D0,
+                    event: e,
+                    fresh: true
+                },
+                PlanStep::Record {
+                    event: e,
+                    stream: s0
+                },
+                PlanStep::Wait {
+                    stream: s1,
+                    event: e
+                },
+                PlanStep::ReleaseEvent {
+                    device: D0,
+                    event: e
+                },
+                PlanStep::ReleaseStream {
+                    device: D0,
+                    stream: s0
+                },
+                PlanStep::Run {
+                    op: OpId(1),
+                    device: D1,
+                    stream: s1
+                },
+            ]
+        );
+        p.wait(b).unwrap();
+        finish_clean(&mut p, &mut plan);
+    }
+
+    #[test]
+    fn a_synchronous_wait_on_a_branch_synchronises_its_event() {
+        let mut p = Planner::new(1);
+        let mut plan = Vec::new();
+        let a = start(&mut p, 0, D0);
+        let [keep, branch] = <[Token; 2]>::try_from(fork(&mut p, a, 2)).unwrap();
+        take(&mut p, &mut plan);
+        p.wait(branch).unwrap();
+        let steps = take(&mut p, &mut plan);
+        assert!(matches!(
+            steps[..],
+            [
+                PlanStep::SynchronizeEvent { event: e1 },
+                PlanStep::ReleaseEvent { event: e2, .. }
+            ] if e1 == e2
+        ));
+        p.wait(keep).unwrap();
+        finish_clean(&mut p, &mut plan);
+    }
+
+    #[test]
+    fn unused_tokens_are_released_once_and_reported_at_the_end() {
+        let mut p = Planner::new(2);
+        let mut plan = Vec::new();
+        let a = start(&mut p, 0, D0);
+        let b = start(&mut p, 1, D1);
+        let branches = fork(&mut p, a, 2);
+        let a_id = branches[0].id();
+        core::mem::drop(branches);
+        let report = finish_clean(&mut p, &mut plan);
+        assert_eq!(report.unwaited.len(), 3);
+        assert!(
+            report
+                .unwaited
+                .iter()
+                .all(|u| u.kind == UnwaitedKind::Outstanding)
+        );
+        assert!(report.unwaited.iter().any(|u| u.token == a_id));
+        assert!(
+            report
+                .unwaited
+                .iter()
+                .any(|u| u.token == b.id() && u.producer == Some(OpId(1)))
+        );
+        // Every token is void after the end.
+        assert_eq!(
+            p.wait(b),
+            Err(Error::TokenConsumed {
+                token: b_id(&report)
+            })
+        );
+    }
+
+    fn b_id(report: &ProgramReport) -> TokenId {
+        report
+            .unwaited
+            .iter()
+            .find(|u| u.producer == Some(OpId(1)))
+            .unwrap()
+            .token
+    }
+
+    #[test]
+    fn misuse_is_a_typed_error_and_changes_nothing() {
+        let mut p = Planner::new(1);
+        let mut plan = Vec::new();
+        let mut other = Planner::new(1);
+        let a = start(&mut p, 0, D0);
+        let b = start(&mut p, 1, D0);
+        let a_id = a.id();
+        let c = then(&mut p, 2, D0, vec![a]);
+        let before = p.clone();
+        let foreign = start(&mut other, 0, D0);
+        let foreign_id = foreign.id();
+        let unknown = TokenId {
+            planner: p.id(),
+            slot: 99,
+            generation: 0,
+        };
+        let cases: Vec<(Vec<Token>, Error)> = vec![
+            (
+                vec![Token::from_id(b.id()), Token::from_id(a_id)],
+                Error::TokenConsumed { token: a_id },
+            ),
+            (
+                vec![Token::from_id(b.id()), foreign],
+                Error::TokenForeign {
+                    token: foreign_id,
+                    planner: p.id(),
+                },
+            ),
+            (
+                vec![Token::from_id(unknown)],
+                Error::TokenUnknown { token: unknown },
+            ),
+            (
+                vec![Token::from_id(c.id()), Token::from_id(c.id())],
+                Error::TokenConsumed { token: c.id() },
+            ),
+        ];
+        for (mut deps, error) in cases {
+            let given = deps.len();
+            assert_eq!(p.run(OpId(9), D0, &mut deps), Err(error.clone()));
+            assert_eq!(p.join(&mut deps), Err(error));
+            assert_eq!(deps.len(), given, "a failed call keeps its dependencies");
+            assert!(p == before);
+        }
+        let mut none = Vec::new();
+        assert!(matches!(p.join(&mut none), Err(Error::ZeroSize { .. })));
+        let mut keep = vec![Token::from_id(b.id())];
+        assert_eq!(
+            p.run(OpId(9), DeviceId(1), &mut keep),
+            Err(Error::UnknownDevice {
+                device: DeviceId(1),
+                device_count: 1
+            })
+        );
+        assert_eq!(keep.len(), 1);
+        assert!(matches!(
+            p.fork(Token::from_id(b.id()), 0, &mut Vec::new()),
+            Err(Error::ZeroSize { .. })
+        ));
+        assert_eq!(
+            p.wait(Token::from_id(a_id)),
+            Err(Error::TokenConsumed { token: a_id })
+        );
+        assert_eq!(
+            p.discard(Token::from_id(unknown)),
+            Err(Error::TokenUnknown { token: unknown })
+        );
+        assert!(p == before);
+        // The tokens are still good.
+        let d = then(&mut p, 3, D0, keep);
+        p.wait(d).unwrap();
+        p.wait(c).unwrap();
+        finish_clean(&mut p, &mut plan);
+    }
+
+    #[test]
+    fn warm_pools_hand_out_the_same_streams_and_events() {
+        let program = |p: &mut Planner| {
+            let a = start(p, 0, D0);
+            let [x, y] = <[Token; 2]>::try_from(fork(p, a, 2)).unwrap();
+            let y = then(p, 1, D0, vec![y]);
+            let z = then(p, 2, D0, vec![x, y]);
+            p.wait(z).unwrap();
+            p.end_program()
+        };
+        let mut p = Planner::new(1);
+        program(&mut p);
+        let first: Vec<_> = p.drain_steps().collect();
+        assert!(first.iter().any(|s| matches!(
+            s,
+            PlanStep::AcquireStream { fresh: true, .. }
+                | PlanStep::AcquireEvent { fresh: true, .. }
+        )));
+        program(&mut p);
+        let second: Vec<_> = p.drain_steps().collect();
+        assert!(!second.iter().any(|s| matches!(
+            s,
+            PlanStep::AcquireStream { fresh: true, .. }
+                | PlanStep::AcquireEvent { fresh: true, .. }
+        )));
+        assert!(
+            second
+                .iter()
+                .any(|s| matches!(s, PlanStep::AcquireStream { .. }))
+        );
+    }
+
+    #[test]
+    fn drained_ids_are_never_handed_out_again() {
+        let mut p = Planner::new(1);
+        let mut plan = Vec::new();
+        let a = start(&mut p, 0, D0);
+        p.wait(a).unwrap();
+        p.drain_pools();
+        let drained = take(&mut p, &mut plan);
+        assert!(drained.contains(&PlanStep::DestroyStream {
+            device: D0,
+            stream: StreamId(0)
+        }));
+        let b = start(&mut p, 1, D0);
+        assert_eq!(p.stream_of(&b).unwrap(), StreamId(1));
+        p.wait(b).unwrap();
+        finish_clean(&mut p, &mut plan);
+    }
+}

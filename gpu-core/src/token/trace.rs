@@ -385,3 +385,141 @@ pub fn write_trace(ops: &[TraceOp]) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use alloc::vec;
+
+    use super::*;
+    use crate::token::{OpId, Planner};
+
+    #[test]
+    fn every_call_parses_with_names_per_kind() {
+        let trace = parse_trace(
+            "# a comment line\n\
+             stream_create x 0\n\
+             \n\
+             event_create x 1   # an event may share a stream's name\n\
+             launch x\n\
+             launch x 2\n\
+             event_record x x\n\
+             stream_wait_event x x\n\
+             stream_synchronize x\n\
+             event_synchronize x\n\
+             stream_query x\n\
+             event_query x\n\
+             event_destroy x\n\
+             stream_destroy x\n",
+        )
+        .unwrap();
+        let (s, e) = (StreamId(0), EventId(0));
+        assert_eq!(
+            trace.ops,
+            vec![
+                TraceOp::CreateStream {
+                    stream: s,
+                    device: DeviceId(0)
+                },
+                TraceOp::CreateEvent {
+                    event: e,
+                    device: DeviceId(1)
+                },
+                TraceOp::Launch {
+                    stream: s,
+                    device: None
+                },
+                TraceOp::Launch {
+                    stream: s,
+                    device: Some(DeviceId(2))
+                },
+                TraceOp::Record {
+                    event: e,
+                    stream: s
+                },
+                TraceOp::Wait {
+                    stream: s,
+                    event: e
+                },
+                TraceOp::SynchronizeStream { stream: s },
+                TraceOp::SynchronizeEvent { event: e },
+                TraceOp::QueryStream { stream: s },
+                TraceOp::QueryEvent { event: e },
+                TraceOp::DestroyEvent { event: e },
+                TraceOp::DestroyStream { stream: s },
+            ]
+        );
+        assert_eq!(trace.lines, vec![2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]);
+        assert_eq!(trace.stream_names, vec!["x".to_string()]);
+        assert_eq!(trace.event_names, vec!["x".to_string()]);
+    }
+
+    #[test]
+    fn malformed_lines_name_the_line_and_what_was_expected() {
+        let cases = [
+            ("stream_create s 0\nfrobnicate s\n", 2, "a call"),
+            ("stream_create\n", 1, "a stream name"),
+            ("stream_create s zero\n", 1, "a device number"),
+            ("stream_create s\n", 1, "a device number"),
+            ("event_record e\n", 1, "a stream name"),
+            ("launch s 0 extra\n", 1, "the end of the line"),
+            ("launch s -1\n", 1, "a device number"),
+        ];
+        for (text, line, expected) in cases {
+            match parse_trace(text) {
+                Err(Error::TraceSyntax {
+                    line: l,
+                    expected: e,
+                    ..
+                }) => {
+                    assert_eq!(l, line, "{text}");
+                    assert!(e.starts_with(expected), "{text}: {e}");
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn written_traces_read_back_as_the_same_calls() {
+        let mut planner = Planner::new(2);
+        let a = planner.run(OpId(0), DeviceId(0), &mut Vec::new()).unwrap();
+        let b = planner.run(OpId(1), DeviceId(1), &mut vec![a]).unwrap();
+        planner.wait(b).unwrap();
+        planner.end_program();
+        planner.drain_pools();
+        for view in [TraceView::Logical, TraceView::Driver] {
+            let ops = plan_trace(planner.steps(), view);
+            let text = write_trace(&ops);
+            let parsed = parse_trace(&text).unwrap();
+            // The planner numbers streams and events in order of first use, as the parser does.
+            assert_eq!(parsed.ops, ops, "{text}");
+            assert_eq!(write_trace(&parsed.ops), text);
+        }
+    }
+
+    #[test]
+    fn the_driver_view_shows_only_driver_calls() {
+        let mut planner = Planner::new(1);
+        for op in 0..2 {
+            let t = planner.run(OpId(op), DeviceId(0), &mut Vec::new()).unwrap();
+            planner.wait(t).unwrap();
+        }
+        planner.drain_pools();
+        let creates = |view| {
+            plan_trace(planner.steps(), view)
+                .iter()
+                .filter(|op| matches!(op, TraceOp::CreateStream { .. }))
+                .count()
+        };
+        assert_eq!(creates(TraceView::Logical), 2);
+        assert_eq!(creates(TraceView::Driver), 1);
+        assert_eq!(
+            check(&plan_trace(planner.steps(), TraceView::Driver)),
+            vec![]
+        );
+        assert_eq!(
+            check(&plan_trace(planner.steps(), TraceView::Logical)),
+            vec![]
+        );
+    }
+}
