@@ -12,6 +12,7 @@ extern crate alloc;
 extern crate std;
 
 pub mod allocator;
+pub mod backend;
 pub mod error;
 pub mod id;
 pub mod lock_table;

@@ -1,0 +1,206 @@
+//! The narrow boundary every driver implements (CUDA, HIP, HSA, the host backend), and the
+//! capability and launch types that cross it. Backends translate; the runtime decides.
+//!
+//! Shaped after wgpu-hal's `Api` (one trait, raw handles as associated types, so no lookup
+//! table sits between the runtime and the driver) and IREE's HAL split (devices, memory,
+//! streams and events, kernels, each queried for what it can do rather than assumed).
+//!
+//! Contract for every method that names a device, directly or through a stream, event or
+//! kernel: the caller has made that device current on the calling thread (the runtime's
+//! device guard does this, and restores the caller's device afterwards). Every method either
+//! succeeds or changes nothing, and reports driver failures as [`Error::Driver`] with the
+//! driver's own name and number.
+
+use alloc::string::String;
+use core::fmt::Debug;
+
+use crate::allocator::{AllocatorCapabilities, MemoryKind};
+use crate::error::{ByteRange, Error, Result};
+use crate::id::DeviceId;
+use crate::workgroup::WorkgroupLimits;
+
+/// What a device is and what its driver can do; the policies decide from this, never from the
+/// backend's name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// The driver's name for the device.
+    pub name: String,
+    /// Device memory in bytes.
+    pub total_memory: usize,
+    /// Which memory kinds exist and which have a stream-ordered form.
+    pub allocator: AllocatorCapabilities,
+    /// Workgroup (shared) memory limits per block.
+    pub workgroup: WorkgroupLimits,
+    /// One address space for host and device pointers (copies need no direction).
+    pub unified_addressing: bool,
+    /// The device can read ordinary (pageable) host memory directly.
+    pub pageable_memory_access: bool,
+}
+
+/// One argument of a kernel launch, passed by value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KernelArg {
+    /// A device-accessible address.
+    Ptr(usize),
+    /// A 32-bit unsigned integer.
+    U32(u32),
+    /// A 64-bit unsigned integer.
+    U64(u64),
+    /// A 32-bit float.
+    F32(f32),
+}
+
+/// The shape of a kernel launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchDims {
+    /// Workgroups (blocks) per dimension.
+    pub grid: [u32; 3],
+    /// Threads per workgroup per dimension.
+    pub block: [u32; 3],
+    /// Dynamic workgroup memory per workgroup, in bytes (from the workgroup planner).
+    pub dynamic_workgroup_bytes: u32,
+}
+
+impl LaunchDims {
+    /// A one-dimensional launch of `grid` workgroups of `block` threads, no dynamic memory.
+    pub const fn linear(grid: u32, block: u32) -> Self {
+        Self { grid: [grid, 1, 1], block: [block, 1, 1], dynamic_workgroup_bytes: 0 }
+    }
+
+    /// Total threads in the launch, or `None` if the count overflows.
+    pub fn threads(&self) -> Option<u64> {
+        self.grid
+            .iter()
+            .chain(&self.block)
+            .try_fold(1u64, |acc, &n| acc.checked_mul(u64::from(n)))
+    }
+}
+
+/// A GPU driver (or the host simulation of one), as the runtime sees it.
+///
+/// Implementations are shared by every thread of the runtime (`Send + Sync`); the runtime
+/// serialises what the driver requires serialised. Raw handles are associated types: small
+/// `Copy` values the runtime stores in its own tables, never interprets.
+pub trait Backend: Send + Sync + 'static {
+    /// An in-order queue of work on one device.
+    type Stream: Copy + Eq + Send + Sync + Debug + 'static;
+    /// A completion marker recorded on a stream.
+    type Event: Copy + Eq + Send + Sync + Debug + 'static;
+    /// A kernel loaded on one device, ready to launch.
+    type Kernel: Copy + Eq + Send + Sync + Debug + 'static;
+
+    /// Short lower-case name (`"cuda"`, `"host"`), used in errors and reports.
+    fn name(&self) -> &'static str;
+
+    /// How many devices the driver reports.
+    fn device_count(&self) -> usize;
+
+    /// What `device` is and can do.
+    fn device_info(&self, device: DeviceId) -> Result<DeviceInfo>;
+
+    /// The calling thread's current device, if any.
+    fn current_device(&self) -> Result<Option<DeviceId>>;
+
+    /// Makes `device` current on the calling thread (`None`: no device current).
+    fn set_current_device(&self, device: Option<DeviceId>) -> Result<()>;
+
+    /// Allocates `bytes` of `kind` on `device`, usable at once by the host (host kinds) and by
+    /// every stream. Returns `Ok(None)` when the driver is out of memory.
+    fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>>;
+
+    /// Allocates `bytes` of `kind` in `stream`'s order, where the device's capabilities say the
+    /// kind has a stream-ordered form. Returns `Ok(None)` when the driver is out of memory.
+    fn allocate_on_stream(
+        &self,
+        stream: Self::Stream,
+        kind: MemoryKind,
+        bytes: usize,
+    ) -> Result<Option<usize>>;
+
+    /// Frees memory from [`Backend::allocate`] or [`Backend::allocate_on_stream`]; with
+    /// `after`, not before the work already enqueued on that stream has finished.
+    fn free(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        after: Option<Self::Stream>,
+    ) -> Result<()>;
+
+    /// Pins the caller's host range for every device (CUDA: cuMemHostRegister with PORTABLE)
+    /// and writes each device's address for `range.start` into `device_ptrs`.
+    fn host_register(&self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()>;
+
+    /// Unpins the range a successful [`Backend::host_register`] started at `start`.
+    fn host_unregister(&self, start: usize) -> Result<()>;
+
+    /// If `ptr` lies in host memory pinned by anyone, the pinned allocation's extent, with each
+    /// device's address for the extent's start written into `device_ptrs`.
+    fn host_pinned_extent(&self, ptr: usize, device_ptrs: &mut [usize])
+    -> Result<Option<ByteRange>>;
+
+    /// Creates a stream on `device` that does not synchronise with any other stream.
+    fn stream_create(&self, device: DeviceId) -> Result<Self::Stream>;
+
+    /// Destroys a stream; work already enqueued on it still runs.
+    fn stream_destroy(&self, stream: Self::Stream) -> Result<()>;
+
+    /// Blocks the host until all work enqueued on `stream` has finished.
+    fn stream_synchronize(&self, stream: Self::Stream) -> Result<()>;
+
+    /// Creates an event on `device` (no timing).
+    fn event_create(&self, device: DeviceId) -> Result<Self::Event>;
+
+    /// Destroys an event; waits already enqueued on it stay valid.
+    fn event_destroy(&self, event: Self::Event) -> Result<()>;
+
+    /// Records `event` on `stream`: it completes when the work enqueued before it has. The
+    /// runtime guarantees that both belong to the same device.
+    fn event_record(&self, event: Self::Event, stream: Self::Stream) -> Result<()>;
+
+    /// Makes work enqueued on `stream` after this call wait for `event`'s last record (the event
+    /// may belong to another device).
+    fn stream_wait_event(&self, stream: Self::Stream, event: Self::Event) -> Result<()>;
+
+    /// Whether `event`'s last record has completed (true if it was never recorded).
+    fn event_query(&self, event: Self::Event) -> Result<bool>;
+
+    /// Blocks the host until `event`'s last record has completed.
+    fn event_synchronize(&self, event: Self::Event) -> Result<()>;
+
+    /// Blocks the host until all work on `device` has finished. Used only by the allocator's
+    /// last out-of-memory rung, never on a hot path.
+    fn device_synchronize(&self, device: DeviceId) -> Result<()>;
+
+    /// Enqueues a copy of `bytes` from `src` to `dst` (host or device addresses) on `stream`.
+    fn copy(&self, stream: Self::Stream, dst: usize, src: usize, bytes: usize) -> Result<()>;
+
+    /// Enqueues setting `bytes` at `dst` to `value` on `stream`.
+    fn fill(&self, stream: Self::Stream, dst: usize, value: u8, bytes: usize) -> Result<()>;
+
+    /// The kernel called `name` from the backend's kernel library, loaded on `device`.
+    fn kernel(&self, device: DeviceId, name: &str) -> Result<Self::Kernel>;
+
+    /// Allows `kernel` to use up to `bytes` of dynamic workgroup memory per workgroup (CUDA:
+    /// cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES), needed above the default limit.
+    fn kernel_allow_workgroup_bytes(&self, kernel: Self::Kernel, bytes: u32) -> Result<()>;
+
+    /// Enqueues `kernel` on `stream` with `dims` and `args`.
+    fn launch(
+        &self,
+        stream: Self::Stream,
+        kernel: Self::Kernel,
+        dims: LaunchDims,
+        args: &[KernelArg],
+    ) -> Result<()>;
+}
+
+/// The typed error for a device id the backend does not have.
+pub fn check_device<B: Backend + ?Sized>(backend: &B, device: DeviceId) -> Result<()> {
+    let device_count = backend.device_count();
+    if device.index() < device_count {
+        Ok(())
+    } else {
+        Err(Error::UnknownDevice { device, device_count })
+    }
+}
