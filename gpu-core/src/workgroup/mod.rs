@@ -5,15 +5,16 @@
 //! for the whole kernel and shared by its threads (spec: workgroup.md). The planner works in
 //! two steps: [`WorkgroupPlanner::plan`] places the buffers whose size is known up front (the
 //! static part, declared by the kernel itself), then [`StaticPlan::for_launch`] places the
-//! launch-sized buffers after them (the dynamic part, given to the launch). Rules:
+//! launch-sized buffers after them (the dynamic part, given to the launch). A kernel that takes
+//! all its workgroup memory from the launch declares every buffer launch-sized. Rules:
 //! - buffers live at the same time never share a byte; buffers whose live ranges are disjoint
 //!   may (the kernel needs a barrier between them); a buffer without a live range is live
 //!   throughout;
 //! - every offset is a multiple of its buffer's alignment (a power of two);
 //! - with every buffer live at once and no stagger, the total is at most the sum of the sizes
 //!   each rounded up to its alignment: no waste beyond alignment;
-//! - an optional bank stagger keeps that many bytes free after every buffer, so the starts of
-//!   buffers live together fall on different banks;
+//! - an optional bank stagger keeps that many bytes free after every buffer, up to the next
+//!   buffer of its part, so the starts of buffers live together fall on different banks;
 //! - the static part fits the default per-block limit (the opt-in raises only the dynamic
 //!   part), and the whole layout fits [`WorkgroupLimits::max_per_block`]; above the default,
 //!   the layout names the opt-in value to set before launch;
@@ -148,6 +149,17 @@ pub(crate) fn align_up(value: u64, align: u64) -> u64 {
     value.saturating_add(align - 1) & !(align - 1)
 }
 
+/// The largest alignment among the launch-sized buffers (1 if none): where the static part
+/// ends, so the dynamic part starts aligned.
+pub(crate) fn launch_align(buffers: &[WorkgroupBuffer]) -> u64 {
+    buffers
+        .iter()
+        .filter(|buffer| buffer.size == BufferSize::AtLaunch)
+        .map(|buffer| u64::from(buffer.align))
+        .max()
+        .unwrap_or(1)
+}
+
 /// Plans workgroup memory for one device: its limits and the bank stagger to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WorkgroupPlanner {
@@ -174,11 +186,6 @@ impl WorkgroupPlanner {
         }
     }
 
-    /// The device limits this planner enforces.
-    pub fn limits(&self) -> WorkgroupLimits {
-        self.limits
-    }
-
     /// Checks every buffer and places the static ones from offset 0.
     ///
     /// Fails, naming the first offending buffer in the order given, on a private buffer, an
@@ -192,13 +199,7 @@ impl WorkgroupPlanner {
         let mut offsets = vec![0; buffers.len()];
         let mut requests = static_requests(buffers);
         let static_end = place(&mut requests, 0, self.bank_stagger, &mut offsets);
-        let launch_align = buffers
-            .iter()
-            .filter(|buffer| buffer.size == BufferSize::AtLaunch)
-            .map(|buffer| u64::from(buffer.align))
-            .max()
-            .unwrap_or(1);
-        let static_bytes = align_up(static_end, launch_align);
+        let static_bytes = align_up(static_end, launch_align(buffers));
         let over = |what, limit, hint| {
             over_limit(
                 what,

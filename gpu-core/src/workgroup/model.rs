@@ -13,7 +13,7 @@ use alloc::vec::Vec;
 
 use super::{
     AddressSpace, BufferSize, LiveRange, WorkgroupBuffer, WorkgroupLayout, WorkgroupLimits,
-    WorkgroupPlanner, align_up, live_together,
+    WorkgroupPlanner, align_up, launch_align, live_together,
 };
 use crate::error::Error;
 
@@ -178,16 +178,6 @@ pub fn sequential_layout(
         static_bytes,
         total: part_end(true, static_bytes),
     }
-}
-
-/// The largest alignment among the launch-sized buffers (1 if none).
-fn launch_align(buffers: &[WorkgroupBuffer]) -> u64 {
-    buffers
-        .iter()
-        .filter(|buffer| buffer.size == BufferSize::AtLaunch)
-        .map(|buffer| u64::from(buffer.align))
-        .max()
-        .unwrap_or(1)
 }
 
 /// Checks `layout` for buffers of `sizes` against every rule, comparing buffers pair by pair.
