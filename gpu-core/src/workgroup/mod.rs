@@ -15,9 +15,13 @@
 //!   each rounded up to its alignment: no waste beyond alignment;
 //! - an optional bank stagger keeps that many bytes free after every buffer, up to the next
 //!   buffer of its part, so the starts of buffers live together fall on different banks;
-//! - the static part fits the default per-block limit (the opt-in raises only the dynamic
-//!   part), and the whole layout fits [`WorkgroupLimits::max_per_block`]; above the default,
-//!   the layout names the opt-in value to set before launch;
+//! - the static part fits the default per-block limit (ptxas refuses more: "uses too much
+//!   shared data (0xc010 bytes, 0xc000 max)"; the driver's PTX JIT accepts more, but
+//!   launch-sized buffers work on both paths), and the whole layout fits
+//!   [`WorkgroupLimits::max_per_block`]; above the default, the layout names the opt-in value
+//!   to set before launch (on an H100 with driver 580: a dynamic part above
+//!   `default - static` fails to launch without it, and `static + value` may not pass the
+//!   opt-in maximum);
 //! - private (per-thread) buffers, bad alignments and reversed live ranges are typed errors
 //!   naming the buffer; over-limit errors name the largest buffers and the numbers.
 //!
@@ -191,7 +195,8 @@ impl WorkgroupPlanner {
     /// Fails, naming the first offending buffer in the order given, on a private buffer, an
     /// alignment that is not a power of two or a live range that ends before it starts; then
     /// if the static part is over [`WorkgroupLimits::max_per_block`] or over the default
-    /// per-block limit (statically declared memory cannot opt in).
+    /// per-block limit (ptxas refuses more statically declared memory; the opt-in raises only
+    /// the dynamic part).
     pub fn plan(&self, buffers: &[WorkgroupBuffer]) -> Result<StaticPlan> {
         for (index, buffer) in buffers.iter().enumerate() {
             check_buffer(index, buffer)?;
@@ -339,9 +344,11 @@ impl StaticPlan {
     }
 }
 
-/// A launch-ready layout. Offsets count from the start of the block's workgroup memory: the
-/// static part is `[0, static_bytes)` and the dynamic part, which the launch provides (CUDA's
-/// `extern __shared__` array), follows it.
+/// A launch-ready layout. Offsets count from the start of the kernel's static workgroup array
+/// (on NVIDIA GPUs the reserved bytes of the block come before it): the static part is
+/// `[0, static_bytes)` and the dynamic part, which the launch provides (CUDA's
+/// `extern __shared__` array), follows it directly when both arrays are aligned to their
+/// largest buffer alignment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkgroupLayout {
     /// Offset of each buffer, in the order given to the planner. A launch-sized buffer sits
