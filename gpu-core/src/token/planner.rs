@@ -133,7 +133,7 @@ enum Hold {
     ForkEvent(EventId),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct TokenSlot {
     generation: u32,
     live: bool,
@@ -304,25 +304,36 @@ impl Planner {
                 what: "fork branch count",
             });
         }
-        let shares = u32::try_from(count - 1).map_err(|_| Error::LimitExceeded {
-            what: "fork branch count",
-            required: count,
-            limit: u32::MAX as usize,
-            detail: Vec::new(),
-        })?;
         let slot = self.validate(token.id())?;
-        branches.reserve(count);
         if count == 1 {
             branches.push(token);
             return Ok(());
         }
-        let source = self.tokens[slot as usize].clone();
+        let source = self.tokens[slot as usize];
+        let held = match source.hold {
+            Hold::ForkEvent(event) => self.events[event.index()].shares,
+            Hold::Stream => 0,
+        };
+        let shares = u32::try_from(count - 1)
+            .ok()
+            .and_then(|extra| extra.checked_add(held))
+            .ok_or(Error::LimitExceeded {
+                what: "fork branches sharing one event",
+                required: count.saturating_add(held as usize),
+                limit: u32::MAX as usize,
+                detail: Vec::new(),
+            })?;
+        let out_of_memory = |_| Error::HostOutOfMemory {
+            what: "fork branch tokens",
+        };
+        branches.try_reserve(count).map_err(out_of_memory)?;
+        self.tokens.try_reserve(count).map_err(out_of_memory)?;
         let event = match source.hold {
             Hold::ForkEvent(event) => event,
             Hold::Stream => self.record_on(source.stream),
         };
         // The first branch takes over what the source held; each other one gets a share.
-        self.events[event.index()].shares += shares;
+        self.events[event.index()].shares = shares;
         self.free_slot(slot);
         branches.push(self.new_token(source.hold, &source));
         for _ in 1..count {
@@ -483,7 +494,7 @@ impl Planner {
         };
         let mut producer = None;
         for &(_, _, slot) in &deps {
-            let state = self.tokens[slot as usize].clone();
+            let state = self.tokens[slot as usize];
             producer = producer.or(state.producer);
             let implied = Some(slot) == kept
                 || known(&self.streams[target.index()].clock, state.stream) >= state.position;
@@ -1110,6 +1121,10 @@ mod tests {
         assert!(matches!(
             p.fork(Token::from_id(b.id()), 0, &mut Vec::new()),
             Err(Error::ZeroSize { .. })
+        ));
+        assert!(matches!(
+            p.fork(Token::from_id(b.id()), usize::MAX, &mut Vec::new()),
+            Err(Error::LimitExceeded { .. })
         ));
         assert_eq!(
             p.wait(Token::from_id(a_id)),
