@@ -415,9 +415,9 @@ struct Placed {
     live: Option<LiveRange>,
 }
 
-/// Places `requests` first fit from `base` (a multiple of every alignment among them), writes
-/// each offset into `offsets[index]`, and returns the region's end: the last byte used plus
-/// one, and at least `base`. Sorts `requests` into placement order.
+/// Places `requests` first fit from `base`, writes each offset into `offsets[index]`, and
+/// returns the region's end: the last byte used plus one, and at least `base`. Sorts
+/// `requests` into placement order.
 fn place(requests: &mut [Request], base: u64, stagger: u32, offsets: &mut [u64]) -> u64 {
     requests.sort_unstable_by(|a, b| {
         b.align
