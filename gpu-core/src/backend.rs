@@ -64,7 +64,11 @@ pub struct LaunchDims {
 impl LaunchDims {
     /// A one-dimensional launch of `grid` workgroups of `block` threads, no dynamic memory.
     pub const fn linear(grid: u32, block: u32) -> Self {
-        Self { grid: [grid, 1, 1], block: [block, 1, 1], dynamic_workgroup_bytes: 0 }
+        Self {
+            grid: [grid, 1, 1],
+            block: [block, 1, 1],
+            dynamic_workgroup_bytes: 0,
+        }
     }
 
     /// Total threads in the launch, or `None` if the count overflows.
@@ -136,8 +140,11 @@ pub trait Backend: Send + Sync + 'static {
 
     /// If `ptr` lies in host memory pinned by anyone, the pinned allocation's extent, with each
     /// device's address for the extent's start written into `device_ptrs`.
-    fn host_pinned_extent(&self, ptr: usize, device_ptrs: &mut [usize])
-    -> Result<Option<ByteRange>>;
+    fn host_pinned_extent(
+        &self,
+        ptr: usize,
+        device_ptrs: &mut [usize],
+    ) -> Result<Option<ByteRange>>;
 
     /// Creates a stream on `device` that does not synchronise with any other stream.
     fn stream_create(&self, device: DeviceId) -> Result<Self::Stream>;
@@ -201,6 +208,9 @@ pub fn check_device<B: Backend + ?Sized>(backend: &B, device: DeviceId) -> Resul
     if device.index() < device_count {
         Ok(())
     } else {
-        Err(Error::UnknownDevice { device, device_count })
+        Err(Error::UnknownDevice {
+            device,
+            device_count,
+        })
     }
 }

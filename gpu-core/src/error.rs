@@ -252,6 +252,76 @@ pub enum Error {
         found: String,
     },
 
+    // ----- runtime -----
+    /// A stream id the runtime has no driver stream for.
+    UnknownStream {
+        /// The id given.
+        stream: crate::id::StreamId,
+    },
+    /// An event id the runtime has no driver event for.
+    UnknownEvent {
+        /// The id given.
+        event: crate::id::EventId,
+    },
+    /// A range of a buffer runs past its end.
+    OutOfBounds {
+        /// First byte asked for, from the buffer's start.
+        offset: usize,
+        /// Bytes asked for.
+        len: usize,
+        /// The buffer's size.
+        size: usize,
+    },
+    /// A buffer of one device was handed to an operation on another.
+    WrongDevice {
+        /// The device the operation runs on.
+        expected: DeviceId,
+        /// The device the buffer belongs to.
+        found: DeviceId,
+    },
+    /// An earlier action on this device's worker queue failed; the queue refuses further
+    /// actions until its error is cleared.
+    QueueFailed {
+        /// The worker's device.
+        device: DeviceId,
+        /// The first failure.
+        cause: alloc::boxed::Box<Error>,
+    },
+    /// An action on a device worker panicked; the worker caught it and keeps running.
+    ActionPanicked {
+        /// The worker's device.
+        device: DeviceId,
+    },
+    /// A driver failure left stream ordering unknown (an event record or wait failed), so the
+    /// runtime refuses new work; shut it down and open a new one.
+    RuntimePoisoned {
+        /// The failure that poisoned it.
+        cause: alloc::boxed::Box<Error>,
+    },
+
+    // ----- cuda backend (kernel library and current context; generic enough for any backend) -----
+    /// A kernel name the backend's standard kernel library does not have.
+    UnknownKernel {
+        /// The backend asked (`"cuda"`, `"host"`, ...).
+        backend: &'static str,
+        /// The name given.
+        name: String,
+    },
+    /// A launch whose arguments do not match the kernel's parameters (count or kinds).
+    KernelArgumentMismatch {
+        /// The kernel launched.
+        kernel: &'static str,
+        /// The parameters it takes, e.g. `"(Ptr dst, U32 value, U64 count)"`.
+        expected: &'static str,
+    },
+    /// The calling thread's current driver context is none of the backend's devices (a context
+    /// the program created itself), so no device id names it and restoring through a device id
+    /// would lose it.
+    ForeignContext {
+        /// The backend asked.
+        backend: &'static str,
+    },
+
     // ----- driver -----
     /// A driver call failed.
     Driver(DriverError),
@@ -413,6 +483,56 @@ impl fmt::Display for Error {
                 expected,
                 found,
             } => write!(f, "trace line {line}: expected {expected}, found `{found}`"),
+            Error::UnknownStream { stream } => {
+                write!(
+                    f,
+                    "{stream} has no driver stream (never created, or destroyed)"
+                )
+            }
+            Error::UnknownEvent { event } => {
+                write!(
+                    f,
+                    "{event} has no driver event (never created, or destroyed)"
+                )
+            }
+            Error::OutOfBounds { offset, len, size } => write!(
+                f,
+                "{len} bytes at offset {offset} run past the end of a {size}-byte buffer"
+            ),
+            Error::WrongDevice { expected, found } => write!(
+                f,
+                "a buffer of {found} was given to an operation on {expected}; copy it to \
+                 {expected} first"
+            ),
+            Error::QueueFailed { device, cause } => write!(
+                f,
+                "an earlier action on the worker of {device} failed ({cause}); the queue \
+                 refuses work until its error is cleared"
+            ),
+            Error::ActionPanicked { device } => {
+                write!(f, "an action on the worker of {device} panicked")
+            }
+            Error::RuntimePoisoned { cause } => write!(
+                f,
+                "the runtime stopped accepting work after a driver failure left stream \
+                 ordering unknown ({cause}); shut it down and open a new one"
+            ),
+            Error::UnknownKernel { backend, name } => write!(
+                f,
+                "the {backend} backend's kernel library has no kernel called {name:?}; use one \
+                 of the standard kernel names (fill_u32, axpy_f32, workgroup_reverse_u32)"
+            ),
+            Error::KernelArgumentMismatch { kernel, expected } => write!(
+                f,
+                "kernel {kernel} takes {expected}; the launch passed a different number or kind \
+                 of arguments"
+            ),
+            Error::ForeignContext { backend } => write!(
+                f,
+                "the calling thread's current {backend} context belongs to none of the \
+                 backend's devices (the program created it itself); pop or unset it before \
+                 calling, or make a device's primary context current"
+            ),
             Error::Driver(e) => write!(
                 f,
                 "{} driver call {} failed: {} ({})",

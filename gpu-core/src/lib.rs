@@ -16,6 +16,8 @@ pub mod backend;
 pub mod error;
 pub mod id;
 pub mod lock_table;
+#[cfg(feature = "std")]
+pub mod runtime;
 pub mod token;
 pub mod workgroup;
 

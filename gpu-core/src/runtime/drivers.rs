@@ -1,0 +1,195 @@
+//! The pure modules' small driver traits, implemented over a [`Backend`]: the allocator's
+//! [`SegmentDriver`] and the lock table's [`PinDriver`]. Each backend call that names a device
+//! runs under the device guard.
+
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+
+use super::guard::with_device;
+use crate::allocator::{MemoryKind, SegmentDriver};
+use crate::backend::Backend;
+use crate::error::{ByteRange, Error, Result};
+use crate::id::{DeviceId, EventId, StreamId};
+use crate::lock_table::PinDriver;
+
+/// A stream the runtime knows: its device and, once created, its driver handle.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct StreamSlot<S> {
+    pub(crate) device: DeviceId,
+    pub(crate) handle: Option<S>,
+}
+
+/// The driver handle of a planner stream that must exist by now.
+pub(crate) fn stream_handle<S: Copy>(streams: &[StreamSlot<S>], stream: StreamId) -> Result<S> {
+    streams
+        .get(stream.index())
+        .and_then(|slot| slot.handle)
+        .ok_or(Error::UnknownStream { stream })
+}
+
+/// Events the allocator records at frees, pooled per device and named by slab index.
+pub(crate) struct AllocatorEvents<E> {
+    /// `slots[id]`: the event's device and driver handle.
+    slots: Vec<(DeviceId, E)>,
+    /// Per device, ids ready for reuse.
+    free: Vec<Vec<EventId>>,
+    /// Events created so far (pool misses).
+    pub(crate) created: u64,
+}
+
+impl<E: Copy> AllocatorEvents<E> {
+    pub(crate) fn new(device_count: usize) -> Self {
+        Self {
+            slots: Vec::new(),
+            free: (0..device_count).map(|_| Vec::new()).collect(),
+            created: 0,
+        }
+    }
+
+    /// Every event, for shutdown.
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = (DeviceId, E)> + '_ {
+        self.free.iter_mut().for_each(Vec::clear);
+        self.slots.drain(..)
+    }
+}
+
+/// The allocator's driver: segments and events on one backend, with the runtime's streams.
+pub(crate) struct Segments<'a, B: Backend> {
+    pub(crate) backend: &'a B,
+    pub(crate) streams: &'a [StreamSlot<B::Stream>],
+    pub(crate) events: &'a mut AllocatorEvents<B::Event>,
+}
+
+impl<B: Backend> Segments<'_, B> {
+    fn event(&self, event: EventId) -> Result<B::Event> {
+        self.events
+            .slots
+            .get(event.index())
+            .map(|&(_, e)| e)
+            .ok_or(Error::UnknownEvent { event })
+    }
+}
+
+impl<B: Backend> SegmentDriver for Segments<'_, B> {
+    fn allocate(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        size: usize,
+    ) -> Result<Option<usize>> {
+        with_device(self.backend, device, || {
+            self.backend.allocate(device, kind, size)
+        })
+    }
+
+    fn allocate_on_stream(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        size: usize,
+        stream: StreamId,
+    ) -> Result<Option<usize>> {
+        let handle = stream_handle(self.streams, stream)?;
+        with_device(self.backend, device, || {
+            self.backend.allocate_on_stream(handle, kind, size)
+        })
+    }
+
+    fn free(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        _size: usize,
+        after: Option<StreamId>,
+    ) -> Result<()> {
+        let after = after
+            .map(|stream| stream_handle(self.streams, stream))
+            .transpose()?;
+        with_device(self.backend, device, || {
+            self.backend.free(device, kind, address, after)
+        })
+    }
+
+    fn record_event(&mut self, device: DeviceId, stream: StreamId) -> Result<EventId> {
+        let stream = stream_handle(self.streams, stream)?;
+        let backend = self.backend;
+        let events = &mut *self.events;
+        with_device(backend, device, || {
+            let pool = events
+                .free
+                .get_mut(device.index())
+                .ok_or(Error::UnknownDevice {
+                    device,
+                    device_count: backend.device_count(),
+                })?;
+            let id = match pool.pop() {
+                Some(id) => id,
+                None => {
+                    let event = backend.event_create(device)?;
+                    events.created += 1;
+                    events.slots.push((device, event));
+                    EventId((events.slots.len() - 1) as u32)
+                }
+            };
+            let event = events.slots[id.index()].1;
+            match backend.event_record(event, stream) {
+                Ok(()) => Ok(id),
+                Err(e) => {
+                    events.free[device.index()].push(id);
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    fn event_completed(&mut self, _device: DeviceId, event: EventId) -> Result<bool> {
+        self.backend.event_query(self.event(event)?)
+    }
+
+    fn wait_event(&mut self, device: DeviceId, stream: StreamId, event: EventId) -> Result<()> {
+        let (stream, event) = (stream_handle(self.streams, stream)?, self.event(event)?);
+        with_device(self.backend, device, || {
+            self.backend.stream_wait_event(stream, event)
+        })
+    }
+
+    fn wait_event_on_host(&mut self, _device: DeviceId, event: EventId) -> Result<()> {
+        self.backend.event_synchronize(self.event(event)?)
+    }
+
+    fn release_event(&mut self, device: DeviceId, event: EventId) {
+        if let Some(pool) = self.events.free.get_mut(device.index()) {
+            pool.push(event);
+        }
+    }
+
+    fn synchronize(&mut self, device: DeviceId) -> Result<()> {
+        with_device(self.backend, device, || {
+            self.backend.device_synchronize(device)
+        })
+    }
+}
+
+/// The lock table's driver: host registration on one backend, shared by all its devices.
+pub(crate) struct HostPins<B: Backend> {
+    pub(crate) backend: Arc<B>,
+}
+
+impl<B: Backend> PinDriver for HostPins<B> {
+    fn pin(&mut self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
+        self.backend.host_register(range, device_ptrs)
+    }
+
+    fn unpin(&mut self, start: usize) -> Result<()> {
+        self.backend.host_unregister(start)
+    }
+
+    fn pinned_extent(
+        &mut self,
+        ptr: usize,
+        device_ptrs: &mut [usize],
+    ) -> Result<Option<ByteRange>> {
+        self.backend.host_pinned_extent(ptr, device_ptrs)
+    }
+}

@@ -1,0 +1,875 @@
+//! What users hold: a [`Runtime`] over one backend, composing the token planner, the caching
+//! allocator and the lock table into streams of work, buffers and pinned host memory.
+//!
+//! Ownership makes misuse hard: a [`Token`] is consumed by value (use one twice through
+//! [`Runtime::fork`]); a [`Buffer`] borrows the runtime, so it cannot outlive it, and freeing
+//! it (dropping it, or [`Runtime::free`]) orders the free after every stream that used it; a
+//! [`LockedHost`] borrows the caller's memory for as long as it is pinned and waits for the
+//! transfers that use it before unpinning. Every driver call that needs a device runs under
+//! the [`DeviceGuard`], so the caller's current device is the same after every call.
+
+mod drivers;
+pub mod guard;
+pub mod recording;
+mod state;
+pub mod worker;
+
+use alloc::boxed::Box;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+
+use crate::allocator::{AllocRequest, AllocatorConfig, AllocatorStats, BlockHandle, MemoryKind};
+use crate::backend::{Backend, DeviceInfo, KernelArg, LaunchDims, check_device};
+use crate::error::{Error, Result};
+use crate::id::{DeviceId, StreamId};
+use crate::lock_table::{LockStats, SharedLockTable};
+use crate::token::{ProgramReport, Token};
+use drivers::HostPins;
+use state::State;
+
+pub use guard::{DeviceGuard, with_device};
+pub use recording::RecordingBackend;
+pub use worker::{DeviceWorker, Ticket};
+
+/// Tunables of a [`Runtime`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuntimeConfig {
+    /// The caching allocator's tunables.
+    pub allocator: AllocatorConfig,
+    /// Chunk size of transfers from and to pageable host memory, which go through two pinned
+    /// staging buffers of this size, so the host copy of one chunk overlaps the DMA of the
+    /// previous one.
+    pub staging_chunk: usize,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            allocator: AllocatorConfig::default(),
+            staging_chunk: 4 << 20,
+        }
+    }
+}
+
+/// Counters of a runtime: what the pools and caches saved, and the allocator and lock table
+/// figures.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeStats {
+    /// Streams handed out by the pools.
+    pub stream_acquires: u64,
+    /// Streams the driver had to create (pool misses).
+    pub streams_created: u64,
+    /// Events handed out by the pools (planner and allocator).
+    pub event_acquires: u64,
+    /// Events the driver had to create (pool misses).
+    pub events_created: u64,
+    /// Operations planned.
+    pub operations: u64,
+    /// Waits the plan inserted between streams.
+    pub waits: u64,
+    /// Allocator figures per device and cached kind.
+    pub allocator: Vec<(DeviceId, MemoryKind, AllocatorStats)>,
+    /// The lock table's figures.
+    pub locks: LockStats,
+}
+
+impl RuntimeStats {
+    /// Driver create/destroy pairs that the stream and event pools saved.
+    pub fn pool_calls_saved(&self) -> u64 {
+        (self.stream_acquires - self.streams_created) + (self.event_acquires - self.events_created)
+    }
+}
+
+/// What shutting a runtime down found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Tokens that ended without a synchronous wait (an error they carried would be lost).
+    pub program: ProgramReport,
+    /// Bytes of cached memory given back to the driver.
+    pub trimmed_bytes: usize,
+    /// Host ranges still pinned at shutdown, unpinned now.
+    pub unpinned_ranges: usize,
+}
+
+/// A runtime over one backend: devices, streams and tokens, buffers, pinned host memory.
+pub struct Runtime<B: Backend> {
+    backend: Arc<B>,
+    infos: Vec<DeviceInfo>,
+    config: RuntimeConfig,
+    state: Mutex<State<B>>,
+    pins: SharedLockTable<HostPins<B>>,
+    workers: Vec<OnceLock<DeviceWorker<B>>>,
+}
+
+impl<B: Backend> Runtime<B> {
+    /// Opens every device of `backend` with the default configuration.
+    pub fn new(backend: B) -> Result<Self> {
+        Self::with_config(backend, RuntimeConfig::default())
+    }
+
+    /// Opens every device of `backend`.
+    pub fn with_config(backend: B, config: RuntimeConfig) -> Result<Self> {
+        if config.staging_chunk == 0 {
+            return Err(Error::ZeroSize {
+                what: "staging chunk",
+            });
+        }
+        let count = backend.device_count();
+        if count == 0 {
+            return Err(Error::UnknownDevice {
+                device: DeviceId(0),
+                device_count: 0,
+            });
+        }
+        let infos = (0..count)
+            .map(|d| backend.device_info(DeviceId(d as u32)))
+            .collect::<Result<Vec<_>>>()?;
+        let backend = Arc::new(backend);
+        let pins = SharedLockTable::new(
+            HostPins {
+                backend: Arc::clone(&backend),
+            },
+            count,
+        )?;
+        let state = State::new(&infos, config.allocator);
+        Ok(Self {
+            backend,
+            infos,
+            config,
+            state: Mutex::new(state),
+            pins,
+            workers: (0..count).map(|_| OnceLock::new()).collect(),
+        })
+    }
+
+    /// The backend driven.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// How many devices the runtime drives.
+    pub fn device_count(&self) -> usize {
+        self.infos.len()
+    }
+
+    /// What `device` is and can do.
+    pub fn device_info(&self, device: DeviceId) -> Result<&DeviceInfo> {
+        self.infos.get(device.index()).ok_or(Error::UnknownDevice {
+            device,
+            device_count: self.infos.len(),
+        })
+    }
+
+    fn state(&self) -> Result<MutexGuard<'_, State<B>>> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        match &state.poisoned {
+            Some(cause) => Err(Error::RuntimePoisoned {
+                cause: Box::new(cause.clone()),
+            }),
+            None => Ok(state),
+        }
+    }
+
+    // ----- tokens -----
+
+    /// Joins `after` into one token. On success `after` is emptied; on a planning error it is
+    /// left untouched.
+    pub fn join(&self, after: &mut Vec<Token>) -> Result<Token> {
+        let mut state = self.state()?;
+        let token = state.planner.join(after)?;
+        state.finish(&self.backend, token)
+    }
+
+    /// Forks `token` into `count` tokens, each usable once (branches wait lazily, at first use).
+    pub fn fork(&self, token: Token, count: usize) -> Result<Vec<Token>> {
+        let mut state = self.state()?;
+        let mut branches = Vec::with_capacity(count);
+        state.planner.fork(token, count, &mut branches)?;
+        match state.execute(&self.backend, &mut state::no_work) {
+            Ok(()) => Ok(branches),
+            Err(e) => {
+                for branch in branches {
+                    state.abandon(&self.backend, branch);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Blocks until the work behind `token` has completed, and reports its failure if any.
+    pub fn wait(&self, token: Token) -> Result<()> {
+        let mut state = self.state()?;
+        state.planner.wait(token)?;
+        state.execute(&self.backend, &mut state::no_work)
+    }
+
+    // ----- memory -----
+
+    /// Allocates `size` bytes of `kind` on `device`, usable at once by every stream (and by
+    /// the host, for host kinds). Served from the cache when it can be.
+    pub fn alloc(&self, device: DeviceId, kind: MemoryKind, size: usize) -> Result<Buffer<'_, B>> {
+        let mut state = self.state()?;
+        let allocation = state.allocate(&self.backend, device, &AllocRequest::new(kind, size))?;
+        Ok(Buffer::new(
+            self,
+            device,
+            kind,
+            allocation.handle,
+            allocation.address,
+            size,
+        ))
+    }
+
+    /// Allocates `size` bytes of `kind` on `device` in stream order after `after`: the buffer
+    /// is usable by work that depends on the returned token. Uses the driver's stream-ordered
+    /// call where the device has one, else waits for `after` and allocates synchronously.
+    pub fn alloc_after(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        size: usize,
+        after: &mut Vec<Token>,
+    ) -> Result<(Buffer<'_, B>, Token)> {
+        let mut state = self.state()?;
+        let mut served = None;
+        let token = state.submit(
+            &self.backend,
+            device,
+            after,
+            &mut |state, backend, stream, _| {
+                let request = AllocRequest::new(kind, size).on_stream(stream, &[]);
+                served = Some(state.allocate(backend, device, &request)?);
+                Ok(())
+            },
+        )?;
+        let allocation = served.ok_or(Error::UnknownStream {
+            stream: StreamId(u32::MAX),
+        })?;
+        let buffer = Buffer::new(
+            self,
+            device,
+            kind,
+            allocation.handle,
+            allocation.address,
+            size,
+        );
+        Ok((buffer, token))
+    }
+
+    /// Frees `buffer` now, reporting a failure (dropping it frees it too, silently). The memory
+    /// goes back to the cache, reused only after every stream that used it is done with it.
+    pub fn free(&self, buffer: Buffer<'_, B>) -> Result<()> {
+        buffer.release()
+    }
+
+    fn release_buffer(&self, buffer: &Buffer<'_, B>) -> Result<()> {
+        let uses =
+            core::mem::take(&mut *buffer.uses.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.free(&self.backend, buffer.device, buffer.handle, &uses)
+    }
+
+    /// Gives cached memory of every device back to the driver; returns the bytes released.
+    pub fn trim(&self) -> Result<usize> {
+        self.state()?.trim(&self.backend)
+    }
+
+    /// Pins the caller's `memory` for DMA by every device (counted in the lock table: a range
+    /// inside one already pinned costs no driver call). Unpinned when the returned guard drops,
+    /// after the transfers that used it have finished.
+    pub fn lock_host<'m>(&self, memory: &'m mut [u8]) -> Result<LockedHost<'_, 'm, B>> {
+        let (ptr, len) = (memory.as_mut_ptr() as usize, memory.len());
+        self.pins.lock(ptr, len)?;
+        Ok(LockedHost {
+            runtime: self,
+            memory,
+            uses: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn unlock_host(&self, locked: &LockedHost<'_, '_, B>) -> Result<()> {
+        let uses =
+            core::mem::take(&mut *locked.uses.lock().unwrap_or_else(PoisonError::into_inner));
+        let waited = {
+            let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            uses.iter()
+                .try_for_each(|&stream| state.synchronize_stream(&self.backend, stream))
+        };
+        let unlocked = self.pins.unlock(locked.memory.as_ptr() as usize);
+        waited.and(unlocked.map(drop))
+    }
+
+    /// The address `device` uses for host range `[ptr, ptr + len)` if every byte is pinned.
+    pub fn pinned_address(
+        &self,
+        ptr: usize,
+        len: usize,
+        device: DeviceId,
+    ) -> Result<Option<usize>> {
+        self.pins.lookup(ptr, len, device)
+    }
+
+    // ----- work -----
+
+    /// Enqueues a copy of `src` into `dst` (equal lengths) on a stream of `device`.
+    pub fn copy(
+        &self,
+        device: DeviceId,
+        dst: Span<'_>,
+        src: Span<'_>,
+        after: &mut Vec<Token>,
+    ) -> Result<Token> {
+        if dst.len != src.len {
+            return Err(Error::OutOfBounds {
+                offset: 0,
+                len: src.len,
+                size: dst.len,
+            });
+        }
+        self.submit(device, after, &[dst, src], |backend, stream| {
+            backend.copy(stream, dst.address, src.address, src.len)
+        })
+    }
+
+    /// Enqueues setting every byte of `dst` to `value` on a stream of `device`.
+    pub fn fill(
+        &self,
+        device: DeviceId,
+        dst: Span<'_>,
+        value: u8,
+        after: &mut Vec<Token>,
+    ) -> Result<Token> {
+        dst.check_device(device)?;
+        self.submit(device, after, &[dst], |backend, stream| {
+            backend.fill(stream, dst.address, value, dst.len)
+        })
+    }
+
+    /// Enqueues kernel `name` of the backend's kernel library on `device`. A dynamic workgroup
+    /// size above the device's default limit is opted in first (once per kernel and size).
+    pub fn launch(
+        &self,
+        device: DeviceId,
+        name: &str,
+        dims: LaunchDims,
+        args: &[Arg<'_>],
+        after: &mut Vec<Token>,
+    ) -> Result<Token> {
+        let info = self.device_info(device)?;
+        let spans: Vec<Span<'_>> = args.iter().filter_map(|a| a.span()).collect();
+        for span in &spans {
+            span.check_device(device)?;
+        }
+        let values: Vec<KernelArg> = args.iter().map(Arg::value).collect();
+        let kernel = {
+            let mut state = self.state()?;
+            state.kernel(
+                &self.backend,
+                device,
+                name,
+                dims.dynamic_workgroup_bytes,
+                info,
+            )?
+        };
+        self.submit(device, after, &spans, |backend, stream| {
+            backend.launch(stream, kernel, dims, &values)
+        })
+    }
+
+    /// Plans one operation, runs it on its stream, and notes the stream on each span used.
+    fn submit(
+        &self,
+        device: DeviceId,
+        after: &mut Vec<Token>,
+        spans: &[Span<'_>],
+        work: impl FnOnce(&B, B::Stream) -> Result<()>,
+    ) -> Result<Token> {
+        check_device(&*self.backend, device)?;
+        let mut work = Some(work);
+        let mut state = self.state()?;
+        state.submit(
+            &self.backend,
+            device,
+            after,
+            &mut |_, backend, stream, handle| {
+                let work = work.take().ok_or(Error::UnknownStream { stream })?;
+                work(backend, handle)?;
+                for span in spans {
+                    span.note_use(stream);
+                }
+                Ok(())
+            },
+        )
+    }
+
+    /// Copies pageable host memory `src` into `dst` on `device`. Returns once `src` is no
+    /// longer needed; the token stands for the device side. Memory the lock table knows as
+    /// pinned is copied directly; other memory goes through two pinned staging buffers.
+    pub fn upload(
+        &self,
+        device: DeviceId,
+        dst: Span<'_>,
+        src: &[u8],
+        after: &mut Vec<Token>,
+    ) -> Result<Token> {
+        if dst.len != src.len() {
+            return Err(Error::OutOfBounds {
+                offset: 0,
+                len: src.len(),
+                size: dst.len,
+            });
+        }
+        if let Some(address) = self
+            .pinned_address(src.as_ptr() as usize, src.len(), device)
+            .ok()
+            .flatten()
+        {
+            let source = Span::raw(address, src.len());
+            let (keep, done) = self.split(self.copy(device, dst, source, after)?)?;
+            self.wait(done)?;
+            return Ok(keep);
+        }
+        self.staged(
+            device,
+            src.len(),
+            after,
+            |runtime, staging, offset, len, deps| {
+                // SAFETY: no enqueued work uses this staging buffer: its previous copy was waited for.
+                unsafe { staging.write_host(0, &src[offset..offset + len]) }?;
+                runtime.copy(device, dst.sub(offset, len)?, staging.span(0, len)?, deps)
+            },
+        )
+    }
+
+    /// Copies `src` on `device` into pageable host memory `dst`, through two pinned staging
+    /// buffers (the DMA of one chunk overlaps the host copy of the previous one). Returns once
+    /// `dst` holds the data.
+    pub fn download(
+        &self,
+        device: DeviceId,
+        dst: &mut [u8],
+        src: Span<'_>,
+        after: &mut Vec<Token>,
+    ) -> Result<()> {
+        if dst.len() != src.len {
+            return Err(Error::OutOfBounds {
+                offset: 0,
+                len: src.len,
+                size: dst.len(),
+            });
+        }
+        let chunk = self.config.staging_chunk.min(src.len).max(1);
+        let staging = [
+            self.alloc(device, MemoryKind::HostPinned, chunk)?,
+            self.alloc(device, MemoryKind::HostPinned, chunk)?,
+        ];
+        let mut chain = core::mem::take(after);
+        let mut chunks = (0..src.len).step_by(chunk).enumerate();
+        let mut in_flight: Option<(Token, usize, usize, usize)> = None;
+        loop {
+            let issued = match chunks.next() {
+                Some((index, offset)) => {
+                    let (slot, len) = (index % 2, chunk.min(src.len - offset));
+                    let target = staging[slot].span(0, len)?;
+                    let copied = self.copy(device, target, src.sub(offset, len)?, &mut chain)?;
+                    let (next, done) = self.split(copied)?;
+                    chain.push(next);
+                    Some((done, slot, offset, len))
+                }
+                None => None,
+            };
+            let Some((done, slot, at, len)) = core::mem::replace(&mut in_flight, issued) else {
+                if in_flight.is_none() {
+                    break;
+                }
+                continue;
+            };
+            self.wait(done)?;
+            // SAFETY: the copy into this staging buffer has completed, and the next copy into
+            // it is issued only after this host copy.
+            unsafe { staging[slot].read_host(0, &mut dst[at..at + len]) }?;
+        }
+        chain.into_iter().try_for_each(|token| self.wait(token))
+    }
+
+    /// Forks `token` in two: one to continue the stream's chain, one to wait on.
+    fn split(&self, token: Token) -> Result<(Token, Token)> {
+        let mut branches = self.fork(token, 2)?.into_iter();
+        match (branches.next(), branches.next()) {
+            (Some(keep), Some(wait)) => Ok((keep, wait)),
+            _ => Err(Error::ZeroSize {
+                what: "fork branches",
+            }),
+        }
+    }
+
+    /// Runs `step` for each staging chunk of a `total`-byte transfer, alternating two pinned
+    /// buffers, and returns the token of all the chunks' device work.
+    fn staged(
+        &self,
+        device: DeviceId,
+        total: usize,
+        after: &mut Vec<Token>,
+        mut step: impl FnMut(&Self, &Buffer<'_, B>, usize, usize, &mut Vec<Token>) -> Result<Token>,
+    ) -> Result<Token> {
+        let chunk = self.config.staging_chunk.min(total).max(1);
+        let staging = [
+            self.alloc(device, MemoryKind::HostPinned, chunk)?,
+            self.alloc(device, MemoryKind::HostPinned, chunk)?,
+        ];
+        let mut chain = core::mem::take(after);
+        let mut pending: [Option<Token>; 2] = [None, None];
+        for (index, offset) in (0..total).step_by(chunk).enumerate() {
+            let slot = index % 2;
+            if let Some(done) = pending[slot].take() {
+                self.wait(done)?;
+            }
+            let len = chunk.min(total - offset);
+            let (keep, done) = self.split(step(self, &staging[slot], offset, len, &mut chain)?)?;
+            pending[slot] = Some(done);
+            chain.push(keep);
+        }
+        chain.extend(pending.into_iter().flatten());
+        self.join(&mut chain)
+    }
+
+    // ----- workers, stats, shutdown -----
+
+    /// The worker thread of `device` (started on first use): queue actions that run with the
+    /// device permanently current, with errors carried back to waiters and sticky per queue.
+    pub fn worker(&self, device: DeviceId) -> Result<&DeviceWorker<B>> {
+        let cell = self
+            .workers
+            .get(device.index())
+            .ok_or(Error::UnknownDevice {
+                device,
+                device_count: self.infos.len(),
+            })?;
+        if let Some(worker) = cell.get() {
+            return Ok(worker);
+        }
+        let worker = DeviceWorker::start(Arc::clone(&self.backend), device)?;
+        Ok(cell.get_or_init(|| worker))
+    }
+
+    /// The runtime's counters.
+    pub fn stats(&self) -> RuntimeStats {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut stats = state.stats();
+        stats.locks = self.pins.stats();
+        stats
+    }
+
+    /// Waits for all work, gives every cached byte, stream, event and pin back to the driver,
+    /// and reports tokens that ended unwaited. Dropping the runtime does the same silently.
+    pub fn shutdown(mut self) -> Result<ShutdownReport> {
+        self.teardown()
+    }
+
+    fn teardown(&mut self) -> Result<ShutdownReport> {
+        self.workers.clear();
+        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let (program, trimmed_bytes, result) = state.teardown(&self.backend);
+        let unpinned = self.pins.release_all();
+        let unpinned_ranges = match (result, unpinned) {
+            (Ok(()), Ok(count)) => count,
+            (Err(e), _) | (Ok(()), Err(e)) => return Err(e),
+        };
+        Ok(ShutdownReport {
+            program,
+            trimmed_bytes,
+            unpinned_ranges,
+        })
+    }
+}
+
+impl<B: Backend> Drop for Runtime<B> {
+    fn drop(&mut self) {
+        // Errors cannot be reported from a drop; `shutdown` reports them.
+        let _ = self.teardown();
+    }
+}
+
+/// A byte range of memory an operation uses: part of a [`Buffer`], of [`LockedHost`] memory,
+/// or (for the runtime's own staging) a raw address.
+#[derive(Clone, Copy)]
+pub struct Span<'a> {
+    address: usize,
+    len: usize,
+    /// The device whose memory this is (device memory only): operations elsewhere refuse it.
+    device: Option<DeviceId>,
+    uses: Option<&'a Mutex<Vec<StreamId>>>,
+}
+
+impl<'a> Span<'a> {
+    fn raw(address: usize, len: usize) -> Self {
+        Self {
+            address,
+            len,
+            device: None,
+            uses: None,
+        }
+    }
+
+    /// The address of the span's first byte.
+    pub fn address(&self) -> usize {
+        self.address
+    }
+
+    /// The span's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the span is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The part `[offset, offset + len)` of this span.
+    pub fn sub(&self, offset: usize, len: usize) -> Result<Span<'a>> {
+        check_bounds(offset, len, self.len)?;
+        Ok(Span {
+            address: self.address + offset,
+            len,
+            ..*self
+        })
+    }
+
+    fn check_device(&self, device: DeviceId) -> Result<()> {
+        match self.device {
+            Some(found) if found != device => Err(Error::WrongDevice {
+                expected: device,
+                found,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    fn note_use(&self, stream: StreamId) {
+        if let Some(uses) = self.uses {
+            let mut uses = uses.lock().unwrap_or_else(PoisonError::into_inner);
+            if !uses.contains(&stream) {
+                uses.push(stream);
+            }
+        }
+    }
+}
+
+fn check_bounds(offset: usize, len: usize, size: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size && len > 0 => Ok(()),
+        _ if len == 0 => Err(Error::ZeroSize {
+            what: "span length",
+        }),
+        _ => Err(Error::OutOfBounds { offset, len, size }),
+    }
+}
+
+/// One argument of [`Runtime::launch`].
+#[derive(Clone, Copy)]
+pub enum Arg<'a> {
+    /// Memory the kernel reads or writes (its address is passed).
+    Span(Span<'a>),
+    /// A 32-bit unsigned integer.
+    U32(u32),
+    /// A 64-bit unsigned integer.
+    U64(u64),
+    /// A 32-bit float.
+    F32(f32),
+}
+
+impl<'a> Arg<'a> {
+    fn span(&self) -> Option<Span<'a>> {
+        match self {
+            Arg::Span(span) => Some(*span),
+            _ => None,
+        }
+    }
+
+    fn value(&self) -> KernelArg {
+        match *self {
+            Arg::Span(span) => KernelArg::Ptr(span.address),
+            Arg::U32(v) => KernelArg::U32(v),
+            Arg::U64(v) => KernelArg::U64(v),
+            Arg::F32(v) => KernelArg::F32(v),
+        }
+    }
+}
+
+/// Memory from the runtime's allocator. Freed when dropped (or by [`Runtime::free`]), after
+/// every stream that used it is done with it.
+pub struct Buffer<'rt, B: Backend> {
+    runtime: &'rt Runtime<B>,
+    device: DeviceId,
+    kind: MemoryKind,
+    handle: BlockHandle,
+    address: usize,
+    size: usize,
+    uses: Mutex<Vec<StreamId>>,
+    released: bool,
+}
+
+impl<'rt, B: Backend> Buffer<'rt, B> {
+    fn new(
+        runtime: &'rt Runtime<B>,
+        device: DeviceId,
+        kind: MemoryKind,
+        handle: BlockHandle,
+        address: usize,
+        size: usize,
+    ) -> Self {
+        Self {
+            runtime,
+            device,
+            kind,
+            handle,
+            address,
+            size,
+            uses: Mutex::new(Vec::new()),
+            released: false,
+        }
+    }
+
+    /// The device the buffer belongs to.
+    pub fn device(&self) -> DeviceId {
+        self.device
+    }
+
+    /// The kind of memory.
+    pub fn kind(&self) -> MemoryKind {
+        self.kind
+    }
+
+    /// The buffer's size in bytes (as asked for).
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The buffer's address (device address for device memory).
+    pub fn address(&self) -> usize {
+        self.address
+    }
+
+    /// The part `[offset, offset + len)` of the buffer, for operations.
+    pub fn span(&self, offset: usize, len: usize) -> Result<Span<'_>> {
+        check_bounds(offset, len, self.size)?;
+        let device = (self.kind == MemoryKind::Device).then_some(self.device);
+        Ok(Span {
+            address: self.address + offset,
+            len,
+            device,
+            uses: Some(&self.uses),
+        })
+    }
+
+    /// The whole buffer, for operations.
+    pub fn all(&self) -> Span<'_> {
+        let device = (self.kind == MemoryKind::Device).then_some(self.device);
+        Span {
+            address: self.address,
+            len: self.size,
+            device,
+            uses: Some(&self.uses),
+        }
+    }
+
+    /// Copies `data` into a host-side buffer (pinned or managed) at `offset`, from the host.
+    ///
+    /// # Safety
+    /// No enqueued work may be using these bytes.
+    pub unsafe fn write_host(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check_host_access(offset, data.len())?;
+        // SAFETY: host-accessible memory of this buffer, in bounds (checked); the caller
+        // guarantees no concurrent device access.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                (self.address + offset) as *mut u8,
+                data.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// Copies bytes of a host-side buffer (pinned or managed) at `offset` into `out`.
+    ///
+    /// # Safety
+    /// No enqueued work may be writing these bytes.
+    pub unsafe fn read_host(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check_host_access(offset, out.len())?;
+        // SAFETY: as in `write_host`.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                (self.address + offset) as *const u8,
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        };
+        Ok(())
+    }
+
+    fn check_host_access(&self, offset: usize, len: usize) -> Result<()> {
+        if self.kind == MemoryKind::Device {
+            return Err(Error::KindUnsupported {
+                device: self.device,
+                kind: self.kind,
+            });
+        }
+        check_bounds(offset, len, self.size)
+    }
+
+    fn release(mut self) -> Result<()> {
+        self.released = true;
+        self.runtime.release_buffer(&self)
+    }
+}
+
+impl<B: Backend> Drop for Buffer<'_, B> {
+    fn drop(&mut self) {
+        if !self.released {
+            // Errors cannot be reported from a drop; `Runtime::free` reports them.
+            let _ = self.runtime.release_buffer(self);
+        }
+    }
+}
+
+/// The caller's host memory, pinned for DMA while this guard lives.
+pub struct LockedHost<'rt, 'm, B: Backend> {
+    runtime: &'rt Runtime<B>,
+    memory: &'m mut [u8],
+    uses: Mutex<Vec<StreamId>>,
+}
+
+impl<B: Backend> LockedHost<'_, '_, B> {
+    /// The part `[offset, offset + len)`, for transfers.
+    pub fn span(&self, offset: usize, len: usize) -> Result<Span<'_>> {
+        check_bounds(offset, len, self.memory.len())?;
+        Ok(Span {
+            address: self.memory.as_ptr() as usize + offset,
+            len,
+            device: None,
+            uses: Some(&self.uses),
+        })
+    }
+
+    /// The pinned memory, for the host to read or write. Borrowing it mutably needs the
+    /// guard mutably, so no span of it can be in use by a pending transfer's borrow.
+    pub fn memory(&mut self) -> &mut [u8] {
+        self.memory
+    }
+
+    /// Unpins now, reporting a failure (dropping the guard unpins too, silently).
+    pub fn unlock(self) -> Result<()> {
+        let this = core::mem::ManuallyDrop::new(self);
+        this.runtime.unlock_host(&this)
+    }
+}
+
+impl<B: Backend> Drop for LockedHost<'_, '_, B> {
+    fn drop(&mut self) {
+        // Errors cannot be reported from a drop; `LockedHost::unlock` reports them.
+        let _ = self.runtime.unlock_host(self);
+    }
+}

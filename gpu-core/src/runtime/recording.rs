@@ -1,0 +1,294 @@
+//! A backend wrapper that records every stream and event call crossing the backend boundary,
+//! as a trace for the checker: what the driver really saw, not what the planner meant.
+//!
+//! Raw handles get trace ids at creation; a handle value the driver reuses after a destroy
+//! gets a new id, so a use of the old object after its destroy still shows as one.
+
+use alloc::vec::Vec;
+use std::sync::{Mutex, PoisonError};
+
+use crate::allocator::MemoryKind;
+use crate::backend::{Backend, DeviceInfo, KernelArg, LaunchDims};
+use crate::error::{ByteRange, Result};
+use crate::id::{DeviceId, EventId, StreamId};
+use crate::token::{Defect, TraceOp, check};
+
+/// Trace ids given to raw handles, newest last.
+struct Names<H> {
+    handles: Vec<(H, u32)>,
+    next: u32,
+}
+
+impl<H: PartialEq + Copy> Names<H> {
+    const fn new() -> Self {
+        Self {
+            handles: Vec::new(),
+            next: 0,
+        }
+    }
+
+    fn create(&mut self, handle: H) -> u32 {
+        let id = self.next;
+        self.next += 1;
+        self.handles.push((handle, id));
+        id
+    }
+
+    /// The id of `handle`: its newest name, or a fresh one for a handle never seen created
+    /// (which the checker then reports as used without creation).
+    fn of(&mut self, handle: H) -> u32 {
+        match self.handles.iter().rev().find(|(h, _)| *h == handle) {
+            Some(&(_, id)) => id,
+            None => self.create(handle),
+        }
+    }
+}
+
+struct Log<B: Backend> {
+    ops: Vec<TraceOp>,
+    streams: Names<B::Stream>,
+    events: Names<B::Event>,
+}
+
+/// Wraps any backend and records its stream/event calls (successful ones) as [`TraceOp`]s.
+pub struct RecordingBackend<B: Backend> {
+    inner: B,
+    log: Mutex<Log<B>>,
+}
+
+impl<B: Backend> RecordingBackend<B> {
+    /// Records the calls made to `inner`.
+    pub fn new(inner: B) -> Self {
+        Self {
+            inner,
+            log: Mutex::new(Log {
+                ops: Vec::new(),
+                streams: Names::new(),
+                events: Names::new(),
+            }),
+        }
+    }
+
+    /// The wrapped backend.
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    /// The calls recorded so far.
+    pub fn trace(&self) -> Vec<TraceOp> {
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .ops
+            .clone()
+    }
+
+    /// Checks the calls recorded so far (a trace checked before every object was destroyed
+    /// reports the live ones as leaks).
+    pub fn defects(&self) -> Vec<Defect> {
+        check(&self.trace())
+    }
+
+    fn record(&self, result: &Result<impl Sized>, make: impl FnOnce(&mut Log<B>) -> TraceOp) {
+        if result.is_ok() {
+            let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+            let op = make(&mut log);
+            log.ops.push(op);
+        }
+    }
+
+    fn launch_on(&self, result: &Result<impl Sized>, stream: B::Stream) {
+        let device = self.inner.current_device().ok().flatten();
+        self.record(result, |log| TraceOp::Launch {
+            stream: StreamId(log.streams.of(stream)),
+            device,
+        });
+    }
+}
+
+impl<B: Backend> Backend for RecordingBackend<B> {
+    type Stream = B::Stream;
+    type Event = B::Event;
+    type Kernel = B::Kernel;
+
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn device_count(&self) -> usize {
+        self.inner.device_count()
+    }
+
+    fn device_info(&self, device: DeviceId) -> Result<DeviceInfo> {
+        self.inner.device_info(device)
+    }
+
+    fn current_device(&self) -> Result<Option<DeviceId>> {
+        self.inner.current_device()
+    }
+
+    fn set_current_device(&self, device: Option<DeviceId>) -> Result<()> {
+        self.inner.set_current_device(device)
+    }
+
+    fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
+        self.inner.allocate(device, kind, bytes)
+    }
+
+    fn allocate_on_stream(
+        &self,
+        stream: B::Stream,
+        kind: MemoryKind,
+        bytes: usize,
+    ) -> Result<Option<usize>> {
+        let result = self.inner.allocate_on_stream(stream, kind, bytes);
+        self.launch_on(&result, stream);
+        result
+    }
+
+    fn free(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        after: Option<B::Stream>,
+    ) -> Result<()> {
+        let result = self.inner.free(device, kind, address, after);
+        if let Some(stream) = after {
+            self.launch_on(&result, stream);
+        }
+        result
+    }
+
+    fn host_register(&self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
+        self.inner.host_register(range, device_ptrs)
+    }
+
+    fn host_unregister(&self, start: usize) -> Result<()> {
+        self.inner.host_unregister(start)
+    }
+
+    fn host_pinned_extent(
+        &self,
+        ptr: usize,
+        device_ptrs: &mut [usize],
+    ) -> Result<Option<ByteRange>> {
+        self.inner.host_pinned_extent(ptr, device_ptrs)
+    }
+
+    fn stream_create(&self, device: DeviceId) -> Result<B::Stream> {
+        let result = self.inner.stream_create(device);
+        if let Ok(stream) = result {
+            self.record(&result, |log| TraceOp::CreateStream {
+                stream: StreamId(log.streams.create(stream)),
+                device,
+            });
+        }
+        result
+    }
+
+    fn stream_destroy(&self, stream: B::Stream) -> Result<()> {
+        let result = self.inner.stream_destroy(stream);
+        self.record(&result, |log| TraceOp::DestroyStream {
+            stream: StreamId(log.streams.of(stream)),
+        });
+        result
+    }
+
+    fn stream_synchronize(&self, stream: B::Stream) -> Result<()> {
+        let result = self.inner.stream_synchronize(stream);
+        self.record(&result, |log| TraceOp::SynchronizeStream {
+            stream: StreamId(log.streams.of(stream)),
+        });
+        result
+    }
+
+    fn event_create(&self, device: DeviceId) -> Result<B::Event> {
+        let result = self.inner.event_create(device);
+        if let Ok(event) = result {
+            self.record(&result, |log| TraceOp::CreateEvent {
+                event: EventId(log.events.create(event)),
+                device,
+            });
+        }
+        result
+    }
+
+    fn event_destroy(&self, event: B::Event) -> Result<()> {
+        let result = self.inner.event_destroy(event);
+        self.record(&result, |log| TraceOp::DestroyEvent {
+            event: EventId(log.events.of(event)),
+        });
+        result
+    }
+
+    fn event_record(&self, event: B::Event, stream: B::Stream) -> Result<()> {
+        let result = self.inner.event_record(event, stream);
+        self.record(&result, |log| TraceOp::Record {
+            event: EventId(log.events.of(event)),
+            stream: StreamId(log.streams.of(stream)),
+        });
+        result
+    }
+
+    fn stream_wait_event(&self, stream: B::Stream, event: B::Event) -> Result<()> {
+        let result = self.inner.stream_wait_event(stream, event);
+        self.record(&result, |log| TraceOp::Wait {
+            stream: StreamId(log.streams.of(stream)),
+            event: EventId(log.events.of(event)),
+        });
+        result
+    }
+
+    fn event_query(&self, event: B::Event) -> Result<bool> {
+        let result = self.inner.event_query(event);
+        self.record(&result, |log| TraceOp::QueryEvent {
+            event: EventId(log.events.of(event)),
+        });
+        result
+    }
+
+    fn event_synchronize(&self, event: B::Event) -> Result<()> {
+        let result = self.inner.event_synchronize(event);
+        self.record(&result, |log| TraceOp::SynchronizeEvent {
+            event: EventId(log.events.of(event)),
+        });
+        result
+    }
+
+    fn device_synchronize(&self, device: DeviceId) -> Result<()> {
+        self.inner.device_synchronize(device)
+    }
+
+    fn copy(&self, stream: B::Stream, dst: usize, src: usize, bytes: usize) -> Result<()> {
+        let result = self.inner.copy(stream, dst, src, bytes);
+        self.launch_on(&result, stream);
+        result
+    }
+
+    fn fill(&self, stream: B::Stream, dst: usize, value: u8, bytes: usize) -> Result<()> {
+        let result = self.inner.fill(stream, dst, value, bytes);
+        self.launch_on(&result, stream);
+        result
+    }
+
+    fn kernel(&self, device: DeviceId, name: &str) -> Result<B::Kernel> {
+        self.inner.kernel(device, name)
+    }
+
+    fn kernel_allow_workgroup_bytes(&self, kernel: B::Kernel, bytes: u32) -> Result<()> {
+        self.inner.kernel_allow_workgroup_bytes(kernel, bytes)
+    }
+
+    fn launch(
+        &self,
+        stream: B::Stream,
+        kernel: B::Kernel,
+        dims: LaunchDims,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        let result = self.inner.launch(stream, kernel, dims, args);
+        self.launch_on(&result, stream);
+        result
+    }
+}

@@ -1,0 +1,447 @@
+//! The runtime's mutable state behind its one lock: the token planner, the driver handles of
+//! the planner's streams and events, the allocators, the kernel cache; and the code that
+//! carries a plan out on the backend, step by step, each under the device guard.
+
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use std::collections::HashMap;
+
+use super::RuntimeStats;
+use super::drivers::{AllocatorEvents, Segments, StreamSlot, stream_handle};
+use super::guard::with_device;
+use crate::allocator::{
+    AllocRequest, Allocation, AllocatorConfig, BlockHandle, DeviceAllocator, MemoryKind, Release,
+};
+use crate::backend::{Backend, DeviceInfo};
+use crate::error::{Error, Result};
+use crate::id::{DeviceId, EventId, StreamId};
+use crate::token::{OpId, PlanStep, Planner, ProgramReport, Token};
+
+/// The work of one planned operation, called at its `Run` step with the stream it got.
+pub(crate) type Work<'w, B> =
+    dyn FnMut(&mut State<B>, &B, StreamId, <B as Backend>::Stream) -> Result<()> + 'w;
+
+/// A plan with no operation (join, fork, wait): a `Run` step would be a planner bug.
+pub(crate) fn no_work<B: Backend>(
+    _: &mut State<B>,
+    _: &B,
+    stream: StreamId,
+    _: B::Stream,
+) -> Result<()> {
+    Err(Error::UnknownStream { stream })
+}
+
+/// A loaded kernel and the dynamic workgroup bytes it has been allowed.
+#[derive(Clone, Copy)]
+struct LoadedKernel<K> {
+    kernel: K,
+    allowed_bytes: u32,
+}
+
+pub(crate) struct State<B: Backend> {
+    pub(crate) planner: Planner,
+    /// Steps being carried out (a reused buffer).
+    steps: Vec<PlanStep>,
+    /// Driver streams of the planner's stream ids.
+    streams: Vec<StreamSlot<B::Stream>>,
+    /// Driver events of the planner's event ids, with their devices.
+    events: Vec<Option<(DeviceId, B::Event)>>,
+    allocators: Vec<DeviceAllocator>,
+    allocator_events: AllocatorEvents<B::Event>,
+    kernels: HashMap<(DeviceId, String), LoadedKernel<B::Kernel>>,
+    next_op: u32,
+    /// Set when a failed record or wait left stream ordering unknown.
+    pub(crate) poisoned: Option<Error>,
+    counts: Counts,
+}
+
+#[derive(Default)]
+struct Counts {
+    stream_acquires: u64,
+    streams_created: u64,
+    event_acquires: u64,
+    events_created: u64,
+    operations: u64,
+    waits: u64,
+}
+
+impl<B: Backend> State<B> {
+    pub(crate) fn new(infos: &[DeviceInfo], config: AllocatorConfig) -> Self {
+        Self {
+            planner: Planner::new(infos.len()),
+            steps: Vec::new(),
+            streams: Vec::new(),
+            events: Vec::new(),
+            allocators: infos
+                .iter()
+                .enumerate()
+                .map(|(d, info)| DeviceAllocator::new(DeviceId(d as u32), info.allocator, config))
+                .collect(),
+            allocator_events: AllocatorEvents::new(infos.len()),
+            kernels: HashMap::new(),
+            next_op: 0,
+            poisoned: None,
+            counts: Counts::default(),
+        }
+    }
+
+    /// Plans one operation on `device` after `after` and carries the plan out; `work` runs at
+    /// the operation's step. On a driver failure the operation's token is discarded (its
+    /// streams go back to the pools) and the error returned.
+    pub(crate) fn submit(
+        &mut self,
+        backend: &B,
+        device: DeviceId,
+        after: &mut Vec<Token>,
+        work: &mut Work<'_, B>,
+    ) -> Result<Token> {
+        let op = OpId(self.next_op);
+        let token = self.planner.run(op, device, after)?;
+        self.next_op = self.next_op.wrapping_add(1);
+        self.counts.operations += 1;
+        match self.execute(backend, work) {
+            Ok(()) => Ok(token),
+            Err(e) => {
+                self.abandon(backend, token);
+                Err(e)
+            }
+        }
+    }
+
+    /// Carries out a plan without an operation that produced `token`.
+    pub(crate) fn finish(&mut self, backend: &B, token: Token) -> Result<Token> {
+        match self.execute(backend, &mut no_work) {
+            Ok(()) => Ok(token),
+            Err(e) => {
+                self.abandon(backend, token);
+                Err(e)
+            }
+        }
+    }
+
+    /// Drops a token whose work failed: the planner releases what it held.
+    pub(crate) fn abandon(&mut self, backend: &B, token: Token) {
+        if self.planner.discard(token).is_ok() {
+            // Releases are bookkeeping only; nothing here can fail that matters.
+            let _ = self.execute(backend, &mut no_work);
+        }
+    }
+
+    /// Carries out the planner's pending steps in order; stops at the first failure.
+    pub(crate) fn execute(&mut self, backend: &B, work: &mut Work<'_, B>) -> Result<()> {
+        let mut steps = core::mem::take(&mut self.steps);
+        steps.extend(self.planner.drain_steps());
+        let mut result = Ok(());
+        for &step in &steps {
+            result = self.carry_out(backend, step, work);
+            if result.is_err() {
+                break;
+            }
+        }
+        steps.clear();
+        self.steps = steps;
+        result
+    }
+
+    fn carry_out(&mut self, backend: &B, step: PlanStep, work: &mut Work<'_, B>) -> Result<()> {
+        match step {
+            PlanStep::AcquireStream { device, stream, .. } => {
+                self.counts.stream_acquires += 1;
+                self.ensure_stream(backend, device, stream).map(drop)
+            }
+            PlanStep::AcquireEvent { device, event, .. } => {
+                self.counts.event_acquires += 1;
+                self.ensure_event(backend, device, event).map(drop)
+            }
+            PlanStep::ReleaseStream { .. } | PlanStep::ReleaseEvent { .. } => Ok(()),
+            PlanStep::DestroyStream { device, stream } => {
+                match self
+                    .streams
+                    .get_mut(stream.index())
+                    .and_then(|s| s.handle.take())
+                {
+                    Some(handle) => with_device(backend, device, || backend.stream_destroy(handle)),
+                    None => Ok(()),
+                }
+            }
+            PlanStep::DestroyEvent { device, event } => {
+                match self.events.get_mut(event.index()).and_then(Option::take) {
+                    Some((_, handle)) => {
+                        with_device(backend, device, || backend.event_destroy(handle))
+                    }
+                    None => Ok(()),
+                }
+            }
+            PlanStep::Record { event, stream } => {
+                let (device, stream) = self.stream(stream)?;
+                let (_, event) = self.event(event)?;
+                with_device(backend, device, || backend.event_record(event, stream))
+                    .inspect_err(|e| self.poisoned = Some(e.clone()))
+            }
+            PlanStep::Wait { stream, event } => {
+                self.counts.waits += 1;
+                let (device, stream) = self.stream(stream)?;
+                let (_, event) = self.event(event)?;
+                with_device(backend, device, || backend.stream_wait_event(stream, event))
+                    // The host can order the stream instead, by waiting for the event itself.
+                    .or_else(|_| backend.event_synchronize(event))
+                    .inspect_err(|e| self.poisoned = Some(e.clone()))
+            }
+            PlanStep::Run { device, stream, .. } => {
+                let (_, handle) = self.stream(stream)?;
+                with_device(backend, device, || work(self, backend, stream, handle))
+            }
+            PlanStep::SynchronizeStream { stream } => self.synchronize_stream(backend, stream),
+            PlanStep::SynchronizeEvent { event } => {
+                let (_, event) = self.event(event)?;
+                backend.event_synchronize(event)
+            }
+        }
+    }
+
+    /// The driver stream of `stream`, created now if it has none yet (first use, or an
+    /// earlier creation failed).
+    fn ensure_stream(
+        &mut self,
+        backend: &B,
+        device: DeviceId,
+        stream: StreamId,
+    ) -> Result<B::Stream> {
+        let index = stream.index();
+        if self.streams.len() <= index {
+            self.streams.resize(
+                index + 1,
+                StreamSlot {
+                    device,
+                    handle: None,
+                },
+            );
+        }
+        let slot = &mut self.streams[index];
+        slot.device = device;
+        if let Some(handle) = slot.handle {
+            return Ok(handle);
+        }
+        let handle = with_device(backend, device, || backend.stream_create(device))?;
+        self.counts.streams_created += 1;
+        self.streams[index].handle = Some(handle);
+        Ok(handle)
+    }
+
+    /// The driver event of `event`, created now if it has none yet.
+    fn ensure_event(&mut self, backend: &B, device: DeviceId, event: EventId) -> Result<B::Event> {
+        let index = event.index();
+        if self.events.len() <= index {
+            self.events.resize(index + 1, None);
+        }
+        if let Some((_, handle)) = self.events[index] {
+            return Ok(handle);
+        }
+        let handle = with_device(backend, device, || backend.event_create(device))?;
+        self.counts.events_created += 1;
+        self.events[index] = Some((device, handle));
+        Ok(handle)
+    }
+
+    fn stream(&self, stream: StreamId) -> Result<(DeviceId, B::Stream)> {
+        let handle = stream_handle(&self.streams, stream)?;
+        Ok((self.streams[stream.index()].device, handle))
+    }
+
+    fn event(&self, event: EventId) -> Result<(DeviceId, B::Event)> {
+        self.events
+            .get(event.index())
+            .copied()
+            .flatten()
+            .ok_or(Error::UnknownEvent { event })
+    }
+
+    /// Blocks until the work on `stream` has finished (a stream never created has none).
+    pub(crate) fn synchronize_stream(&self, backend: &B, stream: StreamId) -> Result<()> {
+        match self.stream(stream) {
+            Ok((device, handle)) => {
+                with_device(backend, device, || backend.stream_synchronize(handle))
+            }
+            Err(Error::UnknownStream { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn allocator(&mut self, device: DeviceId) -> Result<&mut DeviceAllocator> {
+        let device_count = self.allocators.len();
+        self.allocators
+            .get_mut(device.index())
+            .ok_or(Error::UnknownDevice {
+                device,
+                device_count,
+            })
+    }
+
+    /// Serves `request` on `device` from the cache or the driver.
+    pub(crate) fn allocate(
+        &mut self,
+        backend: &B,
+        device: DeviceId,
+        request: &AllocRequest<'_>,
+    ) -> Result<Allocation> {
+        self.allocator(device)?;
+        let Self {
+            allocators,
+            streams,
+            allocator_events,
+            ..
+        } = self;
+        let mut driver = Segments {
+            backend,
+            streams,
+            events: allocator_events,
+        };
+        allocators[device.index()].allocate(&mut driver, request)
+    }
+
+    /// Frees `handle`, ordered after the work of every stream in `uses`.
+    pub(crate) fn free(
+        &mut self,
+        backend: &B,
+        device: DeviceId,
+        handle: BlockHandle,
+        uses: &[StreamId],
+    ) -> Result<()> {
+        self.allocator(device)?;
+        let Self {
+            allocators,
+            streams,
+            allocator_events,
+            ..
+        } = self;
+        let allocator = &mut allocators[device.index()];
+        let release = match uses.split_first() {
+            None => Release::Idle,
+            Some((&first, others)) => {
+                for &stream in others {
+                    allocator.mark_used_on(handle, stream)?;
+                }
+                Release::OnStream(first)
+            }
+        };
+        let mut driver = Segments {
+            backend,
+            streams,
+            events: allocator_events,
+        };
+        allocator.free(&mut driver, handle, release)
+    }
+
+    /// Gives every device's cached memory back to the driver.
+    pub(crate) fn trim(&mut self, backend: &B) -> Result<usize> {
+        let Self {
+            allocators,
+            streams,
+            allocator_events,
+            ..
+        } = self;
+        let mut driver = Segments {
+            backend,
+            streams,
+            events: allocator_events,
+        };
+        allocators
+            .iter_mut()
+            .try_fold(0, |total, a| Ok(total + a.trim(&mut driver)?))
+    }
+
+    /// The kernel `name` loaded on `device`, allowed `bytes` of dynamic workgroup memory.
+    pub(crate) fn kernel(
+        &mut self,
+        backend: &B,
+        device: DeviceId,
+        name: &str,
+        bytes: u32,
+        info: &DeviceInfo,
+    ) -> Result<B::Kernel> {
+        let key = (device, name.to_string());
+        let mut loaded = match self.kernels.get(&key) {
+            Some(&loaded) => loaded,
+            None => LoadedKernel {
+                kernel: with_device(backend, device, || backend.kernel(device, name))?,
+                allowed_bytes: info.workgroup.default_per_block,
+            },
+        };
+        if bytes > loaded.allowed_bytes {
+            with_device(backend, device, || {
+                backend.kernel_allow_workgroup_bytes(loaded.kernel, bytes)
+            })?;
+            loaded.allowed_bytes = bytes;
+        }
+        self.kernels.insert(key, loaded);
+        Ok(loaded.kernel)
+    }
+
+    pub(crate) fn stats(&self) -> RuntimeStats {
+        let allocator = self
+            .allocators
+            .iter()
+            .enumerate()
+            .flat_map(|(d, a)| {
+                MemoryKind::CACHED.map(|kind| (DeviceId(d as u32), kind, a.stats(kind)))
+            })
+            .collect();
+        RuntimeStats {
+            stream_acquires: self.counts.stream_acquires,
+            streams_created: self.counts.streams_created,
+            event_acquires: self.counts.event_acquires + self.allocator_events.created,
+            events_created: self.counts.events_created + self.allocator_events.created,
+            operations: self.counts.operations,
+            waits: self.counts.waits,
+            allocator,
+            locks: Default::default(),
+        }
+    }
+
+    /// Waits for all work, then gives back cached memory, every stream and every event.
+    /// Returns the program report, the bytes trimmed and the first failure, if any: teardown
+    /// goes on past failures so that as much as possible is released.
+    pub(crate) fn teardown(&mut self, backend: &B) -> (ProgramReport, usize, Result<()>) {
+        let mut first_error: Option<Error> = None;
+        let mut note = |result: Result<()>| {
+            if let Err(e) = result {
+                first_error.get_or_insert(e);
+            }
+        };
+        for index in 0..self.streams.len() {
+            note(self.synchronize_stream(backend, StreamId(index as u32)));
+        }
+        let program = self.planner.end_program();
+        let trimmed = self.trim(backend).unwrap_or_else(|e| {
+            note(Err(e));
+            0
+        });
+        self.planner.drain_pools();
+        let mut steps = core::mem::take(&mut self.steps);
+        steps.extend(self.planner.drain_steps());
+        for step in steps.drain(..) {
+            note(self.carry_out(backend, step, &mut no_work));
+        }
+        // Whatever the planner no longer names (streams of outstanding tokens) goes too.
+        for slot in &mut self.streams {
+            if let Some(handle) = slot.handle.take() {
+                let device = slot.device;
+                note(with_device(backend, device, || {
+                    backend.stream_destroy(handle)
+                }));
+            }
+        }
+        for (device, handle) in self.events.iter_mut().filter_map(Option::take) {
+            note(with_device(backend, device, || {
+                backend.event_destroy(handle)
+            }));
+        }
+        for (device, handle) in self.allocator_events.drain() {
+            note(with_device(backend, device, || {
+                backend.event_destroy(handle)
+            }));
+        }
+        let result = first_error.map_or(Ok(()), Err);
+        (program, trimmed, result)
+    }
+}
