@@ -13,6 +13,8 @@ extern crate std;
 
 pub mod allocator;
 pub mod backend;
+#[cfg(feature = "std")]
+pub mod conformance;
 pub mod error;
 pub mod id;
 pub mod lock_table;

@@ -23,13 +23,13 @@ use crate::allocator::{AllocRequest, AllocatorConfig, AllocatorStats, BlockHandl
 use crate::backend::{Backend, DeviceInfo, KernelArg, LaunchDims, check_device};
 use crate::error::{Error, Result};
 use crate::id::{DeviceId, StreamId};
-use crate::lock_table::{LockStats, SharedLockTable};
+use crate::lock_table::{LockStats, Locked, SharedLockTable, Unlocked};
 use crate::token::{ProgramReport, Token};
 use drivers::HostPins;
 use state::State;
 
 pub use guard::{DeviceGuard, with_device};
-pub use recording::RecordingBackend;
+pub use recording::{LiveObjects, RecordingBackend};
 pub use worker::{DeviceWorker, Ticket};
 
 /// Tunables of a [`Runtime`].
@@ -110,6 +110,12 @@ impl<B: Backend> Runtime<B> {
 
     /// Opens every device of `backend`.
     pub fn with_config(backend: B, config: RuntimeConfig) -> Result<Self> {
+        Self::shared(Arc::new(backend), config)
+    }
+
+    /// Opens every device of a backend the caller keeps a handle to as well (to read a
+    /// wrapper's counters after shutdown, say).
+    pub fn shared(backend: Arc<B>, config: RuntimeConfig) -> Result<Self> {
         if config.staging_chunk == 0 {
             return Err(Error::ZeroSize {
                 what: "staging chunk",
@@ -125,7 +131,6 @@ impl<B: Backend> Runtime<B> {
         let infos = (0..count)
             .map(|d| backend.device_info(DeviceId(d as u32)))
             .collect::<Result<Vec<_>>>()?;
-        let backend = Arc::new(backend);
         let pins = SharedLockTable::new(
             HostPins {
                 backend: Arc::clone(&backend),
@@ -298,6 +303,18 @@ impl<B: Backend> Runtime<B> {
         };
         let unlocked = self.pins.unlock(locked.memory.as_ptr() as usize);
         waited.and(unlocked.map(drop))
+    }
+
+    /// Pins host range `[ptr, ptr + len)` through the lock table without borrowing it: the
+    /// raw form of [`Runtime::lock_host`] for memory the caller manages (keep it alive, and
+    /// transfer from it only through [`Runtime::upload`], until [`Runtime::unlock_range`]).
+    pub fn lock_range(&self, ptr: usize, len: usize) -> Result<Locked> {
+        self.pins.lock(ptr, len)
+    }
+
+    /// Releases one lock taken by [`Runtime::lock_range`] on the entry containing `ptr`.
+    pub fn unlock_range(&self, ptr: usize) -> Result<Unlocked> {
+        self.pins.unlock(ptr)
     }
 
     /// The address `device` uses for host range `[ptr, ptr + len)` if every byte is pinned.

@@ -1,5 +1,7 @@
 //! A backend wrapper that records every stream and event call crossing the backend boundary,
-//! as a trace for the checker: what the driver really saw, not what the planner meant.
+//! as a trace for the checker (what the driver really saw, not what the planner meant), counts
+//! live allocations and host registrations, and can make the Nth call fail: the conformance
+//! suite's instrument, usable on any backend.
 //!
 //! Raw handles get trace ids at creation; a handle value the driver reuses after a destroy
 //! gets a new id, so a use of the old object after its destroy still shows as one.
@@ -9,7 +11,7 @@ use std::sync::{Mutex, PoisonError};
 
 use crate::allocator::MemoryKind;
 use crate::backend::{Backend, DeviceInfo, KernelArg, LaunchDims};
-use crate::error::{ByteRange, Result};
+use crate::error::{ByteRange, DriverError, Error, Result};
 use crate::id::{DeviceId, EventId, StreamId};
 use crate::token::{Defect, TraceOp, check};
 
@@ -48,6 +50,24 @@ struct Log<B: Backend> {
     ops: Vec<TraceOp>,
     streams: Names<B::Stream>,
     events: Names<B::Event>,
+    live: LiveObjects,
+    /// Calls counted so far (all but name, device count and device info).
+    calls: u64,
+    /// The call number that fails, once.
+    fail_at: Option<u64>,
+}
+
+/// Objects the wrapped backend holds for its caller right now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveObjects {
+    /// Streams created and not destroyed.
+    pub streams: usize,
+    /// Events created and not destroyed.
+    pub events: usize,
+    /// Allocations not freed.
+    pub allocations: usize,
+    /// Host registrations not undone.
+    pub registrations: usize,
 }
 
 /// Wraps any backend and records its stream/event calls (successful ones) as [`TraceOp`]s.
@@ -65,8 +85,47 @@ impl<B: Backend> RecordingBackend<B> {
                 ops: Vec::new(),
                 streams: Names::new(),
                 events: Names::new(),
+                live: LiveObjects::default(),
+                calls: 0,
+                fail_at: None,
             }),
         }
+    }
+
+    /// Makes call number `n` (counted from the wrapper's creation) fail once with an injected
+    /// driver error, without reaching the wrapped backend.
+    pub fn fail_call(&self, n: u64) {
+        self.log().fail_at = Some(n);
+    }
+
+    /// Calls made so far (every trait method but `name`, `device_count` and `device_info`).
+    pub fn calls(&self) -> u64 {
+        self.log().calls
+    }
+
+    /// What the wrapped backend holds for the caller right now.
+    pub fn live(&self) -> LiveObjects {
+        self.log().live
+    }
+
+    fn log(&self) -> std::sync::MutexGuard<'_, Log<B>> {
+        self.log.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Counts a call; fails it if it is the one chosen by [`RecordingBackend::fail_call`].
+    fn enter(&self, call: &'static str) -> Result<()> {
+        let mut log = self.log();
+        log.calls += 1;
+        if log.fail_at == Some(log.calls) {
+            log.fail_at = None;
+            return Err(Error::Driver(DriverError {
+                backend: "recording",
+                call,
+                name: "INJECTED_FAILURE",
+                code: -1,
+            }));
+        }
+        Ok(())
     }
 
     /// The wrapped backend.
@@ -91,14 +150,18 @@ impl<B: Backend> RecordingBackend<B> {
 
     fn record(&self, result: &Result<impl Sized>, make: impl FnOnce(&mut Log<B>) -> TraceOp) {
         if result.is_ok() {
-            let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut log = self.log();
             let op = make(&mut log);
             log.ops.push(op);
         }
     }
 
     fn launch_on(&self, result: &Result<impl Sized>, stream: B::Stream) {
-        let device = self.inner.current_device().ok().flatten();
+        let device = if result.is_ok() {
+            self.inner.current_device().ok().flatten()
+        } else {
+            None
+        };
         self.record(result, |log| TraceOp::Launch {
             stream: StreamId(log.streams.of(stream)),
             device,
@@ -124,15 +187,22 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     }
 
     fn current_device(&self) -> Result<Option<DeviceId>> {
+        self.enter("current_device")?;
         self.inner.current_device()
     }
 
     fn set_current_device(&self, device: Option<DeviceId>) -> Result<()> {
+        self.enter("set_current_device")?;
         self.inner.set_current_device(device)
     }
 
     fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
-        self.inner.allocate(device, kind, bytes)
+        self.enter("allocate")?;
+        let result = self.inner.allocate(device, kind, bytes);
+        if let Ok(Some(_)) = result {
+            self.log().live.allocations += 1;
+        }
+        result
     }
 
     fn allocate_on_stream(
@@ -141,7 +211,11 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         kind: MemoryKind,
         bytes: usize,
     ) -> Result<Option<usize>> {
+        self.enter("allocate_on_stream")?;
         let result = self.inner.allocate_on_stream(stream, kind, bytes);
+        if let Ok(Some(_)) = result {
+            self.log().live.allocations += 1;
+        }
         self.launch_on(&result, stream);
         result
     }
@@ -153,7 +227,11 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         address: usize,
         after: Option<B::Stream>,
     ) -> Result<()> {
+        self.enter("free")?;
         let result = self.inner.free(device, kind, address, after);
+        if result.is_ok() {
+            self.log().live.allocations -= 1;
+        }
         if let Some(stream) = after {
             self.launch_on(&result, stream);
         }
@@ -161,11 +239,21 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     }
 
     fn host_register(&self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
-        self.inner.host_register(range, device_ptrs)
+        self.enter("host_register")?;
+        let result = self.inner.host_register(range, device_ptrs);
+        if result.is_ok() {
+            self.log().live.registrations += 1;
+        }
+        result
     }
 
     fn host_unregister(&self, start: usize) -> Result<()> {
-        self.inner.host_unregister(start)
+        self.enter("host_unregister")?;
+        let result = self.inner.host_unregister(start);
+        if result.is_ok() {
+            self.log().live.registrations -= 1;
+        }
+        result
     }
 
     fn host_pinned_extent(
@@ -173,12 +261,15 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         ptr: usize,
         device_ptrs: &mut [usize],
     ) -> Result<Option<ByteRange>> {
+        self.enter("host_pinned_extent")?;
         self.inner.host_pinned_extent(ptr, device_ptrs)
     }
 
     fn stream_create(&self, device: DeviceId) -> Result<B::Stream> {
+        self.enter("stream_create")?;
         let result = self.inner.stream_create(device);
         if let Ok(stream) = result {
+            self.log().live.streams += 1;
             self.record(&result, |log| TraceOp::CreateStream {
                 stream: StreamId(log.streams.create(stream)),
                 device,
@@ -188,7 +279,11 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     }
 
     fn stream_destroy(&self, stream: B::Stream) -> Result<()> {
+        self.enter("stream_destroy")?;
         let result = self.inner.stream_destroy(stream);
+        if result.is_ok() {
+            self.log().live.streams -= 1;
+        }
         self.record(&result, |log| TraceOp::DestroyStream {
             stream: StreamId(log.streams.of(stream)),
         });
@@ -196,6 +291,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     }
 
     fn stream_synchronize(&self, stream: B::Stream) -> Result<()> {
+        self.enter("stream_synchronize")?;
         let result = self.inner.stream_synchronize(stream);
         self.record(&result, |log| TraceOp::SynchronizeStream {
             stream: StreamId(log.streams.of(stream)),
@@ -204,8 +300,10 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     }
 
     fn event_create(&self, device: DeviceId) -> Result<B::Event> {
+        self.enter("event_create")?;
         let result = self.inner.event_create(device);
         if let Ok(event) = result {
+            self.log().live.events += 1;
             self.record(&result, |log| TraceOp::CreateEvent {
                 event: EventId(log.events.create(event)),
                 device,
@@ -215,7 +313,11 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     }
 
     fn event_destroy(&self, event: B::Event) -> Result<()> {
+        self.enter("event_destroy")?;
         let result = self.inner.event_destroy(event);
+        if result.is_ok() {
+            self.log().live.events -= 1;
+        }
         self.record(&result, |log| TraceOp::DestroyEvent {
             event: EventId(log.events.of(event)),
         });
@@ -223,6 +325,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     }
 
     fn event_record(&self, event: B::Event, stream: B::Stream) -> Result<()> {
+        self.enter("event_record")?;
         let result = self.inner.event_record(event, stream);
         self.record(&result, |log| TraceOp::Record {
             event: EventId(log.events.of(event)),
@@ -232,6 +335,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     }
 
     fn stream_wait_event(&self, stream: B::Stream, event: B::Event) -> Result<()> {
+        self.enter("stream_wait_event")?;
         let result = self.inner.stream_wait_event(stream, event);
         self.record(&result, |log| TraceOp::Wait {
             stream: StreamId(log.streams.of(stream)),
@@ -241,6 +345,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     }
 
     fn event_query(&self, event: B::Event) -> Result<bool> {
+        self.enter("event_query")?;
         let result = self.inner.event_query(event);
         self.record(&result, |log| TraceOp::QueryEvent {
             event: EventId(log.events.of(event)),
@@ -249,6 +354,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     }
 
     fn event_synchronize(&self, event: B::Event) -> Result<()> {
+        self.enter("event_synchronize")?;
         let result = self.inner.event_synchronize(event);
         self.record(&result, |log| TraceOp::SynchronizeEvent {
             event: EventId(log.events.of(event)),
@@ -257,26 +363,31 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     }
 
     fn device_synchronize(&self, device: DeviceId) -> Result<()> {
+        self.enter("device_synchronize")?;
         self.inner.device_synchronize(device)
     }
 
     fn copy(&self, stream: B::Stream, dst: usize, src: usize, bytes: usize) -> Result<()> {
+        self.enter("copy")?;
         let result = self.inner.copy(stream, dst, src, bytes);
         self.launch_on(&result, stream);
         result
     }
 
     fn fill(&self, stream: B::Stream, dst: usize, value: u8, bytes: usize) -> Result<()> {
+        self.enter("fill")?;
         let result = self.inner.fill(stream, dst, value, bytes);
         self.launch_on(&result, stream);
         result
     }
 
     fn kernel(&self, device: DeviceId, name: &str) -> Result<B::Kernel> {
+        self.enter("kernel")?;
         self.inner.kernel(device, name)
     }
 
     fn kernel_allow_workgroup_bytes(&self, kernel: B::Kernel, bytes: u32) -> Result<()> {
+        self.enter("kernel_allow_workgroup_bytes")?;
         self.inner.kernel_allow_workgroup_bytes(kernel, bytes)
     }
 
@@ -287,6 +398,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         dims: LaunchDims,
         args: &[KernelArg],
     ) -> Result<()> {
+        self.enter("launch")?;
         let result = self.inner.launch(stream, kernel, dims, args);
         self.launch_on(&result, stream);
         result
