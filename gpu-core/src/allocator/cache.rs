@@ -211,19 +211,16 @@ impl KindCache {
     ) -> Result<Served> {
         let mut dependencies_done = false;
         for rung in 0..=3 {
-            let reclaimed = if rung == 0 {
-                self.poll_pending(driver)
-            } else {
-                self.reclaim(driver, rung)?;
-                self.stats.oom_retries += 1;
-                true
-            };
+            let reclaimed = self.reclaim(driver, rung, shape, config)?;
             if reclaimed && let Some(block) = self.best_of_own_and_idle(own_lane, shape) {
                 self.order_dependencies(driver, order, &mut dependencies_done)?;
                 self.stats.hits += 1;
                 return Ok(self.hand_out(block, shape, config, AllocPath::Cached));
             }
-            if let Some(borrowed) = self.borrow_from_other_stream(driver, shape, order, own_lane)? {
+            if rung <= 1
+                && let Some(borrowed) =
+                    self.borrow_from_other_stream(driver, shape, order, own_lane)?
+            {
                 self.order_dependencies(driver, order, &mut dependencies_done)?;
                 self.stats.cross_stream_hits += 1;
                 let path = AllocPath::CachedFromStream {
@@ -231,6 +228,12 @@ impl KindCache {
                     waited: borrowed.waited,
                 };
                 return Ok(self.hand_out(borrowed.block, shape, config, path));
+            }
+            if rung == 0 {
+                continue;
+            }
+            if rung > 1 {
+                self.stats.oom_retries += 1;
             }
             if let Some(served) = self.new_segment(
                 driver,
@@ -348,6 +351,7 @@ impl KindCache {
         self.release_free_segments(driver)
     }
 
+    #[inline]
     fn check_live(&self, slot: u32, generation: u32) -> Result<()> {
         match self.blocks.get(slot as usize) {
             Some(block) if block.state == State::Live && block.generation == generation => Ok(()),
@@ -485,6 +489,7 @@ impl KindCache {
         let event = match covering {
             Some(position) => self.lanes[lane as usize].fences[position].event,
             None => {
+                self.prune_fences(driver, lane);
                 let event = self.record(driver, lane_stream)?;
                 let state = &mut self.lanes[lane as usize];
                 let seq = state.free_seq;
@@ -514,7 +519,8 @@ impl KindCache {
             .bins_mut(large)
             .remove(&mut self.blocks, block);
         let mut block = block;
-        let aligned = addr.next_multiple_of(shape.alignment);
+        // The alignment is a power of two, and the block holds the aligned start.
+        let aligned = (addr + (shape.alignment - 1)) & !(shape.alignment - 1);
         if aligned > addr {
             let upper = self.split(block, aligned - addr);
             self.lanes[lane as usize]
@@ -765,24 +771,40 @@ impl KindCache {
 
     // ----- reclaiming -----
 
-    /// One rung of the out-of-memory ladder before a retry.
-    fn reclaim<D: SegmentDriver>(&mut self, driver: &mut D, rung: u32) -> Result<()> {
+    /// One step of the miss path; whether it may have freed blocks. 0: return pending frees
+    /// whose other-stream work completed. 1 (before the first driver call, when the cache holds
+    /// enough bytes but no fitting block): also move frees known complete to the idle lane,
+    /// where they merge across streams, and if still nothing fits, return wholly free segments
+    /// to the driver ([`AllocatorConfig::release_before_growing`]). Then the out-of-memory
+    /// ladder: 2, return wholly free segments to the driver; 3, synchronise the device and
+    /// return everything cached.
+    fn reclaim<D: SegmentDriver>(
+        &mut self,
+        driver: &mut D,
+        rung: u32,
+        shape: &Shape,
+        config: &AllocatorConfig,
+    ) -> Result<bool> {
         match rung {
-            1 => {
-                self.poll_pending(driver);
+            0 => Ok(self.poll_pending(driver)),
+            1 if self.stats.cached >= shape.rounded => {
                 self.settle_completed(driver);
+                if config.release_before_growing && self.best_of_own_and_idle(IDLE, shape).is_none()
+                {
+                    self.release_free_segments(driver)?;
+                }
+                Ok(true)
             }
-            2 => {
-                self.release_free_segments(driver)?;
-            }
+            1 => Ok(false),
+            2 => Ok(self.release_free_segments(driver)? > 0),
             _ => {
                 self.stats.driver_calls += 1;
                 driver.synchronize(self.device)?;
                 self.complete_everything(driver);
                 self.release_free_segments(driver)?;
+                Ok(true)
             }
         }
-        Ok(())
     }
 
     /// Returns pending blocks whose other-stream uses have completed to their lanes. Whether any
@@ -836,19 +858,24 @@ impl KindCache {
                 let seq = state.free_seq;
                 state.fences.push_back(Fence { event, seq });
             }
-            let mut last_complete = None;
-            for position in 0..self.lanes[lane as usize].fences.len() {
-                let event = self.lanes[lane as usize].fences[position].event;
-                if !self.query(driver, event) {
-                    break;
-                }
-                last_complete = Some(position);
-            }
-            if let Some(position) = last_complete {
-                self.complete_fences(driver, lane, position);
-            }
+            self.prune_fences(driver, lane);
         }
         self.move_completed_to_idle();
+    }
+
+    /// Releases `lane`'s oldest fences while they report complete (so fences do not pile up
+    /// while the lane is borrowed from).
+    fn prune_fences<D: SegmentDriver>(&mut self, driver: &mut D, lane: u32) {
+        while let Some(event) = self.lanes[lane as usize]
+            .fences
+            .front()
+            .map(|fence| fence.event)
+        {
+            if !self.query(driver, event) {
+                break;
+            }
+            self.complete_fences(driver, lane, 0);
+        }
     }
 
     /// Marks fences up to `position` of `lane` complete and releases their events.

@@ -24,6 +24,9 @@ pub const LARGE_SEGMENT: usize = 20 << 20;
 const LARGE_REQUEST: usize = 10 << 20;
 /// Rounding of dedicated segments.
 const LARGE_ROUNDING: usize = 2 << 20;
+/// Default [`AllocatorConfig::max_split_size`]: on the committed mixed trace it brings the
+/// fragmentation figure from 1.49 (no limit) to 1.20, for about twice as many segment calls.
+const DEFAULT_MAX_SPLIT: usize = 64 << 20;
 /// How much bigger than the request an oversize block may be and still serve it.
 const OVERSIZE_SLACK: usize = 20 << 20;
 
@@ -90,18 +93,25 @@ impl AllocatorCapabilities {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AllocatorConfig {
     /// Blocks at least this large are never split, and requests smaller than this never use
-    /// them (PyTorch's `max_split_size`); `usize::MAX` turns the rule off.
+    /// them (PyTorch's `max_split_size`); `usize::MAX` turns the rule off. Default 64 MiB.
     pub max_split_size: usize,
     /// Streams are numbered below this (each stream the allocator sees gets its own free
     /// lists, indexed by the stream's number).
     pub max_streams: usize,
+    /// On a miss while the cache holds at least the requested bytes (but no fitting block),
+    /// return wholly free segments to the driver before asking it for a new one, so that
+    /// reserved memory does not grow with fragmentation. Costs driver frees on such misses
+    /// (a synchronous free waits for the device); `false` leaves that to the out-of-memory
+    /// ladder.
+    pub release_before_growing: bool,
 }
 
 impl Default for AllocatorConfig {
     fn default() -> Self {
         Self {
-            max_split_size: usize::MAX,
+            max_split_size: DEFAULT_MAX_SPLIT,
             max_streams: 1024,
+            release_before_growing: true,
         }
     }
 }
@@ -126,6 +136,7 @@ pub(crate) struct Shape {
 }
 
 /// The segment a search for `bytes` is carved from, or `None` when its size overflows.
+#[inline]
 fn segment_size(bytes: usize) -> Option<usize> {
     if bytes <= SMALL_REQUEST_LIMIT {
         Some(SMALL_SEGMENT)
@@ -146,6 +157,7 @@ fn too_large(size: usize, limit: usize) -> Error {
 }
 
 /// Checks a request's size and alignment and works out its block shape.
+#[inline]
 pub(crate) fn shape(
     size: usize,
     alignment: usize,
