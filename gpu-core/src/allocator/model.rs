@@ -585,7 +585,11 @@ impl Harness {
                 return Ok(());
             }
             Err(Error::ZeroSize { .. }) if size == 0 => return Ok(()),
-            Err(Error::LimitExceeded { .. }) if size > support.max_size => return Ok(()),
+            Err(Error::LimitExceeded { .. })
+                if size > support.max_size || size > usize::MAX / 2 =>
+            {
+                return Ok(());
+            }
             Err(Error::OutOfMemory { requested, .. }) if requested == size => return Ok(()),
             Err(e) => return Err(format!("{e}")),
         };
