@@ -16,6 +16,8 @@ pub mod backend;
 #[cfg(feature = "std")]
 pub mod conformance;
 pub mod error;
+#[cfg(feature = "std")]
+pub mod host;
 pub mod id;
 pub mod lock_table;
 #[cfg(feature = "std")]

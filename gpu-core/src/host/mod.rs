@@ -1,0 +1,856 @@
+//! The host backend: a complete [`Backend`] with no GPU, where device memory is host memory,
+//! streams are worker threads, kernels are registered Rust functions, and faults can be injected.
+//!
+//! It is the embedded default: the runtime, the conformance suite and the examples run on it.
+//! It is also strict where a driver is strict and a little stricter where that catches runtime
+//! bugs: every device call checks that its device is current on the calling thread (per OS
+//! thread and per backend instance, as CUDA keeps the current context), handles are never
+//! reused, freed memory is returned only after queued work that touches it has run, and every
+//! misuse is a typed [`Error::Driver`] whose name starts with `HOST_` (see [`HostErrorCode`]).
+//!
+//! Test support: [`HostBackend::fail_nth`] and [`HostBackend::fail_nth_call`] make a chosen
+//! call fail without effect, [`HostBackend::calls`] counts calls, [`HostBackend::stats`]
+//! counts live objects, and [`HostBackend::work_log`] gives each work item's start and finish
+//! in one backend-wide sequence.
+
+mod current;
+mod faults;
+mod kernels;
+mod library;
+mod memory;
+mod streams;
+#[cfg(test)]
+mod tests;
+
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use hashbrown::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+
+use crate::allocator::{AllocatorCapabilities, KindSupport, MemoryKind};
+use crate::backend::{Backend, DeviceInfo, KernelArg, LaunchDims, check_device};
+use crate::error::{ByteRange, DriverError, Error, Result};
+use crate::id::DeviceId;
+use crate::workgroup::WorkgroupLimits;
+
+use current::CurrentDevice;
+use faults::CallLedger;
+use kernels::{KernelRegistry, Launch};
+use memory::Memory;
+use streams::{EventSlot, Payload, StreamShared, WorkLog, run_worker};
+
+pub use faults::{CallCounts, CallKind};
+pub use kernels::{DeviceScalar, DeviceView, HostKernel, KernelContext, KernelFn};
+pub use library::standard_kernels;
+pub use memory::HOST_ALLOCATION_ALIGNMENT;
+pub use streams::{HostEvent, HostStream, WorkOp, WorkOutcome, WorkRecord};
+
+/// Most threads one workgroup may have (CUDA's limit on every current GPU).
+pub const MAX_THREADS_PER_WORKGROUP: u64 = 1024;
+
+/// The host backend's driver error codes: CUDA's numbers for the same situation, with names
+/// prefixed `HOST_` (the [`DriverError::name`] of each error).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HostErrorCode {
+    /// A bad argument: wrong kind or device for an address, out-of-bounds range, bad launch
+    /// shape, too much workgroup memory, an interior pointer to unregister (CUDA 1).
+    InvalidValue,
+    /// The calling thread's current device is not the device the call acts on (CUDA 201,
+    /// `CUDA_ERROR_INVALID_CONTEXT`): the runtime forgot its device guard.
+    WrongCurrentDevice,
+    /// The operating system refused a resource, e.g. a worker thread (CUDA 304).
+    OperatingSystem,
+    /// An unknown or destroyed stream, event or kernel, or one of the wrong device (CUDA 400,
+    /// "invalid resource handle").
+    InvalidHandle,
+    /// No kernel is registered under the name (CUDA 500).
+    NotFound,
+    /// A kernel touched memory outside what its pointer arguments point into (CUDA 700).
+    IllegalAddress,
+    /// The range overlaps memory already registered or allocated pinned (CUDA 712).
+    MemoryAlreadyRegistered,
+    /// No registered range starts at the pointer (CUDA 713).
+    MemoryNotRegistered,
+    /// A kernel panicked (CUDA 719).
+    LaunchFailed,
+    /// The device does not offer this (a memory kind, or its stream-ordered form) (CUDA 801).
+    NotSupported,
+    /// A fault injected by [`HostBackend::fail_nth`] or [`HostBackend::fail_nth_call`]
+    /// (CUDA 999, `CUDA_ERROR_UNKNOWN`).
+    InjectedFault,
+}
+
+impl HostErrorCode {
+    /// Every code.
+    pub const ALL: [HostErrorCode; 11] = [
+        HostErrorCode::InvalidValue,
+        HostErrorCode::WrongCurrentDevice,
+        HostErrorCode::OperatingSystem,
+        HostErrorCode::InvalidHandle,
+        HostErrorCode::NotFound,
+        HostErrorCode::IllegalAddress,
+        HostErrorCode::MemoryAlreadyRegistered,
+        HostErrorCode::MemoryNotRegistered,
+        HostErrorCode::LaunchFailed,
+        HostErrorCode::NotSupported,
+        HostErrorCode::InjectedFault,
+    ];
+
+    /// The name in [`DriverError::name`].
+    pub const fn name(self) -> &'static str {
+        match self {
+            HostErrorCode::InvalidValue => "HOST_INVALID_VALUE",
+            HostErrorCode::WrongCurrentDevice => "HOST_WRONG_CURRENT_DEVICE",
+            HostErrorCode::OperatingSystem => "HOST_OPERATING_SYSTEM",
+            HostErrorCode::InvalidHandle => "HOST_INVALID_HANDLE",
+            HostErrorCode::NotFound => "HOST_NOT_FOUND",
+            HostErrorCode::IllegalAddress => "HOST_ILLEGAL_ADDRESS",
+            HostErrorCode::MemoryAlreadyRegistered => "HOST_MEMORY_ALREADY_REGISTERED",
+            HostErrorCode::MemoryNotRegistered => "HOST_MEMORY_NOT_REGISTERED",
+            HostErrorCode::LaunchFailed => "HOST_LAUNCH_FAILED",
+            HostErrorCode::NotSupported => "HOST_NOT_SUPPORTED",
+            HostErrorCode::InjectedFault => "HOST_INJECTED_FAULT",
+        }
+    }
+
+    /// The number in [`DriverError::code`] (CUDA's code for the same situation).
+    pub const fn code(self) -> i64 {
+        match self {
+            HostErrorCode::InvalidValue => 1,
+            HostErrorCode::WrongCurrentDevice => 201,
+            HostErrorCode::OperatingSystem => 304,
+            HostErrorCode::InvalidHandle => 400,
+            HostErrorCode::NotFound => 500,
+            HostErrorCode::IllegalAddress => 700,
+            HostErrorCode::MemoryAlreadyRegistered => 712,
+            HostErrorCode::MemoryNotRegistered => 713,
+            HostErrorCode::LaunchFailed => 719,
+            HostErrorCode::NotSupported => 801,
+            HostErrorCode::InjectedFault => 999,
+        }
+    }
+
+    /// The error a failed `call` reports with this code.
+    pub const fn error(self, call: &'static str) -> Error {
+        Error::Driver(DriverError {
+            backend: "host",
+            call,
+            name: self.name(),
+            code: self.code(),
+        })
+    }
+
+    /// The code of a host backend driver error, if `error` is one.
+    pub fn of(error: &Error) -> Option<HostErrorCode> {
+        match error {
+            Error::Driver(e) if e.backend == "host" => {
+                HostErrorCode::ALL.into_iter().find(|c| c.code() == e.code)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Locks `mutex`, ignoring poisoning: every critical section leaves its data consistent
+/// before anything that can panic runs.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One simulated device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostDeviceConfig {
+    /// The name [`Backend::device_info`] reports.
+    pub name: String,
+    /// Bytes `allocate` may hand out on this device, all kinds together; beyond it
+    /// `allocate` reports out of memory (`Ok(None)`).
+    pub memory_capacity: usize,
+    /// Which memory kinds exist and which have a stream-ordered form.
+    pub allocator: AllocatorCapabilities,
+    /// Workgroup memory limits, enforced by `launch` and `kernel_allow_workgroup_bytes`.
+    pub workgroup: WorkgroupLimits,
+}
+
+impl HostDeviceConfig {
+    /// An NVIDIA H200's workgroup memory limits: 48 KiB by default, 227 KiB after opt-in,
+    /// 228 KiB per multiprocessor, 1 KiB reserved per block.
+    pub const H200_WORKGROUP: WorkgroupLimits = WorkgroupLimits {
+        default_per_block: 48 * 1024,
+        max_per_block_opt_in: 232_448,
+        per_multiprocessor: 233_472,
+        reserved_per_block: 1024,
+    };
+
+    /// Every kind, each with a stream-ordered form, and host registration (a CUDA 13 driver).
+    pub const ALL_CAPABILITIES: AllocatorCapabilities = AllocatorCapabilities {
+        device: KindSupport::STREAM_ORDERED,
+        managed: KindSupport::STREAM_ORDERED,
+        host_pinned: KindSupport::STREAM_ORDERED,
+        host_register: true,
+    };
+}
+
+impl Default for HostDeviceConfig {
+    /// A device named "host device" with 1 GiB, every capability, and an H200's limits.
+    fn default() -> Self {
+        Self {
+            name: String::from("host device"),
+            memory_capacity: 1 << 30,
+            allocator: Self::ALL_CAPABILITIES,
+            workgroup: Self::H200_WORKGROUP,
+        }
+    }
+}
+
+/// How to build a [`HostBackend`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostConfig {
+    /// The devices, numbered in this order.
+    pub devices: Vec<HostDeviceConfig>,
+    /// How many finished work items [`HostBackend::work_log`] keeps (the oldest go first).
+    pub work_log_capacity: usize,
+}
+
+impl HostConfig {
+    /// `count` default devices, named "host device 0", "host device 1", ...
+    pub fn with_devices(count: usize) -> Self {
+        Self {
+            devices: (0..count)
+                .map(|i| HostDeviceConfig {
+                    name: format!("host device {i}"),
+                    ..HostDeviceConfig::default()
+                })
+                .collect(),
+            work_log_capacity: 1 << 16,
+        }
+    }
+}
+
+impl Default for HostConfig {
+    /// Two default devices.
+    fn default() -> Self {
+        Self::with_devices(2)
+    }
+}
+
+/// Live objects of a host backend, for leak checks (all zero after a clean shutdown).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostStats {
+    /// Streams created and not destroyed.
+    pub streams: usize,
+    /// Destroyed streams whose worker thread has not been joined yet.
+    pub draining_streams: usize,
+    /// Events created and not destroyed.
+    pub events: usize,
+    /// Allocations not freed.
+    pub allocations: usize,
+    /// Bytes of those allocations.
+    pub allocated_bytes: usize,
+    /// Registered host ranges.
+    pub registered_ranges: usize,
+    /// Bytes of those ranges.
+    pub registered_bytes: usize,
+    /// Faults injected so far.
+    pub faults_injected: u64,
+}
+
+/// A live stream and its worker.
+struct StreamEntry {
+    shared: Arc<StreamShared>,
+    worker: JoinHandle<()>,
+}
+
+/// Live streams, and destroyed ones whose worker may still be draining.
+#[derive(Default)]
+struct StreamTable {
+    live: HashMap<HostStream, StreamEntry>,
+    draining: Vec<StreamEntry>,
+}
+
+impl StreamTable {
+    /// Joins the workers of destroyed streams that have finished.
+    fn reap(&mut self) {
+        let (done, running) = core::mem::take(&mut self.draining)
+            .into_iter()
+            .partition(|e| e.worker.is_finished());
+        self.draining = running;
+        join_all(done);
+    }
+}
+
+fn join_all(entries: Vec<StreamEntry>) {
+    for entry in entries {
+        // A worker only panics if a lock's data was left inconsistent, which no section does.
+        let _ = entry.worker.join();
+    }
+}
+
+/// The host backend. See the [module documentation](self).
+pub struct HostBackend {
+    devices: Vec<HostDeviceConfig>,
+    current: CurrentDevice,
+    calls: CallLedger,
+    memory: Mutex<Memory>,
+    streams: Mutex<StreamTable>,
+    events: Mutex<HashMap<HostEvent, EventSlot>>,
+    kernels: Mutex<KernelRegistry>,
+    log: Arc<WorkLog>,
+}
+
+impl HostBackend {
+    /// A backend with `config`'s devices and the standard kernel library registered.
+    pub fn new(config: HostConfig) -> Self {
+        let mut kernels = KernelRegistry::default();
+        for (name, function) in standard_kernels() {
+            kernels.register(name, function);
+        }
+        Self {
+            memory: Mutex::new(Memory::new(
+                config.devices.iter().map(|d| d.memory_capacity).collect(),
+            )),
+            devices: config.devices,
+            current: CurrentDevice::new(),
+            calls: CallLedger::new(),
+            streams: Mutex::new(StreamTable::default()),
+            events: Mutex::new(HashMap::new()),
+            kernels: Mutex::new(kernels),
+            log: Arc::new(WorkLog::new(config.work_log_capacity)),
+        }
+    }
+
+    /// Registers `function` as the kernel `name` (replacing one of that name for later loads;
+    /// kernels already loaded keep their function, as a loaded module would).
+    pub fn register_kernel(
+        &self,
+        name: &str,
+        function: impl Fn(&KernelContext<'_>, &mut [u8]) -> Result<()> + Send + Sync + 'static,
+    ) {
+        lock(&self.kernels).register(name, Arc::new(function));
+    }
+
+    /// Makes the `n`th call of `kind` from now fail with `HOST_INJECTED_FAULT`, changing
+    /// nothing (1 = the next call; 0 also means the next).
+    pub fn fail_nth(&self, kind: CallKind, n: u64) {
+        self.calls.fail_nth(kind, n);
+    }
+
+    /// Makes the `n`th driver call of any kind from now fail with `HOST_INJECTED_FAULT`,
+    /// changing nothing (1 = the next call; 0 also means the next). Only calls counted in
+    /// [`CallCounts::total`] are counted (see [`CallKind::in_total`]).
+    pub fn fail_nth_call(&self, n: u64) {
+        self.calls.fail_nth_call(n);
+    }
+
+    /// Disarms every injected fault that has not fired; returns how many there were.
+    pub fn clear_faults(&self) -> usize {
+        let pending = self.calls.pending();
+        self.calls.clear();
+        pending
+    }
+
+    /// How many driver calls have been made, in all and per kind.
+    pub fn calls(&self) -> CallCounts {
+        self.calls.counts()
+    }
+
+    /// Live objects, for leak checks.
+    pub fn stats(&self) -> HostStats {
+        let (allocations, allocated_bytes, registered_ranges, registered_bytes) = {
+            let memory = lock(&self.memory);
+            let (allocations, allocated) = memory.allocation_totals();
+            let (ranges, registered) = memory.registered_totals();
+            (allocations, allocated, ranges, registered)
+        };
+        let (streams, draining_streams) = {
+            let mut table = lock(&self.streams);
+            table.reap();
+            (table.live.len(), table.draining.len())
+        };
+        HostStats {
+            streams,
+            draining_streams,
+            events: lock(&self.events).len(),
+            allocations,
+            allocated_bytes,
+            registered_ranges,
+            registered_bytes,
+            faults_injected: self.calls.injected(),
+        }
+    }
+
+    /// Bytes of `device`'s memory not yet returned to the host: live allocations plus freed
+    /// ones still held by queued work.
+    pub fn device_memory_in_use(&self, device: DeviceId) -> Result<usize> {
+        check_device(self, device)?;
+        Ok(lock(&self.memory).device_usage(device))
+    }
+
+    /// The most recent finished work items (up to the configured capacity), in the order they
+    /// finished.
+    pub fn work_log(&self) -> Vec<WorkRecord> {
+        self.log.records()
+    }
+
+    /// Forgets the work log's records (the sequence numbers go on increasing).
+    pub fn clear_work_log(&self) {
+        self.log.clear();
+    }
+
+    // ----- shared checks -----
+
+    fn device_config(&self, device: DeviceId) -> Result<&HostDeviceConfig> {
+        check_device(self, device)?;
+        Ok(&self.devices[device.index()])
+    }
+
+    /// The live stream behind `stream`.
+    fn stream(&self, stream: HostStream, call: &'static str) -> Result<Arc<StreamShared>> {
+        lock(&self.streams)
+            .live
+            .get(&stream)
+            .map(|e| e.shared.clone())
+            .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))
+    }
+
+    /// The live stream behind `stream`, whose device must be current.
+    fn current_stream(&self, stream: HostStream, call: &'static str) -> Result<Arc<StreamShared>> {
+        let shared = self.stream(stream, call)?;
+        self.current.require(shared.device, call)?;
+        Ok(shared)
+    }
+
+    /// The device of the live event behind `event`.
+    fn event_device(&self, event: HostEvent, call: &'static str) -> Result<DeviceId> {
+        lock(&self.events)
+            .get(&event)
+            .map(|slot| slot.device)
+            .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))
+    }
+
+    /// The memory a copy or fill touches at `address`: held for the item if it is an
+    /// allocation, checked to lie inside it.
+    fn hold_range(
+        memory: &Memory,
+        address: usize,
+        bytes: usize,
+        what: &'static str,
+        call: &'static str,
+    ) -> Result<Option<Arc<memory::Block>>> {
+        if address == 0 {
+            return Err(Error::NullPointer { what });
+        }
+        if bytes == 0 {
+            return Ok(None);
+        }
+        let range = ByteRange::new(address, bytes).ok_or(Error::AddressOverflow {
+            ptr: address,
+            len: bytes,
+        })?;
+        memory.holder(range, call)
+    }
+
+    fn allocate_checked(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        bytes: usize,
+        stream_ordered: bool,
+        call: &'static str,
+    ) -> Result<Option<usize>> {
+        let support = self.device_config(device)?.allocator.support(kind);
+        if kind == MemoryKind::HostRegistered {
+            return Err(HostErrorCode::InvalidValue.error(call));
+        }
+        if !support.available || (stream_ordered && !support.stream_ordered) {
+            return Err(HostErrorCode::NotSupported.error(call));
+        }
+        if bytes > support.max_size {
+            return Ok(None);
+        }
+        lock(&self.memory).allocate(device, kind, bytes)
+    }
+
+    fn write_device_ptrs(
+        &self,
+        address: usize,
+        device_ptrs: &mut [usize],
+        call: &'static str,
+    ) -> Result<()> {
+        let slots = device_ptrs
+            .get_mut(..self.devices.len())
+            .ok_or_else(|| HostErrorCode::InvalidValue.error(call))?;
+        slots.fill(address);
+        Ok(())
+    }
+}
+
+impl Drop for HostBackend {
+    /// Destroys every stream, lets each worker finish its queue, joins them all, then frees
+    /// what is left.
+    fn drop(&mut self) {
+        let mut table = lock(&self.streams);
+        let live: Vec<StreamEntry> = table.live.drain().map(|(_, e)| e).collect();
+        let mut entries = core::mem::take(&mut table.draining);
+        drop(table);
+        for entry in &live {
+            entry.shared.close();
+        }
+        entries.extend(live);
+        join_all(entries);
+        lock(&self.events).clear();
+        lock(&self.memory).clear();
+    }
+}
+
+impl Backend for HostBackend {
+    type Stream = HostStream;
+    type Event = HostEvent;
+    type Kernel = HostKernel;
+
+    fn name(&self) -> &'static str {
+        "host"
+    }
+
+    fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    fn device_info(&self, device: DeviceId) -> Result<DeviceInfo> {
+        self.calls.enter(CallKind::DeviceInfo)?;
+        let config = self.device_config(device)?;
+        Ok(DeviceInfo {
+            name: config.name.clone(),
+            total_memory: config.memory_capacity,
+            allocator: config.allocator,
+            workgroup: config.workgroup,
+            unified_addressing: true,
+            pageable_memory_access: false,
+        })
+    }
+
+    fn current_device(&self) -> Result<Option<DeviceId>> {
+        self.calls.enter(CallKind::CurrentDevice)?;
+        Ok(self.current.get())
+    }
+
+    fn set_current_device(&self, device: Option<DeviceId>) -> Result<()> {
+        self.calls.enter(CallKind::SetCurrentDevice)?;
+        if let Some(device) = device {
+            check_device(self, device)?;
+        }
+        self.current.set(device);
+        Ok(())
+    }
+
+    fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
+        let call = CallKind::Allocate.name();
+        self.calls.enter(CallKind::Allocate)?;
+        check_device(self, device)?;
+        self.current.require(device, call)?;
+        self.allocate_checked(device, kind, bytes, false, call)
+    }
+
+    fn allocate_on_stream(
+        &self,
+        stream: HostStream,
+        kind: MemoryKind,
+        bytes: usize,
+    ) -> Result<Option<usize>> {
+        let call = CallKind::AllocateOnStream.name();
+        self.calls.enter(CallKind::AllocateOnStream)?;
+        let shared = self.current_stream(stream, call)?;
+        // Host memory is usable at once, so it is usable in the stream's order too.
+        self.allocate_checked(shared.device, kind, bytes, true, call)
+    }
+
+    fn free(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        after: Option<HostStream>,
+    ) -> Result<()> {
+        let call = CallKind::Free.name();
+        self.calls.enter(CallKind::Free)?;
+        check_device(self, device)?;
+        self.current.require(device, call)?;
+        let stream = after.map(|s| self.stream(s, call)).transpose()?;
+        let block = lock(&self.memory).release(device, kind, address, call)?;
+        // Queued work holds the block too; it is returned to the host once all let go.
+        if let Some(stream) = stream {
+            stream.enqueue(WorkOp::Free { address }, Payload::Hold(alloc::vec![block]));
+        }
+        Ok(())
+    }
+
+    fn host_register(&self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
+        let call = CallKind::HostRegister.name();
+        self.calls.enter(CallKind::HostRegister)?;
+        if device_ptrs.len() < self.devices.len() {
+            return Err(HostErrorCode::InvalidValue.error(call));
+        }
+        lock(&self.memory).register(range, call)?;
+        self.write_device_ptrs(range.start, device_ptrs, call)
+    }
+
+    fn host_unregister(&self, start: usize) -> Result<()> {
+        let call = CallKind::HostUnregister.name();
+        self.calls.enter(CallKind::HostUnregister)?;
+        lock(&self.memory).unregister(start, call)
+    }
+
+    fn host_pinned_extent(
+        &self,
+        ptr: usize,
+        device_ptrs: &mut [usize],
+    ) -> Result<Option<ByteRange>> {
+        let call = CallKind::HostPinnedExtent.name();
+        self.calls.enter(CallKind::HostPinnedExtent)?;
+        let extent = lock(&self.memory).pinned_extent(ptr);
+        if let Some(extent) = extent {
+            self.write_device_ptrs(extent.start, device_ptrs, call)?;
+        }
+        Ok(extent)
+    }
+
+    fn stream_create(&self, device: DeviceId) -> Result<HostStream> {
+        let call = CallKind::StreamCreate.name();
+        self.calls.enter(CallKind::StreamCreate)?;
+        check_device(self, device)?;
+        self.current.require(device, call)?;
+        let handle = HostStream::fresh();
+        let shared = Arc::new(StreamShared::new(handle, device));
+        let worker = {
+            let (shared, log) = (shared.clone(), self.log.clone());
+            std::thread::Builder::new()
+                .name(format!("host-stream-{}", device.index()))
+                .spawn(move || run_worker(shared, log))
+                .map_err(|_| HostErrorCode::OperatingSystem.error(call))?
+        };
+        let mut table = lock(&self.streams);
+        table.reap();
+        table.live.insert(handle, StreamEntry { shared, worker });
+        Ok(handle)
+    }
+
+    fn stream_destroy(&self, stream: HostStream) -> Result<()> {
+        let call = CallKind::StreamDestroy.name();
+        self.calls.enter(CallKind::StreamDestroy)?;
+        let shared = self.current_stream(stream, call)?;
+        let mut table = lock(&self.streams);
+        let entry = table
+            .live
+            .remove(&shared.handle)
+            .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))?;
+        entry.shared.close();
+        table.draining.push(entry);
+        table.reap();
+        Ok(())
+    }
+
+    fn stream_synchronize(&self, stream: HostStream) -> Result<()> {
+        let call = CallKind::StreamSynchronize.name();
+        self.calls.enter(CallKind::StreamSynchronize)?;
+        self.current_stream(stream, call)?.tail().wait()
+    }
+
+    fn event_create(&self, device: DeviceId) -> Result<HostEvent> {
+        let call = CallKind::EventCreate.name();
+        self.calls.enter(CallKind::EventCreate)?;
+        check_device(self, device)?;
+        self.current.require(device, call)?;
+        let event = HostEvent::fresh();
+        lock(&self.events).insert(event, EventSlot { device, last: None });
+        Ok(event)
+    }
+
+    fn event_destroy(&self, event: HostEvent) -> Result<()> {
+        let call = CallKind::EventDestroy.name();
+        self.calls.enter(CallKind::EventDestroy)?;
+        let device = self.event_device(event, call)?;
+        self.current.require(device, call)?;
+        lock(&self.events).remove(&event);
+        Ok(())
+    }
+
+    fn event_record(&self, event: HostEvent, stream: HostStream) -> Result<()> {
+        let call = CallKind::EventRecord.name();
+        self.calls.enter(CallKind::EventRecord)?;
+        let shared = self.current_stream(stream, call)?;
+        let mut events = lock(&self.events);
+        let slot = events
+            .get_mut(&event)
+            .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))?;
+        if slot.device != shared.device {
+            return Err(HostErrorCode::InvalidHandle.error(call));
+        }
+        slot.last = Some(shared.enqueue(WorkOp::Record { event }, Payload::None));
+        Ok(())
+    }
+
+    fn stream_wait_event(&self, stream: HostStream, event: HostEvent) -> Result<()> {
+        let call = CallKind::StreamWaitEvent.name();
+        self.calls.enter(CallKind::StreamWaitEvent)?;
+        let shared = self.current_stream(stream, call)?;
+        let events = lock(&self.events);
+        let slot = events
+            .get(&event)
+            .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))?;
+        shared.enqueue(WorkOp::Wait { event }, Payload::Wait(slot.last.clone()));
+        Ok(())
+    }
+
+    fn event_query(&self, event: HostEvent) -> Result<bool> {
+        let call = CallKind::EventQuery.name();
+        self.calls.enter(CallKind::EventQuery)?;
+        let last = lock(&self.events)
+            .get(&event)
+            .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))?
+            .last
+            .clone();
+        last.map_or(Ok(true), |point| point.query())
+    }
+
+    fn event_synchronize(&self, event: HostEvent) -> Result<()> {
+        let call = CallKind::EventSynchronize.name();
+        self.calls.enter(CallKind::EventSynchronize)?;
+        let last = lock(&self.events)
+            .get(&event)
+            .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))?
+            .last
+            .clone();
+        last.map_or(Ok(()), |point| point.wait())
+    }
+
+    fn device_synchronize(&self, device: DeviceId) -> Result<()> {
+        let call = CallKind::DeviceSynchronize.name();
+        self.calls.enter(CallKind::DeviceSynchronize)?;
+        check_device(self, device)?;
+        self.current.require(device, call)?;
+        let (live, draining): (Vec<_>, Vec<_>) = {
+            let table = lock(&self.streams);
+            let of_device = |e: &StreamEntry| e.shared.device == device;
+            (
+                table
+                    .live
+                    .values()
+                    .filter(|e| of_device(e))
+                    .map(|e| e.shared.tail())
+                    .collect(),
+                table
+                    .draining
+                    .iter()
+                    .filter(|e| of_device(e))
+                    .map(|e| e.shared.tail())
+                    .collect(),
+            )
+        };
+        // Destroyed streams are waited for, but their errors surface only through events.
+        for point in &draining {
+            let _ = point.wait();
+        }
+        live.iter().try_for_each(|point| point.wait())
+    }
+
+    fn copy(&self, stream: HostStream, dst: usize, src: usize, bytes: usize) -> Result<()> {
+        let call = CallKind::Copy.name();
+        self.calls.enter(CallKind::Copy)?;
+        let shared = self.current_stream(stream, call)?;
+        let hold = {
+            let memory = lock(&self.memory);
+            let dst_block = Self::hold_range(&memory, dst, bytes, "copy destination", call)?;
+            let src_block = Self::hold_range(&memory, src, bytes, "copy source", call)?;
+            dst_block.into_iter().chain(src_block).collect()
+        };
+        shared.enqueue(WorkOp::Copy { dst, src, bytes }, Payload::Hold(hold));
+        Ok(())
+    }
+
+    fn fill(&self, stream: HostStream, dst: usize, value: u8, bytes: usize) -> Result<()> {
+        let call = CallKind::Fill.name();
+        self.calls.enter(CallKind::Fill)?;
+        let shared = self.current_stream(stream, call)?;
+        let hold = Self::hold_range(&lock(&self.memory), dst, bytes, "fill destination", call)?;
+        shared.enqueue(
+            WorkOp::Fill { dst, value, bytes },
+            Payload::Hold(hold.into_iter().collect()),
+        );
+        Ok(())
+    }
+
+    fn kernel(&self, device: DeviceId, name: &str) -> Result<HostKernel> {
+        let call = CallKind::KernelLoad.name();
+        self.calls.enter(CallKind::KernelLoad)?;
+        check_device(self, device)?;
+        self.current.require(device, call)?;
+        lock(&self.kernels).load(device, name, call)
+    }
+
+    fn kernel_allow_workgroup_bytes(&self, kernel: HostKernel, bytes: u32) -> Result<()> {
+        let call = CallKind::KernelAllowWorkgroupBytes.name();
+        self.calls.enter(CallKind::KernelAllowWorkgroupBytes)?;
+        let mut kernels = lock(&self.kernels);
+        let loaded = kernels.get_mut(kernel, call)?;
+        self.current.require(loaded.device, call)?;
+        if bytes
+            > self.devices[loaded.device.index()]
+                .workgroup
+                .max_per_block()
+        {
+            return Err(HostErrorCode::InvalidValue.error(call));
+        }
+        loaded.allowed_workgroup_bytes = bytes;
+        Ok(())
+    }
+
+    fn launch(
+        &self,
+        stream: HostStream,
+        kernel: HostKernel,
+        dims: LaunchDims,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        let call = CallKind::Launch.name();
+        self.calls.enter(CallKind::Launch)?;
+        let shared = self.current_stream(stream, call)?;
+        let (function, allowed) = {
+            let kernels = lock(&self.kernels);
+            let loaded = kernels.get(kernel, call)?;
+            if loaded.device != shared.device {
+                return Err(HostErrorCode::InvalidHandle.error(call));
+            }
+            (loaded.function.clone(), loaded.allowed_workgroup_bytes)
+        };
+        let limits = self.devices[shared.device.index()].workgroup;
+        let workgroup_limit = limits.default_per_block.max(allowed);
+        let threads_per_group = dims.block.iter().map(|&n| u64::from(n)).product::<u64>();
+        let bad_shape = dims.grid.contains(&0)
+            || dims.block.contains(&0)
+            || threads_per_group > MAX_THREADS_PER_WORKGROUP
+            || dims.dynamic_workgroup_bytes > workgroup_limit;
+        if bad_shape {
+            return Err(HostErrorCode::InvalidValue.error(call));
+        }
+        let regions = {
+            let memory = lock(&self.memory);
+            args.iter()
+                .filter_map(|arg| match arg {
+                    KernelArg::Ptr(p) => memory.region_of(*p),
+                    _ => None,
+                })
+                .collect()
+        };
+        let launch = Launch {
+            function,
+            dims,
+            args: args.to_vec(),
+            regions,
+        };
+        shared.enqueue(WorkOp::Launch { kernel }, Payload::Launch(Box::new(launch)));
+        Ok(())
+    }
+}
