@@ -216,6 +216,8 @@ pub enum Error {
         /// The handle's slot.
         slot: u32,
     },
+    /// A host-registered request or handle given to a call without the lock table.
+    RegisteredNeedsLockTable,
     /// The driver handed back a segment whose address breaks its alignment contract.
     MisalignedSegment {
         /// The address the driver returned.
@@ -459,6 +461,11 @@ impl fmt::Display for Error {
                 f,
                 "no live {kind} allocation has handle slot {slot}; it was already freed or \
                  comes from another allocator"
+            ),
+            Error::RegisteredNeedsLockTable => write!(
+                f,
+                "host-registered memory is pinned through the lock table; use \
+                 DeviceAllocator::allocate_with / free_with and pass the table"
             ),
             Error::MisalignedSegment { address, required } => write!(
                 f,

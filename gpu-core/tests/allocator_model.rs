@@ -124,6 +124,7 @@ fn the_generator_reaches_every_path() {
         "stream-ordered",
         "synchronous",
         "fallback",
+        "registered",
     ] {
         assert!(
             seen.get(path).copied().unwrap_or(0) > 0,

@@ -13,6 +13,7 @@ mod driver;
 #[cfg(feature = "model")]
 pub mod model;
 mod policy;
+mod registered;
 mod stats;
 #[cfg(test)]
 mod tests;
@@ -21,6 +22,7 @@ use core::fmt;
 
 use crate::error::{Error, Result};
 use crate::id::{DeviceId, EventId, StreamId};
+use crate::lock_table::{LockTable, PinDriver};
 
 pub use driver::SegmentDriver;
 pub use policy::{
@@ -30,6 +32,7 @@ pub use policy::{
 pub use stats::AllocatorStats;
 
 use cache::KindCache;
+use registered::RegisteredMemory;
 
 /// What kind of memory a request wants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -213,6 +216,7 @@ pub struct DeviceAllocator {
     capabilities: AllocatorCapabilities,
     config: AllocatorConfig,
     caches: [KindCache; 3],
+    registered: RegisteredMemory,
 }
 
 impl DeviceAllocator {
@@ -227,6 +231,7 @@ impl DeviceAllocator {
             capabilities,
             config,
             caches: MemoryKind::CACHED.map(|kind| KindCache::new(device, kind)),
+            registered: RegisteredMemory::default(),
         }
     }
 
@@ -254,10 +259,7 @@ impl DeviceAllocator {
         request: &AllocRequest<'_>,
     ) -> Result<Allocation> {
         let Some(cache_index) = request.kind.cache_index() else {
-            return Err(Error::KindUnsupported {
-                device: self.device,
-                kind: request.kind,
-            });
+            return Err(Error::RegisteredNeedsLockTable);
         };
         let support = self.capabilities.support(request.kind);
         if !support.available {
@@ -291,6 +293,81 @@ impl DeviceAllocator {
         })
     }
 
+    /// Serves any request: cached kinds as [`DeviceAllocator::allocate`] does, and
+    /// host-registered memory by locking the caller's range in `table` (the backend's one lock
+    /// interval table), never cached. The allocation's address is the caller's pointer; the
+    /// address a device uses for it comes from [`LockTable::lookup`]. A stream-ordered request
+    /// makes its stream wait on its dependencies.
+    pub fn allocate_with<D: SegmentDriver + PinDriver>(
+        &mut self,
+        driver: &mut D,
+        table: &mut LockTable,
+        request: &AllocRequest<'_>,
+    ) -> Result<Allocation> {
+        if request.kind != MemoryKind::HostRegistered {
+            return self.allocate(driver, request);
+        }
+        if !self.capabilities.host_register {
+            return Err(Error::KindUnsupported {
+                device: self.device,
+                kind: request.kind,
+            });
+        }
+        self.registered.poll(driver, table, self.device)?;
+        if let Order::Stream { stream, after } = request.order {
+            for &event in after {
+                driver.wait_event(self.device, stream, event)?;
+            }
+        }
+        let (slot, generation) =
+            self.registered
+                .register(driver, table, request.host_ptr, request.size)?;
+        Ok(Allocation {
+            handle: BlockHandle {
+                kind: MemoryKind::HostRegistered,
+                slot,
+                generation,
+            },
+            address: request.host_ptr,
+            size: request.size,
+            path: AllocPath::Registered,
+        })
+    }
+
+    /// Frees any allocation: cached kinds as [`DeviceAllocator::free`] does; host-registered
+    /// memory is unlocked in `table` at once for [`Release::Idle`], else once the work of every
+    /// stream that used it has completed (checked by later calls with the table, and by
+    /// [`DeviceAllocator::trim_with`]).
+    pub fn free_with<D: SegmentDriver + PinDriver>(
+        &mut self,
+        driver: &mut D,
+        table: &mut LockTable,
+        handle: BlockHandle,
+        release: Release,
+    ) -> Result<()> {
+        if handle.kind != MemoryKind::HostRegistered {
+            return self.free(driver, handle, release);
+        }
+        self.registered.free(
+            driver,
+            table,
+            self.device,
+            (handle.slot, handle.generation),
+            release,
+        )
+    }
+
+    /// [`DeviceAllocator::trim`], after unlocking the freed host-registered ranges whose work
+    /// has completed.
+    pub fn trim_with<D: SegmentDriver + PinDriver>(
+        &mut self,
+        driver: &mut D,
+        table: &mut LockTable,
+    ) -> Result<usize> {
+        self.registered.poll(driver, table, self.device)?;
+        self.trim(driver)
+    }
+
     /// Frees an allocation. With [`Release::OnStream`], the block is at once reusable on that
     /// stream, and on other streams only once ordered after the free; blocks marked as used on
     /// other streams return to the cache when those uses have completed.
@@ -309,6 +386,11 @@ impl DeviceAllocator {
     /// Records that the allocation is also used by work on `stream` (as PyTorch's
     /// `recordStream`): when freed, it is reused only after that work has completed.
     pub fn mark_used_on(&mut self, handle: BlockHandle, stream: StreamId) -> Result<()> {
+        if handle.kind == MemoryKind::HostRegistered {
+            return self
+                .registered
+                .mark_used_on(handle.slot, handle.generation, stream);
+        }
         let cache = self.cache_for(handle)?;
         cache.mark_used_on(handle.slot, handle.generation, stream)
     }
@@ -323,12 +405,13 @@ impl DeviceAllocator {
         Ok(released)
     }
 
-    /// Statistics of one memory kind (host-registered memory has none: it is not cached).
+    /// Statistics of one memory kind (for host-registered memory: bytes locked through this
+    /// allocator, hits for locks nested in an existing entry, misses for new pins).
     pub fn stats(&self, kind: MemoryKind) -> AllocatorStats {
-        kind.cache_index()
-            .map_or_else(AllocatorStats::default, |index| {
-                self.caches[index].stats().clone()
-            })
+        match kind.cache_index() {
+            Some(index) => self.caches[index].stats().clone(),
+            None => self.registered.stats().clone(),
+        }
     }
 
     /// Checks the caches' invariants and that their statistics match their blocks.
@@ -342,10 +425,7 @@ impl DeviceAllocator {
     fn cache_for(&mut self, handle: BlockHandle) -> Result<&mut KindCache> {
         match handle.kind.cache_index() {
             Some(index) => Ok(&mut self.caches[index]),
-            None => Err(Error::UnknownAllocation {
-                kind: handle.kind,
-                slot: handle.slot,
-            }),
+            None => Err(Error::RegisteredNeedsLockTable),
         }
     }
 }

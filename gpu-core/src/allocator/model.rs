@@ -7,14 +7,24 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use crate::error::{DriverError, Error, Result};
+use crate::error::{ByteRange, DriverError, Error, Result};
 use crate::id::{DeviceId, EventId, StreamId};
+use crate::lock_table::{LockTable, PinDriver};
 
 use super::{
     AllocPath, AllocRequest, AllocatorCapabilities, AllocatorConfig, BlockHandle, DeviceAllocator,
     MemoryKind, Release, SegmentDriver,
 };
 
+/// Every kind, host-registered last.
+const ALL_KINDS: [MemoryKind; 4] = [
+    MemoryKind::Device,
+    MemoryKind::Managed,
+    MemoryKind::HostPinned,
+    MemoryKind::HostRegistered,
+];
+/// Where the harness's host-registered ranges lie.
+const HOST_ARENA: usize = 0x10_0000;
 /// Alignment of the addresses the fake driver hands out.
 const FAKE_ALIGNMENT: usize = 4096;
 
@@ -39,9 +49,8 @@ struct ModelStream {
 #[derive(Clone, Debug)]
 struct ModelEvent {
     stream: u32,
-    /// Ops of `stream` it covers.
-    position: usize,
-    /// What a stream waiting on it learns.
+    /// For its own stream and each stream that one had waited on: the ops it covers (also
+    /// what a stream waiting on it learns).
     clock: BTreeMap<u32, usize>,
     /// Recorded by the allocator (and so to be released by it).
     owned_by_allocator: bool,
@@ -71,6 +80,8 @@ pub struct FakeDriver {
     streams: BTreeMap<u32, ModelStream>,
     events: BTreeMap<u32, ModelEvent>,
     next_event: u32,
+    /// Host ranges pinned through [`PinDriver`]: start -> length.
+    pins: BTreeMap<usize, usize>,
 }
 
 impl FakeDriver {
@@ -89,6 +100,7 @@ impl FakeDriver {
             streams: BTreeMap::new(),
             events: BTreeMap::new(),
             next_event: 0,
+            pins: BTreeMap::new(),
         }
     }
 
@@ -104,6 +116,11 @@ impl FakeDriver {
             .filter(|(_, k)| *k == kind)
             .map(|(size, _)| size)
             .sum()
+    }
+
+    /// Host ranges pinned and not unpinned: start -> length.
+    pub fn pinned(&self) -> &BTreeMap<usize, usize> {
+        &self.pins
     }
 
     /// Events the allocator recorded and has not released.
@@ -238,7 +255,6 @@ impl FakeDriver {
             id,
             ModelEvent {
                 stream: stream.0,
-                position,
                 clock,
                 owned_by_allocator,
             },
@@ -246,10 +262,14 @@ impl FakeDriver {
         EventId(id)
     }
 
+    /// An event completes once its stream's work before it has completed and so has everything
+    /// that stream had waited on (a wait is itself work on the stream).
     fn event_done(&self, event: &ModelEvent) -> bool {
-        self.streams
-            .get(&event.stream)
-            .is_some_and(|s| s.completed >= event.position)
+        event.clock.iter().all(|(stream, &position)| {
+            self.streams
+                .get(stream)
+                .is_some_and(|s| s.completed >= position)
+        })
     }
 
     fn apply_wait(&mut self, stream: StreamId, event: EventId) {
@@ -397,6 +417,50 @@ impl SegmentDriver for FakeDriver {
     }
 }
 
+impl PinDriver for FakeDriver {
+    fn pin(&mut self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
+        self.call("pin")?;
+        let overlapping = self
+            .pins
+            .range(..=range.last())
+            .next_back()
+            .is_some_and(|(&start, &len)| start + len > range.start);
+        if overlapping {
+            self.violations
+                .push(format!("{range} pinned over an existing pin"));
+        }
+        self.pins.insert(range.start, range.len);
+        device_ptrs.fill(range.start + (1 << 40));
+        Ok(())
+    }
+
+    fn unpin(&mut self, start: usize) -> Result<()> {
+        self.call("unpin")?;
+        match self.pins.remove(&start) {
+            Some(len) => {
+                if let Some((stream, position)) = self.pending_touching(start, start + len, None) {
+                    self.violations.push(format!(
+                        "host range {start:#x} unpinned while work {position} of stream {stream} may use it"
+                    ));
+                }
+            }
+            None => self
+                .violations
+                .push(format!("unpin of {start:#x}, which is not pinned")),
+        }
+        Ok(())
+    }
+
+    fn pinned_extent(
+        &mut self,
+        _ptr: usize,
+        _device_ptrs: &mut [usize],
+    ) -> Result<Option<ByteRange>> {
+        self.call("pinned_extent")?;
+        Ok(None)
+    }
+}
+
 // ----- the checking harness -----
 
 /// One step of a generated operation sequence; indices pick among live allocations and
@@ -472,6 +536,8 @@ pub struct Harness {
     pub allocator: DeviceAllocator,
     /// The fake driver.
     pub driver: FakeDriver,
+    /// The lock table host-registered requests go through.
+    pub table: LockTable,
     streams: u8,
     live: Vec<Live>,
     /// How often each path served a request, by name.
@@ -489,6 +555,7 @@ impl Harness {
         Self {
             allocator: DeviceAllocator::new(DeviceId(0), capabilities, config),
             driver: FakeDriver::new(capacity),
+            table: LockTable::new(1).expect("one device"),
             streams: streams.max(1),
             live: Vec::new(),
             paths: BTreeMap::new(),
@@ -501,10 +568,7 @@ impl Harness {
 
     /// Runs one step and checks everything; the first broken rule, described.
     pub fn step(&mut self, step: &Step) -> core::result::Result<(), String> {
-        let before: Vec<_> = MemoryKind::CACHED
-            .iter()
-            .map(|&k| self.allocator.stats(k))
-            .collect();
+        let before: Vec<_> = ALL_KINDS.iter().map(|&k| self.allocator.stats(k)).collect();
         let failure_planned = self.driver.fail_at.is_some_and(|n| n > self.driver.calls);
         let outcome = match step {
             Step::Allocate {
@@ -527,7 +591,7 @@ impl Harness {
             }
             Step::Trim => self
                 .allocator
-                .trim(&mut self.driver)
+                .trim_with(&mut self.driver, &mut self.table)
                 .map(|_| ())
                 .map_err(|e| format!("{e}")),
         };
@@ -537,7 +601,7 @@ impl Harness {
             if !(injected && message.contains("INJECTED_FAILURE")) {
                 return Err(message);
             }
-            for (kind, old) in MemoryKind::CACHED.iter().zip(&before) {
+            for (kind, old) in ALL_KINDS.iter().zip(&before) {
                 let now = self.allocator.stats(*kind);
                 if (now.allocated, now.requested) != (old.allocated, old.requested) {
                     return Err(format!("a failed step changed the {kind} bytes handed out"));
@@ -555,29 +619,36 @@ impl Harness {
         stream: Option<u8>,
         deps: &[u8],
     ) -> core::result::Result<(), String> {
-        let kind = [
-            MemoryKind::Device,
-            MemoryKind::Managed,
-            MemoryKind::HostPinned,
-            MemoryKind::HostRegistered,
-        ][usize::from(kind % 4)];
+        let kind = ALL_KINDS[usize::from(kind % 4)];
         let home = stream.map(|s| self.stream(s));
         let events: Vec<EventId> = deps
             .iter()
             .map(|&d| self.driver.record_user_event(self.stream(d)))
             .collect();
-        let mut request = AllocRequest::new(kind, size).aligned(alignment);
+        let registered = kind == MemoryKind::HostRegistered;
+        // Host ranges come from a small arena, so nested and overlapping locks are common.
+        let mut request = if registered {
+            AllocRequest::host_registered(HOST_ARENA + alignment % 32 * 4096, size % (64 << 10))
+        } else {
+            AllocRequest::new(kind, size).aligned(alignment)
+        };
+        let size = request.size;
         if let Some(home) = home {
             request = request.on_stream(home, &events);
         }
-        let result = self.allocator.allocate(&mut self.driver, &request);
-        for event in events {
+        let result = self
+            .allocator
+            .allocate_with(&mut self.driver, &mut self.table, &request);
+        for event in &events {
             self.driver.events.remove(&event.0);
         }
         let support = self.allocator.capabilities().support(kind);
         let allocation = match result {
             Ok(allocation) => allocation,
-            Err(Error::KindUnsupported { .. }) if !support.available => return Ok(()),
+            Err(Error::KindUnsupported { .. }) if !support.available && !registered => {
+                return Ok(());
+            }
+            Err(Error::LockOverlap { .. }) if registered => return Ok(()),
             Err(Error::InvalidAlignment { limit, .. })
                 if limit >= super::SMALL_SEGMENT
                     && (!alignment.is_power_of_two() || alignment > limit) =>
@@ -618,10 +689,24 @@ impl Harness {
                 allocation.path
             ));
         }
-        if allocation.size != size || allocation.address % alignment.max(1) != 0 {
+        if allocation.size != size || allocation.address % request.alignment.max(1) != 0 {
             return Err(format!(
                 "{allocation:?} does not honour size {size} and alignment {alignment}"
             ));
+        }
+        if registered {
+            if allocation.path != AllocPath::Registered || allocation.address != request.host_ptr {
+                return Err(format!("{allocation:?} does not name the caller's range"));
+            }
+            self.live.push(Live {
+                handle: allocation.handle,
+                address: allocation.address,
+                size,
+                kind,
+                home,
+                other_user: None,
+            });
+            return Ok(());
         }
         if !self.driver.inside_segment(kind, allocation.address, size) {
             return Err(format!(
@@ -629,7 +714,9 @@ impl Harness {
             ));
         }
         if let Some(other) = self.live.iter().find(|l| {
-            l.address < allocation.address + size && allocation.address < l.address + l.size
+            l.kind != MemoryKind::HostRegistered
+                && l.address < allocation.address + size
+                && allocation.address < l.address + l.size
         }) {
             return Err(format!("{allocation:?} overlaps the live {other:?}"));
         }
@@ -686,12 +773,12 @@ impl Harness {
             }
         };
         self.allocator
-            .free(&mut self.driver, live.handle, release)
+            .free_with(&mut self.driver, &mut self.table, live.handle, release)
             .map_err(|e| format!("{e}"))?;
         self.live.swap_remove(index);
         if self
             .allocator
-            .free(&mut self.driver, live.handle, release)
+            .free_with(&mut self.driver, &mut self.table, live.handle, release)
             .is_ok()
         {
             return Err(format!("{:?} freed twice", live.handle));
@@ -706,7 +793,7 @@ impl Harness {
         if let Some(violation) = self.driver.violations.first() {
             return Err(violation.clone());
         }
-        for kind in MemoryKind::CACHED {
+        for kind in ALL_KINDS {
             let stats = self.allocator.stats(kind);
             let requested: usize = self
                 .live
@@ -736,9 +823,19 @@ impl Harness {
         }
         self.driver.finish_all();
         self.allocator
-            .trim(&mut self.driver)
+            .trim_with(&mut self.driver, &mut self.table)
             .map_err(|e| format!("{e}"))?;
         self.check()?;
+        if !self.driver.pinned().is_empty() || self.table.stats().entries != 0 {
+            return Err(format!(
+                "after trim {:?} are still pinned, {} table entries",
+                self.driver.pinned(),
+                self.table.stats().entries
+            ));
+        }
+        if self.allocator.stats(MemoryKind::HostRegistered).pending != 0 {
+            return Err("host-registered ranges still wait to be unlocked".into());
+        }
         if !self.driver.live_segments().is_empty() {
             return Err(format!(
                 "after trim the driver still has {:?} out",

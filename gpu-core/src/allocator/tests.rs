@@ -3,6 +3,7 @@
 
 use super::model::{FakeDriver, capabilities};
 use super::*;
+use crate::lock_table::LockTable;
 use alloc::vec::Vec;
 
 const S0: StreamId = StreamId(0);
@@ -324,6 +325,79 @@ fn the_shared_allocator_locks_each_device_alone() {
         shared.device(DeviceId(2)),
         Err(Error::UnknownDevice {
             device_count: 2,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn host_registered_memory_goes_through_the_lock_table_and_unpins_after_its_work() {
+    let (mut a, mut d) = (allocator(true), FakeDriver::new(usize::MAX / 2));
+    let mut table = LockTable::new(1).unwrap();
+    let range = AllocRequest::host_registered(0x10_0000, 8192);
+    assert_eq!(
+        a.allocate(&mut d, &range),
+        Err(Error::RegisteredNeedsLockTable)
+    );
+    let outer = a.allocate_with(&mut d, &mut table, &range).unwrap();
+    assert_eq!(
+        (outer.path, outer.address, outer.size),
+        (AllocPath::Registered, 0x10_0000, 8192)
+    );
+    let inner = a
+        .allocate_with(
+            &mut d,
+            &mut table,
+            &AllocRequest::host_registered(0x10_1000, 16),
+        )
+        .unwrap();
+    assert_eq!(d.pinned().len(), 1, "the nested lock pinned again");
+    assert!(matches!(
+        a.allocate_with(
+            &mut d,
+            &mut table,
+            &AllocRequest::host_registered(0x10_1000, 8192)
+        ),
+        Err(Error::LockOverlap { .. })
+    ));
+
+    d.enqueue(S0, 0x10_0000, 8192);
+    a.free_with(&mut d, &mut table, outer.handle, Release::OnStream(S0))
+        .unwrap();
+    a.free_with(&mut d, &mut table, inner.handle, Release::Idle)
+        .unwrap();
+    assert_eq!(
+        d.pinned().len(),
+        1,
+        "unpinned while stream 0 may still copy from it"
+    );
+    assert_eq!(a.stats(MemoryKind::HostRegistered).pending, 8192);
+    d.progress(S0, 1);
+    a.trim_with(&mut d, &mut table).unwrap();
+    assert!(d.pinned().is_empty() && d.violations.is_empty());
+    assert_eq!(d.allocator_events(), 0);
+    let stats = a.stats(MemoryKind::HostRegistered);
+    assert_eq!(
+        (stats.allocated, stats.pending, stats.hits, stats.misses),
+        (0, 0, 1, 1)
+    );
+    assert!(matches!(
+        a.free_with(&mut d, &mut table, inner.handle, Release::Idle),
+        Err(Error::UnknownAllocation { .. })
+    ));
+}
+
+#[test]
+fn host_registration_needs_the_capability() {
+    let mut caps = capabilities([true; 3], true);
+    caps.host_register = false;
+    let mut a = DeviceAllocator::new(DeviceId(0), caps, AllocatorConfig::default());
+    let (mut d, mut table) = (FakeDriver::new(usize::MAX / 2), LockTable::new(1).unwrap());
+    let request = AllocRequest::host_registered(0x10_0000, 64);
+    assert!(matches!(
+        a.allocate_with(&mut d, &mut table, &request),
+        Err(Error::KindUnsupported {
+            kind: MemoryKind::HostRegistered,
             ..
         })
     ));
