@@ -111,8 +111,14 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
         })
     }
 
-    fn record_event(&mut self, device: DeviceId, stream: StreamId) -> Result<EventId> {
-        let stream = stream_handle(self.streams, stream)?;
+    /// Records on `stream` an event of the stream's own device (the memory's device may be
+    /// another: a buffer used by a peer copy is freed on the copying device's stream).
+    fn record_event(&mut self, _memory_device: DeviceId, stream: StreamId) -> Result<EventId> {
+        let device = self.streams.get(stream.index()).map(|slot| slot.device);
+        let (device, stream) = (
+            device.ok_or(Error::UnknownStream { stream })?,
+            stream_handle(self.streams, stream)?,
+        );
         let backend = self.backend;
         let events = &mut *self.events;
         with_device(backend, device, || {

@@ -4,6 +4,8 @@
 //! IREE's HIP driver set the device and never restored it, so a user's thread silently changed
 //! device after calling the library. Every runtime call that needs a device goes through this.
 
+use core::sync::atomic::{AtomicU64, Ordering};
+
 use crate::backend::Backend;
 use crate::error::Result;
 use crate::id::DeviceId;
@@ -56,8 +58,18 @@ impl<B: Backend + ?Sized> Drop for DeviceGuard<'_, B> {
     }
 }
 
-/// Runs `f` with `device` current and restores the caller's device afterwards, reporting the
-/// first failure: `f`'s own, else the restore's.
+/// Restores that failed after the bracketed call itself had succeeded (process-wide count).
+static RESTORE_FAILURES: AtomicU64 = AtomicU64::new(0);
+
+/// How many device restores failed after a successful bracketed call, process-wide. Such a
+/// call still returns its value: what it created (an allocation, a stream) must reach the
+/// caller, or it would leak.
+pub fn restore_failures() -> u64 {
+    RESTORE_FAILURES.load(Ordering::Relaxed)
+}
+
+/// Runs `f` with `device` current and restores the caller's device afterwards. Returns `f`'s
+/// result; a failed restore after a successful `f` is counted in [`restore_failures`].
 pub fn with_device<B: Backend + ?Sized, T>(
     backend: &B,
     device: DeviceId,
@@ -65,8 +77,8 @@ pub fn with_device<B: Backend + ?Sized, T>(
 ) -> Result<T> {
     let guard = DeviceGuard::new(backend, device)?;
     let result = f();
-    let restored = guard.restore();
-    let value = result?;
-    restored?;
-    Ok(value)
+    if guard.restore().is_err() {
+        RESTORE_FAILURES.fetch_add(1, Ordering::Relaxed);
+    }
+    result
 }

@@ -28,7 +28,7 @@ use crate::token::{ProgramReport, Token};
 use drivers::HostPins;
 use state::State;
 
-pub use guard::{DeviceGuard, with_device};
+pub use guard::{DeviceGuard, restore_failures, with_device};
 pub use recording::{LiveObjects, RecordingBackend};
 pub use worker::{DeviceWorker, Ticket};
 

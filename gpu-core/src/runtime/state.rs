@@ -49,6 +49,8 @@ pub(crate) struct State<B: Backend> {
     allocators: Vec<DeviceAllocator>,
     allocator_events: AllocatorEvents<B::Event>,
     kernels: HashMap<(DeviceId, String), LoadedKernel<B::Kernel>>,
+    /// Frees the driver failed, with the streams that used the memory: retried by `trim`.
+    deferred_frees: Vec<(DeviceId, BlockHandle, Vec<StreamId>)>,
     next_op: u32,
     /// Set when a failed record or wait left stream ordering unknown.
     pub(crate) poisoned: Option<Error>,
@@ -79,6 +81,7 @@ impl<B: Backend> State<B> {
                 .collect(),
             allocator_events: AllocatorEvents::new(infos.len()),
             kernels: HashMap::new(),
+            deferred_frees: Vec::new(),
             next_op: 0,
             poisoned: None,
             counts: Counts::default(),
@@ -299,8 +302,34 @@ impl<B: Backend> State<B> {
         allocators[device.index()].allocate(&mut driver, request)
     }
 
-    /// Frees `handle`, ordered after the work of every stream in `uses`.
+    /// Frees `handle`, ordered after the work of every stream in `uses`. A free the driver
+    /// fails is kept and retried by the next trim (and at teardown, once every stream is
+    /// idle), since the buffer that held the handle is gone.
     pub(crate) fn free(
+        &mut self,
+        backend: &B,
+        device: DeviceId,
+        handle: BlockHandle,
+        uses: &[StreamId],
+    ) -> Result<()> {
+        self.free_once(backend, device, handle, uses)
+            .inspect_err(|_| {
+                self.deferred_frees.push((device, handle, uses.to_vec()));
+            })
+    }
+
+    /// Retries the frees that failed; those that fail again stay.
+    fn retry_deferred_frees(&mut self, backend: &B) -> Result<()> {
+        let mut first_error = Ok(());
+        for (device, handle, uses) in core::mem::take(&mut self.deferred_frees) {
+            if let Err(e) = self.free(backend, device, handle, &uses) {
+                first_error = first_error.and(Err(e));
+            }
+        }
+        first_error
+    }
+
+    fn free_once(
         &mut self,
         backend: &B,
         device: DeviceId,
@@ -332,8 +361,9 @@ impl<B: Backend> State<B> {
         allocator.free(&mut driver, handle, release)
     }
 
-    /// Gives every device's cached memory back to the driver.
+    /// Gives every device's cached memory back to the driver (retrying failed frees first).
     pub(crate) fn trim(&mut self, backend: &B) -> Result<usize> {
+        self.retry_deferred_frees(backend)?;
         let Self {
             allocators,
             streams,
@@ -408,14 +438,19 @@ impl<B: Backend> State<B> {
                 first_error.get_or_insert(e);
             }
         };
-        for index in 0..self.streams.len() {
-            note(self.synchronize_stream(backend, StreamId(index as u32)));
-        }
         let program = self.planner.end_program();
-        let trimmed = self.trim(backend).unwrap_or_else(|e| {
-            note(Err(e));
-            0
-        });
+        // The first trim records fences on streams with recent frees; once the streams are
+        // idle again the second finds every free complete and releases every segment.
+        let mut trimmed = 0;
+        for _ in 0..2 {
+            for index in 0..self.streams.len() {
+                note(self.synchronize_stream(backend, StreamId(index as u32)));
+            }
+            trimmed += self.trim(backend).unwrap_or_else(|e| {
+                note(Err(e));
+                0
+            });
+        }
         self.planner.drain_pools();
         let mut steps = core::mem::take(&mut self.steps);
         steps.extend(self.planner.drain_steps());
