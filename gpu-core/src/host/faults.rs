@@ -83,7 +83,7 @@ call_kinds! {
 
 impl CallKind {
     /// Whether the call counts towards [`CallCounts::total`] and can be hit by
-    /// [`CallLedger::fail_nth_call`]. Getting and setting the current device do not: they are
+    /// [`super::HostBackend::fail_nth_call`]. Getting and setting the current device do not: they are
     /// thread-local bookkeeping (CUDA's cuCtxSetCurrent on a live context does not fail), and a
     /// runtime's device guard restores the device in a destructor that cannot report an error.
     /// They are still counted per kind and can be failed by kind.

@@ -2,16 +2,53 @@
 //! streams are worker threads, kernels are registered Rust functions, and faults can be injected.
 //!
 //! It is the embedded default: the runtime, the conformance suite and the examples run on it.
-//! It is also strict where a driver is strict and a little stricter where that catches runtime
-//! bugs: every device call checks that its device is current on the calling thread (per OS
-//! thread and per backend instance, as CUDA keeps the current context), handles are never
-//! reused, freed memory is returned only after queued work that touches it has run, and every
-//! misuse is a typed [`Error::Driver`] whose name starts with `HOST_` (see [`HostErrorCode`]).
+//! It is strict where a driver is strict, and a little stricter where that catches runtime
+//! bugs. Every misuse is a typed [`Error::Driver`] named `HOST_...` with CUDA's number for the
+//! same situation (see [`HostErrorCode`]).
 //!
-//! Test support: [`HostBackend::fail_nth`] and [`HostBackend::fail_nth_call`] make a chosen
-//! call fail without effect, [`HostBackend::calls`] counts calls, [`HostBackend::stats`]
-//! counts live objects, and [`HostBackend::work_log`] gives each work item's start and finish
-//! in one backend-wide sequence.
+//! # Rules
+//! - **Current device.** Each OS thread has a current device per backend instance, as CUDA
+//!   keeps a current context. Every call that acts on a device, directly or through a stream,
+//!   event or kernel of it, fails with `HOST_WRONG_CURRENT_DEVICE` unless that device is
+//!   current. As in CUDA, `stream_wait_event` checks the stream's device only (the event may be
+//!   another device's), and `event_query`, `event_synchronize` and the `host_*` calls need no
+//!   current device.
+//! - **Memory.** Allocations are zeroed host memory aligned to
+//!   [`HOST_ALLOCATION_ALIGNMENT`], counted against the device's capacity (`Ok(None)` beyond
+//!   it). Freeing an address that is not a live allocation of that device and kind is
+//!   `HOST_INVALID_VALUE`. A freed block goes back to the host only once the queued work that
+//!   touches it has run (`free` with `after` also waits for the stream's earlier work), so a
+//!   free never pulls memory from under a copy or kernel.
+//! - **Copies and fills** accept any address, as a unified-addressing driver does: a range
+//!   that touches an allocation must lie inside it (else `HOST_INVALID_VALUE`); any other
+//!   address is taken as the caller's host memory, which must outlive the queued work.
+//! - **Streams** run their work in order on one worker thread each. Destroying a stream lets
+//!   its queued work finish. A failing item (a kernel's error, a panic, a wait on a failed
+//!   record) becomes the stream's sticky error: later items are skipped, and every later
+//!   `stream_synchronize`, `device_synchronize`, and sync or query of an event recorded after
+//!   it reports it.
+//! - **Events** belong to the device current at creation; recording on another device's
+//!   stream is `HOST_INVALID_HANDLE`. An event never recorded is complete; a wait captures the
+//!   event's last record at the time of the call.
+//! - **Host registration** is process-wide for the backend: overlapping a registered range or
+//!   a host-pinned allocation is `HOST_MEMORY_ALREADY_REGISTERED`, unregistering needs the
+//!   exact start (`HOST_INVALID_VALUE` inside a range, `HOST_MEMORY_NOT_REGISTERED` elsewhere);
+//!   host-pinned allocations count as pinned for [`Backend::host_pinned_extent`]. Every
+//!   device's address for host memory is the host address.
+//! - **Kernels** are registered by name ([`HostBackend::register_kernel`]; the standard
+//!   library is there from the start) and run one workgroup at a time, each with zeroed dynamic
+//!   workgroup memory. A launch above the default workgroup limit needs the kernel's opt-in,
+//!   and never above it. A kernel reaches only memory its pointer arguments lie in
+//!   ([`KernelContext::view`]).
+//! - **Handles** are never reused, by this backend or any other in the process, so a stale or
+//!   foreign handle is always `HOST_INVALID_HANDLE`.
+//!
+//! # Test support
+//! [`HostBackend::fail_nth`] and [`HostBackend::fail_nth_call`] make a chosen call fail with
+//! `HOST_INJECTED_FAULT` and no effect, [`HostBackend::calls`] counts calls,
+//! [`HostBackend::stats`] counts live objects, and [`HostBackend::work_log`] gives each work
+//! item's start and finish in one backend-wide sequence. Dropping the backend lets every
+//! stream finish its work, joins every worker thread, and frees what is left.
 
 mod current;
 mod faults;
