@@ -1,6 +1,7 @@
 //! The crate users add: re-exports the pure core ([`gpu_core`]) and, by feature, the driver
-//! backends (`cuda`, `hip`, `hsa`). The host backend, which needs no GPU, is always present.
-#![no_std]
+//! backends (`cuda`, `hip`, `hsa`). The host backend, which needs no GPU, is always present,
+//! and [`with_best_backend`] picks the best backend present at run time.
+#![cfg_attr(not(feature = "std"), no_std)]
 
 pub use gpu_core::*;
 
@@ -10,3 +11,19 @@ pub use gpu_cuda_ffi as cuda;
 pub use gpu_hip_ffi as hip;
 #[cfg(feature = "hsa")]
 pub use gpu_hsa_ffi as hsa;
+
+/// Code generic over the backend, run on whichever backend [`with_best_backend`] picks.
+pub trait WithBackend {
+    /// What the code returns.
+    type Output;
+
+    /// Runs on `backend`.
+    fn with<B: backend::Backend>(self, backend: B) -> Self::Output;
+}
+
+/// Runs `work` on the best backend present: a GPU driver compiled in by feature that finds a
+/// device, else the host backend with two simulated devices.
+#[cfg(feature = "std")]
+pub fn with_best_backend<W: WithBackend>(work: W) -> W::Output {
+    work.with(host::HostBackend::new(host::HostConfig::with_devices(2)))
+}
