@@ -35,8 +35,9 @@ pub(super) struct LoadedKernel {
     pub(super) device: DeviceId,
     pub(super) name: Arc<str>,
     pub(super) function: KernelFn,
-    /// Dynamic workgroup bytes the kernel opted in to (0: none, the default limit applies).
-    pub(super) allowed_workgroup_bytes: u32,
+    /// Most dynamic workgroup bytes a launch may use, once set (CUDA's
+    /// `MAX_DYNAMIC_SHARED_SIZE_BYTES`); until then the device's default limit applies.
+    pub(super) allowed_workgroup_bytes: Option<u32>,
 }
 
 impl fmt::Debug for LoadedKernel {
@@ -87,7 +88,7 @@ impl KernelRegistry {
                 device,
                 name: Arc::from(name),
                 function: function.clone(),
-                allowed_workgroup_bytes: 0,
+                allowed_workgroup_bytes: None,
             },
         );
         self.by_name.insert((device, String::from(name)), kernel);

@@ -37,9 +37,10 @@
 //!   device's address for host memory is the host address.
 //! - **Kernels** are registered by name ([`HostBackend::register_kernel`]; the standard
 //!   library is there from the start) and run one workgroup at a time, each with zeroed dynamic
-//!   workgroup memory. A launch above the default workgroup limit needs the kernel's opt-in,
-//!   and never above it. A kernel reaches only memory its pointer arguments lie in
-//!   ([`KernelContext::view`]).
+//!   workgroup memory. A launch's dynamic workgroup memory may not exceed the device's default
+//!   limit, or once `kernel_allow_workgroup_bytes` has set the kernel's own limit (at most the
+//!   device's opt-in maximum), that limit, as CUDA's `MAX_DYNAMIC_SHARED_SIZE_BYTES` works.
+//!   A kernel reaches only memory its pointer arguments lie in ([`KernelContext::view`]).
 //! - **Handles** are never reused, by this backend or any other in the process, so a stale or
 //!   foreign handle is always `HOST_INVALID_HANDLE`.
 //!
@@ -840,7 +841,7 @@ impl Backend for HostBackend {
         {
             return Err(HostErrorCode::InvalidValue.error(call));
         }
-        loaded.allowed_workgroup_bytes = bytes;
+        loaded.allowed_workgroup_bytes = Some(bytes);
         Ok(())
     }
 
@@ -863,7 +864,7 @@ impl Backend for HostBackend {
             (loaded.function.clone(), loaded.allowed_workgroup_bytes)
         };
         let limits = self.devices[shared.device.index()].workgroup;
-        let workgroup_limit = limits.default_per_block.max(allowed);
+        let workgroup_limit = allowed.unwrap_or(limits.default_per_block);
         let threads_per_group = dims.block.iter().map(|&n| u64::from(n)).product::<u64>();
         let bad_shape = dims.grid.contains(&0)
             || dims.block.contains(&0)
