@@ -658,6 +658,9 @@ fn kernel_names_and_workgroup_opt_in_follow_the_drivers_rules() {
         code(b.launch(s, k, LaunchDims::linear(0, 32), &[])),
         invalid
     );
+    // The opt-in sets the kernel's limit, also below the default one, as CUDA's attribute does.
+    b.kernel_allow_workgroup_bytes(k, 1024).unwrap();
+    assert_eq!(code(b.launch(s, k, with_bytes(1028), &[])), invalid);
     assert_eq!(
         code(b.launch(s, k, LaunchDims::linear(1, 1025), &[])),
         invalid
