@@ -1,0 +1,263 @@
+//! The runtime's own rules on the host backend: token misuse, bounds and devices, buffers
+//! freed while work is pending, the device guard on errors and unwinding, device workers, and
+//! one user thread driving two devices without one delaying the other.
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+use gpu_core::allocator::MemoryKind;
+use gpu_core::backend::{Backend, LaunchDims};
+use gpu_core::host::{HostBackend, HostConfig};
+use gpu_core::runtime::{Arg, DeviceGuard, Runtime, with_device};
+use gpu_core::{DeviceId, Error};
+
+const D0: DeviceId = DeviceId(0);
+const D1: DeviceId = DeviceId(1);
+
+fn runtime() -> Runtime<HostBackend> {
+    Runtime::new(HostBackend::new(HostConfig::with_devices(2))).unwrap()
+}
+
+#[test]
+fn a_token_used_twice_is_a_typed_error_and_the_deps_stay_with_the_caller() {
+    let rt = runtime();
+    let buffer = rt.alloc(D0, MemoryKind::Device, 64).unwrap();
+    let token = rt.fill(D0, buffer.all(), 1, &mut vec![]).unwrap();
+    let id = token.id();
+    rt.wait(token).unwrap();
+    let mut deps = vec![gpu_core::token::Token::from_id(id)];
+    let err = rt.fill(D0, buffer.all(), 2, &mut deps).unwrap_err();
+    assert!(matches!(err, Error::TokenConsumed { .. }), "{err}");
+    assert_eq!(
+        deps.len(),
+        1,
+        "a refused call leaves the caller's tokens untouched"
+    );
+}
+
+#[test]
+fn spans_are_bounded_and_device_memory_stays_on_its_device() {
+    let rt = runtime();
+    let buffer = rt.alloc(D0, MemoryKind::Device, 100).unwrap();
+    assert_eq!(
+        buffer.span(90, 20).err(),
+        Some(Error::OutOfBounds {
+            offset: 90,
+            len: 20,
+            size: 100
+        })
+    );
+    assert_eq!(
+        buffer.span(usize::MAX, 2).err(),
+        Some(Error::OutOfBounds {
+            offset: usize::MAX,
+            len: 2,
+            size: 100
+        })
+    );
+    assert!(matches!(buffer.span(0, 0), Err(Error::ZeroSize { .. })));
+    assert_eq!(
+        rt.fill(D1, buffer.all(), 0, &mut vec![]).err(),
+        Some(Error::WrongDevice {
+            expected: D1,
+            found: D0
+        })
+    );
+    let other = rt.alloc(D0, MemoryKind::Device, 50).unwrap();
+    assert!(matches!(
+        rt.copy(D0, other.all(), buffer.all(), &mut vec![]),
+        Err(Error::OutOfBounds { .. })
+    ));
+}
+
+/// A buffer dropped while a kernel that writes it is still running is not handed to another
+/// stream before that kernel has finished.
+#[test]
+fn a_buffer_freed_while_in_use_is_reused_only_after_the_use() {
+    let backend = HostBackend::new(HostConfig::with_devices(1));
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = Mutex::new(release_rx);
+    let (order_tx, order_rx) = mpsc::channel::<&'static str>();
+    let order_tx = Mutex::new(order_tx);
+    backend.register_kernel("gated_write", move |ctx, _| {
+        release_rx.lock().unwrap().recv().ok();
+        let view = ctx.view::<u32>(ctx.arg_ptr(0)?, 1)?;
+        view.set(0, 0xdead)?;
+        order_tx.lock().unwrap().send("gated write done").ok();
+        Ok(())
+    });
+    let rt = Runtime::new(backend).unwrap();
+    let first = rt.alloc(D0, MemoryKind::Device, 4096).unwrap();
+    let address = first.address();
+    let written = rt
+        .launch(
+            D0,
+            "gated_write",
+            LaunchDims::linear(1, 1),
+            &[Arg::Span(first.all())],
+            &mut vec![],
+        )
+        .unwrap();
+    drop(first); // freed while the kernel still waits for its gate
+    let (second, ready) = rt
+        .alloc_after(D0, MemoryKind::Device, 4096, &mut vec![])
+        .unwrap();
+    let filled = rt.fill(D0, second.all(), 7, &mut vec![ready]).unwrap();
+    release_tx.send(()).unwrap();
+    assert_eq!(order_rx.recv().unwrap(), "gated write done");
+    rt.wait(written).unwrap();
+    // Had the fill not been ordered after the gated kernel, the kernel's write would now sit
+    // in the reused block.
+    let mut back = vec![0u8; 4096];
+    rt.download(D0, &mut back, second.all(), &mut vec![filled])
+        .unwrap();
+    if second.address() == address {
+        assert!(
+            back.iter().all(|&b| b == 7),
+            "the reused block was overwritten by the old kernel"
+        );
+    } else {
+        let stats = rt.stats().allocator;
+        let device = stats
+            .iter()
+            .find(|(_, kind, _)| *kind == MemoryKind::Device)
+            .unwrap();
+        assert!(
+            device.2.misses >= 2,
+            "not reused, so a second segment was allocated"
+        );
+    }
+}
+
+#[test]
+fn the_guard_restores_the_device_on_error_and_on_unwinding() {
+    let backend = HostBackend::new(HostConfig::with_devices(2));
+    backend.set_current_device(Some(D1)).unwrap();
+    let failed: Result<(), Error> = with_device(&backend, D0, || {
+        assert_eq!(backend.current_device().unwrap(), Some(D0));
+        Err(Error::ZeroSize { what: "test" })
+    });
+    assert!(failed.is_err());
+    assert_eq!(backend.current_device().unwrap(), Some(D1));
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _guard = DeviceGuard::new(&backend, D0).unwrap();
+        panic!("unwinding through a guard");
+    }));
+    assert!(unwound.is_err());
+    assert_eq!(backend.current_device().unwrap(), Some(D1));
+    backend.set_current_device(None).unwrap();
+}
+
+#[test]
+fn workers_run_with_their_device_current_and_errors_are_sticky_until_cleared() {
+    let rt = runtime();
+    let worker = rt.worker(D1).unwrap();
+    assert_eq!(worker.device(), D1);
+    let seen = worker
+        .submit(|backend: &HostBackend| backend.current_device())
+        .wait();
+    assert_eq!(seen, Ok(Some(D1)));
+    let failed = worker.submit(|_: &HostBackend| -> gpu_core::Result<()> {
+        Err(Error::ZeroSize { what: "action" })
+    });
+    let refused = worker.submit(|_: &HostBackend| Ok(1));
+    assert_eq!(failed.wait(), Err(Error::ZeroSize { what: "action" }));
+    assert!(matches!(
+        refused.wait(),
+        Err(Error::QueueFailed { device: D1, .. })
+    ));
+    assert_eq!(
+        worker.clear_error(),
+        Some(Error::ZeroSize { what: "action" })
+    );
+    assert_eq!(worker.submit(|_: &HostBackend| Ok(2)).wait(), Ok(2));
+    let panicked =
+        worker.submit(|_: &HostBackend| -> gpu_core::Result<()> { panic!("in an action") });
+    assert_eq!(panicked.wait(), Err(Error::ActionPanicked { device: D1 }));
+    worker.clear_error();
+    assert_eq!(
+        worker.submit(|_: &HostBackend| Ok(3)).wait(),
+        Ok(3),
+        "the worker survived"
+    );
+    assert!(
+        std::ptr::eq(worker, rt.worker(D1).unwrap()),
+        "one worker per device"
+    );
+    assert!(matches!(
+        rt.worker(DeviceId(2)),
+        Err(Error::UnknownDevice { .. })
+    ));
+}
+
+/// Work on device 0 that cannot finish (its kernel waits for a gate) does not delay a whole
+/// round of submissions and a wait on device 1, from the same user thread.
+#[test]
+fn a_busy_device_does_not_delay_another() {
+    let backend = HostBackend::new(HostConfig::with_devices(2));
+    let (gate_tx, gate_rx) = mpsc::channel::<()>();
+    let gate_rx = Mutex::new(gate_rx);
+    backend.register_kernel("wait_for_gate", move |_, _| {
+        gate_rx.lock().unwrap().recv().ok();
+        Ok(())
+    });
+    let rt = Runtime::new(backend).unwrap();
+    let busy = rt
+        .launch(
+            D0,
+            "wait_for_gate",
+            LaunchDims::linear(1, 1),
+            &[],
+            &mut vec![],
+        )
+        .unwrap();
+    let buffer = rt.alloc(D1, MemoryKind::Device, 1 << 20).unwrap();
+    let filled = rt.fill(D1, buffer.all(), 3, &mut vec![]).unwrap();
+    let mut back = vec![0u8; 1 << 20];
+    rt.download(D1, &mut back, buffer.all(), &mut vec![filled])
+        .unwrap();
+    assert!(
+        back.iter().all(|&b| b == 3),
+        "device 1 finished while device 0 is still busy"
+    );
+    gate_tx.send(()).unwrap();
+    rt.wait(busy).unwrap();
+}
+
+#[test]
+fn a_token_left_unwaited_is_reported_at_shutdown() {
+    let rt = runtime();
+    let buffer = rt.alloc(D0, MemoryKind::Device, 64).unwrap();
+    let forgotten = rt.fill(D0, buffer.all(), 1, &mut vec![]).unwrap();
+    let id = forgotten.id();
+    drop(forgotten);
+    drop(buffer);
+    let report = rt.shutdown().unwrap();
+    assert_eq!(report.program.unwaited.len(), 1);
+    assert_eq!(report.program.unwaited[0].token, id);
+}
+
+#[test]
+fn locked_host_memory_is_used_directly_and_unpinned_after_its_transfers() {
+    let rt = Arc::new(runtime());
+    let mut host = vec![5u8; 1 << 16];
+    let buffer = rt.alloc(D0, MemoryKind::Device, 1 << 16).unwrap();
+    let locked = rt.lock_host(&mut host).unwrap();
+    let address = locked.span(0, 1).unwrap().address();
+    assert!(rt.pinned_address(address, 1 << 16, D0).unwrap().is_some());
+    let uploaded = rt
+        .copy(
+            D0,
+            buffer.all(),
+            locked.span(0, 1 << 16).unwrap(),
+            &mut vec![],
+        )
+        .unwrap();
+    locked.unlock().unwrap(); // waits for the copy that reads it
+    assert_eq!(rt.pinned_address(address, 1, D0).unwrap(), None);
+    assert_eq!(rt.stats().locks.entries, 0);
+    let mut back = vec![0u8; 1 << 16];
+    rt.download(D0, &mut back, buffer.all(), &mut vec![uploaded])
+        .unwrap();
+    assert!(back.iter().all(|&b| b == 5));
+}
