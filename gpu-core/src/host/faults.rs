@@ -203,15 +203,13 @@ impl CallLedger {
         self.armed.store(true, Ordering::Release);
     }
 
-    /// Disarms every trigger that has not fired.
-    pub(super) fn clear(&self) {
-        lock(&self.triggers).clear();
+    /// Disarms every trigger that has not fired; returns how many there were.
+    pub(super) fn clear(&self) -> usize {
+        let mut triggers = lock(&self.triggers);
+        let pending = triggers.len();
+        triggers.clear();
         self.armed.store(false, Ordering::Release);
-    }
-
-    /// Triggers armed and not yet fired.
-    pub(super) fn pending(&self) -> usize {
-        lock(&self.triggers).len()
+        pending
     }
 
     /// Faults injected so far.
