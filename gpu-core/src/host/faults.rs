@@ -155,9 +155,10 @@ impl CallLedger {
         }
     }
 
-    /// Counts one call of `kind`; fails it with `HOST_INJECTED_FAULT` if a trigger names it.
-    /// Called first thing by every driver call, so a failed call has done nothing.
-    pub(super) fn enter(&self, kind: CallKind) -> Result<()> {
+    /// Counts one call of `kind`; fails it with `HOST_INJECTED_FAULT` if a trigger names it,
+    /// else returns the call's name for its errors. Called first thing by every driver call,
+    /// so a failed call has done nothing.
+    pub(super) fn enter(&self, kind: CallKind) -> Result<&'static str> {
         let of_kind = self.per_kind[kind.index()].fetch_add(1, Ordering::Relaxed) + 1;
         let total = if kind.in_total() {
             Some(self.total.fetch_add(1, Ordering::Relaxed) + 1)
@@ -165,14 +166,16 @@ impl CallLedger {
             None
         };
         if !self.armed.load(Ordering::Acquire) {
-            return Ok(());
+            return Ok(kind.name());
         }
         let mut triggers = lock(&self.triggers);
         let hit = triggers.iter().position(|t| match t.kind {
             Some(k) => k == kind && t.at == of_kind,
             None => total == Some(t.at),
         });
-        let Some(hit) = hit else { return Ok(()) };
+        let Some(hit) = hit else {
+            return Ok(kind.name());
+        };
         triggers.swap_remove(hit);
         self.armed.store(!triggers.is_empty(), Ordering::Release);
         self.injected.fetch_add(1, Ordering::Relaxed);

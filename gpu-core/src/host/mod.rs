@@ -510,17 +510,15 @@ impl HostBackend {
         lock(&self.memory).allocate(device, kind, bytes)
     }
 
-    fn write_device_ptrs(
+    /// One slot per device in `device_ptrs` (the caller's array may be longer).
+    fn device_slots<'a>(
         &self,
-        address: usize,
-        device_ptrs: &mut [usize],
+        device_ptrs: &'a mut [usize],
         call: &'static str,
-    ) -> Result<()> {
-        let slots = device_ptrs
+    ) -> Result<&'a mut [usize]> {
+        device_ptrs
             .get_mut(..self.devices.len())
-            .ok_or_else(|| HostErrorCode::InvalidValue.error(call))?;
-        slots.fill(address);
-        Ok(())
+            .ok_or_else(|| HostErrorCode::InvalidValue.error(call))
     }
 }
 
@@ -583,8 +581,7 @@ impl Backend for HostBackend {
     }
 
     fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
-        let call = CallKind::Allocate.name();
-        self.calls.enter(CallKind::Allocate)?;
+        let call = self.calls.enter(CallKind::Allocate)?;
         check_device(self, device)?;
         self.current.require(device, call)?;
         self.allocate_checked(device, kind, bytes, false, call)
@@ -596,8 +593,7 @@ impl Backend for HostBackend {
         kind: MemoryKind,
         bytes: usize,
     ) -> Result<Option<usize>> {
-        let call = CallKind::AllocateOnStream.name();
-        self.calls.enter(CallKind::AllocateOnStream)?;
+        let call = self.calls.enter(CallKind::AllocateOnStream)?;
         let shared = self.current_stream(stream, call)?;
         // Host memory is usable at once, so it is usable in the stream's order too.
         self.allocate_checked(shared.device, kind, bytes, true, call)
@@ -610,8 +606,7 @@ impl Backend for HostBackend {
         address: usize,
         after: Option<HostStream>,
     ) -> Result<()> {
-        let call = CallKind::Free.name();
-        self.calls.enter(CallKind::Free)?;
+        let call = self.calls.enter(CallKind::Free)?;
         check_device(self, device)?;
         self.current.require(device, call)?;
         let stream = after.map(|s| self.stream(s, call)).transpose()?;
@@ -624,18 +619,16 @@ impl Backend for HostBackend {
     }
 
     fn host_register(&self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
-        let call = CallKind::HostRegister.name();
-        self.calls.enter(CallKind::HostRegister)?;
-        if device_ptrs.len() < self.devices.len() {
-            return Err(HostErrorCode::InvalidValue.error(call));
-        }
+        let call = self.calls.enter(CallKind::HostRegister)?;
+        let slots = self.device_slots(device_ptrs, call)?;
         lock(&self.memory).register(range, call)?;
-        self.write_device_ptrs(range.start, device_ptrs, call)
+        // Every device reaches host memory at its host address.
+        slots.fill(range.start);
+        Ok(())
     }
 
     fn host_unregister(&self, start: usize) -> Result<()> {
-        let call = CallKind::HostUnregister.name();
-        self.calls.enter(CallKind::HostUnregister)?;
+        let call = self.calls.enter(CallKind::HostUnregister)?;
         lock(&self.memory).unregister(start, call)
     }
 
@@ -644,18 +637,17 @@ impl Backend for HostBackend {
         ptr: usize,
         device_ptrs: &mut [usize],
     ) -> Result<Option<ByteRange>> {
-        let call = CallKind::HostPinnedExtent.name();
-        self.calls.enter(CallKind::HostPinnedExtent)?;
+        let call = self.calls.enter(CallKind::HostPinnedExtent)?;
+        let slots = self.device_slots(device_ptrs, call)?;
         let extent = lock(&self.memory).pinned_extent(ptr);
         if let Some(extent) = extent {
-            self.write_device_ptrs(extent.start, device_ptrs, call)?;
+            slots.fill(extent.start);
         }
         Ok(extent)
     }
 
     fn stream_create(&self, device: DeviceId) -> Result<HostStream> {
-        let call = CallKind::StreamCreate.name();
-        self.calls.enter(CallKind::StreamCreate)?;
+        let call = self.calls.enter(CallKind::StreamCreate)?;
         check_device(self, device)?;
         self.current.require(device, call)?;
         let handle = HostStream::fresh();
@@ -674,8 +666,7 @@ impl Backend for HostBackend {
     }
 
     fn stream_destroy(&self, stream: HostStream) -> Result<()> {
-        let call = CallKind::StreamDestroy.name();
-        self.calls.enter(CallKind::StreamDestroy)?;
+        let call = self.calls.enter(CallKind::StreamDestroy)?;
         let shared = self.current_stream(stream, call)?;
         let mut table = lock(&self.streams);
         let entry = table
@@ -689,14 +680,12 @@ impl Backend for HostBackend {
     }
 
     fn stream_synchronize(&self, stream: HostStream) -> Result<()> {
-        let call = CallKind::StreamSynchronize.name();
-        self.calls.enter(CallKind::StreamSynchronize)?;
+        let call = self.calls.enter(CallKind::StreamSynchronize)?;
         self.current_stream(stream, call)?.tail().wait()
     }
 
     fn event_create(&self, device: DeviceId) -> Result<HostEvent> {
-        let call = CallKind::EventCreate.name();
-        self.calls.enter(CallKind::EventCreate)?;
+        let call = self.calls.enter(CallKind::EventCreate)?;
         check_device(self, device)?;
         self.current.require(device, call)?;
         let event = HostEvent::fresh();
@@ -705,8 +694,7 @@ impl Backend for HostBackend {
     }
 
     fn event_destroy(&self, event: HostEvent) -> Result<()> {
-        let call = CallKind::EventDestroy.name();
-        self.calls.enter(CallKind::EventDestroy)?;
+        let call = self.calls.enter(CallKind::EventDestroy)?;
         let device = self.event_device(event, call)?;
         self.current.require(device, call)?;
         lock(&self.events).remove(&event);
@@ -714,8 +702,7 @@ impl Backend for HostBackend {
     }
 
     fn event_record(&self, event: HostEvent, stream: HostStream) -> Result<()> {
-        let call = CallKind::EventRecord.name();
-        self.calls.enter(CallKind::EventRecord)?;
+        let call = self.calls.enter(CallKind::EventRecord)?;
         let shared = self.current_stream(stream, call)?;
         let mut events = lock(&self.events);
         let slot = events
@@ -729,8 +716,7 @@ impl Backend for HostBackend {
     }
 
     fn stream_wait_event(&self, stream: HostStream, event: HostEvent) -> Result<()> {
-        let call = CallKind::StreamWaitEvent.name();
-        self.calls.enter(CallKind::StreamWaitEvent)?;
+        let call = self.calls.enter(CallKind::StreamWaitEvent)?;
         let shared = self.current_stream(stream, call)?;
         let events = lock(&self.events);
         let slot = events
@@ -741,8 +727,7 @@ impl Backend for HostBackend {
     }
 
     fn event_query(&self, event: HostEvent) -> Result<bool> {
-        let call = CallKind::EventQuery.name();
-        self.calls.enter(CallKind::EventQuery)?;
+        let call = self.calls.enter(CallKind::EventQuery)?;
         let last = lock(&self.events)
             .get(&event)
             .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))?
@@ -752,8 +737,7 @@ impl Backend for HostBackend {
     }
 
     fn event_synchronize(&self, event: HostEvent) -> Result<()> {
-        let call = CallKind::EventSynchronize.name();
-        self.calls.enter(CallKind::EventSynchronize)?;
+        let call = self.calls.enter(CallKind::EventSynchronize)?;
         let last = lock(&self.events)
             .get(&event)
             .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))?
@@ -763,8 +747,7 @@ impl Backend for HostBackend {
     }
 
     fn device_synchronize(&self, device: DeviceId) -> Result<()> {
-        let call = CallKind::DeviceSynchronize.name();
-        self.calls.enter(CallKind::DeviceSynchronize)?;
+        let call = self.calls.enter(CallKind::DeviceSynchronize)?;
         check_device(self, device)?;
         self.current.require(device, call)?;
         let (live, draining): (Vec<_>, Vec<_>) = {
@@ -793,8 +776,7 @@ impl Backend for HostBackend {
     }
 
     fn copy(&self, stream: HostStream, dst: usize, src: usize, bytes: usize) -> Result<()> {
-        let call = CallKind::Copy.name();
-        self.calls.enter(CallKind::Copy)?;
+        let call = self.calls.enter(CallKind::Copy)?;
         let shared = self.current_stream(stream, call)?;
         let hold = {
             let memory = lock(&self.memory);
@@ -807,8 +789,7 @@ impl Backend for HostBackend {
     }
 
     fn fill(&self, stream: HostStream, dst: usize, value: u8, bytes: usize) -> Result<()> {
-        let call = CallKind::Fill.name();
-        self.calls.enter(CallKind::Fill)?;
+        let call = self.calls.enter(CallKind::Fill)?;
         let shared = self.current_stream(stream, call)?;
         let hold = Self::hold_range(&lock(&self.memory), dst, bytes, "fill destination", call)?;
         shared.enqueue(
@@ -819,16 +800,14 @@ impl Backend for HostBackend {
     }
 
     fn kernel(&self, device: DeviceId, name: &str) -> Result<HostKernel> {
-        let call = CallKind::KernelLoad.name();
-        self.calls.enter(CallKind::KernelLoad)?;
+        let call = self.calls.enter(CallKind::KernelLoad)?;
         check_device(self, device)?;
         self.current.require(device, call)?;
         lock(&self.kernels).load(device, name, call)
     }
 
     fn kernel_allow_workgroup_bytes(&self, kernel: HostKernel, bytes: u32) -> Result<()> {
-        let call = CallKind::KernelAllowWorkgroupBytes.name();
-        self.calls.enter(CallKind::KernelAllowWorkgroupBytes)?;
+        let call = self.calls.enter(CallKind::KernelAllowWorkgroupBytes)?;
         let mut kernels = lock(&self.kernels);
         let loaded = kernels.get_mut(kernel, call)?;
         self.current.require(loaded.device, call)?;
@@ -850,8 +829,7 @@ impl Backend for HostBackend {
         dims: LaunchDims,
         args: &[KernelArg],
     ) -> Result<()> {
-        let call = CallKind::Launch.name();
-        self.calls.enter(CallKind::Launch)?;
+        let call = self.calls.enter(CallKind::Launch)?;
         let shared = self.current_stream(stream, call)?;
         let (function, allowed) = {
             let kernels = lock(&self.kernels);
