@@ -143,7 +143,8 @@ impl Memory {
         }
         let usage = &self.usage[device.index()];
         // The table's lock serialises allocations; releases only make room meanwhile.
-        if usage.load(Ordering::Acquire) > self.capacity[device.index()].saturating_sub(bytes) {
+        let available = self.capacity[device.index()].saturating_sub(usage.load(Ordering::Acquire));
+        if bytes > available {
             return Ok(None);
         }
         let Ok(layout) = Layout::from_size_align(bytes, HOST_ALLOCATION_ALIGNMENT) else {

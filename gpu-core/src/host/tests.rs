@@ -392,6 +392,7 @@ fn allocations_are_aligned_zeroed_and_limited_by_capacity() {
     config.devices[0].memory_capacity = 4096;
     let b = HostBackend::new(config);
     b.set_current_device(Some(D0)).unwrap();
+    assert_eq!(b.allocate(D0, MemoryKind::Device, 4097).unwrap(), None);
     let a = b.allocate(D0, MemoryKind::Device, 4000).unwrap().unwrap();
     assert_eq!(a % HOST_ALLOCATION_ALIGNMENT, 0);
     assert_eq!(b.allocate(D0, MemoryKind::HostPinned, 97).unwrap(), None);
