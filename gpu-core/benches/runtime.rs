@@ -1,0 +1,135 @@
+//! The runtime's cost over the raw backend call, on the host backend, same run:
+//! - an operation in a token chain (`Runtime::fill` after the previous token) against the raw
+//!   `Backend::fill` on a stream made ahead, with the device already current;
+//! - a join of two chains (one event record and one wait) against raw record + wait;
+//! - the device guard, switching and not switching, against one raw current-device query;
+//! - a worker hand-off round trip (submit an empty action and wait for it).
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use gpu_core::allocator::MemoryKind;
+use gpu_core::backend::Backend;
+use gpu_core::host::{HostBackend, HostConfig};
+use gpu_core::runtime::{Runtime, with_device};
+use gpu_core::token::Token;
+use gpu_core::{DeviceId, Result};
+
+const D0: DeviceId = DeviceId(0);
+const D1: DeviceId = DeviceId(1);
+/// Operations between synchronisations, so queues stay short.
+const BATCH: usize = 256;
+
+fn operations(c: &mut Criterion) {
+    let mut group = c.benchmark_group("operation");
+    let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(2))).unwrap();
+    let buffer = rt.alloc(D0, MemoryKind::Device, 64).unwrap();
+    group.bench_function("runtime_fill_in_chain", |b| {
+        b.iter_custom(|iterations| {
+            let start = std::time::Instant::now();
+            let mut chain: Option<Token> = None;
+            for i in 0..iterations {
+                let token = rt
+                    .fill(
+                        D0,
+                        buffer.all(),
+                        i as u8,
+                        &mut chain.take().into_iter().collect(),
+                    )
+                    .unwrap();
+                chain = Some(token);
+                if i as usize % BATCH == BATCH - 1 {
+                    rt.wait(chain.take().unwrap()).unwrap();
+                }
+            }
+            if let Some(token) = chain {
+                rt.wait(token).unwrap();
+            }
+            start.elapsed()
+        })
+    });
+
+    let backend = rt.backend();
+    backend.set_current_device(Some(D0)).unwrap();
+    let stream = backend.stream_create(D0).unwrap();
+    group.bench_function("raw_backend_fill", |b| {
+        b.iter_custom(|iterations| {
+            let start = std::time::Instant::now();
+            for i in 0..iterations {
+                backend.fill(stream, buffer.address(), i as u8, 64).unwrap();
+                if i as usize % BATCH == BATCH - 1 {
+                    backend.stream_synchronize(stream).unwrap();
+                }
+            }
+            backend.stream_synchronize(stream).unwrap();
+            start.elapsed()
+        })
+    });
+
+    group.bench_function("runtime_join_of_two_chains", |b| {
+        b.iter_custom(|iterations| {
+            let start = std::time::Instant::now();
+            for _ in 0..iterations {
+                let first = rt
+                    .fill(D0, buffer.span(0, 32).unwrap(), 1, &mut vec![])
+                    .unwrap();
+                let second = rt
+                    .fill(D0, buffer.span(32, 32).unwrap(), 2, &mut vec![])
+                    .unwrap();
+                let joined = rt.join(&mut vec![first, second]).unwrap();
+                rt.wait(joined).unwrap();
+            }
+            start.elapsed()
+        })
+    });
+    let other = backend.stream_create(D0).unwrap();
+    let event = backend.event_create(D0).unwrap();
+    group.bench_function("raw_two_fills_record_wait_sync", |b| {
+        b.iter(|| {
+            backend.fill(stream, buffer.address(), 1, 32).unwrap();
+            backend.fill(other, buffer.address() + 32, 2, 32).unwrap();
+            backend.event_record(event, other).unwrap();
+            backend.stream_wait_event(stream, event).unwrap();
+            backend.stream_synchronize(stream).unwrap();
+        })
+    });
+    backend.event_destroy(event).unwrap();
+    backend.stream_destroy(other).unwrap();
+    backend.stream_destroy(stream).unwrap();
+    backend.set_current_device(None).unwrap();
+    group.finish();
+}
+
+fn guard(c: &mut Criterion) {
+    let mut group = c.benchmark_group("device_guard");
+    let backend = HostBackend::new(HostConfig::with_devices(2));
+    backend.set_current_device(Some(D0)).unwrap();
+    group.bench_function("raw_current_device_query", |b| {
+        b.iter(|| black_box(backend.current_device().unwrap()))
+    });
+    group.bench_function("guard_same_device", |b| {
+        b.iter(|| with_device(&backend, D0, || Ok(black_box(1))).unwrap())
+    });
+    group.bench_function("guard_switch_and_restore", |b| {
+        b.iter(|| with_device(&backend, D1, || Ok(black_box(1))).unwrap())
+    });
+    group.finish();
+}
+
+fn worker(c: &mut Criterion) {
+    let mut group = c.benchmark_group("worker");
+    let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(2))).unwrap();
+    let worker = rt.worker(D1).unwrap();
+    group.bench_function("hand_off_round_trip", |b| {
+        b.iter(|| {
+            worker
+                .submit(|_: &HostBackend| -> Result<u32> { Ok(1) })
+                .wait()
+                .unwrap()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, operations, guard, worker);
+criterion_main!(benches);
