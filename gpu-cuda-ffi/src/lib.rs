@@ -5,9 +5,10 @@
 //! ([`result`]). Building needs neither the CUDA toolkit nor libclang, and a machine without the
 //! driver gets an error value, never a panic.
 //!
-//! The backend trait implementation arrives with the backend trait.
+//! [`CudaBackend`] implements the toolkit's backend trait on top of them ([`backend`]).
 #![warn(missing_docs)]
 
+pub mod backend;
 pub mod driver;
 pub mod result;
 
@@ -24,5 +25,6 @@ pub mod result;
 #[rustfmt::skip]
 pub mod sys;
 
+pub use backend::{CudaBackend, CudaEvent, CudaKernel, CudaStream};
 pub use driver::{Driver, ENTRY_POINTS, EntryPoint, LIBRARY_NAMES};
 pub use result::{BACKEND, check, driver_error, result_name};

@@ -1,0 +1,844 @@
+//! The CUDA backend: `gpu_core::backend::Backend` on the driver API, with each device's primary
+//! context retained once at open and every device-bound call bracketed in that context.
+//!
+//! Every method that needs a context runs inside a [`ContextScope`]: if the device's primary
+//! context is already current (the runtime's device guard made it so) nothing changes;
+//! otherwise the context is pushed and popped around the driver calls, so the calling thread's
+//! current context (none, another device's, or one the program created itself) is the same
+//! after the call as before it, also on error paths.
+
+mod caps;
+mod context;
+mod kernels;
+
+use core::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use core::ptr;
+use std::sync::Mutex;
+
+use gpu_core::allocator::MemoryKind;
+use gpu_core::backend::{Backend, DeviceInfo, KernelArg, LaunchDims};
+use gpu_core::{ByteRange, DeviceId, Error, Result};
+
+use crate::driver::Driver;
+use crate::result::{BACKEND, check, driver_error};
+use crate::sys;
+
+use context::{ContextScope, current_context, device_of_context};
+use kernels::{ArgBuffer, LIBRARY};
+
+// Device addresses (CUdeviceptr) are 64-bit and the backend stores them as usize: the CUDA
+// driver exists only for 64-bit platforms.
+const _: () = assert!(size_of::<usize>() == size_of::<sys::CUdeviceptr>());
+
+/// Calls a driver function through the loader and checks its result, naming the call.
+macro_rules! call {
+    ($driver:expr, $name:ident($($argument:expr),* $(,)?)) => {{
+        let function = $driver.$name()?;
+        // SAFETY: each call site passes handles the backend owns (or the caller vouched for
+        // through the trait contract) and out-parameters valid for writes.
+        check(stringify!($name), unsafe { function($($argument),*) })
+    }};
+}
+
+/// Like [`call!`], but returns the raw `CUresult` for call sites that treat some codes as
+/// outcomes (out of memory, not ready).
+macro_rules! call_raw {
+    ($driver:expr, $name:ident($($argument:expr),* $(,)?)) => {{
+        let function = $driver.$name()?;
+        // SAFETY: as for `call!`.
+        unsafe { function($($argument),*) }
+    }};
+}
+
+/// An in-order queue of work on one device: a non-blocking `CUstream` and its device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CudaStream {
+    raw: sys::CUstream,
+    device: DeviceId,
+}
+
+/// A completion marker: a `CUevent` created without timing, and its device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CudaEvent {
+    raw: sys::CUevent,
+    device: DeviceId,
+}
+
+/// A kernel of the standard library loaded on one device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CudaKernel {
+    function: sys::CUfunction,
+    device: DeviceId,
+    /// Index into the library table (name and parameters).
+    library_index: usize,
+}
+
+// SAFETY (all three handles): the values are opaque driver handles, never dereferenced by this
+// crate. The CUDA driver API is thread-safe: a stream, event or function may be used from any
+// thread, provided its context is current there, which every method ensures with a
+// `ContextScope` on the handle's device.
+unsafe impl Send for CudaStream {}
+// SAFETY: see above.
+unsafe impl Sync for CudaStream {}
+// SAFETY: see above.
+unsafe impl Send for CudaEvent {}
+// SAFETY: see above.
+unsafe impl Sync for CudaEvent {}
+// SAFETY: see above.
+unsafe impl Send for CudaKernel {}
+// SAFETY: see above.
+unsafe impl Sync for CudaKernel {}
+
+impl CudaStream {
+    /// The driver's stream handle (valid until the stream is destroyed).
+    pub fn raw(&self) -> sys::CUstream {
+        self.raw
+    }
+
+    /// The device the stream belongs to.
+    pub fn device(&self) -> DeviceId {
+        self.device
+    }
+}
+
+impl CudaEvent {
+    /// The driver's event handle (valid until the event is destroyed).
+    pub fn raw(&self) -> sys::CUevent {
+        self.raw
+    }
+
+    /// The device the event belongs to.
+    pub fn device(&self) -> DeviceId {
+        self.device
+    }
+}
+
+impl CudaKernel {
+    /// The driver's function handle (valid while the backend lives).
+    pub fn raw(&self) -> sys::CUfunction {
+        self.function
+    }
+
+    /// The device the kernel is loaded on.
+    pub fn device(&self) -> DeviceId {
+        self.device
+    }
+
+    /// The kernel's name in the standard library.
+    pub fn name(&self) -> &'static str {
+        LIBRARY[self.library_index].name
+    }
+}
+
+/// The kernel library loaded on one device: the module and one function per library entry.
+struct LoadedLibrary {
+    module: sys::CUmodule,
+    functions: [sys::CUfunction; LIBRARY.len()],
+}
+
+/// One device as opened: its ordinal, retained primary context, default memory pool (where
+/// stream-ordered allocation is used), description, and kernel library once loaded.
+struct DeviceState {
+    ordinal: sys::CUdevice,
+    context: sys::CUcontext,
+    /// The default pool, with its release threshold raised to the maximum at open; `None`
+    /// where the device has no stream-ordered allocation.
+    pool: Option<sys::CUmemoryPool>,
+    info: DeviceInfo,
+    /// Loaded at the first [`Backend::kernel`] call for the device.
+    library: Mutex<Option<LoadedLibrary>>,
+}
+
+/// The CUDA backend over the driver API.
+///
+/// Opening retains each device's primary context (the one the CUDA runtime API and libraries
+/// such as PyTorch use, so their pointers and streams mix with ours); dropping releases them.
+/// Creating a context costs about 112 ms per device, so open once.
+pub struct CudaBackend {
+    driver: &'static Driver,
+    devices: Vec<DeviceState>,
+}
+
+// SAFETY: the raw handles inside (contexts, pools, modules, functions) are opaque driver
+// handles, used only through the thread-safe driver API with the owning context current; the
+// per-device library slot is behind a mutex.
+unsafe impl Send for CudaBackend {}
+// SAFETY: see above.
+unsafe impl Sync for CudaBackend {}
+
+impl core::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CudaBackend")
+            .field("driver_version", &self.driver.driver_version())
+            .field(
+                "devices",
+                &self
+                    .devices
+                    .iter()
+                    .map(|device| &device.info.name)
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl CudaBackend {
+    /// Opens every device of the process-wide driver ([`Driver::global`]).
+    ///
+    /// # Errors
+    /// As [`CudaBackend::with_driver`], and the loader's errors
+    /// ([`Error::DriverLibraryNotFound`], [`Error::DriverSymbolMissing`]) without a driver.
+    pub fn new() -> Result<Self> {
+        Self::with_driver(Driver::global()?)
+    }
+
+    /// Initialises `driver` (cuInit), retains each device's primary context, reads each
+    /// device's description, and raises each default memory pool's release threshold to the
+    /// maximum so that freed stream-ordered memory stays cached in the pool.
+    ///
+    /// # Errors
+    /// [`Error::Driver`] with `CUDA_ERROR_NO_DEVICE` when the driver reports no device (from
+    /// cuInit or, if cuInit succeeds, from cuDeviceGetCount), and any driver failure while
+    /// opening; nothing stays retained after an error.
+    pub fn with_driver(driver: &'static Driver) -> Result<Self> {
+        call!(driver, cuInit(0))?;
+        let mut count: c_int = 0;
+        call!(driver, cuDeviceGetCount(&mut count))?;
+        if count <= 0 {
+            return Err(Error::Driver(driver_error(
+                "cuDeviceGetCount",
+                sys::CUDA_ERROR_NO_DEVICE,
+            )));
+        }
+        let pool_entry_points = driver.cuMemAllocFromPoolAsync().is_ok()
+            && driver.cuMemFreeAsync().is_ok()
+            && driver.cuDeviceGetDefaultMemPool().is_ok()
+            && driver.cuMemPoolSetAttribute().is_ok();
+        // Devices join as they are opened, so an error below drops (and releases) those opened.
+        let mut backend = Self {
+            driver,
+            devices: Vec::with_capacity(count as usize),
+        };
+        for index in 0..count {
+            let state = open_device(driver, index, pool_entry_points)?;
+            backend.devices.push(state);
+            let state = backend.devices.last_mut().expect("just pushed");
+            if state.info.allocator.device.stream_ordered {
+                state.pool = Some(configure_default_pool(driver, state)?);
+            }
+        }
+        Ok(backend)
+    }
+
+    /// The loaded driver.
+    pub fn driver(&self) -> &'static Driver {
+        self.driver
+    }
+
+    /// The primary context of `device` (retained while the backend lives).
+    ///
+    /// # Errors
+    /// [`Error::UnknownDevice`] for a device the backend does not have.
+    pub fn primary_context(&self, device: DeviceId) -> Result<sys::CUcontext> {
+        Ok(self.device(device)?.context)
+    }
+
+    /// The opened device `device`.
+    fn device(&self, device: DeviceId) -> Result<&DeviceState> {
+        self.devices
+            .get(device.index())
+            .ok_or(Error::UnknownDevice {
+                device,
+                device_count: self.devices.len(),
+            })
+    }
+
+    /// Makes `device`'s context current until the returned scope ends.
+    fn enter(&self, device: DeviceId) -> Result<ContextScope> {
+        ContextScope::enter(self.driver, self.device(device)?.context)
+    }
+
+    /// Checks that `device_ptrs` has no slot beyond the backend's devices.
+    fn check_device_slots(&self, device_ptrs: &[usize]) -> Result<()> {
+        match device_ptrs.len() {
+            len if len <= self.devices.len() => Ok(()),
+            len => Err(Error::UnknownDevice {
+                device: DeviceId((len - 1) as u32),
+                device_count: self.devices.len(),
+            }),
+        }
+    }
+
+    /// Writes each device's address for the pinned host address `host` into `device_ptrs`
+    /// (cuMemHostGetDevicePointer in each device's context).
+    fn device_addresses(&self, host: usize, device_ptrs: &mut [usize]) -> Result<()> {
+        for (index, slot) in device_ptrs.iter_mut().enumerate() {
+            let _scope = self.enter(DeviceId(index as u32))?;
+            let mut address: sys::CUdeviceptr = 0;
+            call!(
+                self.driver,
+                cuMemHostGetDevicePointer(&mut address, host as *mut c_void, 0)
+            )?;
+            *slot = address as usize;
+        }
+        Ok(())
+    }
+
+    /// The library of `device`, loading its module on first use.
+    fn library_function(&self, device: DeviceId, library_index: usize) -> Result<sys::CUfunction> {
+        let state = self.device(device)?;
+        let mut slot = state
+            .library
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(loaded) = slot.as_ref() {
+            return Ok(loaded.functions[library_index]);
+        }
+        let _scope = self.enter(device)?;
+        let mut module = ptr::null_mut();
+        call!(
+            self.driver,
+            cuModuleLoadData(&mut module, kernels::PTX.as_ptr().cast())
+        )?;
+        let mut functions = [ptr::null_mut(); LIBRARY.len()];
+        for (function, entry) in functions.iter_mut().zip(&LIBRARY) {
+            if let Err(error) = call!(
+                self.driver,
+                cuModuleGetFunction(function, module, entry.symbol.as_ptr())
+            ) {
+                // SAFETY: the module was just loaded and nothing else refers to it.
+                let _ = call_raw!(self.driver, cuModuleUnload(module));
+                return Err(error);
+            }
+        }
+        let function = functions[library_index];
+        *slot = Some(LoadedLibrary { module, functions });
+        Ok(function)
+    }
+
+    /// Frees host-visible memory (`kind` managed or pinned host) once `after`'s work is done.
+    fn free_synchronously(
+        &self,
+        kind: MemoryKind,
+        address: usize,
+        after: Option<CudaStream>,
+    ) -> Result<()> {
+        if let Some(stream) = after {
+            call!(self.driver, cuStreamSynchronize(stream.raw))?;
+        }
+        match kind {
+            MemoryKind::HostPinned => call!(self.driver, cuMemFreeHost(address as *mut c_void)),
+            _ => call!(self.driver, cuMemFree(address as sys::CUdeviceptr)),
+        }
+    }
+}
+
+/// Reads device `index`'s description and retains its primary context.
+fn open_device(driver: &Driver, index: c_int, pool_entry_points: bool) -> Result<DeviceState> {
+    let mut ordinal: sys::CUdevice = 0;
+    call!(driver, cuDeviceGet(&mut ordinal, index))?;
+    let mut name = [0 as c_char; 256];
+    call!(
+        driver,
+        cuDeviceGetName(name.as_mut_ptr(), name.len() as c_int, ordinal)
+    )?;
+    // SAFETY: the driver wrote a NUL-terminated name into the buffer (it truncates to fit).
+    let name = unsafe { CStr::from_ptr(name.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    let mut total_memory = 0usize;
+    call!(driver, cuDeviceTotalMem(&mut total_memory, ordinal))?;
+    let info = caps::describe_device(name, total_memory, pool_entry_points, |attribute| {
+        let mut value: c_int = 0;
+        call!(driver, cuDeviceGetAttribute(&mut value, attribute, ordinal))?;
+        Ok(value)
+    })?;
+    let mut context = ptr::null_mut();
+    call!(driver, cuDevicePrimaryCtxRetain(&mut context, ordinal))?;
+    Ok(DeviceState {
+        ordinal,
+        context,
+        pool: None,
+        info,
+        library: Mutex::new(None),
+    })
+}
+
+/// The device's default memory pool, with its release threshold raised to the maximum so that
+/// memory freed in stream order stays in the pool instead of going back to the system at each
+/// synchronisation (0.61 us for a warm alloc+free pair against 55 us for cuMemAlloc+cuMemFree).
+fn configure_default_pool(driver: &Driver, state: &DeviceState) -> Result<sys::CUmemoryPool> {
+    let _scope = ContextScope::enter(driver, state.context)?;
+    let mut pool = ptr::null_mut();
+    call!(driver, cuDeviceGetDefaultMemPool(&mut pool, state.ordinal))?;
+    let mut threshold: u64 = u64::MAX;
+    call!(
+        driver,
+        cuMemPoolSetAttribute(
+            pool,
+            sys::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut threshold as *mut u64).cast()
+        )
+    )?;
+    Ok(pool)
+}
+
+/// `Some(address)` for success, `None` for `CUDA_ERROR_OUT_OF_MEMORY`, else the driver error.
+fn allocation_outcome(
+    call: &'static str,
+    code: sys::CUresult,
+    address: usize,
+) -> Result<Option<usize>> {
+    match code {
+        sys::CUDA_SUCCESS => Ok(Some(address)),
+        sys::CUDA_ERROR_OUT_OF_MEMORY => Ok(None),
+        failed => Err(Error::Driver(driver_error(call, failed))),
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        for state in self.devices.iter_mut().rev() {
+            let loaded = state
+                .library
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            if let Some(loaded) = loaded
+                && let Ok(_scope) = ContextScope::enter(self.driver, state.context)
+                && let Ok(unload) = self.driver.cuModuleUnload()
+            {
+                // SAFETY: the module was loaded in this context and its functions are not used
+                // after the backend is gone (the trait's handles do not outlive it).
+                let _ = unsafe { unload(loaded.module) };
+            }
+            if let Ok(release) = self.driver.cuDevicePrimaryCtxRelease() {
+                // SAFETY: the backend retained this device's primary context once at open.
+                let _ = unsafe { release(state.ordinal) };
+            }
+        }
+    }
+}
+
+impl Backend for CudaBackend {
+    type Stream = CudaStream;
+    type Event = CudaEvent;
+    type Kernel = CudaKernel;
+
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    fn device_info(&self, device: DeviceId) -> Result<DeviceInfo> {
+        Ok(self.device(device)?.info.clone())
+    }
+
+    /// The device whose primary context is current on the calling thread; `None` when no
+    /// context is current. A context the program created itself is [`Error::ForeignContext`]:
+    /// `Option<DeviceId>` cannot name it, and a guard that restored `None` would lose it.
+    fn current_device(&self) -> Result<Option<DeviceId>> {
+        let current = current_context(self.driver)?;
+        device_of_context(self.devices.iter().map(|state| state.context), current)
+    }
+
+    /// cuCtxSetCurrent with the device's primary context (`None`: with no context).
+    fn set_current_device(&self, device: Option<DeviceId>) -> Result<()> {
+        let context = match device {
+            Some(device) => self.device(device)?.context,
+            None => ptr::null_mut(),
+        };
+        call!(self.driver, cuCtxSetCurrent(context))
+    }
+
+    /// Device: cuMemAlloc; managed: cuMemAllocManaged with `ATTACH_GLOBAL`; pinned host:
+    /// cuMemHostAlloc with `PORTABLE | DEVICEMAP`. Host-registered memory is never allocated.
+    fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
+        let state = self.device(device)?;
+        if !state.info.allocator.support(kind).available {
+            return Err(Error::KindUnsupported { device, kind });
+        }
+        if bytes == 0 {
+            return Err(Error::ZeroSize {
+                what: "allocation size",
+            });
+        }
+        let _scope = self.enter(device)?;
+        match kind {
+            MemoryKind::Device => {
+                let mut address: sys::CUdeviceptr = 0;
+                let code = call_raw!(self.driver, cuMemAlloc(&mut address, bytes));
+                allocation_outcome("cuMemAlloc", code, address as usize)
+            }
+            MemoryKind::Managed => {
+                let mut address: sys::CUdeviceptr = 0;
+                let code = call_raw!(
+                    self.driver,
+                    cuMemAllocManaged(&mut address, bytes, sys::CU_MEM_ATTACH_GLOBAL)
+                );
+                allocation_outcome("cuMemAllocManaged", code, address as usize)
+            }
+            MemoryKind::HostPinned => {
+                let mut address = ptr::null_mut();
+                let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
+                let code = call_raw!(self.driver, cuMemHostAlloc(&mut address, bytes, flags));
+                allocation_outcome("cuMemHostAlloc", code, address as usize)
+            }
+            MemoryKind::HostRegistered => Err(Error::KindUnsupported { device, kind }),
+        }
+    }
+
+    /// Device memory only: cuMemAllocFromPoolAsync from the device's default pool (release
+    /// threshold at the maximum). Other kinds are [`Error::KindUnsupported`].
+    fn allocate_on_stream(
+        &self,
+        stream: CudaStream,
+        kind: MemoryKind,
+        bytes: usize,
+    ) -> Result<Option<usize>> {
+        let state = self.device(stream.device)?;
+        let pool = match (kind, state.pool) {
+            (MemoryKind::Device, Some(pool)) => pool,
+            _ => {
+                return Err(Error::KindUnsupported {
+                    device: stream.device,
+                    kind,
+                });
+            }
+        };
+        if bytes == 0 {
+            return Err(Error::ZeroSize {
+                what: "allocation size",
+            });
+        }
+        let _scope = self.enter(stream.device)?;
+        let mut address: sys::CUdeviceptr = 0;
+        let code = call_raw!(
+            self.driver,
+            cuMemAllocFromPoolAsync(&mut address, bytes, pool, stream.raw)
+        );
+        allocation_outcome("cuMemAllocFromPoolAsync", code, address as usize)
+    }
+
+    /// Device memory with `after`: cuMemFreeAsync on that stream (stream-ordered, for memory
+    /// from either allocation path); without: cuMemFree. Managed and pinned host memory:
+    /// synchronise `after`, then cuMemFree / cuMemFreeHost.
+    fn free(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        after: Option<CudaStream>,
+    ) -> Result<()> {
+        self.device(device)?;
+        if kind == MemoryKind::HostRegistered {
+            return Err(Error::KindUnsupported { device, kind });
+        }
+        if address == 0 {
+            return Err(Error::NullPointer {
+                what: "freed address",
+            });
+        }
+        let _scope = self.enter(device)?;
+        match (kind, after) {
+            (MemoryKind::Device, Some(stream)) => call!(
+                self.driver,
+                cuMemFreeAsync(address as sys::CUdeviceptr, stream.raw)
+            ),
+            (MemoryKind::Device, None) => {
+                call!(self.driver, cuMemFree(address as sys::CUdeviceptr))
+            }
+            _ => self.free_synchronously(kind, address, after),
+        }
+    }
+
+    /// cuMemHostRegister with `PORTABLE | DEVICEMAP` (in device 0's context: registration needs
+    /// a context, and is process-wide), then cuMemHostGetDevicePointer in each device's context
+    /// for `device_ptrs[d]`. If an address lookup fails, the range is unregistered again.
+    fn host_register(&self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
+        self.check_device_slots(device_ptrs)?;
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+        {
+            let _scope = self.enter(DeviceId(0))?;
+            call!(
+                self.driver,
+                cuMemHostRegister(range.start as *mut c_void, range.len, flags)
+            )?;
+        }
+        if let Err(error) = self.device_addresses(range.start, device_ptrs) {
+            let _scope = self.enter(DeviceId(0))?;
+            // The range was registered just above; nothing else can unregister it meanwhile
+            // without breaking the trait's contract.
+            let _ = call_raw!(self.driver, cuMemHostUnregister(range.start as *mut c_void));
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    /// cuMemHostUnregister of exactly `start` (an interior pointer is the driver's
+    /// `CUDA_ERROR_INVALID_VALUE`; memory not registered, `CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED`).
+    fn host_unregister(&self, start: usize) -> Result<()> {
+        let _scope = self.enter(DeviceId(0))?;
+        call!(self.driver, cuMemHostUnregister(start as *mut c_void))
+    }
+
+    /// One cuPointerGetAttributes for the memory type and the allocation's range: host memory
+    /// the driver knows is pinned (cuMemHostRegister or cuMemHostAlloc, by anyone); the range is
+    /// the registered one exactly, unaligned start included. Unknown memory (the driver reports
+    /// no type), device and managed memory are `None`.
+    fn host_pinned_extent(
+        &self,
+        ptr: usize,
+        device_ptrs: &mut [usize],
+    ) -> Result<Option<ByteRange>> {
+        self.check_device_slots(device_ptrs)?;
+        let mut memory_type: c_uint = 0;
+        let mut start: sys::CUdeviceptr = 0;
+        let mut size: usize = 0;
+        let mut attributes = [
+            sys::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            sys::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+            sys::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+        ];
+        let mut values: [*mut c_void; 3] = [
+            (&mut memory_type as *mut c_uint).cast(),
+            (&mut start as *mut sys::CUdeviceptr).cast(),
+            (&mut size as *mut usize).cast(),
+        ];
+        let code = {
+            let _scope = self.enter(DeviceId(0))?;
+            call_raw!(
+                self.driver,
+                cuPointerGetAttributes(
+                    attributes.len() as c_uint,
+                    attributes.as_mut_ptr(),
+                    values.as_mut_ptr(),
+                    ptr as sys::CUdeviceptr
+                )
+            )
+        };
+        match code {
+            sys::CUDA_SUCCESS => {}
+            // What cuPointerGetAttribute (singular) and older drivers say for unknown memory.
+            sys::CUDA_ERROR_INVALID_VALUE => return Ok(None),
+            failed => {
+                return Err(Error::Driver(driver_error(
+                    "cuPointerGetAttributes",
+                    failed,
+                )));
+            }
+        }
+        if memory_type != sys::CU_MEMORYTYPE_HOST {
+            return Ok(None);
+        }
+        let Some(extent) = ByteRange::new(start as usize, size) else {
+            return Ok(None);
+        };
+        self.device_addresses(extent.start, device_ptrs)?;
+        Ok(Some(extent))
+    }
+
+    fn stream_create(&self, device: DeviceId) -> Result<CudaStream> {
+        let _scope = self.enter(device)?;
+        let mut raw = ptr::null_mut();
+        call!(
+            self.driver,
+            cuStreamCreate(&mut raw, sys::CU_STREAM_NON_BLOCKING)
+        )?;
+        Ok(CudaStream { raw, device })
+    }
+
+    fn stream_destroy(&self, stream: CudaStream) -> Result<()> {
+        let _scope = self.enter(stream.device)?;
+        call!(self.driver, cuStreamDestroy(stream.raw))
+    }
+
+    fn stream_synchronize(&self, stream: CudaStream) -> Result<()> {
+        let _scope = self.enter(stream.device)?;
+        call!(self.driver, cuStreamSynchronize(stream.raw))
+    }
+
+    fn event_create(&self, device: DeviceId) -> Result<CudaEvent> {
+        let _scope = self.enter(device)?;
+        let mut raw = ptr::null_mut();
+        call!(
+            self.driver,
+            cuEventCreate(&mut raw, sys::CU_EVENT_DISABLE_TIMING)
+        )?;
+        Ok(CudaEvent { raw, device })
+    }
+
+    fn event_destroy(&self, event: CudaEvent) -> Result<()> {
+        let _scope = self.enter(event.device)?;
+        call!(self.driver, cuEventDestroy(event.raw))
+    }
+
+    /// cuEventRecord; an event of another device is [`Error::WrongDevice`] before the driver
+    /// (which would say "invalid resource handle").
+    fn event_record(&self, event: CudaEvent, stream: CudaStream) -> Result<()> {
+        if event.device != stream.device {
+            return Err(Error::WrongDevice {
+                expected: stream.device,
+                found: event.device,
+            });
+        }
+        let _scope = self.enter(stream.device)?;
+        call!(self.driver, cuEventRecord(event.raw, stream.raw))
+    }
+
+    fn stream_wait_event(&self, stream: CudaStream, event: CudaEvent) -> Result<()> {
+        let _scope = self.enter(stream.device)?;
+        call!(self.driver, cuStreamWaitEvent(stream.raw, event.raw, 0))
+    }
+
+    /// cuEventQuery: `CUDA_SUCCESS` is true, `CUDA_ERROR_NOT_READY` false.
+    fn event_query(&self, event: CudaEvent) -> Result<bool> {
+        let _scope = self.enter(event.device)?;
+        match call_raw!(self.driver, cuEventQuery(event.raw)) {
+            sys::CUDA_SUCCESS => Ok(true),
+            sys::CUDA_ERROR_NOT_READY => Ok(false),
+            failed => Err(Error::Driver(driver_error("cuEventQuery", failed))),
+        }
+    }
+
+    fn event_synchronize(&self, event: CudaEvent) -> Result<()> {
+        let _scope = self.enter(event.device)?;
+        call!(self.driver, cuEventSynchronize(event.raw))
+    }
+
+    /// cuCtxSynchronize in the device's primary context.
+    fn device_synchronize(&self, device: DeviceId) -> Result<()> {
+        let _scope = self.enter(device)?;
+        call!(self.driver, cuCtxSynchronize())
+    }
+
+    /// cuMemcpyAsync: with unified addressing (every 64-bit device CUDA 12 and 13 support) the
+    /// driver finds each side's memory from its address.
+    fn copy(&self, stream: CudaStream, dst: usize, src: usize, bytes: usize) -> Result<()> {
+        let _scope = self.enter(stream.device)?;
+        call!(
+            self.driver,
+            cuMemcpyAsync(
+                dst as sys::CUdeviceptr,
+                src as sys::CUdeviceptr,
+                bytes,
+                stream.raw
+            )
+        )
+    }
+
+    /// cuMemsetD8Async.
+    fn fill(&self, stream: CudaStream, dst: usize, value: u8, bytes: usize) -> Result<()> {
+        let _scope = self.enter(stream.device)?;
+        call!(
+            self.driver,
+            cuMemsetD8Async(dst as sys::CUdeviceptr, value, bytes, stream.raw)
+        )
+    }
+
+    /// The library module is loaded on the device at the first call (cuModuleLoadData of the
+    /// embedded PTX, JIT-compiled by the driver) and kept; later calls only look it up.
+    fn kernel(&self, device: DeviceId, name: &str) -> Result<CudaKernel> {
+        let library_index = kernels::find(name)?;
+        let function = self.library_function(device, library_index)?;
+        Ok(CudaKernel {
+            function,
+            device,
+            library_index,
+        })
+    }
+
+    /// cuFuncSetAttribute(`MAX_DYNAMIC_SHARED_SIZE_BYTES`).
+    fn kernel_allow_workgroup_bytes(&self, kernel: CudaKernel, bytes: u32) -> Result<()> {
+        let value = c_int::try_from(bytes).map_err(|_| Error::LimitExceeded {
+            what: "dynamic workgroup memory per workgroup",
+            required: bytes as usize,
+            limit: c_int::MAX as usize,
+            detail: vec![format!("kernel {}", kernel.name())],
+        })?;
+        let _scope = self.enter(kernel.device)?;
+        call!(
+            self.driver,
+            cuFuncSetAttribute(
+                kernel.function,
+                sys::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                value
+            )
+        )
+    }
+
+    /// cuLaunchKernel, after checking the arguments against the kernel's parameters
+    /// ([`Error::KernelArgumentMismatch`]) and that kernel and stream share a device
+    /// ([`Error::WrongDevice`]).
+    fn launch(
+        &self,
+        stream: CudaStream,
+        kernel: CudaKernel,
+        dims: LaunchDims,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        if kernel.device != stream.device {
+            return Err(Error::WrongDevice {
+                expected: stream.device,
+                found: kernel.device,
+            });
+        }
+        let mut values = ArgBuffer::pack(&LIBRARY[kernel.library_index], args)?;
+        let mut pointers = values.pointers();
+        let _scope = self.enter(stream.device)?;
+        call!(
+            self.driver,
+            cuLaunchKernel(
+                kernel.function,
+                dims.grid[0],
+                dims.grid[1],
+                dims.grid[2],
+                dims.block[0],
+                dims.block[1],
+                dims.block[2],
+                dims.dynamic_workgroup_bytes,
+                stream.raw,
+                pointers.as_mut_ptr(),
+                ptr::null_mut()
+            )
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The trait requires these; raw pointers inside would otherwise forbid them.
+    fn assert_thread_safe<T: Send + Sync>() {}
+
+    #[test]
+    fn handles_and_backend_are_send_and_sync() {
+        assert_thread_safe::<CudaStream>();
+        assert_thread_safe::<CudaEvent>();
+        assert_thread_safe::<CudaKernel>();
+        assert_thread_safe::<CudaBackend>();
+    }
+
+    #[test]
+    fn out_of_memory_is_none_and_other_codes_are_driver_errors() {
+        assert_eq!(
+            allocation_outcome("cuMemAlloc", 0, 0x1000),
+            Ok(Some(0x1000))
+        );
+        assert_eq!(
+            allocation_outcome("cuMemAlloc", sys::CUDA_ERROR_OUT_OF_MEMORY, 0),
+            Ok(None)
+        );
+        assert_eq!(
+            allocation_outcome("cuMemHostAlloc", sys::CUDA_ERROR_INVALID_VALUE, 0),
+            Err(Error::Driver(driver_error(
+                "cuMemHostAlloc",
+                sys::CUDA_ERROR_INVALID_VALUE
+            )))
+        );
+    }
+}

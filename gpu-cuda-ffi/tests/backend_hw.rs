@@ -1,0 +1,468 @@
+//! The CUDA backend on real hardware: every trait method at least once, with the calling
+//! thread's current context checked after each call, then the backend-generic conformance
+//! suite. Without a driver library (or without a device) each test says it skipped and passes.
+
+use core::ptr;
+
+use gpu_core::allocator::MemoryKind;
+use gpu_core::backend::{Backend, KernelArg, LaunchDims};
+use gpu_core::conformance::{Outcome, run_all};
+use gpu_core::{ByteRange, DeviceId, DriverError, Error};
+use gpu_cuda_ffi::{CudaBackend, CudaStream, sys};
+
+/// The backend, or `None` after printing why the test is skipped.
+fn open() -> Option<CudaBackend> {
+    match CudaBackend::new() {
+        Ok(backend) => Some(backend),
+        Err(Error::DriverLibraryNotFound { .. }) => {
+            eprintln!("skipped: no CUDA driver");
+            None
+        }
+        Err(Error::Driver(DriverError { name, .. }))
+            if name == "CUDA_ERROR_NO_DEVICE" || name == "CUDA_ERROR_STUB_LIBRARY" =>
+        {
+            eprintln!("skipped: no device ({name})");
+            None
+        }
+        Err(other) => panic!("opening the CUDA backend failed: {other}"),
+    }
+}
+
+/// The calling thread's current context, read from the driver directly.
+fn current_context(backend: &CudaBackend) -> sys::CUcontext {
+    let get = backend.driver().cuCtxGetCurrent().unwrap();
+    let mut context = ptr::null_mut();
+    // SAFETY: a valid out-parameter.
+    assert_eq!(unsafe { get(&mut context) }, sys::CUDA_SUCCESS);
+    context
+}
+
+/// Evaluates a backend call and checks that the thread's current context is what it was.
+macro_rules! kept {
+    ($backend:expr, $call:expr) => {{
+        let before = current_context($backend);
+        let result = $call;
+        assert_eq!(
+            current_context($backend),
+            before,
+            "{} changed the current context",
+            stringify!($call)
+        );
+        result
+    }};
+}
+
+/// The driver's error `name` (code `code`) from `call`.
+fn driver(call: &'static str, name: &'static str, code: i64) -> Error {
+    Error::Driver(DriverError {
+        backend: "cuda",
+        call,
+        name,
+        code,
+    })
+}
+
+const D0: DeviceId = DeviceId(0);
+
+fn devices_and_current_device(b: &CudaBackend, start: Option<DeviceId>) {
+    let count = kept!(b, b.device_count());
+    assert!(count >= 1);
+    assert_eq!(b.name(), "cuda");
+    let info = kept!(b, b.device_info(D0)).unwrap();
+    eprintln!("device 0 of {count}: {info:?}");
+    assert!(info.total_memory > 0 && info.unified_addressing);
+    assert!(info.allocator.device.available && info.allocator.host_register);
+    assert!(info.workgroup.default_per_block <= info.workgroup.max_per_block_opt_in);
+    assert_eq!(
+        kept!(b, b.device_info(DeviceId(count as u32))),
+        Err(Error::UnknownDevice {
+            device: DeviceId(count as u32),
+            device_count: count
+        })
+    );
+    assert_eq!(kept!(b, b.current_device()), Ok(start));
+    b.set_current_device(None).unwrap();
+    assert!(current_context(b).is_null());
+    assert_eq!(b.current_device(), Ok(None));
+    b.set_current_device(Some(D0)).unwrap();
+    assert_eq!(current_context(b), b.primary_context(D0).unwrap());
+    assert_eq!(b.current_device(), Ok(Some(D0)));
+    assert_eq!(
+        b.set_current_device(Some(DeviceId(count as u32))),
+        Err(Error::UnknownDevice {
+            device: DeviceId(count as u32),
+            device_count: count
+        })
+    );
+    b.set_current_device(start).unwrap();
+    assert_eq!(b.current_device(), Ok(start));
+}
+
+/// Device memory filled on `stream` reads back through a host copy.
+fn round_trip(b: &CudaBackend, stream: CudaStream, address: usize, bytes: usize, value: u8) {
+    let mut host = vec![!value; bytes];
+    kept!(b, b.fill(stream, address, value, bytes)).unwrap();
+    kept!(
+        b,
+        b.copy(stream, host.as_mut_ptr() as usize, address, bytes)
+    )
+    .unwrap();
+    kept!(b, b.stream_synchronize(stream)).unwrap();
+    assert!(
+        host.iter().all(|&byte| byte == value),
+        "round trip of {value:#x}"
+    );
+}
+
+fn memory(b: &CudaBackend, stream: CudaStream) {
+    let caps = b.device_info(D0).unwrap().allocator;
+    let size = 1 << 20;
+    for kind in MemoryKind::CACHED {
+        if !caps.support(kind).available {
+            continue;
+        }
+        for after in [None, Some(stream)] {
+            let address = kept!(b, b.allocate(D0, kind, size)).unwrap().unwrap();
+            round_trip(b, stream, address, size, 0x3c);
+            kept!(b, b.free(D0, kind, address, after)).unwrap();
+        }
+        assert_eq!(
+            kept!(b, b.allocate(D0, kind, 0)),
+            Err(Error::ZeroSize {
+                what: "allocation size"
+            })
+        );
+    }
+    let unsupported = Err(Error::KindUnsupported {
+        device: D0,
+        kind: MemoryKind::HostRegistered,
+    });
+    assert_eq!(
+        kept!(b, b.allocate(D0, MemoryKind::HostRegistered, 64)),
+        unsupported
+    );
+    // Out of memory is `None`, not an error (never tried for managed memory, which can hang
+    // the GPU when asked for more than it has).
+    let huge = 1usize << 50;
+    assert_eq!(kept!(b, b.allocate(D0, MemoryKind::Device, huge)), Ok(None));
+    assert_eq!(
+        kept!(b, b.allocate(D0, MemoryKind::HostPinned, huge)),
+        Ok(None)
+    );
+
+    // Stream-ordered device memory, freed both ways, and the kinds without a stream-ordered form.
+    assert!(caps.device.stream_ordered, "an H100/H200 has memory pools");
+    for after in [Some(stream), None] {
+        let address = kept!(b, b.allocate_on_stream(stream, MemoryKind::Device, size))
+            .unwrap()
+            .unwrap();
+        round_trip(b, stream, address, size, 0xa7);
+        kept!(b, b.free(D0, MemoryKind::Device, address, after)).unwrap();
+    }
+    assert_eq!(
+        kept!(b, b.allocate_on_stream(stream, MemoryKind::Device, huge)),
+        Ok(None)
+    );
+    assert_eq!(
+        kept!(b, b.allocate_on_stream(stream, MemoryKind::Managed, size)),
+        Err(Error::KindUnsupported {
+            device: D0,
+            kind: MemoryKind::Managed
+        })
+    );
+    kept!(b, b.stream_synchronize(stream)).unwrap();
+}
+
+fn host_registration(b: &CudaBackend, stream: CudaStream) {
+    let count = b.device_count();
+    let mut host = vec![0u8; 3 << 20];
+    let len = 1 << 20;
+    // An unaligned start: the driver registers (and reports) exactly this range.
+    let start = host.as_mut_ptr() as usize + 100;
+    let range = ByteRange::new(start, len).unwrap();
+    let mut device_ptrs = vec![0usize; count];
+    kept!(b, b.host_register(range, &mut device_ptrs)).unwrap();
+    assert!(device_ptrs.iter().all(|&address| address != 0));
+
+    let already = Err(driver(
+        "cuMemHostRegister",
+        "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+        712,
+    ));
+    let mut scratch = vec![0usize; count];
+    assert_eq!(kept!(b, b.host_register(range, &mut scratch)), already);
+    let inside = ByteRange::new(start + 4096, 4096).unwrap();
+    assert_eq!(kept!(b, b.host_register(inside, &mut scratch)), already);
+    let straddling = ByteRange::new(start + len - 4096, 8192).unwrap();
+    assert_eq!(kept!(b, b.host_register(straddling, &mut scratch)), already);
+
+    let mut found = vec![0usize; count];
+    assert_eq!(
+        kept!(b, b.host_pinned_extent(start + 5000, &mut found)),
+        Ok(Some(range))
+    );
+    assert_eq!(found, device_ptrs);
+    assert_eq!(
+        kept!(b, b.host_pinned_extent(start + len + 4096, &mut found)),
+        Ok(None),
+        "heap memory past the registered range"
+    );
+    let on_stack = 0u64;
+    assert_eq!(
+        kept!(
+            b,
+            b.host_pinned_extent(&on_stack as *const u64 as usize, &mut found)
+        ),
+        Ok(None)
+    );
+    let too_many = vec![0usize; count + 1];
+    assert_eq!(
+        kept!(b, b.host_pinned_extent(start, &mut too_many.clone())),
+        Err(Error::UnknownDevice {
+            device: DeviceId(count as u32),
+            device_count: count
+        })
+    );
+
+    // The device reads the registered memory through the address the backend gave.
+    let device_memory = b.allocate(D0, MemoryKind::Device, 4096).unwrap().unwrap();
+    kept!(b, b.fill(stream, device_memory, 0x5c, 4096)).unwrap();
+    kept!(b, b.copy(stream, device_ptrs[0], device_memory, 4096)).unwrap();
+    kept!(b, b.stream_synchronize(stream)).unwrap();
+    assert!(host[100..4196].iter().all(|&byte| byte == 0x5c));
+    assert_eq!(host[99], 0);
+    b.free(D0, MemoryKind::Device, device_memory, None).unwrap();
+
+    assert_eq!(
+        kept!(b, b.host_unregister(start + 5000)),
+        Err(driver("cuMemHostUnregister", "CUDA_ERROR_INVALID_VALUE", 1))
+    );
+    kept!(b, b.host_unregister(start)).unwrap();
+    assert_eq!(
+        kept!(b, b.host_unregister(start)),
+        Err(driver(
+            "cuMemHostUnregister",
+            "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
+            713
+        ))
+    );
+    assert_eq!(kept!(b, b.host_pinned_extent(start, &mut found)), Ok(None));
+
+    // Memory pinned by someone else (here cuMemHostAlloc) is found with its whole extent.
+    let pinned = b
+        .allocate(D0, MemoryKind::HostPinned, len)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        kept!(b, b.host_pinned_extent(pinned + 777, &mut found)),
+        Ok(Some(ByteRange::new(pinned, len).unwrap()))
+    );
+    assert!(found.iter().all(|&address| address != 0));
+    b.free(D0, MemoryKind::HostPinned, pinned, None).unwrap();
+    drop(host);
+}
+
+fn streams_and_events(b: &CudaBackend) {
+    let (first, second) = (
+        kept!(b, b.stream_create(D0)).unwrap(),
+        kept!(b, b.stream_create(D0)).unwrap(),
+    );
+    let event = kept!(b, b.event_create(D0)).unwrap();
+    assert_eq!(kept!(b, b.event_query(event)), Ok(true), "never recorded");
+    // A long fill on the first stream; the second waits for it, then copies the result out.
+    let size = 64 << 20;
+    let device_memory = b.allocate(D0, MemoryKind::Device, size).unwrap().unwrap();
+    let pinned = b
+        .allocate(D0, MemoryKind::HostPinned, size)
+        .unwrap()
+        .unwrap();
+    kept!(b, b.fill(first, device_memory, 0x11, size)).unwrap();
+    kept!(b, b.event_record(event, first)).unwrap();
+    kept!(b, b.stream_wait_event(second, event)).unwrap();
+    kept!(b, b.copy(second, pinned, device_memory, size)).unwrap();
+    kept!(b, b.stream_synchronize(second)).unwrap();
+    // SAFETY: `pinned` is a live host allocation of `size` bytes, and its copy has finished.
+    let landed = unsafe { core::slice::from_raw_parts(pinned as *const u8, size) };
+    assert!(landed.iter().all(|&byte| byte == 0x11));
+    assert_eq!(kept!(b, b.event_query(event)), Ok(true));
+    kept!(b, b.event_synchronize(event)).unwrap();
+    kept!(b, b.device_synchronize(D0)).unwrap();
+    b.free(D0, MemoryKind::Device, device_memory, None).unwrap();
+    b.free(D0, MemoryKind::HostPinned, pinned, None).unwrap();
+    kept!(b, b.event_destroy(event)).unwrap();
+    kept!(b, b.stream_destroy(first)).unwrap();
+    kept!(b, b.stream_destroy(second)).unwrap();
+}
+
+/// `count` little-endian u32 words copied out of device memory.
+fn read_words(b: &CudaBackend, stream: CudaStream, address: usize, count: usize) -> Vec<u32> {
+    let mut words = vec![0u32; count];
+    kept!(
+        b,
+        b.copy(stream, words.as_mut_ptr() as usize, address, count * 4)
+    )
+    .unwrap();
+    b.stream_synchronize(stream).unwrap();
+    words
+}
+
+fn kernels(b: &CudaBackend, stream: CudaStream) {
+    // fill_u32 over more words than threads, leaving the word after the count alone.
+    let count = 1_000_003usize;
+    let data = b
+        .allocate(D0, MemoryKind::Device, (count + 1) * 4)
+        .unwrap()
+        .unwrap();
+    b.fill(stream, data, 0xee, (count + 1) * 4).unwrap();
+    let fill = kept!(b, b.kernel(D0, "fill_u32")).unwrap();
+    let args = [
+        KernelArg::Ptr(data),
+        KernelArg::U32(0xc0ff_ee01),
+        KernelArg::U64(count as u64),
+    ];
+    kept!(
+        b,
+        b.launch(stream, fill, LaunchDims::linear(64, 256), &args)
+    )
+    .unwrap();
+    let words = read_words(b, stream, data, count + 1);
+    assert!(words[..count].iter().all(|&word| word == 0xc0ff_ee01));
+    assert_eq!(words[count], 0xeeee_eeee);
+    assert_eq!(
+        kept!(
+            b,
+            b.launch(stream, fill, LaunchDims::linear(1, 32), &args[..2])
+        ),
+        Err(Error::KernelArgumentMismatch {
+            kernel: "fill_u32",
+            expected: "(Ptr dst, U32 value, U64 count)"
+        })
+    );
+    assert_eq!(
+        kept!(b, b.kernel(D0, "no_such_kernel")),
+        Err(Error::UnknownKernel {
+            backend: "cuda",
+            name: "no_such_kernel".into()
+        })
+    );
+    assert_eq!(kept!(b, b.kernel(D0, "fill_u32")), Ok(fill), "cached");
+    b.free(D0, MemoryKind::Device, data, None).unwrap();
+
+    // axpy_f32: y = 2x + y, exact in f32 for these values.
+    let n = 10_000usize;
+    let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let ys = vec![1.0f32; n];
+    let (x, y) = (
+        b.allocate(D0, MemoryKind::Device, 4 * n).unwrap().unwrap(),
+        b.allocate(D0, MemoryKind::Device, 4 * n).unwrap().unwrap(),
+    );
+    b.copy(stream, x, xs.as_ptr() as usize, 4 * n).unwrap();
+    b.copy(stream, y, ys.as_ptr() as usize, 4 * n).unwrap();
+    let axpy = kept!(b, b.kernel(D0, "axpy_f32")).unwrap();
+    let args = [
+        KernelArg::F32(2.0),
+        KernelArg::Ptr(x),
+        KernelArg::Ptr(y),
+        KernelArg::U64(n as u64),
+    ];
+    kept!(b, b.launch(stream, axpy, LaunchDims::linear(8, 128), &args)).unwrap();
+    let result = read_words(b, stream, y, n);
+    for (i, word) in result.iter().enumerate() {
+        assert_eq!(
+            f32::from_bits(*word),
+            2.0 * i as f32 + 1.0,
+            "axpy element {i}"
+        );
+    }
+    b.free(D0, MemoryKind::Device, x, None).unwrap();
+    b.free(D0, MemoryKind::Device, y, None).unwrap();
+
+    // workgroup_reverse_u32 with the most dynamic workgroup memory a block can have: refused
+    // by the driver until the kernel opts in, then correct in every workgroup.
+    let limits = b.device_info(D0).unwrap().workgroup;
+    let words_per_group = limits.max_per_block() / 4;
+    let dynamic_bytes = 4 * words_per_group;
+    assert!(dynamic_bytes > 48 << 10 && dynamic_bytes > limits.default_per_block);
+    let groups = 4u32;
+    let total = (groups * words_per_group) as usize;
+    let input: Vec<u32> = (0..total as u32).collect();
+    let data = b
+        .allocate(D0, MemoryKind::Device, 4 * total)
+        .unwrap()
+        .unwrap();
+    b.copy(stream, data, input.as_ptr() as usize, 4 * total)
+        .unwrap();
+    let reverse = kept!(b, b.kernel(D0, "workgroup_reverse_u32")).unwrap();
+    let dims = LaunchDims {
+        grid: [groups, 1, 1],
+        block: [256, 1, 1],
+        dynamic_workgroup_bytes: dynamic_bytes,
+    };
+    let args = [KernelArg::Ptr(data), KernelArg::U32(words_per_group)];
+    // Back to the default limit (an earlier round may have opted in: the attribute stays on
+    // the cached function).
+    kept!(
+        b,
+        b.kernel_allow_workgroup_bytes(reverse, limits.default_per_block)
+    )
+    .unwrap();
+    assert_eq!(
+        kept!(b, b.launch(stream, reverse, dims, &args)),
+        Err(driver("cuLaunchKernel", "CUDA_ERROR_INVALID_VALUE", 1)),
+        "a launch above the default limit before opting in"
+    );
+    kept!(b, b.kernel_allow_workgroup_bytes(reverse, dynamic_bytes)).unwrap();
+    kept!(b, b.launch(stream, reverse, dims, &args)).unwrap();
+    let output = read_words(b, stream, data, total);
+    for g in 0..groups {
+        for i in 0..words_per_group {
+            let at = (g * words_per_group + i) as usize;
+            let expected = g * words_per_group + (words_per_group - 1 - i) + 1;
+            assert_eq!(output[at], expected, "workgroup {g} word {i}");
+        }
+    }
+    assert!(matches!(
+        kept!(b, b.kernel_allow_workgroup_bytes(reverse, u32::MAX)),
+        Err(Error::LimitExceeded { .. })
+    ));
+    b.free(D0, MemoryKind::Device, data, None).unwrap();
+}
+
+#[test]
+fn every_method_works_and_keeps_the_current_context() {
+    let Some(backend) = open() else { return };
+    let b = &backend;
+    eprintln!("{b:?}, driver {}", b.driver().driver_version());
+    // Once with no context current (every call pushes and pops), once with device 0's
+    // primary context current (the runtime's guard did it: no call switches).
+    for start in [None, Some(D0)] {
+        b.set_current_device(start).unwrap();
+        devices_and_current_device(b, start);
+        let stream = kept!(b, b.stream_create(D0)).unwrap();
+        memory(b, stream);
+        host_registration(b, stream);
+        streams_and_events(b);
+        kernels(b, stream);
+        kept!(b, b.stream_destroy(stream)).unwrap();
+        assert_eq!(b.current_device(), Ok(start));
+        eprintln!("all methods passed with {start:?} current");
+    }
+    b.set_current_device(None).unwrap();
+}
+
+#[test]
+fn conformance_suite_passes_on_hardware() {
+    // Held for the whole suite so that the primary contexts survive between cases (each case
+    // opens its own backend; a context is destroyed when its last holder releases it).
+    let Some(held) = open() else { return };
+    let reports = run_all(&CudaBackend::new);
+    for report in &reports {
+        eprintln!("{report}");
+    }
+    let failed: Vec<_> = reports
+        .iter()
+        .filter(|report| matches!(report.outcome, Outcome::Failed(_)))
+        .collect();
+    assert!(failed.is_empty(), "{} case(s) failed", failed.len());
+    drop(held);
+}
