@@ -62,8 +62,8 @@ pub(crate) struct Block {
     seq: u64,
     /// Live blocks: bytes the caller asked for.
     requested: usize,
-    /// Live blocks: other streams whose work uses it.
-    other_uses: Vec<StreamId>,
+    /// Live blocks: whether [`KindCache::other_uses`] names streams for it.
+    shared: bool,
 }
 
 struct Segment {
@@ -148,6 +148,8 @@ pub(crate) struct KindCache {
     lane_of_stream: Vec<u32>,
     lanes: Vec<Lane>,
     pending: Vec<PendingFree>,
+    /// (live block, another stream whose work uses it); rare, so kept out of the blocks.
+    other_uses: Vec<(u32, StreamId)>,
     stats: AllocatorStats,
 }
 
@@ -164,6 +166,7 @@ impl KindCache {
             lane_of_stream: Vec::new(),
             lanes,
             pending: Vec::new(),
+            other_uses: Vec::new(),
             stats: AllocatorStats::default(),
         }
     }
@@ -288,22 +291,24 @@ impl KindCache {
             Release::OnStream(stream) => (self.lane_index(stream, config)?, Some(stream)),
         };
         let block = &self.blocks[slot as usize];
-        let (size, requested) = (block.size, block.requested);
-        let waits_for_others =
-            stream.is_some() && block.other_uses.iter().any(|&s| Some(s) != stream);
-        if !waits_for_others {
+        let (size, requested, shared) = (block.size, block.requested, block.shared);
+        let others: Vec<StreamId> = match (shared, stream) {
+            (true, Some(stream)) => self
+                .other_uses
+                .iter()
+                .filter(|&&(b, s)| b == slot && s != stream)
+                .map(|&(_, s)| s)
+                .collect(),
+            _ => Vec::new(),
+        };
+        if others.is_empty() {
+            self.forget_uses(slot);
             self.stats.allocated -= size;
             self.stats.requested -= requested;
             self.stats.cached += size;
             self.release_to_lane(slot, lane);
             return Ok(());
         }
-        let others: Vec<StreamId> = block
-            .other_uses
-            .iter()
-            .copied()
-            .filter(|&s| Some(s) != stream)
-            .collect();
         let mut events = Vec::with_capacity(others.len());
         for other in others {
             match self.record(driver, other) {
@@ -316,6 +321,7 @@ impl KindCache {
                 }
             }
         }
+        self.forget_uses(slot);
         let block = &mut self.blocks[slot as usize];
         block.state = State::Pending;
         block.lane = lane;
@@ -337,11 +343,21 @@ impl KindCache {
         stream: StreamId,
     ) -> Result<()> {
         self.check_live(slot, generation)?;
-        let uses = &mut self.blocks[slot as usize].other_uses;
-        if !uses.contains(&stream) {
-            uses.push(stream);
+        if !self.other_uses.contains(&(slot, stream)) {
+            self.other_uses.push((slot, stream));
         }
+        self.blocks[slot as usize].shared = true;
         Ok(())
+    }
+
+    /// Drops the other-stream uses recorded for `slot`.
+    #[inline]
+    fn forget_uses(&mut self, slot: u32) {
+        let block = &mut self.blocks[slot as usize];
+        if block.shared {
+            block.shared = false;
+            self.other_uses.retain(|&(b, _)| b != slot);
+        }
     }
 
     /// Reclaims completed frees and returns every wholly free segment to the driver.
@@ -543,7 +559,6 @@ impl KindCache {
         b.state = State::Live;
         b.generation = b.generation.wrapping_add(1);
         b.requested = shape.size;
-        b.other_uses.clear();
         let (size, generation, addr) = (b.size, b.generation, b.addr);
         self.stats.note_allocated(size, shape.size);
         (block, generation, addr, path)
@@ -588,7 +603,7 @@ impl KindCache {
             generation,
             seq: 0,
             requested: 0,
-            other_uses: Vec::new(),
+            shared: false,
         };
         match self.unused_blocks.pop() {
             Some(slot) => {
@@ -606,7 +621,6 @@ impl KindCache {
     fn drop_block(&mut self, slot: u32) {
         let b = &mut self.blocks[slot as usize];
         b.state = State::Unused;
-        b.other_uses = Vec::new();
         self.unused_blocks.push(slot);
     }
 
