@@ -4,6 +4,7 @@
 //! and checker throughput (trace operations per second) against a plain pass over the trace.
 //! The spec's anchor: one cuEventRecord+cuStreamWaitEvent costs 370 ns on an H200.
 
+use std::collections::VecDeque;
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
@@ -91,13 +92,16 @@ fn random_dag(ops: usize) -> Vec<Op> {
 fn plan(
     planner: &mut Planner,
     program: &[Op],
-    live: &mut Vec<Token>,
+    live: &mut VecDeque<Token>,
     deps: &mut Vec<Token>,
 ) -> usize {
     let mut branches = Vec::new();
     for (i, op) in program.iter().enumerate() {
         for &index in &op.deps {
-            deps.push(live.remove(index.min(live.len() - 1)));
+            deps.push(
+                live.remove(index.min(live.len() - 1))
+                    .expect("a live token"),
+            );
         }
         let token = planner
             .run(OpId(i as u32), DeviceId(op.device), deps)
@@ -106,9 +110,9 @@ fn plan(
             planner
                 .fork(token, op.fork, &mut branches)
                 .expect("benchmark programs are valid");
-            live.append(&mut branches);
+            live.extend(branches.drain(..));
         } else {
-            live.push(token);
+            live.push_back(token);
         }
     }
     for token in live.drain(..) {
@@ -122,7 +126,7 @@ fn plan(
 
 /// The baseline: the same programs with a fresh stream per operation and an event
 /// recorded and waited for every dependency; tokens are plain stream ids.
-fn plan_naive(program: &[Op], live: &mut Vec<StreamId>, steps: &mut Vec<PlanStep>) -> usize {
+fn plan_naive(program: &[Op], live: &mut VecDeque<StreamId>, steps: &mut Vec<PlanStep>) -> usize {
     let (mut streams, mut events) = (0u32, 0u32);
     for (i, op) in program.iter().enumerate() {
         let device = DeviceId(op.device);
@@ -134,7 +138,9 @@ fn plan_naive(program: &[Op], live: &mut Vec<StreamId>, steps: &mut Vec<PlanStep
             fresh: true,
         });
         for &index in &op.deps {
-            let dep = live.remove(index.min(live.len() - 1));
+            let dep = live
+                .remove(index.min(live.len() - 1))
+                .expect("a live token");
             let event = EventId(events);
             events += 1;
             steps.push(PlanStep::AcquireEvent {
@@ -151,7 +157,7 @@ fn plan_naive(program: &[Op], live: &mut Vec<StreamId>, steps: &mut Vec<PlanStep
             stream,
         });
         for _ in 0..op.fork {
-            live.push(stream);
+            live.push_back(stream);
         }
     }
     live.clear();
@@ -172,13 +178,13 @@ fn planning(c: &mut Criterion) {
     for (name, program) in &programs {
         group.throughput(Throughput::Elements(program.len() as u64));
         let mut planner = Planner::new(2);
-        let (mut live, mut deps) = (Vec::new(), Vec::new());
+        let (mut live, mut deps) = (VecDeque::new(), Vec::new());
         // Warm the pools and buffers.
         plan(&mut planner, program, &mut live, &mut deps);
         group.bench_with_input(BenchmarkId::new("planner", name), program, |b, program| {
             b.iter(|| black_box(plan(&mut planner, black_box(program), &mut live, &mut deps)))
         });
-        let (mut live, mut steps) = (Vec::new(), Vec::new());
+        let (mut live, mut steps) = (VecDeque::new(), Vec::new());
         group.bench_with_input(BenchmarkId::new("naive", name), program, |b, program| {
             b.iter(|| black_box(plan_naive(black_box(program), &mut live, &mut steps)))
         });
@@ -188,18 +194,21 @@ fn planning(c: &mut Criterion) {
 
 fn checking(c: &mut Criterion) {
     let mut planner = Planner::new(2);
-    let (mut live, mut deps) = (Vec::new(), Vec::new());
+    let (mut live, mut deps) = (VecDeque::new(), Vec::new());
     let program = random_dag(16 * 1024);
     let mut branches = Vec::new();
     for (i, op) in program.iter().enumerate() {
         for &index in &op.deps {
-            deps.push(live.remove(index.min(live.len() - 1)));
+            deps.push(
+                live.remove(index.min(live.len() - 1))
+                    .expect("a live token"),
+            );
         }
         let token = planner
             .run(OpId(i as u32), DeviceId(op.device), &mut deps)
             .expect("valid");
         planner.fork(token, op.fork, &mut branches).expect("valid");
-        live.append(&mut branches);
+        live.extend(branches.drain(..));
     }
     planner.end_program();
     planner.drain_pools();

@@ -324,6 +324,104 @@ pub enum Error {
         backend: &'static str,
     },
 
+    // ----- token -----
+    /// A token was already consumed (or given twice in one call, or its program ended).
+    TokenConsumed {
+        /// The token given.
+        token: crate::token::TokenId,
+    },
+    /// A token id this planner never issued.
+    TokenUnknown {
+        /// The token given.
+        token: crate::token::TokenId,
+    },
+    /// A token issued by another planner.
+    TokenForeign {
+        /// The token given.
+        token: crate::token::TokenId,
+        /// The id of the planner it was given to.
+        planner: u16,
+    },
+    /// A line of a stream/event trace is not in the trace format.
+    TraceSyntax {
+        /// Line number, from 1.
+        line: usize,
+        /// What was expected there.
+        expected: &'static str,
+        /// What the line held instead.
+        found: String,
+    },
+
+    // ----- runtime -----
+    /// A stream id the runtime has no driver stream for.
+    UnknownStream {
+        /// The id given.
+        stream: crate::id::StreamId,
+    },
+    /// An event id the runtime has no driver event for.
+    UnknownEvent {
+        /// The id given.
+        event: crate::id::EventId,
+    },
+    /// A range of a buffer runs past its end.
+    OutOfBounds {
+        /// First byte asked for, from the buffer's start.
+        offset: usize,
+        /// Bytes asked for.
+        len: usize,
+        /// The buffer's size.
+        size: usize,
+    },
+    /// A buffer of one device was handed to an operation on another.
+    WrongDevice {
+        /// The device the operation runs on.
+        expected: DeviceId,
+        /// The device the buffer belongs to.
+        found: DeviceId,
+    },
+    /// An earlier action on this device's worker queue failed; the queue refuses further
+    /// actions until its error is cleared.
+    QueueFailed {
+        /// The worker's device.
+        device: DeviceId,
+        /// The first failure.
+        cause: alloc::boxed::Box<Error>,
+    },
+    /// An action on a device worker panicked; the worker caught it and keeps running.
+    ActionPanicked {
+        /// The worker's device.
+        device: DeviceId,
+    },
+    /// A driver failure left stream ordering unknown (an event record or wait failed), so the
+    /// runtime refuses new work; shut it down and open a new one.
+    RuntimePoisoned {
+        /// The failure that poisoned it.
+        cause: alloc::boxed::Box<Error>,
+    },
+
+    // ----- cuda backend (kernel library and current context; generic enough for any backend) -----
+    /// A kernel name the backend's standard kernel library does not have.
+    UnknownKernel {
+        /// The backend asked (`"cuda"`, `"host"`, ...).
+        backend: &'static str,
+        /// The name given.
+        name: String,
+    },
+    /// A launch whose arguments do not match the kernel's parameters (count or kinds).
+    KernelArgumentMismatch {
+        /// The kernel launched.
+        kernel: &'static str,
+        /// The parameters it takes, e.g. `"(Ptr dst, U32 value, U64 count)"`.
+        expected: &'static str,
+    },
+    /// The calling thread's current driver context is none of the backend's devices (a context
+    /// the program created itself), so no device id names it and restoring through a device id
+    /// would lose it.
+    ForeignContext {
+        /// The backend asked.
+        backend: &'static str,
+    },
+
     // ----- driver -----
     /// A driver call failed.
     Driver(DriverError),

@@ -30,19 +30,57 @@ impl fmt::Display for OpId {
     }
 }
 
-/// The raw, copyable identity of a [`Token`]: which planner issued it, which slot of that
-/// planner's token table it names, and which use of that slot.
+/// The raw, copyable identity of a [`Token`], packed in 64 bits: the issuing planner's id
+/// (16 bits), the token's slot in that planner's table (24 bits) and how many tokens the slot
+/// held before (24 bits, wrapping).
 ///
 /// Layers that carry tokens through raw ids (an FFI boundary, a serialised program) use this;
 /// the planner detects every misuse of such ids (consumed, unknown, foreign) as a typed error.
+/// Detection is exact within the packing's limits: planner ids repeat after 65,536 planners,
+/// and a slot's count wraps after 16,777,216 uses of that one slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct TokenId {
+pub struct TokenId(u64);
+
+const FIELD_MASK: u64 = (1 << 24) - 1;
+
+impl TokenId {
+    /// How many token slots one planner has (live tokens at once).
+    pub const SLOT_LIMIT: usize = 1 << 24;
+
+    /// The id of slot `slot`'s token number `generation` of planner `planner`; `slot` and
+    /// `generation` are taken modulo 2^24.
+    pub const fn new(planner: u16, slot: u32, generation: u32) -> Self {
+        TokenId(
+            ((planner as u64) << 48)
+                | ((slot as u64 & FIELD_MASK) << 24)
+                | (generation as u64 & FIELD_MASK),
+        )
+    }
+
+    /// The id packed in `raw` (as [`raw`](TokenId::raw) gave it).
+    pub const fn from_raw(raw: u64) -> Self {
+        TokenId(raw)
+    }
+
+    /// The packed 64-bit form.
+    pub const fn raw(self) -> u64 {
+        self.0
+    }
+
     /// The id of the planner that issued the token.
-    pub planner: u32,
-    /// Slot in the planner's token table.
-    pub slot: u32,
-    /// How many times the slot had been used before this token.
-    pub generation: u32,
+    pub const fn planner(self) -> u16 {
+        (self.0 >> 48) as u16
+    }
+
+    /// The token's slot in its planner's table.
+    pub const fn slot(self) -> u32 {
+        ((self.0 >> 24) & FIELD_MASK) as u32
+    }
+
+    /// How many tokens the slot held before this one (modulo 2^24).
+    pub const fn generation(self) -> u32 {
+        (self.0 & FIELD_MASK) as u32
+    }
 }
 
 impl fmt::Display for TokenId {
@@ -50,7 +88,9 @@ impl fmt::Display for TokenId {
         write!(
             f,
             "token {}.{} of planner {}",
-            self.slot, self.generation, self.planner
+            self.slot(),
+            self.generation(),
+            self.planner()
         )
     }
 }
@@ -59,6 +99,7 @@ impl fmt::Display for TokenId {
 /// [`Planner`] call (an operation, a join, a fork, a synchronous wait or a discard).
 ///
 /// Neither `Copy` nor `Clone`: using a token twice needs an explicit [`Planner::fork`].
+/// Eight bytes, like its [`TokenId`].
 /// Dropping a token without handing it back to the planner does not release anything; the
 /// planner reports it as outstanding at [`Planner::end_program`].
 #[derive(Debug, PartialEq, Eq)]

@@ -343,11 +343,7 @@ impl Runner {
                 )
             }
             2 => {
-                let id = TokenId {
-                    planner: self.planner.id(),
-                    slot: u32::MAX,
-                    generation: 0,
-                };
+                let id = TokenId::new(self.planner.id(), u32::MAX, 0);
                 deps.push(Token::from_id(id));
                 expect(
                     self.planner.join(&mut deps),

@@ -146,6 +146,22 @@ struct TokenSlot {
     producer: Option<OpId>,
 }
 
+/// What a token stands for and holds: the point on its stream, and its stream or fork share.
+#[derive(Clone, Copy, Debug)]
+struct Point {
+    hold: Hold,
+    stream: StreamId,
+    position: u64,
+    time: u64,
+    producer: Option<OpId>,
+}
+
+/// The slot of a scratch dependency entry.
+#[inline]
+fn dep_slot(dep: (u64, u64)) -> u32 {
+    dep.1 as u32
+}
+
 /// Per-call buffers, reused so that planning does not allocate once warm. They carry nothing
 /// from one call to the next, so two planners compare equal whatever their buffers hold.
 #[derive(Clone, Debug, Default)]
@@ -153,8 +169,10 @@ struct Scratch {
     /// Call number, and per token slot the last call that saw it (finds a token given twice).
     call: u64,
     seen: Vec<u64>,
-    /// Validated dependencies as (time, index in the caller's list, slot), latest first.
-    deps: Vec<(u64, usize, u32)>,
+    /// Validated dependencies as (time, index in the caller's list << 32 | slot), latest
+    /// first, then in the caller's order. Two 8-byte words, each written and read whole (a
+    /// read spanning two narrower writes just before stalls the pipeline).
+    deps: Vec<(u64, u64)>,
 }
 
 impl PartialEq for Scratch {
@@ -178,6 +196,8 @@ struct EventState {
     device: DeviceId,
     /// Fork branches still holding the event.
     shares: u32,
+    /// For a fork event (the only kind a token refers to): the recording stream's clock at
+    /// the record. Events recorded for a single wait go back to the pool right after it.
     clock: Vec<u64>,
 }
 
@@ -195,7 +215,33 @@ fn merge(into: &mut Vec<u64>, from: &[u64]) {
     }
 }
 
+/// The slot of a live token of planner `planner`, or why the id names none.
+fn validate_in(planner: u16, tokens: &[TokenSlot], id: TokenId) -> Result<u32> {
+    if id.planner() != planner {
+        return Err(Error::TokenForeign { token: id, planner });
+    }
+    match tokens.get(id.slot() as usize) {
+        Some(slot) if slot.live && slot.generation == id.generation() => Ok(id.slot()),
+        Some(slot) if id.generation() < slot.generation => Err(Error::TokenConsumed { token: id }),
+        _ => Err(Error::TokenUnknown { token: id }),
+    }
+}
+
+/// Two different streams' states, the first one mutable.
+fn pair_mut(streams: &mut [StreamState], a: usize, b: usize) -> (&mut StreamState, &StreamState) {
+    if a < b {
+        let (low, high) = streams.split_at_mut(b);
+        (&mut low[a], &high[0])
+    } else {
+        let (low, high) = streams.split_at_mut(a);
+        (&mut high[0], &low[b])
+    }
+}
+
 static NEXT_PLANNER_ID: AtomicU32 = AtomicU32::new(1);
+
+/// Generations count modulo 2^24 (the width [`TokenId`] packs).
+const GENERATION_MASK: u32 = (1 << 24) - 1;
 
 /// Plans token programs onto streams and events of several devices.
 ///
@@ -204,7 +250,7 @@ static NEXT_PLANNER_ID: AtomicU32 = AtomicU32::new(1);
 #[derive(Debug)]
 #[cfg_attr(any(test, feature = "model"), derive(Clone, PartialEq))]
 pub struct Planner {
-    id: u32,
+    id: u16,
     device_count: usize,
     tokens: Vec<TokenSlot>,
     free_slots: Vec<u32>,
@@ -224,7 +270,8 @@ impl Planner {
     /// planner id, so tokens of another planner are recognised as foreign.
     pub fn new(device_count: usize) -> Self {
         Planner {
-            id: NEXT_PLANNER_ID.fetch_add(1, Ordering::Relaxed),
+            // Ids repeat after 65,536 planners (the width a TokenId packs).
+            id: NEXT_PLANNER_ID.fetch_add(1, Ordering::Relaxed) as u16,
             device_count,
             tokens: Vec::new(),
             free_slots: Vec::new(),
@@ -240,7 +287,7 @@ impl Planner {
     }
 
     /// This planner's id, carried in every [`TokenId`] it issues.
-    pub fn id(&self) -> u32 {
+    pub fn id(&self) -> u16 {
         self.id
     }
 
@@ -275,6 +322,9 @@ impl Planner {
             });
         }
         self.validate_all(deps)?;
+        if deps.is_empty() {
+            self.check_room(1)?;
+        }
         let token = self.schedule(Some(op), Some(device));
         deps.clear();
         Ok(token)
@@ -309,7 +359,7 @@ impl Planner {
             branches.push(token);
             return Ok(());
         }
-        let source = self.tokens[slot as usize];
+        let source = self.point_of(slot);
         let held = match source.hold {
             Hold::ForkEvent(event) => self.events[event.index()].shares,
             Hold::Stream => 0,
@@ -323,6 +373,8 @@ impl Planner {
                 limit: u32::MAX as usize,
                 detail: Vec::new(),
             })?;
+        // The source's slot is freed first, so one branch reuses it.
+        self.check_room(count - 1)?;
         let out_of_memory = |_| Error::HostOutOfMemory {
             what: "fork branch tokens",
         };
@@ -330,14 +382,24 @@ impl Planner {
         self.tokens.try_reserve(count).map_err(out_of_memory)?;
         let event = match source.hold {
             Hold::ForkEvent(event) => event,
-            Hold::Stream => self.record_on(source.stream),
+            Hold::Stream => {
+                let event = self.record_on(source.stream);
+                let (streams, events) = (&self.streams, &mut self.events);
+                let clock = &mut events[event.index()].clock;
+                clock.clear();
+                clock.extend_from_slice(&streams[source.stream.index()].clock);
+                event
+            }
         };
         // The first branch takes over what the source held; each other one gets a share.
         self.events[event.index()].shares = shares;
         self.free_slot(slot);
-        branches.push(self.new_token(source.hold, &source));
+        branches.push(self.new_token(source));
         for _ in 1..count {
-            branches.push(self.new_token(Hold::ForkEvent(event), &source));
+            branches.push(self.new_token(Point {
+                hold: Hold::ForkEvent(event),
+                ..source
+            }));
         }
         Ok(())
     }
@@ -406,52 +468,48 @@ impl Planner {
 
     // ----- validation (no state change) -----
 
-    fn validate(&self, id: TokenId) -> Result<u32> {
-        if id.planner != self.id {
-            return Err(Error::TokenForeign {
-                token: id,
-                planner: self.id,
+    /// Whether `more` tokens can be live on top of the live ones.
+    fn check_room(&self, more: usize) -> Result<()> {
+        let room = self.free_slots.len() + (TokenId::SLOT_LIMIT - self.tokens.len());
+        if more > room {
+            return Err(Error::LimitExceeded {
+                what: "live tokens of one planner",
+                required: self.tokens.len() - self.free_slots.len() + more,
+                limit: TokenId::SLOT_LIMIT,
+                detail: Vec::new(),
             });
         }
-        match self.tokens.get(id.slot as usize) {
-            Some(slot) if slot.live && slot.generation == id.generation => Ok(id.slot),
-            Some(slot) if id.generation < slot.generation => {
-                Err(Error::TokenConsumed { token: id })
-            }
-            _ => Err(Error::TokenUnknown { token: id }),
-        }
+        Ok(())
+    }
+
+    fn validate(&self, id: TokenId) -> Result<u32> {
+        validate_in(self.id, &self.tokens, id)
     }
 
     /// Validates every dependency (and that none is given twice) into the scratch list,
     /// latest point first.
     fn validate_all(&mut self, deps: &[Token]) -> Result<()> {
-        let mut scratch = core::mem::take(&mut self.scratch);
-        let validated = self.collect_deps(&mut scratch, deps);
-        self.scratch = scratch;
-        validated
-    }
-
-    fn collect_deps(&self, scratch: &mut Scratch, deps: &[Token]) -> Result<()> {
+        let (planner, tokens, scratch) = (self.id, &self.tokens, &mut self.scratch);
         scratch.call += 1;
         scratch.deps.clear();
-        if scratch.seen.len() < self.tokens.len() {
-            scratch.seen.resize(self.tokens.len(), 0);
+        if scratch.seen.len() < tokens.len() {
+            scratch.seen.resize(tokens.len(), 0);
         }
         for (index, token) in deps.iter().enumerate() {
-            let slot = self.validate(token.id())?;
+            let slot = validate_in(planner, tokens, token.id())?;
             let seen = &mut scratch.seen[slot as usize];
             if *seen == scratch.call {
                 return Err(Error::TokenConsumed { token: token.id() });
             }
             *seen = scratch.call;
-            scratch
-                .deps
-                .push((self.tokens[slot as usize].time, index, slot));
+            scratch.deps.push((
+                tokens[slot as usize].time,
+                ((index as u64) << 32) | slot as u64,
+            ));
         }
-        if scratch.deps.len() > 1 {
-            scratch
-                .deps
-                .sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let latest_first = |a: &(u64, u64), b: &(u64, u64)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
+        if !scratch.deps.is_sorted_by(|a, b| latest_first(a, b).is_le()) {
+            scratch.deps.sort_unstable_by(latest_first);
         }
         Ok(())
     }
@@ -486,32 +544,39 @@ impl Planner {
             None => {
                 // A join always has a first dependency; an operation always names a device.
                 let device = device.unwrap_or_else(|| {
-                    let first = &self.tokens[deps[0].2 as usize];
-                    self.streams[first.stream.index()].device
+                    let first = self.tokens[dep_slot(deps[0]) as usize].stream;
+                    self.streams[first.index()].device
                 });
                 self.acquire_stream(device)
             }
         };
         let mut producer = None;
-        for &(_, _, slot) in &deps {
-            let state = self.tokens[slot as usize];
+        for &dep in &deps {
+            let slot = dep_slot(dep);
+            let state = self.point_of(slot);
             producer = producer.or(state.producer);
             let implied = Some(slot) == kept
                 || known(&self.streams[target.index()].clock, state.stream) >= state.position;
             if !implied {
+                // Merge the point's clock: its stream's (still at the point, since the token
+                // owns the stream) or its fork event's.
                 let event = match state.hold {
-                    Hold::Stream => self.record_on(state.stream),
-                    Hold::ForkEvent(event) => event,
+                    Hold::Stream => {
+                        let (into, from) =
+                            pair_mut(&mut self.streams, target.index(), state.stream.index());
+                        merge(&mut into.clock, &from.clock);
+                        self.record_on(state.stream)
+                    }
+                    Hold::ForkEvent(event) => {
+                        let from = &self.events[event.index()].clock;
+                        merge(&mut self.streams[target.index()].clock, from);
+                        event
+                    }
                 };
                 self.steps.push(PlanStep::Wait {
                     stream: target,
                     event,
                 });
-                let (streams, events) = (&mut self.streams, &self.events);
-                merge(
-                    &mut streams[target.index()].clock,
-                    &events[event.index()].clock,
-                );
                 self.advance(target);
                 if state.hold == Hold::Stream {
                     self.release_event(event);
@@ -534,16 +599,14 @@ impl Planner {
         }
         self.scratch.deps = deps;
         let stream = &self.streams[target.index()];
-        let point = TokenSlot {
-            generation: 0,
-            live: true,
+        let point = Point {
             hold: Hold::Stream,
             stream: target,
-            position: known(&stream.clock, target),
+            position: stream.clock[target.index()],
             time: stream.tail_time,
             producer,
         };
-        self.new_token(Hold::Stream, &point)
+        self.new_token(point)
     }
 
     /// One more run or wait on `stream`.
@@ -556,9 +619,10 @@ impl Planner {
 
     /// The dependency whose stream the work continues on: the latest one that owns a stream
     /// (of `device`, if given) and that no later dependency follows; else the latest owner.
-    fn pick_kept(&self, deps: &[(u64, usize, u32)], device: Option<DeviceId>) -> Option<u32> {
+    fn pick_kept(&self, deps: &[(u64, u64)], device: Option<DeviceId>) -> Option<u32> {
         let mut fallback = None;
-        for (rank, &(time, _, slot)) in deps.iter().enumerate() {
+        for (rank, &dep) in deps.iter().enumerate() {
+            let (time, slot) = (dep.0, dep_slot(dep));
             let state = &self.tokens[slot as usize];
             let on_device = device.is_none_or(|d| self.streams[state.stream.index()].device == d);
             if state.hold != Hold::Stream || !on_device {
@@ -566,7 +630,7 @@ impl Planner {
             }
             let followed = deps[..rank]
                 .iter()
-                .any(|&(later, _, other)| later > time && self.point_before(slot, other));
+                .any(|&other| other.0 > time && self.point_before(slot, dep_slot(other)));
             if !followed {
                 return Some(slot);
             }
@@ -606,7 +670,8 @@ impl Planner {
         });
     }
 
-    /// Records an event from the stream's device pool at `stream`'s tail, with no shares.
+    /// Records an event from the stream's device pool at `stream`'s tail, with no shares and
+    /// no clock (a wait on it merges the stream's own clock; a fork sets the clock).
     fn record_on(&mut self, stream: StreamId) -> EventId {
         let device = self.streams[stream.index()].device;
         let (event, fresh) = match self.event_pools[device.index()].pop() {
@@ -627,11 +692,6 @@ impl Planner {
             fresh,
         });
         self.steps.push(PlanStep::Record { event, stream });
-        let state = &mut self.events[event.index()];
-        state.clock.clear();
-        state
-            .clock
-            .extend_from_slice(&self.streams[stream.index()].clock);
         event
     }
 
@@ -662,52 +722,58 @@ impl Planner {
     fn note_unwaited(&mut self, slot: u32, kind: UnwaitedKind) {
         let state = &self.tokens[slot as usize];
         self.unwaited.push(UnwaitedToken {
-            token: TokenId {
-                planner: self.id,
-                slot,
-                generation: state.generation,
-            },
+            token: TokenId::new(self.id, slot, state.generation),
             producer: state.producer,
             kind,
         });
     }
 
-    /// A live token holding `hold` at the point of `point` (stream, position, time, producer).
-    fn new_token(&mut self, hold: Hold, point: &TokenSlot) -> Token {
-        let fresh = TokenSlot {
-            generation: 0,
-            live: true,
-            hold,
-            stream: point.stream,
-            position: point.position,
-            time: point.time,
-            producer: point.producer,
-        };
+    /// A live token at `point`.
+    #[inline]
+    fn new_token(&mut self, point: Point) -> Token {
         let slot = match self.free_slots.pop() {
-            Some(slot) => {
-                let state = &mut self.tokens[slot as usize];
-                *state = TokenSlot {
-                    generation: state.generation,
-                    ..fresh
-                };
-                slot
-            }
+            Some(slot) => slot,
             None => {
-                self.tokens.push(fresh);
+                self.tokens.push(TokenSlot {
+                    generation: 0,
+                    live: false,
+                    hold: point.hold,
+                    stream: point.stream,
+                    position: point.position,
+                    time: point.time,
+                    producer: point.producer,
+                });
                 (self.tokens.len() - 1) as u32
             }
         };
-        Token(TokenId {
-            planner: self.id,
-            slot,
-            generation: self.tokens[slot as usize].generation,
-        })
+        // Field by field, as `point_of` reads them back (often at once).
+        let state = &mut self.tokens[slot as usize];
+        state.live = true;
+        state.hold = point.hold;
+        state.stream = point.stream;
+        state.position = point.position;
+        state.time = point.time;
+        state.producer = point.producer;
+        Token(TokenId::new(self.id, slot, state.generation))
+    }
+
+    /// A live token's point, read field by field (see `new_token`).
+    #[inline]
+    fn point_of(&self, slot: u32) -> Point {
+        let state = &self.tokens[slot as usize];
+        Point {
+            hold: state.hold,
+            stream: state.stream,
+            position: state.position,
+            time: state.time,
+            producer: state.producer,
+        }
     }
 
     fn free_slot(&mut self, slot: u32) {
         let state = &mut self.tokens[slot as usize];
         state.live = false;
-        state.generation = state.generation.wrapping_add(1);
+        state.generation = state.generation.wrapping_add(1) & GENERATION_MASK;
         self.free_slots.push(slot);
     }
 }
@@ -1074,11 +1140,7 @@ mod tests {
         let before = p.clone();
         let foreign = start(&mut other, 0, D0);
         let foreign_id = foreign.id();
-        let unknown = TokenId {
-            planner: p.id(),
-            slot: 99,
-            generation: 0,
-        };
+        let unknown = TokenId::new(p.id(), 99, 0);
         let cases: Vec<(Vec<Token>, Error)> = vec![
             (
                 vec![Token::from_id(b.id()), Token::from_id(a_id)],
