@@ -24,7 +24,9 @@ fn run_on(trace: &str) -> Output {
 /// The example trace of the README's "Trace format" section, read from the README itself.
 fn readme_example() -> String {
     let readme = include_str!("../README.md");
-    let start = readme.find("# join.trace").expect("the README has the example");
+    let start = readme
+        .find("# join.trace")
+        .expect("the README has the example");
     let end = readme[start..].find("```").expect("the example block ends") + start;
     readme[start..end].to_string()
 }
@@ -57,5 +59,8 @@ fn a_malformed_trace_exits_two_naming_the_line() {
     let output = run_on("stream_create s 0\nstream_wait_event s\n");
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8(output.stderr).unwrap();
-    assert!(stderr.contains("trace line 2: expected an event name"), "{stderr}");
+    assert!(
+        stderr.contains("trace line 2: expected an event name"),
+        "{stderr}"
+    );
 }

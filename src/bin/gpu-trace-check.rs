@@ -46,7 +46,11 @@ fn main() -> ExitCode {
         println!("{path}: {} calls, no defects", trace.ops.len());
         ExitCode::SUCCESS
     } else {
-        println!("{path}: {} defect(s) in {} calls", defects.len(), trace.ops.len());
+        println!(
+            "{path}: {} defect(s) in {} calls",
+            defects.len(),
+            trace.ops.len()
+        );
         ExitCode::FAILURE
     }
 }
