@@ -639,14 +639,16 @@ fn scenario_leaves_nothing<B: Backend>(open: Open<'_, B>) -> CaseResult {
     h.close()
 }
 
-/// For every driver call N the scenario makes, a run in which call N fails: a typed error or
-/// a success, never a panic, and nothing left behind after shutdown.
+/// For every driver call N that the scenario and the shutdown after it make, a run in which
+/// call N fails: a typed error or a success, never a panic, and nothing left behind.
 fn every_driver_failure_is_clean<B: Backend>(open: Open<'_, B>) -> CaseResult {
     let counted = Harness::open(open)?;
     let before = counted.backend.calls();
     scenario(&counted.runtime)?;
-    let calls = counted.backend.calls() - before;
-    counted.close()?;
+    let Harness { backend, runtime } = counted;
+    runtime.shutdown()?;
+    let calls = backend.calls() - before;
+    check_clean(&backend)?;
     let mut failures_seen = 0;
     for n in 1..=calls {
         let h = Harness::open(open)?;
@@ -656,8 +658,8 @@ fn every_driver_failure_is_clean<B: Backend>(open: Open<'_, B>) -> CaseResult {
             failures_seen += 1;
         }
         let Harness { backend, runtime } = h;
-        // Shutdown may itself report the error the failure left (a poisoned runtime); what
-        // matters is that nothing is left behind.
+        // Shutdown may itself report the failure (a poisoned runtime, a refused destroy that
+        // the retry then did); what matters is that nothing is left behind.
         let _ = runtime.shutdown();
         check_clean(&backend).map_err(|stop| match stop {
             Stop::Fail(why) => Stop::Fail(format!("failing call {n} of {calls}: {why}")),

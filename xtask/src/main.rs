@@ -2,6 +2,7 @@
 //! Each command runs cargo (or cargo-fuzz) with the project's pinned options.
 
 mod bindgen_cuda;
+mod test_hw;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -13,6 +14,10 @@ commands:
   no-std                      build gpu-core into a #![no_std] staticlib (fails if std sneaks in)
   fuzz TARGET [--seconds N]   run a cargo-fuzz target for N seconds (default 60) on nightly
   fuzz-list                   list the fuzz targets
+  test-hw [--bundle DIR] [--expect cuda,...]
+                              build the hardware tests and examples into a bundle with a runner
+                              script and run it here; with --bundle only write it (for a GPU
+                              machine without Rust: copy DIR there and run `bash DIR/run.sh`)
   bindgen [--check]           regenerate gpu-cuda-ffi/src/sys.rs from the pinned cuda.h (needs pip and
                               libclang); --check only compares a fresh run with the committed file
 ";
@@ -23,6 +28,7 @@ fn main() -> ExitCode {
         Some("no-std") => no_std(),
         Some("fuzz") => fuzz(&args[1..]),
         Some("bindgen") => bindgen_cuda::bindgen(&args[1..]),
+        Some("test-hw") => test_hw::test_hw(&args[1..]),
         Some("fuzz-list") => run(Command::new("cargo")
             .args(["+nightly", "fuzz", "list"])
             .current_dir(root().join("fuzz"))),

@@ -588,7 +588,8 @@ impl<B: Backend> Runtime<B> {
         self.workers.clear();
         let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
         let (program, trimmed_bytes, result) = state.teardown(&self.backend);
-        let unpinned = self.pins.release_all();
+        // An unpin the driver refuses is tried once more (a failed call changes nothing).
+        let unpinned = self.pins.release_all().or_else(|_| self.pins.release_all());
         let unpinned_ranges = match (result, unpinned) {
             (Ok(()), Ok(count)) => count,
             (Err(e), _) | (Ok(()), Err(e)) => return Err(e),

@@ -157,24 +157,8 @@ impl<B: Backend> State<B> {
                 self.ensure_event(backend, device, event).map(drop)
             }
             PlanStep::ReleaseStream { .. } | PlanStep::ReleaseEvent { .. } => Ok(()),
-            PlanStep::DestroyStream { device, stream } => {
-                match self
-                    .streams
-                    .get_mut(stream.index())
-                    .and_then(|s| s.handle.take())
-                {
-                    Some(handle) => with_device(backend, device, || backend.stream_destroy(handle)),
-                    None => Ok(()),
-                }
-            }
-            PlanStep::DestroyEvent { device, event } => {
-                match self.events.get_mut(event.index()).and_then(Option::take) {
-                    Some((_, handle)) => {
-                        with_device(backend, device, || backend.event_destroy(handle))
-                    }
-                    None => Ok(()),
-                }
-            }
+            PlanStep::DestroyStream { stream, .. } => self.destroy_stream(backend, stream.index()),
+            PlanStep::DestroyEvent { event, .. } => self.destroy_event(backend, event.index()),
             PlanStep::Record { event, stream } => {
                 let (device, stream) = self.stream(stream)?;
                 let (_, event) = self.event(event)?;
@@ -244,6 +228,27 @@ impl<B: Backend> State<B> {
         self.counts.events_created += 1;
         self.events[index] = Some((device, handle));
         Ok(handle)
+    }
+
+    /// Destroys the driver stream at `index`, if any; a failed destroy keeps the handle.
+    fn destroy_stream(&mut self, backend: &B, index: usize) -> Result<()> {
+        let Some(slot) = self.streams.get_mut(index) else {
+            return Ok(());
+        };
+        let (device, Some(handle)) = (slot.device, slot.handle.take()) else {
+            return Ok(());
+        };
+        with_device(backend, device, || backend.stream_destroy(handle))
+            .inspect_err(|_| self.streams[index].handle = Some(handle))
+    }
+
+    /// Destroys the driver event at `index`, if any; a failed destroy keeps the handle.
+    fn destroy_event(&mut self, backend: &B, index: usize) -> Result<()> {
+        let Some((device, handle)) = self.events.get_mut(index).and_then(Option::take) else {
+            return Ok(());
+        };
+        with_device(backend, device, || backend.event_destroy(handle))
+            .inspect_err(|_| self.events[index] = Some((device, handle)))
     }
 
     fn stream(&self, stream: StreamId) -> Result<(DeviceId, B::Stream)> {
@@ -457,24 +462,22 @@ impl<B: Backend> State<B> {
         for step in steps.drain(..) {
             note(self.carry_out(backend, step, &mut no_work));
         }
-        // Whatever the planner no longer names (streams of outstanding tokens) goes too.
-        for slot in &mut self.streams {
-            if let Some(handle) = slot.handle.take() {
-                let device = slot.device;
-                note(with_device(backend, device, || {
-                    backend.stream_destroy(handle)
-                }));
+        // Streams and events the planner no longer names (those of outstanding tokens) go too.
+        // A destroy the driver refuses is tried once more (a failed call changes nothing).
+        let mut allocator_events: Vec<_> = self.allocator_events.drain().collect();
+        for _ in 0..2 {
+            for index in 0..self.streams.len() {
+                note(self.destroy_stream(backend, index));
             }
-        }
-        for (device, handle) in self.events.iter_mut().filter_map(Option::take) {
-            note(with_device(backend, device, || {
-                backend.event_destroy(handle)
-            }));
-        }
-        for (device, handle) in self.allocator_events.drain() {
-            note(with_device(backend, device, || {
-                backend.event_destroy(handle)
-            }));
+            for index in 0..self.events.len() {
+                note(self.destroy_event(backend, index));
+            }
+            allocator_events.retain(|&(device, handle)| {
+                let destroyed = with_device(backend, device, || backend.event_destroy(handle));
+                let failed = destroyed.is_err();
+                note(destroyed);
+                failed
+            });
         }
         let result = first_error.map_or(Ok(()), Err);
         (program, trimmed, result)

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Runs a test-hw bundle on a GPU machine (no Rust toolchain needed): every bundled test binary,
+# then the examples, then the test binaries again under compute-sanitizer (memcheck, leak check)
+# where it is installed. Prints which backends ran and which were skipped, writes hw-log.txt
+# (and each program's full output) into $OUT_DIR (default: beside this script), and exits
+# non-zero if a test fails, the sanitizer reports an error or a leak, or a backend named in
+# EXPECT (default: the bundle's EXPECT file) did not run.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+out=${OUT_DIR:-$here}
+mkdir -p "$out"
+expect=${EXPECT:-$(cat "$here/EXPECT" 2>/dev/null)}
+log="$out/hw-log.txt"
+status=0
+say() { printf '%s\n' "$*" | tee -a "$log"; }
+
+: > "$log"
+say "commit: $(cat "$here/COMMIT")"
+say "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+say "host: $(uname -srm)"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader |
+    while read -r line; do say "device: $line"; done
+else
+  say "device: no nvidia-smi on this machine"
+fi
+
+for test in "$here"/tests/*; do
+  name=$(basename "$test")
+  "$test" --test-threads=1 --nocapture >"$out/$name.out" 2>&1
+  rc=$?
+  grep -E '^(backend |passed |skipped |FAILED |test result)' "$out/$name.out" | sed "s/^/$name: /" | tee -a "$log"
+  if [ "$rc" -ne 0 ]; then say "$name: FAILED (exit $rc), see $name.out"; status=1; fi
+done
+
+for example in "$here"/examples/*; do
+  name=$(basename "$example")
+  "$example" >"$out/example-$name.out" 2>&1
+  rc=$?
+  tail -n 4 "$out/example-$name.out" | sed "s/^/example $name: /" | tee -a "$log"
+  if [ "$rc" -ne 0 ]; then say "example $name: FAILED (exit $rc)"; status=1; fi
+done
+
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)
+if [ -n "$sanitizer" ] && [ -z "${NO_SANITIZER:-}" ]; then
+  for test in "$here"/tests/*; do
+    name=$(basename "$test")
+    "$sanitizer" --tool memcheck --leak-check full --report-api-errors no --error-exitcode 99 \
+      "$test" --test-threads=1 >"$out/$name.sanitizer.out" 2>&1
+    rc=$?
+    summary=$(grep -E 'ERROR SUMMARY|LEAK SUMMARY|Target application returned' "$out/$name.sanitizer.out" | tr '\n' ' ')
+    say "sanitizer $name: exit $rc; ${summary:-no summary (see $name.sanitizer.out)}"
+    if [ "$rc" -ne 0 ]; then status=1; fi
+  done
+else
+  say "sanitizer: not run (${NO_SANITIZER:+disabled}${NO_SANITIZER:-compute-sanitizer not found})"
+fi
+
+for backend in cuda hip hsa; do
+  if grep -qh "^backend $backend: ran" "$out"/*.out 2>/dev/null; then
+    say "backend $backend: ran"
+  elif line=$(grep -h "^backend $backend: skipped" "$out"/*.out 2>/dev/null | head -n 1) && [ -n "$line" ]; then
+    say "$line"
+  else
+    say "backend $backend: not in this bundle"
+  fi
+done
+for backend in ${expect//,/ }; do
+  if ! grep -q "^backend $backend: ran" "$log"; then
+    say "expected backend $backend did not run"
+    status=1
+  fi
+done
+say "result: $([ "$status" -eq 0 ] && echo passed || echo FAILED)"
+exit "$status"

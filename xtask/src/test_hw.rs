@@ -1,0 +1,192 @@
+//! `cargo xtask test-hw`: builds the hardware test binaries and examples in release mode and
+//! bundles them with a runner script (`hw-runner.sh`), then runs the bundle here, or leaves it
+//! for a GPU machine without a Rust toolchain (build here, copy, run there).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::{root, run};
+
+const RUNNER: &str = include_str!("hw-runner.sh");
+
+/// Packages whose test binaries go into the bundle (each skips cleanly without its driver).
+const PACKAGES: [&str; 1] = ["gpu-cuda-ffi"];
+/// Examples of the facade, built with every driver feature, that run in the bundle.
+const EXAMPLES: [&str; 1] = ["pipeline"];
+const FEATURES: &str = "cuda";
+
+struct Options {
+    bundle: PathBuf,
+    run: bool,
+    expect: String,
+}
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let mut options = Options {
+        bundle: root().join("target/hw-bundle"),
+        run: true,
+        expect: String::new(),
+    };
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().cloned().ok_or(format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--bundle" => {
+                options.bundle = PathBuf::from(value()?);
+                options.run = false;
+            }
+            "--expect" => options.expect = value()?,
+            other => return Err(format!("unknown test-hw option {other}")),
+        }
+    }
+    Ok(options)
+}
+
+pub fn test_hw(args: &[String]) -> Result<(), String> {
+    let options = parse(args)?;
+    let tests = build_tests()?;
+    let examples = build_examples()?;
+    write_bundle(&options, &tests, &examples)?;
+    println!(
+        "test-hw: bundle with {} test binaries and {} examples in {}",
+        tests.len(),
+        examples.len(),
+        options.bundle.display()
+    );
+    if options.run {
+        run(Command::new("bash").arg(options.bundle.join("run.sh")))
+    } else {
+        println!("test-hw: copy the folder to a GPU machine and run `bash run.sh` there");
+        Ok(())
+    }
+}
+
+/// Release test binaries of `PACKAGES`, from cargo's JSON messages.
+fn build_tests() -> Result<Vec<PathBuf>, String> {
+    let mut command = Command::new("cargo");
+    command
+        .current_dir(root())
+        .args(["test", "--release", "--no-run", "--message-format=json"]);
+    for package in PACKAGES {
+        command.args(["-p", package]);
+    }
+    let output = command
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "building the test binaries failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let mut binaries = Vec::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let is_test = message["profile"]["test"].as_bool() == Some(true);
+        if let (true, Some(path)) = (is_test, message["executable"].as_str()) {
+            binaries.push(PathBuf::from(path));
+        }
+    }
+    Ok(binaries)
+}
+
+fn build_examples() -> Result<Vec<PathBuf>, String> {
+    let mut command = Command::new("cargo");
+    command
+        .current_dir(root())
+        .args(["build", "--release", "--features", FEATURES]);
+    for example in EXAMPLES {
+        command.args(["--example", example]);
+    }
+    run(&mut command)?;
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
+    Ok(EXAMPLES
+        .iter()
+        .map(|e| target.join("release/examples").join(e))
+        .collect())
+}
+
+fn write_bundle(options: &Options, tests: &[PathBuf], examples: &[PathBuf]) -> Result<(), String> {
+    let bundle = &options.bundle;
+    let _ = fs::remove_dir_all(bundle);
+    for (folder, files) in [("tests", tests), ("examples", examples)] {
+        let dir = bundle.join(folder);
+        fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        for file in files {
+            copy_stripped(file, &dir.join(bundle_name(file)))?;
+        }
+    }
+    let commit = git(&["rev-parse", "HEAD"])?;
+    let dirty = if git(&["status", "--porcelain"])?.is_empty() {
+        ""
+    } else {
+        " (with uncommitted changes)"
+    };
+    write(&bundle.join("COMMIT"), &format!("{commit}{dirty}\n"))?;
+    write(&bundle.join("EXPECT"), &format!("{}\n", options.expect))?;
+    write(&bundle.join("run.sh"), RUNNER)
+}
+
+/// A test binary's name without cargo's hash suffix (`backend_hw-0123abcd` -> `backend_hw`).
+fn bundle_name(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match name.rsplit_once('-') {
+        Some((stem, hash)) if hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit()) => {
+            stem.to_string()
+        }
+        _ => name,
+    }
+}
+
+fn copy_stripped(from: &Path, to: &Path) -> Result<(), String> {
+    fs::copy(from, to).map_err(|e| format!("cannot copy {}: {e}", from.display()))?;
+    // Symbols only make the bundle larger; a machine without `strip` keeps them.
+    let _ = Command::new("strip").arg(to).status();
+    Ok(())
+}
+
+fn git(args: &[&str]) -> Result<String, String> {
+    let output = Command::new("git")
+        .current_dir(root())
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundle_names_drop_cargo_hashes_only() {
+        assert_eq!(
+            bundle_name(Path::new("/t/backend_hw-0123456789abcdef")),
+            "backend_hw"
+        );
+        assert_eq!(bundle_name(Path::new("/t/pipeline")), "pipeline");
+        assert_eq!(bundle_name(Path::new("/t/driver-smoke")), "driver-smoke");
+    }
+
+    #[test]
+    fn options_parse_and_refuse_unknown_flags() {
+        let args = ["--bundle", "out", "--expect", "cuda"].map(String::from);
+        let options = parse(&args).unwrap();
+        assert_eq!(options.bundle, PathBuf::from("out"));
+        assert!(!options.run);
+        assert_eq!(options.expect, "cuda");
+        assert!(parse(&["--what".to_string()]).is_err());
+        assert!(parse(&["--expect".to_string()]).is_err());
+    }
+}
