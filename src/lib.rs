@@ -25,5 +25,9 @@ pub trait WithBackend {
 /// device, else the host backend with two simulated devices.
 #[cfg(feature = "std")]
 pub fn with_best_backend<W: WithBackend>(work: W) -> W::Output {
+    #[cfg(feature = "cuda")]
+    if let Ok(cuda) = gpu_cuda_ffi::CudaBackend::new() {
+        return work.with(cuda);
+    }
     work.with(host::HostBackend::new(host::HostConfig::with_devices(2)))
 }

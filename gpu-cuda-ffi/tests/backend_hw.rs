@@ -15,13 +15,13 @@ fn open() -> Option<CudaBackend> {
     match CudaBackend::new() {
         Ok(backend) => Some(backend),
         Err(Error::DriverLibraryNotFound { .. }) => {
-            eprintln!("skipped: no CUDA driver");
+            eprintln!("backend cuda: skipped: no CUDA driver");
             None
         }
         Err(Error::Driver(DriverError { name, .. }))
             if name == "CUDA_ERROR_NO_DEVICE" || name == "CUDA_ERROR_STUB_LIBRARY" =>
         {
-            eprintln!("skipped: no device ({name})");
+            eprintln!("backend cuda: skipped: no device ({name})");
             None
         }
         Err(other) => panic!("opening the CUDA backend failed: {other}"),
@@ -464,5 +464,13 @@ fn conformance_suite_passes_on_hardware() {
         .filter(|report| matches!(report.outcome, Outcome::Failed(_)))
         .collect();
     assert!(failed.is_empty(), "{} case(s) failed", failed.len());
+    let skipped = reports
+        .iter()
+        .filter(|r| matches!(r.outcome, Outcome::Skipped(_)))
+        .count();
+    eprintln!(
+        "backend cuda: ran ({} conformance cases passed, {skipped} skipped)",
+        reports.len() - skipped
+    );
     drop(held);
 }
