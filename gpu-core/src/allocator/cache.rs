@@ -6,6 +6,11 @@
 //! sequence number. Another stream may take such a block once an event recorded on the lane's
 //! stream after that free has completed, or after waiting on that event. Events are recorded
 //! lazily, only when another stream wants a block, so a free costs no driver call.
+//!
+//! The hot path: each lane *parks* its most recently freed block, unmerged and out of the bins,
+//! and hands it straight back to the next request on that lane that it fits without a split.
+//! Any slower path first returns parked blocks to the bins (merging them), so parking changes
+//! which block serves a same-size request, never what is safe.
 
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
@@ -30,6 +35,8 @@ pub(crate) enum State {
     Unused,
     /// A free block in a lane's bins.
     Free,
+    /// A free block parked by its lane (in no bins, not merged).
+    Parked,
     /// Handed out to a caller.
     Live,
     /// Freed, waiting for work on other streams that used it.
@@ -91,6 +98,8 @@ struct Lane {
     completed_seq: u64,
     /// Recorded, not yet known complete, oldest first.
     fences: VecDeque<Fence>,
+    /// The parked block, or `NIL`.
+    parked: u32,
 }
 
 impl Lane {
@@ -102,6 +111,7 @@ impl Lane {
             free_seq: 0,
             completed_seq: 0,
             fences: VecDeque::new(),
+            parked: NIL,
         }
     }
 
@@ -191,6 +201,20 @@ impl KindCache {
             Order::Synchronous => IDLE,
             Order::Stream { stream, .. } => self.lane_index(stream, config)?,
         };
+        let parked = match self.parked_fit(own_lane, shape, config) {
+            Some(block) => Some((own_lane, block)),
+            None => self
+                .parked_fit(IDLE, shape, config)
+                .map(|block| (IDLE, block)),
+        };
+        if let Some((lane, block)) = parked {
+            if let Order::Stream { stream, after } = order {
+                self.wait_all(driver, stream, after)?;
+            }
+            self.lanes[lane as usize].parked = NIL;
+            self.stats.hits += 1;
+            return Ok(self.make_live(block, shape, AllocPath::Cached));
+        }
         if let Some(block) = self.best_of_own_and_idle(own_lane, shape) {
             if let Order::Stream { stream, after } = order {
                 self.wait_all(driver, stream, after)?;
@@ -212,6 +236,7 @@ impl KindCache {
         stream_ordered: bool,
         config: &AllocatorConfig,
     ) -> Result<Served> {
+        self.unpark_all();
         let mut dependencies_done = false;
         for rung in 0..=3 {
             let reclaimed = self.reclaim(driver, rung, shape, config)?;
@@ -306,7 +331,7 @@ impl KindCache {
             self.stats.allocated -= size;
             self.stats.requested -= requested;
             self.stats.cached += size;
-            self.release_to_lane(slot, lane);
+            self.park(slot, lane);
             return Ok(());
         }
         let mut events = Vec::with_capacity(others.len());
@@ -362,6 +387,7 @@ impl KindCache {
 
     /// Reclaims completed frees and returns every wholly free segment to the driver.
     pub(crate) fn trim<D: SegmentDriver>(&mut self, driver: &mut D) -> Result<usize> {
+        self.unpark_all();
         self.poll_pending(driver);
         self.settle_completed(driver);
         self.release_free_segments(driver)
@@ -555,6 +581,12 @@ impl KindCache {
                 .bins_mut(large)
                 .insert(&mut self.blocks, rest);
         }
+        self.make_live(block, shape, path)
+    }
+
+    /// Hands a free block (in no bins) to the caller as it is.
+    #[inline]
+    fn make_live(&mut self, block: u32, shape: &Shape, path: AllocPath) -> Served {
         let b = &mut self.blocks[block as usize];
         b.state = State::Live;
         b.generation = b.generation.wrapping_add(1);
@@ -562,6 +594,45 @@ impl KindCache {
         let (size, generation, addr) = (b.size, b.generation, b.addr);
         self.stats.note_allocated(size, shape.size);
         (block, generation, addr, path)
+    }
+
+    /// The lane's parked block, if it serves the request as it is: same pool, big enough,
+    /// aligned, and nothing worth splitting off.
+    #[inline]
+    fn parked_fit(&self, lane: u32, shape: &Shape, config: &AllocatorConfig) -> Option<u32> {
+        let parked = self.lanes[lane as usize].parked;
+        let b = self.blocks.get(parked as usize)?;
+        let fits = b.large == shape.large
+            && b.size >= shape.rounded
+            && b.size <= shape.max_block
+            && b.addr & (shape.alignment - 1) == 0
+            && !should_split(b.large, b.size, shape.rounded, config);
+        fits.then_some(parked)
+    }
+
+    /// Parks a freed block (in no bins) in `lane`, returning the block parked before to the
+    /// bins.
+    #[inline]
+    fn park(&mut self, slot: u32, lane: u32) {
+        let seq = self.stamp(lane);
+        let b = &mut self.blocks[slot as usize];
+        b.state = State::Parked;
+        b.lane = lane;
+        b.seq = seq;
+        let previous = core::mem::replace(&mut self.lanes[lane as usize].parked, slot);
+        if previous != NIL {
+            self.insert_free(previous, lane, self.blocks[previous as usize].seq);
+        }
+    }
+
+    /// Returns every parked block to its lane's bins.
+    fn unpark_all(&mut self) {
+        for lane in 0..self.lanes.len() as u32 {
+            let parked = core::mem::replace(&mut self.lanes[lane as usize].parked, NIL);
+            if parked != NIL {
+                self.insert_free(parked, lane, self.blocks[parked as usize].seq);
+            }
+        }
     }
 
     /// Splits `block` at `offset`; the upper part becomes a new free block in the same lane
@@ -626,15 +697,26 @@ impl KindCache {
 
     /// Puts a block (in no bins) into `lane` as free, stamped with the lane's next free number,
     /// merged with free neighbours of the same lane or of the idle lane.
-    #[inline]
     fn release_to_lane(&mut self, slot: u32, lane: u32) {
-        let seq = if lane == IDLE {
+        let seq = self.stamp(lane);
+        self.insert_free(slot, lane, seq);
+    }
+
+    /// The lane's next free number (0 for the idle lane, whose blocks need no ordering).
+    #[inline]
+    fn stamp(&mut self, lane: u32) -> u64 {
+        if lane == IDLE {
             0
         } else {
             let state = &mut self.lanes[lane as usize];
             state.free_seq += 1;
             state.free_seq
-        };
+        }
+    }
+
+    /// Puts a block (in no bins) into `lane`'s bins as free with stamp `seq`, merged with free
+    /// neighbours of the same lane or of the idle lane.
+    fn insert_free(&mut self, slot: u32, lane: u32, seq: u64) {
         let large = {
             let b = &mut self.blocks[slot as usize];
             b.state = State::Free;
@@ -1075,6 +1157,14 @@ impl KindCache {
                             ));
                         }
                     }
+                    State::Parked => {
+                        cached += b.size;
+                        if self.lanes[b.lane as usize].parked != cursor {
+                            return Err(format!(
+                                "block {cursor} is parked but its lane does not say so"
+                            ));
+                        }
+                    }
                     State::Live => {
                         allocated += b.size;
                         requested += b.requested;
@@ -1090,6 +1180,15 @@ impl KindCache {
             }
             if expected_addr != segment.addr + segment.size {
                 return Err(format!("segment {index}: blocks do not cover it"));
+            }
+        }
+        for lane in &self.lanes {
+            let parked = self.blocks.get(lane.parked as usize).map(|b| b.state);
+            if lane.parked != NIL && parked != Some(State::Parked) {
+                return Err(format!(
+                    "lane of {:?} names a parked block that is not",
+                    lane.stream
+                ));
             }
         }
         for (lane, counts) in self.lanes.iter().zip(&free_per_bins) {
