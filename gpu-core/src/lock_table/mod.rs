@@ -303,12 +303,15 @@ impl LockTable {
         let range = lock_range(ptr, len)?;
         if let Some(hit) = self.index.containing(range) {
             let state = &mut self.entries[hit.id as usize];
-            let count = state.count.checked_add(1).ok_or(Error::LimitExceeded {
-                what: "nested locks on one entry",
-                required: usize::MAX,
-                limit: usize::MAX,
-                detail: Vec::new(),
-            })?;
+            let count = state
+                .count
+                .checked_add(1)
+                .ok_or_else(|| Error::LimitExceeded {
+                    what: "nested locks on one entry",
+                    required: usize::MAX,
+                    limit: usize::MAX,
+                    detail: Vec::new(),
+                })?;
             state.count = count;
             self.stats.nested_locks += 1;
             let (entry, _) = self.index.get(hit.slot);
@@ -417,10 +420,9 @@ impl LockTable {
         exact: bool,
     ) -> Result<(Slot, u32, ByteRange)> {
         let probe = ByteRange { start: ptr, len: 1 };
-        let hit = self
-            .index
-            .containing(probe)
-            .ok_or(Error::NotLocked { ptr })?;
+        let Some(hit) = self.index.containing(probe) else {
+            return Err(Error::NotLocked { ptr });
+        };
         let (entry, _) = self.index.get(hit.slot);
         if exact && entry.start != ptr {
             return Err(Error::NotEntryStart { ptr, entry });
@@ -498,13 +500,15 @@ fn lock_range(ptr: usize, len: usize) -> Result<ByteRange> {
 /// Validates a range to look up: not empty, not past the top of the address space.
 #[inline]
 fn query_range(ptr: usize, len: usize) -> Result<ByteRange> {
-    ByteRange::new(ptr, len).ok_or(if len == 0 {
-        Error::ZeroSize {
+    // The error is built only on failure: a value built eagerly (`ok_or`) and dropped cost
+    // a hot lookup about 30 instructions of drop glue (measured with cachegrind).
+    match ByteRange::new(ptr, len) {
+        Some(range) => Ok(range),
+        None if len == 0 => Err(Error::ZeroSize {
             what: "range length",
-        }
-    } else {
-        Error::AddressOverflow { ptr, len }
-    })
+        }),
+        None => Err(Error::AddressOverflow { ptr, len }),
+    }
 }
 
 #[cfg(test)]
