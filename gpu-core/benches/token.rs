@@ -14,8 +14,8 @@ use gpu_core::token::{
 };
 
 /// One operation of a benchmark program: its device, the live tokens it consumes (each an
-/// index into the live list, removed in turn; new tokens go to the end), and into how many
-/// branches its token forks.
+/// index into the live queue, taken in turn with `swap_remove_front`, so index 0 is the oldest;
+/// new tokens go to the back), and into how many branches its token forks.
 #[derive(Clone)]
 struct Op {
     device: u32,
@@ -99,7 +99,7 @@ fn plan(
     for (i, op) in program.iter().enumerate() {
         for &index in &op.deps {
             deps.push(
-                live.remove(index.min(live.len() - 1))
+                live.swap_remove_front(index.min(live.len() - 1))
                     .expect("a live token"),
             );
         }
@@ -200,7 +200,7 @@ fn checking(c: &mut Criterion) {
     for (i, op) in program.iter().enumerate() {
         for &index in &op.deps {
             deps.push(
-                live.remove(index.min(live.len() - 1))
+                live.swap_remove_front(index.min(live.len() - 1))
                     .expect("a live token"),
             );
         }

@@ -156,6 +156,25 @@ struct Point {
     producer: Option<OpId>,
 }
 
+/// Sorts scratch dependency entries latest point first, then in the caller's order: by
+/// insertion for the usual few, by the library sort for many.
+fn sort_latest_first(deps: &mut [(u64, u64)]) {
+    let before = |a: &(u64, u64), b: &(u64, u64)| a.0 > b.0 || (a.0 == b.0 && a.1 < b.1);
+    if deps.len() > 8 {
+        deps.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        return;
+    }
+    for i in 1..deps.len() {
+        let entry = deps[i];
+        let mut j = i;
+        while j > 0 && before(&entry, &deps[j - 1]) {
+            deps[j] = deps[j - 1];
+            j -= 1;
+        }
+        deps[j] = entry;
+    }
+}
+
 /// The slot of a scratch dependency entry.
 #[inline]
 fn dep_slot(dep: (u64, u64)) -> u32 {
@@ -507,10 +526,7 @@ impl Planner {
                 ((index as u64) << 32) | slot as u64,
             ));
         }
-        let latest_first = |a: &(u64, u64), b: &(u64, u64)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
-        if !scratch.deps.is_sorted_by(|a, b| latest_first(a, b).is_le()) {
-            scratch.deps.sort_unstable_by(latest_first);
-        }
+        sort_latest_first(&mut scratch.deps);
         Ok(())
     }
 
