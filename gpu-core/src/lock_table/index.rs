@@ -235,40 +235,50 @@ impl RangeIndex {
     }
 
     /// Inserts `range` (which overlaps no entry) with `id`. Needs a prior `reserve_one`.
+    ///
+    /// A key that lands after every entry of a full chunk goes to the front of the next
+    /// chunk if it has room, else into a chunk of its own, so that ranges locked in address
+    /// order leave full chunks behind instead of half-full ones.
     pub(crate) fn insert(&mut self, range: ByteRange, id: u32) {
-        let (start, last) = (range.start, range.last());
+        let (start, meta) = (
+            range.start,
+            Meta {
+                last: range.last(),
+                id,
+            },
+        );
         if self.order.is_empty() {
-            let index = self.new_chunk();
-            self.chunks[index as usize].insert_at(0, start, Meta { last, id });
-            self.order.push(index);
-            self.firsts.push(start);
-            return;
+            return self.insert_chunk(0, start, meta);
         }
         let below = self.firsts.partition_point(|&first| first <= start);
-        // Before every chunk: the front of chunk 0. Otherwise the chunk whose span covers the
-        // key, or the front of the next one when this one is full and the next has room.
         let mut rank = below.saturating_sub(1);
-        if below > 0 && below < self.order.len() && self.chunk(rank).len == CHUNK {
-            let next = self.chunk(below);
-            if next.len < CHUNK && {
-                let chunk = self.chunk(rank);
-                chunk.starts[chunk.len - 1] < start
-            } {
-                rank = below;
-            }
-        }
+        let mut pos = self.chunk(rank).count_at_or_below(start);
         if self.chunk(rank).len == CHUNK {
-            self.split(rank);
-            if start >= self.firsts[rank + 1] {
-                rank += 1;
+            if pos == CHUNK && below < self.order.len() && self.chunk(below).len < CHUNK {
+                (rank, pos) = (below, 0);
+            } else if pos == CHUNK {
+                return self.insert_chunk(rank + 1, start, meta);
+            } else if pos == 0 {
+                return self.insert_chunk(rank, start, meta);
+            } else {
+                self.split(rank);
+                if pos >= CHUNK / 2 {
+                    (rank, pos) = (rank + 1, pos - CHUNK / 2);
+                }
             }
         }
-        let chunk = self.chunk_mut(rank);
-        let pos = chunk.count_at_or_below(start);
-        chunk.insert_at(pos, start, Meta { last, id });
+        self.chunk_mut(rank).insert_at(pos, start, meta);
         if pos == 0 {
             self.firsts[rank] = start;
         }
+    }
+
+    /// A new chunk of rank `rank` holding one entry.
+    fn insert_chunk(&mut self, rank: usize, start: usize, meta: Meta) {
+        let index = self.new_chunk();
+        self.chunks[index as usize].insert_at(0, start, meta);
+        self.order.insert(rank, index);
+        self.firsts.insert(rank, start);
     }
 
     /// Splits the full chunk of rank `rank` into two halves.
@@ -408,6 +418,27 @@ mod tests {
         }
         assert!(index.order.is_empty());
         assert_eq!(index.free_chunks.len(), index.chunks.len());
+    }
+
+    #[test]
+    fn ranges_locked_in_address_order_fill_whole_chunks() {
+        let mut index = RangeIndex::new();
+        for i in 0..10 * CHUNK {
+            insert(&mut index, range(4096 + i * 16, 8), i as u32);
+        }
+        assert_eq!(
+            index.order.len(),
+            10,
+            "ten full chunks, not twenty half-full ones"
+        );
+        for i in (0..4 * CHUNK).rev() {
+            insert(&mut index, range(i * 16, 8), i as u32);
+        }
+        assert_eq!(
+            index.order.len(),
+            14,
+            "keys locked in descending order fill chunks too"
+        );
     }
 
     #[test]
