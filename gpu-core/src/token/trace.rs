@@ -14,10 +14,11 @@
 //! `launch` is any operation enqueued on a stream; its optional device is the device that was
 //! current when it was issued.
 
-use alloc::collections::BTreeMap;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use core::fmt::{self, Write};
+
+use hashbrown::HashMap;
 
 use super::checker::{Defect, TraceObject, check};
 use super::planner::PlanStep;
@@ -206,7 +207,7 @@ impl fmt::Display for DescribedDefect<'_> {
 /// Names to dense ids, in order of first mention.
 #[derive(Default)]
 struct Names<'t> {
-    ids: BTreeMap<&'t str, u32>,
+    ids: HashMap<&'t str, u32>,
     names: Vec<String>,
 }
 
