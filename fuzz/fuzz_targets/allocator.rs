@@ -43,6 +43,7 @@ enum FuzzStep {
     Progress(u8, u8),
     FailSoon(u8),
     Trim,
+    Retire(u8),
 }
 
 #[derive(Arbitrary, Debug)]
@@ -102,6 +103,7 @@ fuzz_target!(|input: (Setup, Vec<FuzzStep>)| {
             FuzzStep::Progress(stream, count) => Step::Progress { stream, count },
             FuzzStep::FailSoon(after) => Step::FailSoon { after: after % 16 },
             FuzzStep::Trim => Step::Trim,
+            FuzzStep::Retire(stream) => Step::Retire { stream },
         };
         if let Err(message) = harness.step(&step) {
             panic!("step {number} {step:?}: {message}");

@@ -36,6 +36,7 @@ fn step() -> impl Strategy<Value = Step> {
         3 => (0u8..4, 0u8..4).prop_map(|(stream, count)| Step::Progress { stream, count }),
         1 => (0u8..12).prop_map(|after| Step::FailSoon { after }),
         1 => Just(Step::Trim),
+        1 => (0u8..4).prop_map(|stream| Step::Retire { stream }),
     ]
 }
 

@@ -385,6 +385,32 @@ impl KindCache {
         }
     }
 
+    /// Forgets a stream whose work has all completed (the caller synchronised it) before it is
+    /// destroyed: its free blocks join the idle lane, its events are released, and blocks
+    /// still waiting for other streams return to the idle lane. Its number may be reused.
+    pub(crate) fn retire_stream<D: SegmentDriver>(&mut self, driver: &mut D, stream: StreamId) {
+        let Some(&lane) = self.lane_of_stream.get(stream.index()) else {
+            return;
+        };
+        if lane == NIL {
+            return;
+        }
+        self.unpark_all();
+        let state = &mut self.lanes[lane as usize];
+        state.completed_seq = state.free_seq;
+        let fences: Vec<Fence> = state.fences.drain(..).collect();
+        for fence in fences {
+            self.release_event(driver, fence.event);
+        }
+        for entry in &self.pending {
+            let block = &mut self.blocks[entry.block as usize];
+            if block.lane == lane {
+                block.lane = IDLE;
+            }
+        }
+        self.move_completed_to_idle();
+    }
+
     /// Reclaims completed frees and returns every wholly free segment to the driver.
     pub(crate) fn trim<D: SegmentDriver>(&mut self, driver: &mut D) -> Result<usize> {
         self.unpark_all();

@@ -395,6 +395,15 @@ impl DeviceAllocator {
         cache.mark_used_on(handle.slot, handle.generation, stream)
     }
 
+    /// Forgets `stream` before it is destroyed; all its work must have completed (synchronise
+    /// it first). Its cached blocks become usable by every stream and the events recorded on it
+    /// are released, so nothing refers to the stream any more; its number may be reused.
+    pub fn retire_stream<D: SegmentDriver>(&mut self, driver: &mut D, stream: StreamId) {
+        for cache in &mut self.caches {
+            cache.retire_stream(driver, stream);
+        }
+    }
+
     /// Returns cached memory to the driver: every segment that is wholly free, after reclaiming
     /// frees that have completed. Returns the number of bytes released.
     pub fn trim<D: SegmentDriver>(&mut self, driver: &mut D) -> Result<usize> {

@@ -510,6 +510,12 @@ pub enum Step {
     },
     /// Return cached memory to the driver.
     Trim,
+    /// Let all work finish, then retire a stream (its number stays in use afterwards, as a
+    /// new stream would).
+    Retire {
+        /// Picks the stream.
+        stream: u8,
+    },
 }
 
 /// A live allocation in the harness.
@@ -587,6 +593,12 @@ impl Harness {
             }
             Step::FailSoon { after } => {
                 self.driver.fail_at = Some(self.driver.calls + u64::from(*after) + 1);
+                Ok(())
+            }
+            Step::Retire { stream } => {
+                let stream = self.stream(*stream);
+                self.driver.finish_all();
+                self.allocator.retire_stream(&mut self.driver, stream);
                 Ok(())
             }
             Step::Trim => self

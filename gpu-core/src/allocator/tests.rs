@@ -145,6 +145,38 @@ fn the_fallback_waits_for_the_dependencies_then_allocates_synchronously() {
 }
 
 #[test]
+fn a_retired_stream_leaves_its_blocks_to_everyone_and_no_events_behind() {
+    let (mut a, mut d) = (allocator(true), FakeDriver::new(usize::MAX / 2));
+    let block = a.allocate(&mut d, &on(S0, 20 * MIB)).unwrap();
+    d.enqueue(S0, block.address, block.size);
+    a.free(&mut d, block.handle, Release::OnStream(S0)).unwrap();
+    let other = a.allocate(&mut d, &on(S1, 20 * MIB)).unwrap();
+    assert!(matches!(
+        other.path,
+        AllocPath::CachedFromStream { waited: true, .. }
+    ));
+    a.free(&mut d, other.handle, Release::OnStream(S1)).unwrap();
+    d.finish_all();
+    a.retire_stream(&mut d, S1);
+    assert_eq!(
+        d.allocator_events(),
+        1,
+        "the event recorded on S0 went with S1"
+    );
+    a.retire_stream(&mut d, S0);
+    a.retire_stream(&mut d, StreamId(9));
+    assert_eq!(d.allocator_events(), 0);
+    let sync = a
+        .allocate(&mut d, &AllocRequest::new(MemoryKind::Device, 20 * MIB))
+        .unwrap();
+    assert_eq!(
+        (sync.path, sync.address),
+        (AllocPath::Cached, block.address)
+    );
+    a.check_consistency().unwrap();
+}
+
+#[test]
 fn impossible_requests_fail_before_any_driver_call() {
     let mut a = DeviceAllocator::new(
         DeviceId(3),
