@@ -99,7 +99,8 @@ proptest! {
     }
 }
 
-/// The generator reaches every path, so a generator that never exercises one is visible.
+/// The generator reaches every path, injected failures and out-of-memory errors, so a
+/// generator that never exercises one is visible.
 #[test]
 fn the_generator_reaches_every_path() {
     use proptest::strategy::ValueTree;
@@ -126,6 +127,8 @@ fn the_generator_reaches_every_path() {
         "synchronous",
         "fallback",
         "registered",
+        "injected failure",
+        "out of memory",
     ] {
         assert!(
             seen.get(path).copied().unwrap_or(0) > 0,

@@ -15,7 +15,7 @@ pub trait SegmentDriver {
     /// Allocates `size` bytes of `kind` synchronously: the memory may be used at once by the
     /// host (host kinds) and by any stream of `device`, with no ordering needed.
     ///
-    /// The address must be aligned to at least [`super::AllocatorCapabilities::base_alignment`].
+    /// The address must be aligned to at least [`super::MIN_ALIGNMENT`] (256) bytes.
     /// Returns `Ok(None)` when the driver is out of memory for it (CUDA:
     /// `CUDA_ERROR_OUT_OF_MEMORY`), so the allocator can reclaim and retry; any other failure is
     /// an `Err`. (CUDA: `cuMemAlloc`, `cuMemAllocManaged` with `ATTACH_GLOBAL`,

@@ -103,7 +103,8 @@ pub struct AllocRequest<'a> {
     pub kind: MemoryKind,
     /// Bytes wanted (for host-registered memory: the length of the caller's range).
     pub size: usize,
-    /// Required alignment of the address: a power of two.
+    /// Required alignment of the address: a power of two (ignored for host-registered memory,
+    /// whose address is the caller's pointer).
     pub alignment: usize,
     /// When the memory must be usable.
     pub order: Order<'a>,

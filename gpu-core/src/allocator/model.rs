@@ -546,7 +546,8 @@ pub struct Harness {
     pub table: LockTable,
     streams: u8,
     live: Vec<Live>,
-    /// How often each path served a request, by name.
+    /// How often each path served a request, by name; also how many steps failed with an
+    /// injected driver error ("injected failure") or out of memory ("out of memory").
     pub paths: BTreeMap<&'static str, u64>,
 }
 
@@ -613,6 +614,7 @@ impl Harness {
             if !(injected && message.contains("INJECTED_FAILURE")) {
                 return Err(message);
             }
+            *self.paths.entry("injected failure").or_default() += 1;
             for (kind, old) in ALL_KINDS.iter().zip(&before) {
                 let now = self.allocator.stats(*kind);
                 if (now.allocated, now.requested) != (old.allocated, old.requested) {
@@ -673,7 +675,10 @@ impl Harness {
             {
                 return Ok(());
             }
-            Err(Error::OutOfMemory { requested, .. }) if requested == size => return Ok(()),
+            Err(Error::OutOfMemory { requested, .. }) if requested == size => {
+                *self.paths.entry("out of memory").or_default() += 1;
+                return Ok(());
+            }
             Err(e) => return Err(format!("{e}")),
         };
         let name = match allocation.path {

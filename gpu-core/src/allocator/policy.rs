@@ -17,8 +17,8 @@ pub const MIN_ALIGNMENT: usize = GRANULE;
 pub const SMALL_REQUEST_LIMIT: usize = 1 << 20;
 /// Size of a small-pool segment.
 pub const SMALL_SEGMENT: usize = 2 << 20;
-/// Size of a segment for mid-size requests (above [`SMALL_REQUEST_LIMIT`], below
-/// [`LARGE_REQUEST`]).
+/// Size of a segment for mid-size requests (above [`SMALL_REQUEST_LIMIT`], below 10 MiB;
+/// larger requests get a segment of their own, rounded up to 2 MiB).
 pub const LARGE_SEGMENT: usize = 20 << 20;
 /// Requests from this size on get a segment of their own, rounded to [`LARGE_ROUNDING`].
 const LARGE_REQUEST: usize = 10 << 20;
