@@ -187,7 +187,7 @@ fn run<B: Backend>(rt: &Runtime<B>, p: &Pipeline) -> Result<RuntimeStats> {
         &mut vec![all_gathered],
     )?;
     let mut locked = locked;
-    verify(locked.memory(), "host copy")?;
+    verify(locked.memory()?, "host copy")?;
     verify(&gathered_bytes, "gather buffer on device 0")?;
     locked.unlock()?;
     println!(

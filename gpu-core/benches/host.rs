@@ -35,7 +35,8 @@ fn round_trip(c: &mut Criterion) {
         .unwrap();
     group.bench_function("host_fill_256B_and_synchronize", |b| {
         b.iter(|| {
-            backend.fill(stream, buffer, 1, 256).unwrap();
+            // SAFETY: `buffer` is a live 256-byte allocation of `backend`.
+            unsafe { backend.fill(stream, buffer, 1, 256) }.unwrap();
             backend.stream_synchronize(stream).unwrap();
         })
     });
@@ -101,11 +102,13 @@ fn copy(c: &mut Criterion) {
         .unwrap()
         .unwrap();
     let mut host = vec![0u8; COPY_BYTES];
-    backend.fill(stream, device, 7, COPY_BYTES).unwrap();
+    // SAFETY: `device` is a live allocation of `COPY_BYTES`.
+    unsafe { backend.fill(stream, device, 7, COPY_BYTES) }.unwrap();
     group.bench_function("host_device_to_host", |b| {
         b.iter(|| {
-            backend
-                .copy(stream, host.as_mut_ptr() as usize, device, COPY_BYTES)
+            // SAFETY: `device` is a live allocation and `host` a vector of `COPY_BYTES`, which
+            // the host does not touch until the copy is synchronised on the next line.
+            unsafe { backend.copy(stream, host.as_mut_ptr() as usize, device, COPY_BYTES) }
                 .unwrap();
             backend.stream_synchronize(stream).unwrap();
         })

@@ -2,7 +2,8 @@
 //! - an operation in a token chain (`Runtime::fill` after the previous token) against the raw
 //!   `Backend::fill` on a stream made ahead, with the device already current;
 //! - a join of two chains (one event record and one wait) against raw record + wait;
-//! - the device guard, switching and not switching, against one raw current-device query;
+//! - the device guard, switching and not switching, against one raw current-device query
+//!   and one raw save of the current state (what the guard does first);
 //! - a worker hand-off round trip (submit an empty action and wait for it).
 
 use std::hint::black_box;
@@ -56,7 +57,8 @@ fn operations(c: &mut Criterion) {
         b.iter_custom(|iterations| {
             let start = std::time::Instant::now();
             for i in 0..iterations {
-                backend.fill(stream, buffer.address(), i as u8, 64).unwrap();
+                // SAFETY: the runtime's live 64-byte buffer, untouched by the host.
+                unsafe { backend.fill(stream, buffer.address(), i as u8, 64) }.unwrap();
                 if i as usize % BATCH == BATCH - 1 {
                     backend.stream_synchronize(stream).unwrap();
                 }
@@ -86,8 +88,11 @@ fn operations(c: &mut Criterion) {
     let event = backend.event_create(D0).unwrap();
     group.bench_function("raw_two_fills_record_wait_sync", |b| {
         b.iter(|| {
-            backend.fill(stream, buffer.address(), 1, 32).unwrap();
-            backend.fill(other, buffer.address() + 32, 2, 32).unwrap();
+            // SAFETY: the two halves of the runtime's live 64-byte buffer.
+            unsafe {
+                backend.fill(stream, buffer.address(), 1, 32).unwrap();
+                backend.fill(other, buffer.address() + 32, 2, 32).unwrap();
+            }
             backend.event_record(event, other).unwrap();
             backend.stream_wait_event(stream, event).unwrap();
             backend.stream_synchronize(stream).unwrap();
@@ -106,6 +111,9 @@ fn guard(c: &mut Criterion) {
     backend.set_current_device(Some(D0)).unwrap();
     group.bench_function("raw_current_device_query", |b| {
         b.iter(|| black_box(backend.current_device().unwrap()))
+    });
+    group.bench_function("raw_save_current", |b| {
+        b.iter(|| black_box(backend.save_current().unwrap()))
     });
     group.bench_function("guard_same_device", |b| {
         b.iter(|| with_device(&backend, D0, || Ok(black_box(1))).unwrap())

@@ -7,9 +7,16 @@
 //!
 //! Contract for every method that names a device, directly or through a stream, event or
 //! kernel: the caller has made that device current on the calling thread (the runtime's
-//! device guard does this, and restores the caller's device afterwards). Every method either
-//! succeeds or changes nothing, and reports driver failures as [`Error::Driver`] with the
-//! driver's own name and number.
+//! device guard does this, and restores whatever was current before, the runtime's or not).
+//! Every method either succeeds or changes nothing, and reports driver failures as
+//! [`Error::Driver`] with the driver's own name and number.
+//!
+//! What is safe and what is not: handles and ids are checked, so a stale, foreign or
+//! wrong-device handle is a typed error, never undefined behaviour. Raw addresses cannot be
+//! checked (on a unified-addressing driver any address is a valid DMA target, the caller's
+//! host memory included), so the calls that take them, [`Backend::copy`], [`Backend::fill`]
+//! and [`Backend::launch`], are `unsafe fn`s, as in wgpu-hal. The runtime's safe API wraps
+//! them with spans of memory it owns or borrows for as long as the work runs.
 
 use alloc::string::String;
 use core::fmt::Debug;
@@ -92,6 +99,11 @@ pub trait Backend: Send + Sync + 'static {
     type Event: Copy + Eq + Send + Sync + Debug + 'static;
     /// A kernel loaded on one device, ready to launch.
     type Kernel: Copy + Eq + Send + Sync + Debug + 'static;
+    /// Whatever was current on a thread when [`Backend::save_current`] looked: one of the
+    /// backend's devices, nothing, or (CUDA) a context the program created itself, which no
+    /// [`DeviceId`] can name. Only [`Backend::restore_current`] and [`Backend::is_current`]
+    /// read it.
+    type SavedCurrent: Copy + Send + Debug;
 
     /// Short lower-case name (`"cuda"`, `"host"`), used in errors and reports.
     fn name(&self) -> &'static str;
@@ -102,11 +114,28 @@ pub trait Backend: Send + Sync + 'static {
     /// What `device` is and can do.
     fn device_info(&self, device: DeviceId) -> Result<DeviceInfo>;
 
-    /// The calling thread's current device, if any.
+    /// The calling thread's current device, if any. A backend whose driver can have a current
+    /// context of no device of the backend (CUDA: a context the program created itself) fails
+    /// with [`Error::ForeignContext`] then; [`Backend::save_current`] has no such failure.
     fn current_device(&self) -> Result<Option<DeviceId>>;
 
     /// Makes `device` current on the calling thread (`None`: no device current).
     fn set_current_device(&self, device: Option<DeviceId>) -> Result<()>;
+
+    /// Whatever is current on the calling thread (one of the backend's devices, nothing, or a
+    /// context the backend does not own), for [`Backend::restore_current`] to put back. The
+    /// device guard calls this at every bracket, so it must cost no more than one query of the
+    /// driver's thread state.
+    fn save_current(&self) -> Result<Self::SavedCurrent>;
+
+    /// Makes current on the calling thread what `saved` recorded (from
+    /// [`Backend::save_current`], on any thread of the process): the device, nothing, or the
+    /// foreign context, which must still exist (its owner has not destroyed it).
+    fn restore_current(&self, saved: Self::SavedCurrent) -> Result<()>;
+
+    /// Whether `saved` records `device` as current: the device guard skips the switch then.
+    /// A comparison of values the backend already holds, never a driver call.
+    fn is_current(&self, saved: Self::SavedCurrent, device: DeviceId) -> bool;
 
     /// Allocates `bytes` of `kind` on `device`, usable at once by the host (host kinds) and by
     /// every stream. Returns `Ok(None)` when the driver is out of memory.
@@ -180,10 +209,23 @@ pub trait Backend: Send + Sync + 'static {
     fn device_synchronize(&self, device: DeviceId) -> Result<()>;
 
     /// Enqueues a copy of `bytes` from `src` to `dst` (host or device addresses) on `stream`.
-    fn copy(&self, stream: Self::Stream, dst: usize, src: usize, bytes: usize) -> Result<()>;
+    ///
+    /// # Safety
+    /// `[src, src + bytes)` must be valid for reads and `[dst, dst + bytes)` valid for writes,
+    /// as memory of the stream's device, memory it can reach, or host memory the driver can
+    /// DMA, from this call until the copy has completed (an event recorded after it, or the
+    /// stream, has been synchronised); meanwhile the host must not write the source or touch
+    /// the destination. A wrong address is not always caught: on a unified-addressing driver
+    /// the DMA engine writes wherever `dst` points.
+    unsafe fn copy(&self, stream: Self::Stream, dst: usize, src: usize, bytes: usize)
+    -> Result<()>;
 
     /// Enqueues setting `bytes` at `dst` to `value` on `stream`.
-    fn fill(&self, stream: Self::Stream, dst: usize, value: u8, bytes: usize) -> Result<()>;
+    ///
+    /// # Safety
+    /// `[dst, dst + bytes)` must be valid for writes, as memory the stream's device can reach,
+    /// from this call until the fill has completed, and the host must not touch it meanwhile.
+    unsafe fn fill(&self, stream: Self::Stream, dst: usize, value: u8, bytes: usize) -> Result<()>;
 
     /// The kernel called `name` from the backend's kernel library, loaded on `device`.
     fn kernel(&self, device: DeviceId, name: &str) -> Result<Self::Kernel>;
@@ -193,7 +235,14 @@ pub trait Backend: Send + Sync + 'static {
     fn kernel_allow_workgroup_bytes(&self, kernel: Self::Kernel, bytes: u32) -> Result<()>;
 
     /// Enqueues `kernel` on `stream` with `dims` and `args`.
-    fn launch(
+    ///
+    /// # Safety
+    /// Every byte the kernel reaches through its [`KernelArg::Ptr`] arguments (as the kernel's
+    /// own definition and its other arguments, counts and sizes, decide) must be valid for the
+    /// kernel's reads and writes, as memory the stream's device can reach, from this call
+    /// until the kernel has completed, and the host must not access it meanwhile in a way that
+    /// races with the kernel (reading what the kernel only reads is fine).
+    unsafe fn launch(
         &self,
         stream: Self::Stream,
         kernel: Self::Kernel,

@@ -414,7 +414,10 @@ impl Harness {
                 // Start inside the allocation (a start past it would be taken as the caller's
                 // host memory, which this test does not own); the end may run past it.
                 let offset = offset % allocation.size;
-                let got = b.fill(self.stream(s), allocation.address + offset, 0xA5, len);
+                // SAFETY: the start lies in a live allocation of `b` (the model tracks it), so
+                // the host backend either refuses the range (past the end) or holds the
+                // allocation for the fill; the host never touches it.
+                let got = unsafe { b.fill(self.stream(s), allocation.address + offset, 0xA5, len) };
                 let expect = match m.on_stream(s) {
                     Err(expect) => expect,
                     Ok(_) if len == 0 || offset + len <= allocation.size => Expect::Ok,
@@ -438,12 +441,16 @@ impl Harness {
                     KernelArg::U32(7),
                     KernelArg::U64(words),
                 ];
-                let got = b.launch(
-                    self.stream(s),
-                    kernel.unwrap(),
-                    LaunchDims::linear(2, 32),
-                    &args,
-                );
+                // SAFETY: the one pointer is a live allocation of `b`, which the host backend
+                // holds for the kernel (and a host-backend kernel cannot reach past it).
+                let got = unsafe {
+                    b.launch(
+                        self.stream(s),
+                        kernel.unwrap(),
+                        LaunchDims::linear(2, 32),
+                        &args,
+                    )
+                };
                 prop_assert_eq!(outcome(&got), Expect::Ok);
             }
             Call::Register(offset, len) => {

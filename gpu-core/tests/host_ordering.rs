@@ -115,11 +115,14 @@ fn run(program: &[Op]) -> Result<(), TestCaseError> {
         let s = streams[stream];
         match *op {
             Op::Fill { buffer, value, .. } => {
-                backend.fill(s, buffers[buffer].1, value, BYTES).unwrap()
+                // SAFETY: a whole live allocation of `backend` (all are freed only at the end),
+                // which the host never touches.
+                unsafe { backend.fill(s, buffers[buffer].1, value, BYTES) }.unwrap()
             }
-            Op::Copy { from, to, .. } => backend
-                .copy(s, buffers[to].1, buffers[from].1, BYTES)
-                .unwrap(),
+            Op::Copy { from, to, .. } => {
+                // SAFETY: as for the fill, both sides.
+                unsafe { backend.copy(s, buffers[to].1, buffers[from].1, BYTES) }.unwrap()
+            }
             Op::Launch { buffer, value, .. } => {
                 let kernel = backend.kernel(device, "fill_u32").unwrap();
                 let args = [
@@ -127,9 +130,8 @@ fn run(program: &[Op]) -> Result<(), TestCaseError> {
                     KernelArg::U32(value),
                     KernelArg::U64((BYTES / 4) as u64),
                 ];
-                backend
-                    .launch(s, kernel, LaunchDims::linear(2, 128), &args)
-                    .unwrap();
+                // SAFETY: as for the fill; the kernel writes exactly the buffer's words.
+                unsafe { backend.launch(s, kernel, LaunchDims::linear(2, 128), &args) }.unwrap();
             }
             Op::Record { event, .. } => {
                 let result = backend.event_record(events[event], s);

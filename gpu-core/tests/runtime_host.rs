@@ -1,5 +1,6 @@
 //! The runtime's own rules on the host backend: token misuse, bounds and devices, buffers
-//! freed while work is pending, the device guard on errors and unwinding, device workers, and
+//! freed while work is pending, the device guard (its calls, and on errors and unwinding),
+//! device workers, and
 //! one user thread driving two devices without one delaying the other.
 
 use std::sync::mpsc;
@@ -7,8 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::{Backend, LaunchDims};
-use gpu_core::host::{HostBackend, HostConfig};
-use gpu_core::runtime::{Arg, DeviceGuard, Runtime, with_device};
+use gpu_core::host::{CallKind, HostBackend, HostConfig};
+use gpu_core::runtime::{Arg, DeviceGuard, Runtime, restore_failures, with_device};
 use gpu_core::{DeviceId, Error};
 
 const D0: DeviceId = DeviceId(0);
@@ -144,6 +145,50 @@ fn the_guard_restores_the_device_on_error_and_on_unwinding() {
         panic!("unwinding through a guard");
     }));
     assert!(unwound.is_err());
+    assert_eq!(backend.current_device().unwrap(), Some(D1));
+    backend.set_current_device(None).unwrap();
+}
+
+#[test]
+fn the_guard_saves_once_switches_only_to_another_device_and_restores_what_was_saved() {
+    let backend = HostBackend::new(HostConfig::with_devices(2));
+    let guard_calls = |since: &gpu_core::host::CallCounts| {
+        let made = backend.calls().since(since);
+        [
+            made.of(CallKind::SaveCurrent),
+            made.of(CallKind::SetCurrentDevice),
+            made.of(CallKind::RestoreCurrent),
+            made.of(CallKind::CurrentDevice),
+        ]
+    };
+    for start in [None, Some(D0)] {
+        backend.set_current_device(start).unwrap();
+        let before = backend.calls();
+        with_device(&backend, D0, || Ok(())).unwrap();
+        let switch = u64::from(start != Some(D0));
+        assert_eq!(
+            guard_calls(&before),
+            [1, switch, switch, 0],
+            "from {start:?}"
+        );
+        assert_eq!(backend.current_device().unwrap(), start);
+
+        let before = backend.calls();
+        let inside = with_device(&backend, D1, || backend.current_device()).unwrap();
+        assert_eq!(inside, Some(D1));
+        assert_eq!(guard_calls(&before), [1, 1, 1, 1], "from {start:?}");
+        assert_eq!(backend.current_device().unwrap(), start);
+    }
+
+    // A failed restore leaves the switch in place; the call's own result still comes back.
+    let failures = restore_failures();
+    backend.fail_nth(CallKind::RestoreCurrent, 1);
+    assert_eq!(with_device(&backend, D1, || Ok(7)), Ok(7));
+    assert!(restore_failures() > failures);
+    assert_eq!(backend.current_device().unwrap(), Some(D1));
+    // A failed save fails the bracket before anything changes.
+    backend.fail_nth(CallKind::SaveCurrent, 1);
+    assert!(with_device(&backend, D0, || Ok(())).is_err());
     assert_eq!(backend.current_device().unwrap(), Some(D1));
     backend.set_current_device(None).unwrap();
 }

@@ -25,6 +25,6 @@ pub mod result;
 #[rustfmt::skip]
 pub mod sys;
 
-pub use backend::{CudaBackend, CudaEvent, CudaKernel, CudaStream};
+pub use backend::{CudaBackend, CudaEvent, CudaKernel, CudaStream, SavedContext};
 pub use driver::{Driver, ENTRY_POINTS, EntryPoint, LIBRARY_NAMES};
 pub use result::{BACKEND, check, driver_error, result_name};

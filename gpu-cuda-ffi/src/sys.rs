@@ -28,6 +28,14 @@ pub type CUfunction_attribute_enum = ::core::ffi::c_uint;
 pub type CUmemorytype_enum = ::core::ffi::c_uint;
 pub type CUdriverProcAddress_flags_enum = ::core::ffi::c_uint;
 pub type CUdriverProcAddressQueryResult_enum = ::core::ffi::c_uint;
+pub type CUexecAffinityType_enum = ::core::ffi::c_uint;
+pub type CUexecAffinitySmCount_v1 = CUexecAffinitySmCount_st;
+pub type CUexecAffinitySmCount = CUexecAffinitySmCount_v1;
+pub type CUexecAffinityParam_v1 = CUexecAffinityParam_st;
+pub type CUexecAffinityParam = CUexecAffinityParam_v1;
+pub type CUcigDataType_enum = ::core::ffi::c_uint;
+pub type CUctxCigParam = CUctxCigParam_st;
+pub type CUctxCreateParams = CUctxCreateParams_st;
 pub type cudaError_enum = ::core::ffi::c_uint;
 pub type CUmemAllocationHandleType_enum = ::core::ffi::c_uint;
 pub type CUmemLocationType_enum = ::core::ffi::c_uint;
@@ -74,6 +82,30 @@ pub struct CUstream_st {
 #[derive(Debug)]
 pub struct CUmemPoolHandle_st {
     _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct CUexecAffinitySmCount_st {
+    pub val: ::core::ffi::c_uint,
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct CUexecAffinityParam_st {
+    pub type_: CUexecAffinityType,
+    pub param: CUexecAffinityParam_st__bindgen_ty_1,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUctxCigParam_st {
+    pub sharedDataType: CUcigDataType,
+    pub sharedData: *mut ::core::ffi::c_void,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUctxCreateParams_st {
+    pub execAffinityParams: *mut CUexecAffinityParam,
+    pub numExecAffinityParams: ::core::ffi::c_int,
+    pub cigParams: *mut CUctxCigParam,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -311,6 +343,80 @@ pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: CUdriverProcAddress_fla
 pub const CU_GET_PROC_ADDRESS_SUCCESS: CUdriverProcAddressQueryResult_enum = 0;
 pub const CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND: CUdriverProcAddressQueryResult_enum = 1;
 pub const CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT: CUdriverProcAddressQueryResult_enum = 2;
+pub const CU_EXEC_AFFINITY_TYPE_SM_COUNT: CUexecAffinityType_enum = 0;
+pub const CU_EXEC_AFFINITY_TYPE_MAX: CUexecAffinityType_enum = 1;
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUexecAffinitySmCount_st",
+    ][::core::mem::size_of::<CUexecAffinitySmCount_st>() - 4usize];
+    [
+        "Alignment of CUexecAffinitySmCount_st",
+    ][::core::mem::align_of::<CUexecAffinitySmCount_st>() - 4usize];
+    [
+        "Offset of field: CUexecAffinitySmCount_st::val",
+    ][::core::mem::offset_of!(CUexecAffinitySmCount_st, val) - 0usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUexecAffinityParam_st__bindgen_ty_1",
+    ][::core::mem::size_of::<CUexecAffinityParam_st__bindgen_ty_1>() - 4usize];
+    [
+        "Alignment of CUexecAffinityParam_st__bindgen_ty_1",
+    ][::core::mem::align_of::<CUexecAffinityParam_st__bindgen_ty_1>() - 4usize];
+    [
+        "Offset of field: CUexecAffinityParam_st__bindgen_ty_1::smCount",
+    ][::core::mem::offset_of!(CUexecAffinityParam_st__bindgen_ty_1, smCount) - 0usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUexecAffinityParam_st",
+    ][::core::mem::size_of::<CUexecAffinityParam_st>() - 8usize];
+    [
+        "Alignment of CUexecAffinityParam_st",
+    ][::core::mem::align_of::<CUexecAffinityParam_st>() - 4usize];
+    [
+        "Offset of field: CUexecAffinityParam_st::type_",
+    ][::core::mem::offset_of!(CUexecAffinityParam_st, type_) - 0usize];
+    [
+        "Offset of field: CUexecAffinityParam_st::param",
+    ][::core::mem::offset_of!(CUexecAffinityParam_st, param) - 4usize];
+};
+pub const CIG_DATA_TYPE_D3D12_COMMAND_QUEUE: CUcigDataType_enum = 1;
+pub const CIG_DATA_TYPE_NV_BLOB: CUcigDataType_enum = 2;
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUctxCigParam_st"][::core::mem::size_of::<CUctxCigParam_st>() - 16usize];
+    [
+        "Alignment of CUctxCigParam_st",
+    ][::core::mem::align_of::<CUctxCigParam_st>() - 8usize];
+    [
+        "Offset of field: CUctxCigParam_st::sharedDataType",
+    ][::core::mem::offset_of!(CUctxCigParam_st, sharedDataType) - 0usize];
+    [
+        "Offset of field: CUctxCigParam_st::sharedData",
+    ][::core::mem::offset_of!(CUctxCigParam_st, sharedData) - 8usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUctxCreateParams_st",
+    ][::core::mem::size_of::<CUctxCreateParams_st>() - 24usize];
+    [
+        "Alignment of CUctxCreateParams_st",
+    ][::core::mem::align_of::<CUctxCreateParams_st>() - 8usize];
+    [
+        "Offset of field: CUctxCreateParams_st::execAffinityParams",
+    ][::core::mem::offset_of!(CUctxCreateParams_st, execAffinityParams) - 0usize];
+    [
+        "Offset of field: CUctxCreateParams_st::numExecAffinityParams",
+    ][::core::mem::offset_of!(CUctxCreateParams_st, numExecAffinityParams) - 8usize];
+    [
+        "Offset of field: CUctxCreateParams_st::cigParams",
+    ][::core::mem::offset_of!(CUctxCreateParams_st, cigParams) - 16usize];
+};
 pub const CUDA_SUCCESS: cudaError_enum = 0;
 pub const CUDA_ERROR_INVALID_VALUE: cudaError_enum = 1;
 pub const CUDA_ERROR_OUT_OF_MEMORY: cudaError_enum = 2;
@@ -478,6 +584,47 @@ const _: () = {
         "Offset of field: CUmemPoolProps_st::reserved",
     ][::core::mem::offset_of!(CUmemPoolProps_st, reserved) - 34usize];
 };
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union CUexecAffinityParam_st__bindgen_ty_1 {
+    pub smCount: CUexecAffinitySmCount,
+}
+impl Default for CUexecAffinityParam_st__bindgen_ty_1 {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl Default for CUexecAffinityParam_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl Default for CUctxCigParam_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl Default for CUctxCreateParams_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 impl Default for CUmemLocation_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -505,6 +652,8 @@ pub use self::CUfunction_attribute_enum as CUfunction_attribute;
 pub use self::CUmemorytype_enum as CUmemorytype;
 pub use self::CUdriverProcAddress_flags_enum as CUdriverProcAddress_flags;
 pub use self::CUdriverProcAddressQueryResult_enum as CUdriverProcAddressQueryResult;
+pub use self::CUexecAffinityType_enum as CUexecAffinityType;
+pub use self::CUcigDataType_enum as CUcigDataType;
 pub use self::cudaError_enum as CUresult;
 pub use self::CUmemAllocationHandleType_enum as CUmemAllocationHandleType;
 pub use self::CUmemLocationType_enum as CUmemLocationType;
@@ -579,6 +728,15 @@ pub type PFN_cuCtxPopCurrent = unsafe extern "C" fn(pctx: *mut CUcontext) -> CUr
 pub type PFN_cuCtxGetDevice = unsafe extern "C" fn(device: *mut CUdevice) -> CUresult;
 /// `cuCtxSynchronize` as cuda.h declares it: cuGetProcAddress("cuCtxSynchronize", 2000).
 pub type PFN_cuCtxSynchronize = unsafe extern "C" fn() -> CUresult;
+/// `cuCtxCreate_v4` as cuda.h declares it: cuGetProcAddress("cuCtxCreate", 12050).
+pub type PFN_cuCtxCreate = unsafe extern "C" fn(
+    pctx: *mut CUcontext,
+    ctxCreateParams: *mut CUctxCreateParams,
+    flags: ::core::ffi::c_uint,
+    dev: CUdevice,
+) -> CUresult;
+/// `cuCtxDestroy_v2` as cuda.h declares it: cuGetProcAddress("cuCtxDestroy", 4000).
+pub type PFN_cuCtxDestroy = unsafe extern "C" fn(ctx: CUcontext) -> CUresult;
 /// `cuMemGetInfo_v2` as cuda.h declares it: cuGetProcAddress("cuMemGetInfo", 3020).
 pub type PFN_cuMemGetInfo = unsafe extern "C" fn(
     free: *mut usize,
@@ -940,6 +1098,8 @@ macro_rules! cuda_entry_points {
             (cuCtxPopCurrent, c"cuCtxPopCurrent", cuCtxPopCurrent_v2, 4000, PFN_cuCtxPopCurrent),
             (cuCtxGetDevice, c"cuCtxGetDevice", cuCtxGetDevice, 2000, PFN_cuCtxGetDevice),
             (cuCtxSynchronize, c"cuCtxSynchronize", cuCtxSynchronize, 2000, PFN_cuCtxSynchronize),
+            (cuCtxCreate, c"cuCtxCreate", cuCtxCreate_v4, 12050, PFN_cuCtxCreate),
+            (cuCtxDestroy, c"cuCtxDestroy", cuCtxDestroy_v2, 4000, PFN_cuCtxDestroy),
             (cuMemGetInfo, c"cuMemGetInfo", cuMemGetInfo_v2, 3020, PFN_cuMemGetInfo),
             (cuMemAlloc, c"cuMemAlloc", cuMemAlloc_v2, 3020, PFN_cuMemAlloc),
             (cuMemFree, c"cuMemFree", cuMemFree_v2, 3020, PFN_cuMemFree),

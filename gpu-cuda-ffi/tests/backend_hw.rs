@@ -1,14 +1,16 @@
 //! The CUDA backend on real hardware: every trait method at least once, with the calling
-//! thread's current context checked after each call, then the backend-generic conformance
-//! suite. Without a driver library (or without a device) each test says it skipped and passes.
+//! thread's current context checked after each call, the runtime under a context the program
+//! created itself, then the backend-generic conformance suite. Without a driver library (or
+//! without a device) each test says it skipped and passes.
 
 use core::ptr;
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::{Backend, KernelArg, LaunchDims};
 use gpu_core::conformance::{Outcome, run_all};
+use gpu_core::runtime::{Arg, DeviceGuard, Runtime};
 use gpu_core::{ByteRange, DeviceId, DriverError, Error};
-use gpu_cuda_ffi::{CudaBackend, CudaStream, sys};
+use gpu_cuda_ffi::{CudaBackend, CudaStream, Driver, check, sys};
 
 /// The backend, or `None` after printing why the test is skipped.
 fn open() -> Option<CudaBackend> {
@@ -30,7 +32,12 @@ fn open() -> Option<CudaBackend> {
 
 /// The calling thread's current context, read from the driver directly.
 fn current_context(backend: &CudaBackend) -> sys::CUcontext {
-    let get = backend.driver().cuCtxGetCurrent().unwrap();
+    context_of_thread(backend.driver())
+}
+
+/// The calling thread's current context, as `driver` reports it.
+fn context_of_thread(driver: &Driver) -> sys::CUcontext {
+    let get = driver.cuCtxGetCurrent().unwrap();
     let mut context = ptr::null_mut();
     // SAFETY: a valid out-parameter.
     assert_eq!(unsafe { get(&mut context) }, sys::CUDA_SUCCESS);
@@ -99,13 +106,17 @@ fn devices_and_current_device(b: &CudaBackend, start: Option<DeviceId>) {
 }
 
 /// Device memory filled on `stream` reads back through a host copy.
-fn round_trip(b: &CudaBackend, stream: CudaStream, address: usize, bytes: usize, value: u8) {
+///
+/// # Safety
+/// `[address, address + bytes)` is a live allocation of `b` that nothing else uses meanwhile.
+unsafe fn round_trip(b: &CudaBackend, stream: CudaStream, address: usize, bytes: usize, value: u8) {
     let mut host = vec![!value; bytes];
-    kept!(b, b.fill(stream, address, value, bytes)).unwrap();
-    kept!(
-        b,
+    // SAFETY: the caller's allocation; `host` is untouched until the synchronise below.
+    kept!(b, unsafe { b.fill(stream, address, value, bytes) }).unwrap();
+    // SAFETY: as above.
+    kept!(b, unsafe {
         b.copy(stream, host.as_mut_ptr() as usize, address, bytes)
-    )
+    })
     .unwrap();
     kept!(b, b.stream_synchronize(stream)).unwrap();
     assert!(
@@ -123,7 +134,8 @@ fn memory(b: &CudaBackend, stream: CudaStream) {
         }
         for after in [None, Some(stream)] {
             let address = kept!(b, b.allocate(D0, kind, size)).unwrap().unwrap();
-            round_trip(b, stream, address, size, 0x3c);
+            // SAFETY: a fresh allocation of `size` bytes, used by nothing else.
+            unsafe { round_trip(b, stream, address, size, 0x3c) };
             kept!(b, b.free(D0, kind, address, after)).unwrap();
         }
         assert_eq!(
@@ -156,7 +168,8 @@ fn memory(b: &CudaBackend, stream: CudaStream) {
         let address = kept!(b, b.allocate_on_stream(stream, MemoryKind::Device, size))
             .unwrap()
             .unwrap();
-        round_trip(b, stream, address, size, 0xa7);
+        // SAFETY: a fresh stream-ordered allocation of `size` bytes on this very stream.
+        unsafe { round_trip(b, stream, address, size, 0xa7) };
         kept!(b, b.free(D0, MemoryKind::Device, address, after)).unwrap();
     }
     assert_eq!(
@@ -226,8 +239,14 @@ fn host_registration(b: &CudaBackend, stream: CudaStream) {
 
     // The device reads the registered memory through the address the backend gave.
     let device_memory = b.allocate(D0, MemoryKind::Device, 4096).unwrap().unwrap();
-    kept!(b, b.fill(stream, device_memory, 0x5c, 4096)).unwrap();
-    kept!(b, b.copy(stream, device_ptrs[0], device_memory, 4096)).unwrap();
+    // SAFETY: a live 4 KiB allocation.
+    kept!(b, unsafe { b.fill(stream, device_memory, 0x5c, 4096) }).unwrap();
+    // SAFETY: the device's address of the first 4 KiB of the registered range (inside `host`,
+    // untouched until the synchronise below), and the allocation just filled.
+    kept!(b, unsafe {
+        b.copy(stream, device_ptrs[0], device_memory, 4096)
+    })
+    .unwrap();
     kept!(b, b.stream_synchronize(stream)).unwrap();
     assert!(host[100..4196].iter().all(|&byte| byte == 0x5c));
     assert_eq!(host[99], 0);
@@ -276,10 +295,13 @@ fn streams_and_events(b: &CudaBackend) {
         .allocate(D0, MemoryKind::HostPinned, size)
         .unwrap()
         .unwrap();
-    kept!(b, b.fill(first, device_memory, 0x11, size)).unwrap();
+    // SAFETY: a live device allocation of `size` bytes.
+    kept!(b, unsafe { b.fill(first, device_memory, 0x11, size) }).unwrap();
     kept!(b, b.event_record(event, first)).unwrap();
     kept!(b, b.stream_wait_event(second, event)).unwrap();
-    kept!(b, b.copy(second, pinned, device_memory, size)).unwrap();
+    // SAFETY: two live allocations of `size` bytes; the host reads `pinned` only after the
+    // synchronise below.
+    kept!(b, unsafe { b.copy(second, pinned, device_memory, size) }).unwrap();
     kept!(b, b.stream_synchronize(second)).unwrap();
     // SAFETY: `pinned` is a live host allocation of `size` bytes, and its copy has finished.
     let landed = unsafe { core::slice::from_raw_parts(pinned as *const u8, size) };
@@ -295,12 +317,20 @@ fn streams_and_events(b: &CudaBackend) {
 }
 
 /// `count` little-endian u32 words copied out of device memory.
-fn read_words(b: &CudaBackend, stream: CudaStream, address: usize, count: usize) -> Vec<u32> {
+///
+/// # Safety
+/// `[address, address + 4 * count)` is a live allocation of `b`.
+unsafe fn read_words(
+    b: &CudaBackend,
+    stream: CudaStream,
+    address: usize,
+    count: usize,
+) -> Vec<u32> {
     let mut words = vec![0u32; count];
-    kept!(
-        b,
+    // SAFETY: the caller's allocation; `words` is untouched until the synchronise below.
+    kept!(b, unsafe {
         b.copy(stream, words.as_mut_ptr() as usize, address, count * 4)
-    )
+    })
     .unwrap();
     b.stream_synchronize(stream).unwrap();
     words
@@ -313,26 +343,28 @@ fn kernels(b: &CudaBackend, stream: CudaStream) {
         .allocate(D0, MemoryKind::Device, (count + 1) * 4)
         .unwrap()
         .unwrap();
-    b.fill(stream, data, 0xee, (count + 1) * 4).unwrap();
+    // SAFETY: the whole live allocation.
+    unsafe { b.fill(stream, data, 0xee, (count + 1) * 4) }.unwrap();
     let fill = kept!(b, b.kernel(D0, "fill_u32")).unwrap();
     let args = [
         KernelArg::Ptr(data),
         KernelArg::U32(0xc0ff_ee01),
         KernelArg::U64(count as u64),
     ];
-    kept!(
-        b,
+    // SAFETY: the kernel writes `count` words of the `count + 1` allocated at `data`.
+    kept!(b, unsafe {
         b.launch(stream, fill, LaunchDims::linear(64, 256), &args)
-    )
+    })
     .unwrap();
-    let words = read_words(b, stream, data, count + 1);
+    // SAFETY: the live allocation of `count + 1` words.
+    let words = unsafe { read_words(b, stream, data, count + 1) };
     assert!(words[..count].iter().all(|&word| word == 0xc0ff_ee01));
     assert_eq!(words[count], 0xeeee_eeee);
     assert_eq!(
-        kept!(
-            b,
+        // SAFETY: refused before the driver for its missing argument (and its pointer is live).
+        kept!(b, unsafe {
             b.launch(stream, fill, LaunchDims::linear(1, 32), &args[..2])
-        ),
+        }),
         Err(Error::KernelArgumentMismatch {
             kernel: "fill_u32",
             expected: "(Ptr dst, U32 value, U64 count)"
@@ -356,8 +388,12 @@ fn kernels(b: &CudaBackend, stream: CudaStream) {
         b.allocate(D0, MemoryKind::Device, 4 * n).unwrap().unwrap(),
         b.allocate(D0, MemoryKind::Device, 4 * n).unwrap().unwrap(),
     );
-    b.copy(stream, x, xs.as_ptr() as usize, 4 * n).unwrap();
-    b.copy(stream, y, ys.as_ptr() as usize, 4 * n).unwrap();
+    // SAFETY: live allocations of `n` floats each; `xs` and `ys` outlive the synchronise in
+    // `read_words` below.
+    unsafe {
+        b.copy(stream, x, xs.as_ptr() as usize, 4 * n).unwrap();
+        b.copy(stream, y, ys.as_ptr() as usize, 4 * n).unwrap();
+    }
     let axpy = kept!(b, b.kernel(D0, "axpy_f32")).unwrap();
     let args = [
         KernelArg::F32(2.0),
@@ -365,8 +401,13 @@ fn kernels(b: &CudaBackend, stream: CudaStream) {
         KernelArg::Ptr(y),
         KernelArg::U64(n as u64),
     ];
-    kept!(b, b.launch(stream, axpy, LaunchDims::linear(8, 128), &args)).unwrap();
-    let result = read_words(b, stream, y, n);
+    // SAFETY: the kernel reads `n` floats at `x` and updates `n` at `y`, both live.
+    kept!(b, unsafe {
+        b.launch(stream, axpy, LaunchDims::linear(8, 128), &args)
+    })
+    .unwrap();
+    // SAFETY: the live allocation of `n` words at `y`.
+    let result = unsafe { read_words(b, stream, y, n) };
     for (i, word) in result.iter().enumerate() {
         assert_eq!(
             f32::from_bits(*word),
@@ -390,8 +431,9 @@ fn kernels(b: &CudaBackend, stream: CudaStream) {
         .allocate(D0, MemoryKind::Device, 4 * total)
         .unwrap()
         .unwrap();
-    b.copy(stream, data, input.as_ptr() as usize, 4 * total)
-        .unwrap();
+    // SAFETY: a live allocation of `total` words; `input` outlives the copy (synchronised by
+    // `read_words` below).
+    unsafe { b.copy(stream, data, input.as_ptr() as usize, 4 * total) }.unwrap();
     let reverse = kept!(b, b.kernel(D0, "workgroup_reverse_u32")).unwrap();
     let dims = LaunchDims {
         grid: [groups, 1, 1],
@@ -407,13 +449,16 @@ fn kernels(b: &CudaBackend, stream: CudaStream) {
     )
     .unwrap();
     assert_eq!(
-        kept!(b, b.launch(stream, reverse, dims, &args)),
+        // SAFETY: `groups` workgroups of `words_per_group` words: exactly the allocation.
+        kept!(b, unsafe { b.launch(stream, reverse, dims, &args) }),
         Err(driver("cuLaunchKernel", "CUDA_ERROR_INVALID_VALUE", 1)),
         "a launch above the default limit before opting in"
     );
     kept!(b, b.kernel_allow_workgroup_bytes(reverse, dynamic_bytes)).unwrap();
-    kept!(b, b.launch(stream, reverse, dims, &args)).unwrap();
-    let output = read_words(b, stream, data, total);
+    // SAFETY: as above.
+    kept!(b, unsafe { b.launch(stream, reverse, dims, &args) }).unwrap();
+    // SAFETY: the live allocation of `total` words.
+    let output = unsafe { read_words(b, stream, data, total) };
     for g in 0..groups {
         for i in 0..words_per_group {
             let at = (g * words_per_group + i) as usize;
@@ -448,6 +493,122 @@ fn every_method_works_and_keeps_the_current_context() {
         eprintln!("all methods passed with {start:?} current");
     }
     b.set_current_device(None).unwrap();
+}
+
+/// A context the test creates itself on device 0 (not the primary context), as a program that
+/// embeds the runtime may have current; destroyed when dropped.
+struct ForeignContext {
+    raw: sys::CUcontext,
+    destroy: sys::PFN_cuCtxDestroy,
+}
+
+impl ForeignContext {
+    /// Creates the context, which the driver makes current on the calling thread; `None`
+    /// (after saying why) when the driver is older than cuCtxCreate's bound ABI (CUDA 12.5).
+    fn create(backend: &CudaBackend) -> Option<Self> {
+        let driver = backend.driver();
+        let create = match driver.cuCtxCreate() {
+            Ok(create) => create,
+            Err(Error::DriverSymbolMissing { .. }) => {
+                eprintln!(
+                    "foreign context: skipped: driver {} has no cuCtxCreate_v4",
+                    driver.driver_version()
+                );
+                return None;
+            }
+            Err(other) => panic!("looking up cuCtxCreate failed: {other}"),
+        };
+        let destroy = driver.cuCtxDestroy().unwrap();
+        let device_get = driver.cuDeviceGet().unwrap();
+        let mut ordinal: sys::CUdevice = 0;
+        // SAFETY: a valid out-parameter; ordinal 0 exists (the backend opened it).
+        check("cuDeviceGet", unsafe { device_get(&mut ordinal, 0) }).unwrap();
+        let mut raw = ptr::null_mut();
+        // No execution affinity, no CIG: a plain context, as cuCtxCreate_v2 made one.
+        let mut params = sys::CUctxCreateParams::default();
+        // SAFETY: valid out-parameter and parameter block, a device ordinal the driver gave.
+        check("cuCtxCreate", unsafe {
+            create(&mut raw, &mut params, 0, ordinal)
+        })
+        .unwrap();
+        Some(Self { raw, destroy })
+    }
+}
+
+impl Drop for ForeignContext {
+    fn drop(&mut self) {
+        // SAFETY: the context was created by `create` and is destroyed once, here; the runtime
+        // that used it has been shut down.
+        let destroyed = unsafe { (self.destroy)(self.raw) };
+        if !std::thread::panicking() {
+            assert_eq!(destroyed, sys::CUDA_SUCCESS, "cuCtxDestroy");
+        }
+    }
+}
+
+#[test]
+fn a_foreign_current_context_is_put_back_after_runtime_calls() {
+    let Some(backend) = open() else { return };
+    let Some(foreign) = ForeignContext::create(&backend) else {
+        return;
+    };
+    assert_eq!(
+        current_context(&backend),
+        foreign.raw,
+        "cuCtxCreate made it current"
+    );
+    assert_ne!(foreign.raw, backend.primary_context(D0).unwrap());
+    // No device id names it, so the old guard (which saved `current_device`) failed here.
+    assert_eq!(
+        backend.current_device(),
+        Err(Error::ForeignContext { backend: "cuda" })
+    );
+    let saved = backend.save_current().unwrap();
+    assert_eq!(saved.raw(), foreign.raw);
+    assert!(!backend.is_current(saved, D0));
+
+    let rt = Runtime::new(backend).unwrap();
+    let b = rt.backend();
+    {
+        let guard = DeviceGuard::new(b, D0).unwrap();
+        assert_eq!(current_context(b), b.primary_context(D0).unwrap());
+        guard.restore().unwrap();
+        assert_eq!(current_context(b), foreign.raw, "the guard's restore");
+    }
+    let words = 1024usize;
+    let buffer = rt.alloc(D0, MemoryKind::Device, 4 * words).unwrap();
+    assert_eq!(current_context(b), foreign.raw, "alloc");
+    let filled = rt.fill(D0, buffer.all(), 0xee, &mut vec![]).unwrap();
+    assert_eq!(current_context(b), foreign.raw, "fill");
+    let launched = rt
+        .launch(
+            D0,
+            "fill_u32",
+            LaunchDims::linear(4, 64),
+            &[
+                Arg::Span(buffer.all()),
+                Arg::U32(0x0102_0304),
+                Arg::U64(words as u64),
+            ],
+            &mut vec![filled],
+        )
+        .unwrap();
+    assert_eq!(current_context(b), foreign.raw, "launch");
+    let mut back = vec![0u8; 4 * words];
+    rt.download(D0, &mut back, buffer.all(), &mut vec![launched])
+        .unwrap();
+    assert_eq!(current_context(b), foreign.raw, "download");
+    assert!(
+        back.chunks_exact(4)
+            .all(|word| word == 0x0102_0304u32.to_le_bytes())
+    );
+    rt.free(buffer).unwrap();
+    let driver = b.driver();
+    let report = rt.shutdown().unwrap();
+    assert!(report.program.unwaited.is_empty());
+    assert_eq!(context_of_thread(driver), foreign.raw, "shutdown");
+    eprintln!("foreign context: put back after every runtime call");
+    drop(foreign);
 }
 
 #[test]

@@ -37,6 +37,10 @@ call_kinds! {
     CurrentDevice => "current_device",
     /// `set_current_device` (not part of the total: see [`CallKind::in_total`]).
     SetCurrentDevice => "set_current_device",
+    /// `save_current` (not part of the total: see [`CallKind::in_total`]).
+    SaveCurrent => "save_current",
+    /// `restore_current` (not part of the total: see [`CallKind::in_total`]).
+    RestoreCurrent => "restore_current",
     /// `allocate`.
     Allocate => "allocate",
     /// `allocate_on_stream`.
@@ -83,12 +87,19 @@ call_kinds! {
 
 impl CallKind {
     /// Whether the call counts towards [`CallCounts::total`] and can be hit by
-    /// [`super::HostBackend::fail_nth_call`]. Getting and setting the current device do not: they are
-    /// thread-local bookkeeping (CUDA's cuCtxSetCurrent on a live context does not fail), and a
-    /// runtime's device guard restores the device in a destructor that cannot report an error.
-    /// They are still counted per kind and can be failed by kind.
+    /// [`super::HostBackend::fail_nth_call`]. Getting, setting, saving and restoring the
+    /// current device do not: they are thread-local bookkeeping (CUDA's cuCtxSetCurrent on a
+    /// live context does not fail), and a runtime's device guard restores the device in a
+    /// destructor that cannot report an error. They are still counted per kind and can be
+    /// failed by kind.
     pub const fn in_total(self) -> bool {
-        !matches!(self, CallKind::CurrentDevice | CallKind::SetCurrentDevice)
+        !matches!(
+            self,
+            CallKind::CurrentDevice
+                | CallKind::SetCurrentDevice
+                | CallKind::SaveCurrent
+                | CallKind::RestoreCurrent
+        )
     }
 
     const fn index(self) -> usize {

@@ -12,16 +12,20 @@
 //!   event or kernel of it, fails with `HOST_WRONG_CURRENT_DEVICE` unless that device is
 //!   current. As in CUDA, `stream_wait_event` checks the stream's device only (the event may be
 //!   another device's), and `event_query`, `event_synchronize` and the `host_*` calls need no
-//!   current device.
+//!   current device. There are no foreign contexts, so [`Backend::SavedCurrent`] is
+//!   `Option<DeviceId>` and saving and restoring are getting and setting the current device.
 //! - **Memory.** Allocations are zeroed host memory aligned to
 //!   [`HOST_ALLOCATION_ALIGNMENT`], counted against the device's capacity (`Ok(None)` beyond
 //!   it). Freeing an address that is not a live allocation of that device and kind is
 //!   `HOST_INVALID_VALUE`. A freed block goes back to the host only once the queued work that
 //!   touches it has run (`free` with `after` also waits for the stream's earlier work), so a
 //!   free never pulls memory from under a copy or kernel.
-//! - **Copies and fills** accept any address, as a unified-addressing driver does: a range
-//!   that touches an allocation must lie inside it (else `HOST_INVALID_VALUE`); any other
-//!   address is taken as the caller's host memory, which must outlive the queued work.
+//! - **Copies and fills** accept any address, as a unified-addressing driver does: a null
+//!   address is [`Error::NullPointer`], a range past the end of the address space
+//!   [`Error::AddressOverflow`], and a range that touches an allocation must lie inside it
+//!   (else `HOST_INVALID_VALUE`), all before anything is queued; any other address is taken as
+//!   the caller's host memory, which must stay valid until the queued work has run (the one
+//!   obligation of their `# Safety` sections that the backend cannot check).
 //! - **Streams** run their work in order on one worker thread each. Destroying a stream lets
 //!   its queued work finish. A failing item (a kernel's error, a panic, a wait on a failed
 //!   record) becomes the stream's sticky error: later items are skipped, and every later
@@ -40,7 +44,9 @@
 //!   workgroup memory. A launch's dynamic workgroup memory may not exceed the device's default
 //!   limit, or once `kernel_allow_workgroup_bytes` has set the kernel's own limit (at most the
 //!   device's opt-in maximum), that limit, as CUDA's `MAX_DYNAMIC_SHARED_SIZE_BYTES` works.
-//!   A kernel reaches only memory its pointer arguments lie in ([`KernelContext::view`]).
+//!   A kernel reaches only memory its pointer arguments lie in ([`KernelContext::view`]): an
+//!   allocation (held until the kernel has run) or a registered host range (which the caller
+//!   must keep valid, and registered, until then).
 //! - **Handles** are never reused, by this backend or any other in the process, so a stale or
 //!   foreign handle is always `HOST_INVALID_HANDLE`.
 //!
@@ -438,6 +444,15 @@ impl HostBackend {
 
     // ----- shared checks -----
 
+    /// Makes `device` current on the calling thread, after checking it exists.
+    fn make_current(&self, device: Option<DeviceId>) -> Result<()> {
+        if let Some(device) = device {
+            check_device(self, device)?;
+        }
+        self.current.set(device);
+        Ok(())
+    }
+
     fn device_config(&self, device: DeviceId) -> Result<&HostDeviceConfig> {
         check_device(self, device)?;
         Ok(&self.devices[device.index()])
@@ -544,6 +559,7 @@ impl Backend for HostBackend {
     type Stream = HostStream;
     type Event = HostEvent;
     type Kernel = HostKernel;
+    type SavedCurrent = Option<DeviceId>;
 
     fn name(&self) -> &'static str {
         "host"
@@ -573,11 +589,21 @@ impl Backend for HostBackend {
 
     fn set_current_device(&self, device: Option<DeviceId>) -> Result<()> {
         self.calls.enter(CallKind::SetCurrentDevice)?;
-        if let Some(device) = device {
-            check_device(self, device)?;
-        }
-        self.current.set(device);
-        Ok(())
+        self.make_current(device)
+    }
+
+    fn save_current(&self) -> Result<Option<DeviceId>> {
+        self.calls.enter(CallKind::SaveCurrent)?;
+        Ok(self.current.get())
+    }
+
+    fn restore_current(&self, saved: Option<DeviceId>) -> Result<()> {
+        self.calls.enter(CallKind::RestoreCurrent)?;
+        self.make_current(saved)
+    }
+
+    fn is_current(&self, saved: Option<DeviceId>, device: DeviceId) -> bool {
+        saved == Some(device)
     }
 
     fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
@@ -775,7 +801,12 @@ impl Backend for HostBackend {
         live.iter().try_for_each(|point| point.wait())
     }
 
-    fn copy(&self, stream: HostStream, dst: usize, src: usize, bytes: usize) -> Result<()> {
+    /// # Safety
+    /// As the trait's, but only for memory that is not an allocation of this backend (the
+    /// caller's host memory, registered or not): a null, overflowing or partly allocated range
+    /// is refused, and an allocation is held until the copy has run. The host must still not
+    /// race with the copy on the bytes it touches.
+    unsafe fn copy(&self, stream: HostStream, dst: usize, src: usize, bytes: usize) -> Result<()> {
         let call = self.calls.enter(CallKind::Copy)?;
         let shared = self.current_stream(stream, call)?;
         let hold = {
@@ -788,7 +819,10 @@ impl Backend for HostBackend {
         Ok(())
     }
 
-    fn fill(&self, stream: HostStream, dst: usize, value: u8, bytes: usize) -> Result<()> {
+    /// # Safety
+    /// As for `copy`: only a range outside this backend's allocations must be kept valid by
+    /// the caller; the host must still not race with the fill.
+    unsafe fn fill(&self, stream: HostStream, dst: usize, value: u8, bytes: usize) -> Result<()> {
         let call = self.calls.enter(CallKind::Fill)?;
         let shared = self.current_stream(stream, call)?;
         let hold = Self::hold_range(&lock(&self.memory), dst, bytes, "fill destination", call)?;
@@ -822,7 +856,12 @@ impl Backend for HostBackend {
         Ok(())
     }
 
-    fn launch(
+    /// # Safety
+    /// As the trait's, but only for pointer arguments into registered host ranges: a kernel
+    /// reaches nothing but the allocations and registered ranges its pointer arguments lie in
+    /// ([`KernelContext::view`] refuses the rest), and allocations are held until it has run.
+    /// The host must still not race with the kernel on the bytes it touches.
+    unsafe fn launch(
         &self,
         stream: HostStream,
         kernel: HostKernel,

@@ -29,22 +29,30 @@ fn addr_mut<T>(data: &mut [T]) -> usize {
 }
 
 /// Copies `bytes` of device memory at `src` into a fresh vector (synchronising `stream`).
-fn read_back(b: &HostBackend, stream: HostStream, src: usize, bytes: usize) -> Vec<u8> {
+///
+/// # Safety
+/// `[src, src + bytes)` lies in a live allocation of `b`.
+unsafe fn read_back(b: &HostBackend, stream: HostStream, src: usize, bytes: usize) -> Vec<u8> {
     let mut out = vec![0u8; bytes];
-    b.copy(stream, addr_mut(&mut out), src, bytes).unwrap();
+    // SAFETY: `out` is ours until the stream is synchronised below; the caller vouches for `src`.
+    unsafe { b.copy(stream, addr_mut(&mut out), src, bytes) }.unwrap();
     b.stream_synchronize(stream).unwrap();
     out
 }
 
-fn read_words<T: Copy + Default>(
+/// Copies `n` values of type `T` at `src` into a fresh vector (synchronising `stream`).
+///
+/// # Safety
+/// As for [`read_back`], for `n * size_of::<T>()` bytes.
+unsafe fn read_words<T: Copy + Default>(
     b: &HostBackend,
     stream: HostStream,
     src: usize,
     n: usize,
 ) -> Vec<T> {
     let mut out = vec![T::default(); n];
-    b.copy(stream, addr_mut(&mut out), src, n * size_of::<T>())
-        .unwrap();
+    // SAFETY: as in `read_back`.
+    unsafe { b.copy(stream, addr_mut(&mut out), src, n * size_of::<T>()) }.unwrap();
     b.stream_synchronize(stream).unwrap();
     out
 }
@@ -79,7 +87,12 @@ impl Gate {
     }
 }
 
-fn launch_named(
+/// Loads kernel `name` on `device` and launches it on `stream`.
+///
+/// # Safety
+/// A pointer argument that lies in a registered host range keeps that memory valid, registered
+/// and untouched by the host until the kernel has run (the host backend's `launch` contract).
+unsafe fn launch_named(
     b: &HostBackend,
     stream: HostStream,
     device: DeviceId,
@@ -88,7 +101,8 @@ fn launch_named(
     args: &[KernelArg],
 ) -> Result<()> {
     let kernel = b.kernel(device, name)?;
-    b.launch(stream, kernel, dims, args)
+    // SAFETY: the caller's obligation, passed on.
+    unsafe { b.launch(stream, kernel, dims, args) }
 }
 
 fn zero_stats(b: &HostBackend) {
@@ -143,6 +157,40 @@ fn current_device_is_per_thread_and_per_backend() {
 }
 
 #[test]
+fn saving_and_restoring_the_current_device_round_trips() {
+    let b = backend();
+    let nothing = b.save_current().unwrap();
+    assert_eq!(nothing, None);
+    assert!(!b.is_current(nothing, D0));
+    b.set_current_device(Some(D1)).unwrap();
+    let saved = b.save_current().unwrap();
+    assert!(b.is_current(saved, D1));
+    assert!(!b.is_current(saved, D0));
+    b.restore_current(nothing).unwrap();
+    assert_eq!(b.current_device().unwrap(), None);
+    b.restore_current(saved).unwrap();
+    assert_eq!(b.current_device().unwrap(), Some(D1));
+    assert!(matches!(
+        b.restore_current(Some(DeviceId(5))),
+        Err(Error::UnknownDevice { .. })
+    ));
+    assert_eq!(b.current_device().unwrap(), Some(D1));
+
+    // Counted by kind, outside the total, and failable by kind with no effect.
+    let before = b.calls();
+    b.fail_nth(CallKind::RestoreCurrent, 1);
+    assert_eq!(code(b.restore_current(None)), HostErrorCode::InjectedFault);
+    assert_eq!(b.current_device().unwrap(), Some(D1));
+    b.fail_nth(CallKind::SaveCurrent, 1);
+    assert_eq!(code(b.save_current()), HostErrorCode::InjectedFault);
+    let made = b.calls().since(&before);
+    assert_eq!(made.of(CallKind::RestoreCurrent), 1);
+    assert_eq!(made.of(CallKind::SaveCurrent), 1);
+    assert_eq!(made.total, 0);
+    b.set_current_device(None).unwrap();
+}
+
+#[test]
 fn calls_on_a_device_that_is_not_current_are_refused() {
     let b = backend();
     let wrong = HostErrorCode::WrongCurrentDevice;
@@ -170,14 +218,21 @@ fn calls_on_a_device_that_is_not_current_are_refused() {
     assert_eq!(code(b.event_record(event, stream)), wrong);
     assert_eq!(code(b.stream_wait_event(stream, event)), wrong);
     assert_eq!(code(b.event_destroy(event)), wrong);
-    assert_eq!(code(b.copy(stream, addr_mut(&mut host), buffer, 16)), wrong);
-    assert_eq!(code(b.fill(stream, buffer, 1, 16)), wrong);
+    // SAFETY: each call is refused before anything is enqueued (the host backend checks the
+    // current device, the handles and the allocation bounds first).
+    assert_eq!(
+        code(unsafe { b.copy(stream, addr_mut(&mut host), buffer, 16) }),
+        wrong
+    );
+    // SAFETY: as above.
+    assert_eq!(code(unsafe { b.fill(stream, buffer, 1, 16) }), wrong);
     assert_eq!(
         code(b.kernel_allow_workgroup_bytes(kernel, 64 * 1024)),
         wrong
     );
+    // SAFETY: as above.
     assert_eq!(
-        code(b.launch(stream, kernel, LaunchDims::linear(1, 1), &[])),
+        code(unsafe { b.launch(stream, kernel, LaunchDims::linear(1, 1), &[]) }),
         wrong
     );
     assert_eq!(code(b.device_synchronize(D0)), wrong);
@@ -234,7 +289,8 @@ fn a_stream_of_one_device_waits_for_an_event_of_another() {
     let e0 = b.event_create(D0).unwrap();
     let buffer = b.allocate(D0, MemoryKind::Device, BYTES).unwrap().unwrap();
     for value in 1..=8u8 {
-        b.fill(s0, buffer, value, BYTES).unwrap();
+        // SAFETY: a live allocation of `b`, held by the host backend for the fill.
+        unsafe { b.fill(s0, buffer, value, BYTES) }.unwrap();
     }
     b.event_record(e0, s0).unwrap();
 
@@ -242,7 +298,8 @@ fn a_stream_of_one_device_waits_for_an_event_of_another() {
     let s1 = b.stream_create(D1).unwrap();
     b.stream_wait_event(s1, e0).unwrap();
     let mut host = vec![0u8; BYTES];
-    b.copy(s1, addr_mut(&mut host), buffer, BYTES).unwrap();
+    // SAFETY: `buffer` is a live allocation; `host` is untouched until the synchronise below.
+    unsafe { b.copy(s1, addr_mut(&mut host), buffer, BYTES) }.unwrap();
     b.stream_synchronize(s1).unwrap();
     assert!(host.iter().all(|&byte| byte == 8));
 
@@ -276,10 +333,14 @@ fn a_stream_runs_its_work_in_order() {
     let a = b.allocate(D0, MemoryKind::Device, 1024).unwrap().unwrap();
     let mut first = vec![0u8; 1024];
     let mut second = vec![0u8; 1024];
-    b.fill(s, a, 1, 1024).unwrap();
-    b.copy(s, addr_mut(&mut first), a, 1024).unwrap();
-    b.fill(s, a, 2, 1024).unwrap();
-    b.copy(s, addr_mut(&mut second), a, 1024).unwrap();
+    // SAFETY: `a` is a live allocation; `first` and `second` are untouched until the
+    // synchronise below.
+    unsafe {
+        b.fill(s, a, 1, 1024).unwrap();
+        b.copy(s, addr_mut(&mut first), a, 1024).unwrap();
+        b.fill(s, a, 2, 1024).unwrap();
+        b.copy(s, addr_mut(&mut second), a, 1024).unwrap();
+    }
     b.stream_synchronize(s).unwrap();
     assert!(first.iter().all(|&x| x == 1));
     assert!(second.iter().all(|&x| x == 2));
@@ -302,8 +363,11 @@ fn destroying_a_stream_with_queued_work_still_runs_it() {
     let s = b.stream_create(D0).unwrap();
     let e = b.event_create(D0).unwrap();
     let a = b.allocate(D0, MemoryKind::Device, 256).unwrap().unwrap();
-    launch_named(&b, s, D0, "wait_gate", LaunchDims::linear(1, 1), &[]).unwrap();
-    b.fill(s, a, 7, 256).unwrap();
+    // SAFETY: no pointer arguments; `a` is a live allocation of `b`.
+    unsafe {
+        launch_named(&b, s, D0, "wait_gate", LaunchDims::linear(1, 1), &[]).unwrap();
+        b.fill(s, a, 7, 256).unwrap();
+    }
     b.event_record(e, s).unwrap();
     b.stream_destroy(s).unwrap();
     assert_eq!(code(b.stream_synchronize(s)), HostErrorCode::InvalidHandle);
@@ -311,7 +375,8 @@ fn destroying_a_stream_with_queued_work_still_runs_it() {
     gate.open();
     b.event_synchronize(e).unwrap();
     let s2 = b.stream_create(D0).unwrap();
-    assert!(read_back(&b, s2, a, 256).iter().all(|&x| x == 7));
+    // SAFETY: `a` is a live allocation of `b`.
+    assert!(unsafe { read_back(&b, s2, a, 256) }.iter().all(|&x| x == 7));
     b.stream_destroy(s2).unwrap();
     b.event_destroy(e).unwrap();
     b.free(D0, MemoryKind::Device, a, None).unwrap();
@@ -330,7 +395,8 @@ fn an_event_never_recorded_is_complete_and_waits_capture_the_last_record() {
     b.stream_wait_event(other, e).unwrap();
     b.stream_synchronize(other).unwrap();
 
-    launch_named(&b, s, D0, "wait_gate", LaunchDims::linear(1, 1), &[]).unwrap();
+    // SAFETY: no pointer arguments.
+    unsafe { launch_named(&b, s, D0, "wait_gate", LaunchDims::linear(1, 1), &[]) }.unwrap();
     b.event_record(e, s).unwrap();
     b.stream_wait_event(other, e).unwrap();
     // The wait stays valid after the event is gone.
@@ -354,7 +420,8 @@ fn device_synchronize_waits_for_every_stream_of_the_device() {
         .unwrap()
         .unwrap();
     for (i, &s) in streams.iter().enumerate() {
-        b.fill(s, a + (i << 20), i as u8 + 1, 1 << 20).unwrap();
+        // SAFETY: the i-th MiB of the live 3 MiB allocation `a`.
+        unsafe { b.fill(s, a + (i << 20), i as u8 + 1, 1 << 20) }.unwrap();
     }
     b.device_synchronize(D0).unwrap();
     assert_eq!(b.work_log().len(), 3);
@@ -398,7 +465,8 @@ fn allocations_are_aligned_zeroed_and_limited_by_capacity() {
     assert_eq!(b.allocate(D0, MemoryKind::HostPinned, 97).unwrap(), None);
     assert!(b.allocate(D0, MemoryKind::Device, 96).unwrap().is_some());
     let s = b.stream_create(D0).unwrap();
-    assert!(read_back(&b, s, a, 4000).iter().all(|&x| x == 0));
+    // SAFETY: `a` is a live allocation of `b`.
+    assert!(unsafe { read_back(&b, s, a, 4000) }.iter().all(|&x| x == 0));
     assert_eq!(
         b.allocate_on_stream(s, MemoryKind::Device, 1).unwrap(),
         None
@@ -479,8 +547,11 @@ fn a_free_after_a_stream_waits_for_its_queued_work() {
         .allocate(D0, MemoryKind::Device, 1 << 20)
         .unwrap()
         .unwrap();
-    launch_named(&b, s, D0, "wait_gate", LaunchDims::linear(1, 1), &[]).unwrap();
-    b.fill(s, a, 3, 1 << 20).unwrap();
+    // SAFETY: no pointer arguments; `a` is a live allocation of `b`.
+    unsafe {
+        launch_named(&b, s, D0, "wait_gate", LaunchDims::linear(1, 1), &[]).unwrap();
+        b.fill(s, a, 3, 1 << 20).unwrap();
+    }
     b.free(D0, MemoryKind::Device, a, Some(s)).unwrap();
     // The address is gone for the caller at once; the memory stays until the stream gets there.
     assert_eq!(b.stats().allocations, 0);
@@ -512,8 +583,11 @@ fn a_synchronous_free_never_pulls_memory_from_queued_work() {
     b.set_current_device(Some(D0)).unwrap();
     let s = b.stream_create(D0).unwrap();
     let a = b.allocate(D0, MemoryKind::Device, 4096).unwrap().unwrap();
-    launch_named(&b, s, D0, "wait_gate", LaunchDims::linear(1, 1), &[]).unwrap();
-    b.fill(s, a, 3, 4096).unwrap();
+    // SAFETY: no pointer arguments; `a` is a live allocation of `b`.
+    unsafe {
+        launch_named(&b, s, D0, "wait_gate", LaunchDims::linear(1, 1), &[]).unwrap();
+        b.fill(s, a, 3, 4096).unwrap();
+    }
     b.free(D0, MemoryKind::Device, a, None).unwrap();
     assert_eq!(b.device_memory_in_use(D0).unwrap(), 4096);
     gate.open();
@@ -530,18 +604,23 @@ fn copies_must_stay_inside_the_allocations_they_touch() {
     let a = b.allocate(D0, MemoryKind::Device, 256).unwrap().unwrap();
     let mut host = vec![0u8; 512];
     let h = addr_mut(&mut host);
-    assert_eq!(code(b.copy(s, h, a, 257)), HostErrorCode::InvalidValue);
-    assert_eq!(
-        code(b.copy(s, a + 128, h, 129)),
-        HostErrorCode::InvalidValue
-    );
-    assert_eq!(code(b.fill(s, a - 1, 0, 2)), HostErrorCode::InvalidValue);
-    assert!(matches!(b.copy(s, 0, h, 1), Err(Error::NullPointer { .. })));
-    assert!(matches!(
-        b.fill(s, usize::MAX, 0, 2),
-        Err(Error::AddressOverflow { .. })
-    ));
-    b.copy(s, h, a, 0).unwrap();
+    // SAFETY: `host` outlives the stream's work and is untouched by the host; every call
+    // here but the last, whose range is empty, is refused before anything is enqueued (a
+    // range touching `a` partly, a null address, an overflowing range).
+    unsafe {
+        assert_eq!(code(b.copy(s, h, a, 257)), HostErrorCode::InvalidValue);
+        assert_eq!(
+            code(b.copy(s, a + 128, h, 129)),
+            HostErrorCode::InvalidValue
+        );
+        assert_eq!(code(b.fill(s, a - 1, 0, 2)), HostErrorCode::InvalidValue);
+        assert!(matches!(b.copy(s, 0, h, 1), Err(Error::NullPointer { .. })));
+        assert!(matches!(
+            b.fill(s, usize::MAX, 0, 2),
+            Err(Error::AddressOverflow { .. })
+        ));
+        b.copy(s, h, a, 0).unwrap();
+    }
     b.stream_synchronize(s).unwrap();
     assert_eq!(b.work_log().len(), 1);
     b.free(D0, MemoryKind::Device, a, None).unwrap();
@@ -645,31 +724,40 @@ fn kernel_names_and_workgroup_opt_in_follow_the_drivers_rules() {
         ..LaunchDims::linear(1, 32)
     };
     let invalid = HostErrorCode::InvalidValue;
+    // SAFETY: no pointer arguments.
     assert_eq!(
-        code(b.launch(s, k, with_bytes(48 * 1024 + 4), &[])),
+        code(unsafe { b.launch(s, k, with_bytes(48 * 1024 + 4), &[]) }),
         invalid
     );
     assert_eq!(code(b.kernel_allow_workgroup_bytes(k, 232_449)), invalid);
     b.kernel_allow_workgroup_bytes(k, 64 * 1024).unwrap();
+    // SAFETY: no pointer arguments.
     assert_eq!(
-        code(b.launch(s, k, with_bytes(64 * 1024 + 4), &[])),
+        code(unsafe { b.launch(s, k, with_bytes(64 * 1024 + 4), &[]) }),
         invalid
     );
+    // SAFETY: no pointer arguments.
     assert_eq!(
-        code(b.launch(s, k, LaunchDims::linear(0, 32), &[])),
+        code(unsafe { b.launch(s, k, LaunchDims::linear(0, 32), &[]) }),
         invalid
     );
     // The opt-in sets the kernel's limit, also below the default one, as CUDA's attribute does.
     b.kernel_allow_workgroup_bytes(k, 1024).unwrap();
-    assert_eq!(code(b.launch(s, k, with_bytes(1028), &[])), invalid);
+    // SAFETY: no pointer arguments.
     assert_eq!(
-        code(b.launch(s, k, LaunchDims::linear(1, 1025), &[])),
+        code(unsafe { b.launch(s, k, with_bytes(1028), &[]) }),
+        invalid
+    );
+    // SAFETY: no pointer arguments.
+    assert_eq!(
+        code(unsafe { b.launch(s, k, LaunchDims::linear(1, 1025), &[]) }),
         invalid
     );
     b.set_current_device(Some(D1)).unwrap();
     let s1 = b.stream_create(D1).unwrap();
+    // SAFETY: no pointer arguments.
     assert_eq!(
-        code(b.launch(s1, k, LaunchDims::linear(1, 1), &[])),
+        code(unsafe { b.launch(s1, k, LaunchDims::linear(1, 1), &[]) }),
         HostErrorCode::InvalidHandle
     );
     b.stream_destroy(s1).unwrap();
@@ -693,8 +781,11 @@ fn standard_kernels_compute_their_results() {
         KernelArg::U32(0xDEAD_BEEF),
         KernelArg::U64(n as u64 - 1),
     ];
-    launch_named(&b, s, D0, "fill_u32", LaunchDims::linear(3, 64), &args).unwrap();
-    let filled: Vec<u32> = read_words(&b, s, words, n);
+    // SAFETY: `words` is a live allocation of `n` words, the kernel's only pointer.
+    let filled: Vec<u32> = unsafe {
+        launch_named(&b, s, D0, "fill_u32", LaunchDims::linear(3, 64), &args).unwrap();
+        read_words(&b, s, words, n)
+    };
     assert!(filled[..n - 1].iter().all(|&w| w == 0xDEAD_BEEF));
     assert_eq!(filled[n - 1], 0);
 
@@ -705,16 +796,20 @@ fn standard_kernels_compute_their_results() {
         b.allocate(D0, MemoryKind::Device, n * 4).unwrap().unwrap(),
         b.allocate(D0, MemoryKind::Managed, n * 4).unwrap().unwrap(),
     );
-    b.copy(s, dx, addr(&x), n * 4).unwrap();
-    b.copy(s, dy, addr(&y), n * 4).unwrap();
     let args = [
         KernelArg::F32(2.0),
         KernelArg::Ptr(dx),
         KernelArg::Ptr(dy),
         KernelArg::U64(n as u64),
     ];
-    launch_named(&b, s, D0, "axpy_f32", LaunchDims::linear(4, 128), &args).unwrap();
-    let result: Vec<f32> = read_words(&b, s, dy, n);
+    // SAFETY: `dx` and `dy` are live allocations of `n` words; `x` and `y` live, untouched,
+    // until `read_words` has synchronised the stream.
+    let result: Vec<f32> = unsafe {
+        b.copy(s, dx, addr(&x), n * 4).unwrap();
+        b.copy(s, dy, addr(&y), n * 4).unwrap();
+        launch_named(&b, s, D0, "axpy_f32", LaunchDims::linear(4, 128), &args).unwrap();
+        read_words(&b, s, dy, n)
+    };
     assert!(
         result
             .iter()
@@ -730,16 +825,21 @@ fn standard_kernels_compute_their_results() {
         .allocate(D0, MemoryKind::Device, data.len() * 4)
         .unwrap()
         .unwrap();
-    b.copy(s, dd, addr(&data), data.len() * 4).unwrap();
+    // SAFETY: `dd` is a live allocation of `data`'s size; `data` is untouched until the
+    // stream is synchronised by `read_words` below.
+    unsafe { b.copy(s, dd, addr(&data), data.len() * 4) }.unwrap();
     let k = b.kernel(D0, "workgroup_reverse_u32").unwrap();
     b.kernel_allow_workgroup_bytes(k, (w * 4) as u32).unwrap();
     let dims = LaunchDims {
         dynamic_workgroup_bytes: (w * 4) as u32,
         ..LaunchDims::linear(groups as u32, 256)
     };
-    b.launch(s, k, dims, &[KernelArg::Ptr(dd), KernelArg::U32(w as u32)])
-        .unwrap();
-    let reversed: Vec<u32> = read_words(&b, s, dd, data.len());
+    // SAFETY: `dd` is a live allocation of `groups * w` words, the kernel's only pointer.
+    let reversed: Vec<u32> = unsafe {
+        b.launch(s, k, dims, &[KernelArg::Ptr(dd), KernelArg::U32(w as u32)])
+            .unwrap();
+        read_words(&b, s, dd, data.len())
+    };
     for g in 0..groups {
         for i in 0..w {
             assert_eq!(reversed[g * w + i], data[g * w + w - 1 - i] + 1);
@@ -770,8 +870,11 @@ fn a_failed_kernel_is_sticky_and_fails_what_depends_on_it() {
     let (before, after) = (b.event_create(D0).unwrap(), b.event_create(D0).unwrap());
     let a = b.allocate(D0, MemoryKind::Device, 64).unwrap().unwrap();
     b.event_record(before, s).unwrap();
-    launch_named(&b, s, D0, "fail", LaunchDims::linear(1, 1), &[]).unwrap();
-    b.fill(s, a, 9, 64).unwrap();
+    // SAFETY: no pointer arguments; `a` is a live allocation of `b`.
+    unsafe {
+        launch_named(&b, s, D0, "fail", LaunchDims::linear(1, 1), &[]).unwrap();
+        b.fill(s, a, 9, 64).unwrap();
+    }
     b.event_record(after, s).unwrap();
     assert_eq!(code(b.stream_synchronize(s)), HostErrorCode::IllegalAddress);
     assert_eq!(code(b.stream_synchronize(s)), HostErrorCode::IllegalAddress);
@@ -805,8 +908,11 @@ fn a_failed_kernel_is_sticky_and_fails_what_depends_on_it() {
     );
 
     let u = b.stream_create(D0).unwrap();
-    assert!(read_back(&b, u, a, 64).iter().all(|&x| x == 0));
-    launch_named(&b, u, D0, "panic", LaunchDims::linear(1, 1), &[]).unwrap();
+    // SAFETY: `a` is a live allocation of `b`; the kernel has no pointer arguments.
+    unsafe {
+        assert!(read_back(&b, u, a, 64).iter().all(|&x| x == 0));
+        launch_named(&b, u, D0, "panic", LaunchDims::linear(1, 1), &[]).unwrap();
+    }
     assert_eq!(code(b.stream_synchronize(u)), HostErrorCode::LaunchFailed);
     for stream in [s, t, u] {
         b.stream_destroy(stream).unwrap();
@@ -825,7 +931,8 @@ fn kernels_reach_only_memory_their_pointer_arguments_lie_in() {
     let a = b.allocate(D0, MemoryKind::Device, 64).unwrap().unwrap();
     // 17 words run past the 64-byte allocation.
     let args = [KernelArg::Ptr(a), KernelArg::U32(1), KernelArg::U64(17)];
-    launch_named(&b, s, D0, "fill_u32", LaunchDims::linear(1, 32), &args).unwrap();
+    // SAFETY: the pointer is an allocation of `b`, which the kernel cannot reach past.
+    unsafe { launch_named(&b, s, D0, "fill_u32", LaunchDims::linear(1, 32), &args) }.unwrap();
     assert_eq!(code(b.stream_synchronize(s)), HostErrorCode::IllegalAddress);
     b.stream_destroy(s).unwrap();
 
@@ -837,27 +944,32 @@ fn kernels_reach_only_memory_their_pointer_arguments_lie_in() {
         KernelArg::U32(5),
         KernelArg::U64(16),
     ];
-    launch_named(&b, s, D0, "fill_u32", LaunchDims::linear(1, 32), &args).unwrap();
+    // SAFETY: unregistered host memory, which a host-backend kernel cannot reach at all.
+    unsafe { launch_named(&b, s, D0, "fill_u32", LaunchDims::linear(1, 32), &args) }.unwrap();
     assert_eq!(code(b.stream_synchronize(s)), HostErrorCode::IllegalAddress);
     b.stream_destroy(s).unwrap();
     let s = b.stream_create(D0).unwrap();
     let mut ptrs = [0usize; 2];
     b.host_register(ByteRange::new(addr(&host), 64).unwrap(), &mut ptrs)
         .unwrap();
-    launch_named(&b, s, D0, "fill_u32", LaunchDims::linear(1, 32), &args).unwrap();
+    // SAFETY: `host` stays alive, registered and untouched until the synchronise below.
+    unsafe { launch_named(&b, s, D0, "fill_u32", LaunchDims::linear(1, 32), &args) }.unwrap();
     b.stream_synchronize(s).unwrap();
     assert!(host.iter().all(|&w| w == 5));
     b.host_unregister(addr(&host)).unwrap();
 
     // Wrong argument types fail the launch.
-    launch_named(
-        &b,
-        s,
-        D0,
-        "fill_u32",
-        LaunchDims::linear(1, 32),
-        &[KernelArg::U32(0)],
-    )
+    // SAFETY: no pointer arguments.
+    unsafe {
+        launch_named(
+            &b,
+            s,
+            D0,
+            "fill_u32",
+            LaunchDims::linear(1, 32),
+            &[KernelArg::U32(0)],
+        )
+    }
     .unwrap();
     assert_eq!(code(b.stream_synchronize(s)), HostErrorCode::InvalidValue);
     b.stream_destroy(s).unwrap();
@@ -915,10 +1027,16 @@ fn a_fault_by_kind_fails_the_nth_call_and_changes_nothing() {
         (CallKind::EventDestroy, &|| b.event_destroy(e)),
         (CallKind::EventRecord, &|| b.event_record(e, s)),
         (CallKind::StreamWaitEvent, &|| b.stream_wait_event(s, e)),
-        (CallKind::Copy, &|| b.copy(s, a, addr(&host), 256)),
-        (CallKind::Fill, &|| b.fill(s, a, 1, 256)),
+        // SAFETY: failed by the injected fault before anything is enqueued; besides, `a` is
+        // a live allocation and `host` outlives `b`'s work.
+        (CallKind::Copy, &|| unsafe {
+            b.copy(s, a, addr(&host), 256)
+        }),
+        // SAFETY: as for the copy.
+        (CallKind::Fill, &|| unsafe { b.fill(s, a, 1, 256) }),
         (CallKind::KernelLoad, &|| b.kernel(D0, "axpy_f32").map(drop)),
-        (CallKind::Launch, &|| {
+        // SAFETY: no pointer arguments.
+        (CallKind::Launch, &|| unsafe {
             launch_named(&b, s, D0, "fill_u32", LaunchDims::linear(1, 1), &[])
         }),
         (CallKind::AllocateOnStream, &|| {
@@ -1009,7 +1127,11 @@ impl Made {
 }
 
 /// Two devices, a kernel on device 0, a cross-device wait, a copy back into registered memory.
-fn scenario(b: &HostBackend, made: &mut Made, host: &mut [u32]) -> Result<()> {
+///
+/// # Safety
+/// `host` stays valid and untouched until `b`'s queued work has run (a failed scenario may
+/// leave its copy into it queued): drop `b` first.
+unsafe fn scenario(b: &HostBackend, made: &mut Made, host: &mut [u32]) -> Result<()> {
     const WORDS: usize = 1024;
     let oom = Error::HostOutOfMemory { what: "scenario" };
     b.set_current_device(Some(D0))?;
@@ -1029,23 +1151,28 @@ fn scenario(b: &HostBackend, made: &mut Made, host: &mut [u32]) -> Result<()> {
     made.registered.push(host_range.start);
     b.host_pinned_extent(host_range.start, &mut ptrs)?;
     let k = b.kernel(D0, "fill_u32")?;
-    b.launch(
-        s0,
-        k,
-        LaunchDims::linear(2, 64),
-        &[
-            KernelArg::Ptr(a),
-            KernelArg::U32(7),
-            KernelArg::U64(WORDS as u64),
-        ],
-    )?;
+    // SAFETY: `a` is a live allocation of `WORDS` words, the kernel's only pointer.
+    unsafe {
+        b.launch(
+            s0,
+            k,
+            LaunchDims::linear(2, 64),
+            &[
+                KernelArg::Ptr(a),
+                KernelArg::U32(7),
+                KernelArg::U64(WORDS as u64),
+            ],
+        )
+    }?;
     b.event_record(e0, s0)?;
 
     b.set_current_device(Some(D1))?;
     let s1 = b.stream_create(D1)?;
     made.streams.push((D1, s1));
     b.stream_wait_event(s1, e0)?;
-    b.copy(s1, host_range.start, a, WORDS * 4)?;
+    // SAFETY: `a` is live until the stream-ordered free after this copy; the caller keeps
+    // `host` valid and untouched until the copy has run.
+    unsafe { b.copy(s1, host_range.start, a, WORDS * 4) }?;
     b.stream_synchronize(s1)?;
     b.event_query(e0)?;
     b.stream_destroy(s1)?;
@@ -1069,7 +1196,8 @@ fn failing_each_call_of_a_scenario_in_turn_leaks_nothing() {
     let mut host = vec![0u32; 1024];
     let clean = backend();
     let mut made = Made::default();
-    scenario(&clean, &mut made, &mut host).unwrap();
+    // SAFETY: `host` outlives `clean`, declared after it.
+    unsafe { scenario(&clean, &mut made, &mut host) }.unwrap();
     assert!(host.iter().all(|&w| w == 7));
     let calls = clean.calls().total;
     assert!(calls >= 20, "{calls} calls");
@@ -1082,7 +1210,8 @@ fn failing_each_call_of_a_scenario_in_turn_leaks_nothing() {
         let b = backend();
         let mut made = Made::default();
         b.fail_nth_call(n);
-        let result = scenario(&b, &mut made, &mut host);
+        // SAFETY: `host` outlives `b`, declared after it.
+        let result = unsafe { scenario(&b, &mut made, &mut host) };
         assert_eq!(code(result), HostErrorCode::InjectedFault, "call {n}");
         assert_eq!(b.clear_faults(), 0, "call {n}: the fault did not fire");
         made.clean_up(&b);
@@ -1103,7 +1232,8 @@ fn the_work_log_keeps_the_most_recent_items() {
     let s = b.stream_create(D0).unwrap();
     let mut host = [0u8; 3];
     for (i, value) in (1..=3u8).enumerate() {
-        b.fill(s, addr_mut(&mut host) + i, value, 1).unwrap();
+        // SAFETY: byte `i` of `host`, untouched until the synchronise below.
+        unsafe { b.fill(s, addr_mut(&mut host) + i, value, 1) }.unwrap();
     }
     b.stream_synchronize(s).unwrap();
     assert_eq!(host, [1, 2, 3]);
@@ -1143,15 +1273,19 @@ fn dropping_the_backend_runs_queued_work_joins_workers_and_frees_everything() {
         b.allocate(device, MemoryKind::HostPinned, 4096)
             .unwrap()
             .unwrap();
-        for _ in 0..3 {
-            launch_named(&b, s, device, "count", LaunchDims::linear(1, 1), &[]).unwrap();
+        // SAFETY: no pointer arguments; `a` is live until the stream-ordered free below.
+        unsafe {
+            for _ in 0..3 {
+                launch_named(&b, s, device, "count", LaunchDims::linear(1, 1), &[]).unwrap();
+            }
+            b.fill(s, a, 1, 1 << 20).unwrap();
         }
-        b.fill(s, a, 1, 1 << 20).unwrap();
         b.event_record(e, s).unwrap();
         b.free(device, MemoryKind::Device, a, Some(s)).unwrap();
     }
     let draining = b.stream_create(D1).unwrap();
-    launch_named(&b, draining, D1, "count", LaunchDims::linear(1, 1), &[]).unwrap();
+    // SAFETY: no pointer arguments.
+    unsafe { launch_named(&b, draining, D1, "count", LaunchDims::linear(1, 1), &[]) }.unwrap();
     b.stream_destroy(draining).unwrap();
     b.host_register(ByteRange::new(addr(&host), 4096).unwrap(), &mut [0usize; 2])
         .unwrap();

@@ -1,8 +1,12 @@
 //! The device guard: makes a device current on the calling thread for a bracket of driver
-//! calls and restores the caller's device afterwards, on every path (return, error, unwind).
+//! calls and restores whatever was current before afterwards, on every path (return, error,
+//! unwind).
 //!
 //! IREE's HIP driver set the device and never restored it, so a user's thread silently changed
 //! device after calling the library. Every runtime call that needs a device goes through this.
+//! The guard saves the thread's state as the backend's [`Backend::SavedCurrent`], not as a
+//! device id, so a context the runtime does not own (a CUDA context the embedding program
+//! created itself) is put back as it was rather than refused.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -10,38 +14,39 @@ use crate::backend::Backend;
 use crate::error::Result;
 use crate::id::DeviceId;
 
-/// Holds `device` current until dropped (or [`DeviceGuard::restore`]d), then puts back the
-/// device that was current before.
+/// Holds `device` current until dropped (or [`DeviceGuard::restore`]d), then puts back what
+/// was current before: a device, nothing, or a context the backend does not own.
 #[must_use = "the device is current only while the guard lives"]
 pub struct DeviceGuard<'a, B: Backend + ?Sized> {
     backend: &'a B,
-    previous: Option<DeviceId>,
+    saved: B::SavedCurrent,
     /// Whether the guard changed the current device (and so must restore it).
     switched: bool,
 }
 
 impl<'a, B: Backend + ?Sized> DeviceGuard<'a, B> {
-    /// Makes `device` current. Asks the driver for the current device first and switches only
-    /// if it differs, so nested guards on one device cost one query each.
+    /// Makes `device` current. Saves the thread's current state first (one query of the
+    /// driver) and switches only if it is not `device` already, so nested guards on one device
+    /// cost one query each.
     pub fn new(backend: &'a B, device: DeviceId) -> Result<Self> {
-        let previous = backend.current_device()?;
-        let switched = previous != Some(device);
+        let saved = backend.save_current()?;
+        let switched = !backend.is_current(saved, device);
         if switched {
             backend.set_current_device(Some(device))?;
         }
         Ok(Self {
             backend,
-            previous,
+            saved,
             switched,
         })
     }
 
-    /// Restores the previous device now and reports a driver failure to do so (dropping the
-    /// guard restores too, but can only ignore such a failure).
+    /// Restores what was current before now and reports a driver failure to do so (dropping
+    /// the guard restores too, but can only ignore such a failure).
     pub fn restore(mut self) -> Result<()> {
         let switched = core::mem::replace(&mut self.switched, false);
         if switched {
-            self.backend.set_current_device(self.previous)
+            self.backend.restore_current(self.saved)
         } else {
             Ok(())
         }
@@ -53,7 +58,7 @@ impl<B: Backend + ?Sized> Drop for DeviceGuard<'_, B> {
         if self.switched {
             // Nothing can be reported from a drop (it may run during unwinding); the explicit
             // `restore` reports failures.
-            let _ = self.backend.set_current_device(self.previous);
+            let _ = self.backend.restore_current(self.saved);
         }
     }
 }
@@ -68,8 +73,9 @@ pub fn restore_failures() -> u64 {
     RESTORE_FAILURES.load(Ordering::Relaxed)
 }
 
-/// Runs `f` with `device` current and restores the caller's device afterwards. Returns `f`'s
-/// result; a failed restore after a successful `f` is counted in [`restore_failures`].
+/// Runs `f` with `device` current and restores what the caller had current afterwards.
+/// Returns `f`'s result; a failed restore after a successful `f` is counted in
+/// [`restore_failures`].
 pub fn with_device<B: Backend + ?Sized, T>(
     backend: &B,
     device: DeviceId,

@@ -296,13 +296,17 @@ impl<B: Backend> Runtime<B> {
     fn unlock_host(&self, locked: &LockedHost<'_, '_, B>) -> Result<()> {
         let uses =
             core::mem::take(&mut *locked.uses.lock().unwrap_or_else(PoisonError::into_inner));
-        let waited = {
-            let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            uses.iter()
-                .try_for_each(|&stream| state.synchronize_stream(&self.backend, stream))
-        };
+        let waited = self.synchronize_streams(&uses);
         let unlocked = self.pins.unlock(locked.memory.as_ptr() as usize);
         waited.and(unlocked.map(drop))
+    }
+
+    /// Blocks until every stream in `streams` has finished the work enqueued on it.
+    fn synchronize_streams(&self, streams: &[StreamId]) -> Result<()> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        streams
+            .iter()
+            .try_for_each(|&stream| state.synchronize_stream(&self.backend, stream))
     }
 
     /// Pins host range `[ptr, ptr + len)` through the lock table without borrowing it: the
@@ -345,7 +349,13 @@ impl<B: Backend> Runtime<B> {
             });
         }
         self.submit(device, after, &[dst, src], |backend, stream| {
-            backend.copy(stream, dst.address, src.address, src.len)
+            // SAFETY: both spans come from a `Buffer` or `LockedHost` borrowed for at least
+            // `'_` (or, raw, from pinned memory the runtime looked up and waits for), and
+            // `submit` notes this stream on each: freeing the buffer is ordered after the
+            // stream's work, and unpinning waits for it, so the bytes stay valid until the copy
+            // has run. The host reaches them only through `unsafe` accessors or `&mut` access
+            // that excludes the borrows of pending spans.
+            unsafe { backend.copy(stream, dst.address, src.address, src.len) }
         })
     }
 
@@ -359,7 +369,9 @@ impl<B: Backend> Runtime<B> {
     ) -> Result<Token> {
         dst.check_device(device)?;
         self.submit(device, after, &[dst], |backend, stream| {
-            backend.fill(stream, dst.address, value, dst.len)
+            // SAFETY: as in `copy`: the span is memory the runtime owns or borrows, kept until
+            // the stream noted on it by `submit` has finished with it.
+            unsafe { backend.fill(stream, dst.address, value, dst.len) }
         })
     }
 
@@ -390,7 +402,14 @@ impl<B: Backend> Runtime<B> {
             )?
         };
         self.submit(device, after, &spans, |backend, stream| {
-            backend.launch(stream, kernel, dims, &values)
+            // SAFETY: every pointer argument is the address of a span (no `Arg` holds a raw
+            // address), kept valid as in `copy` until the stream noted on it has finished.
+            // How far past that address the kernel reaches is decided by the kernel and its
+            // other arguments (a count, a words-per-group), which the runtime does not check
+            // against the span lengths: the caller's counts must fit the spans. The host
+            // backend enforces this itself (a kernel's view outside its arguments' memory is
+            // HOST_ILLEGAL_ADDRESS); a GPU driver does not.
+            unsafe { backend.launch(stream, kernel, dims, &values) }
         })
     }
 
@@ -872,10 +891,15 @@ impl<B: Backend> LockedHost<'_, '_, B> {
         })
     }
 
-    /// The pinned memory, for the host to read or write. Borrowing it mutably needs the
-    /// guard mutably, so no span of it can be in use by a pending transfer's borrow.
-    pub fn memory(&mut self) -> &mut [u8] {
-        self.memory
+    /// The pinned memory, for the host to read or write, once the transfers that used it have
+    /// finished: waits for the streams that did (a span's borrow ends when its transfer is
+    /// enqueued, not when it completes). Borrowing it mutably needs the guard mutably, so no
+    /// new transfer can use it while the host holds it.
+    pub fn memory(&mut self) -> Result<&mut [u8]> {
+        let uses = self.uses.get_mut().unwrap_or_else(PoisonError::into_inner);
+        self.runtime.synchronize_streams(uses)?;
+        uses.clear();
+        Ok(self.memory)
     }
 
     /// Unpins now, reporting a failure (dropping the guard unpins too, silently).

@@ -51,7 +51,7 @@ struct Log<B: Backend> {
     streams: Names<B::Stream>,
     events: Names<B::Event>,
     live: LiveObjects,
-    /// Calls counted so far (all but name, device count and device info).
+    /// Calls counted so far (all but name, device count, device info and `is_current`).
     calls: u64,
     /// The call number that fails, once.
     fail_at: Option<u64>,
@@ -98,7 +98,8 @@ impl<B: Backend> RecordingBackend<B> {
         self.log().fail_at = Some(n);
     }
 
-    /// Calls made so far (every trait method but `name`, `device_count` and `device_info`).
+    /// Calls made so far (every trait method but `name`, `device_count`, `device_info` and
+    /// `is_current`).
     pub fn calls(&self) -> u64 {
         self.log().calls
     }
@@ -173,6 +174,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     type Stream = B::Stream;
     type Event = B::Event;
     type Kernel = B::Kernel;
+    type SavedCurrent = B::SavedCurrent;
 
     fn name(&self) -> &'static str {
         self.inner.name()
@@ -194,6 +196,21 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     fn set_current_device(&self, device: Option<DeviceId>) -> Result<()> {
         self.enter("set_current_device")?;
         self.inner.set_current_device(device)
+    }
+
+    fn save_current(&self) -> Result<B::SavedCurrent> {
+        self.enter("save_current")?;
+        self.inner.save_current()
+    }
+
+    fn restore_current(&self, saved: B::SavedCurrent) -> Result<()> {
+        self.enter("restore_current")?;
+        self.inner.restore_current(saved)
+    }
+
+    /// Forwarded, neither counted nor failed: a comparison, not a driver call.
+    fn is_current(&self, saved: B::SavedCurrent, device: DeviceId) -> bool {
+        self.inner.is_current(saved, device)
     }
 
     fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
@@ -367,16 +384,22 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.inner.device_synchronize(device)
     }
 
-    fn copy(&self, stream: B::Stream, dst: usize, src: usize, bytes: usize) -> Result<()> {
+    /// # Safety
+    /// The wrapped backend's: the arguments reach it unchanged.
+    unsafe fn copy(&self, stream: B::Stream, dst: usize, src: usize, bytes: usize) -> Result<()> {
         self.enter("copy")?;
-        let result = self.inner.copy(stream, dst, src, bytes);
+        // SAFETY: the caller upholds `copy`'s contract for these very arguments.
+        let result = unsafe { self.inner.copy(stream, dst, src, bytes) };
         self.launch_on(&result, stream);
         result
     }
 
-    fn fill(&self, stream: B::Stream, dst: usize, value: u8, bytes: usize) -> Result<()> {
+    /// # Safety
+    /// The wrapped backend's: the arguments reach it unchanged.
+    unsafe fn fill(&self, stream: B::Stream, dst: usize, value: u8, bytes: usize) -> Result<()> {
         self.enter("fill")?;
-        let result = self.inner.fill(stream, dst, value, bytes);
+        // SAFETY: the caller upholds `fill`'s contract for these very arguments.
+        let result = unsafe { self.inner.fill(stream, dst, value, bytes) };
         self.launch_on(&result, stream);
         result
     }
@@ -391,7 +414,9 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.inner.kernel_allow_workgroup_bytes(kernel, bytes)
     }
 
-    fn launch(
+    /// # Safety
+    /// The wrapped backend's: the arguments reach it unchanged.
+    unsafe fn launch(
         &self,
         stream: B::Stream,
         kernel: B::Kernel,
@@ -399,7 +424,8 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         args: &[KernelArg],
     ) -> Result<()> {
         self.enter("launch")?;
-        let result = self.inner.launch(stream, kernel, dims, args);
+        // SAFETY: the caller upholds `launch`'s contract for these very arguments.
+        let result = unsafe { self.inner.launch(stream, kernel, dims, args) };
         self.launch_on(&result, stream);
         result
     }

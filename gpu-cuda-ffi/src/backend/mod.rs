@@ -89,6 +89,26 @@ unsafe impl Send for CudaKernel {}
 // SAFETY: see above.
 unsafe impl Sync for CudaKernel {}
 
+/// Whatever context was current on a thread when [`Backend::save_current`] looked: a device's
+/// primary context, none (null), or a context the program created itself, which the backend
+/// does not own and no [`DeviceId`] can name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SavedContext(sys::CUcontext);
+
+// SAFETY: a `CUcontext` is an opaque, process-wide driver handle that this crate never
+// dereferences. Since CUDA 4.0 a context is not bound to the thread that created it: any
+// thread may make it current (cuCtxSetCurrent), which is all `restore_current` does with it.
+// Whether the context still exists is its owner's business (a destroyed one is the driver's
+// `CUDA_ERROR_INVALID_CONTEXT`), not a property of the thread holding the value.
+unsafe impl Send for SavedContext {}
+
+impl SavedContext {
+    /// The context handle (null when no context was current).
+    pub fn raw(&self) -> sys::CUcontext {
+        self.0
+    }
+}
+
 impl CudaStream {
     /// The driver's stream handle (valid until the stream is destroyed).
     pub fn raw(&self) -> sys::CUstream {
@@ -424,6 +444,7 @@ impl Backend for CudaBackend {
     type Stream = CudaStream;
     type Event = CudaEvent;
     type Kernel = CudaKernel;
+    type SavedCurrent = SavedContext;
 
     fn name(&self) -> &'static str {
         BACKEND
@@ -452,6 +473,25 @@ impl Backend for CudaBackend {
             None => ptr::null_mut(),
         };
         call!(self.driver, cuCtxSetCurrent(context))
+    }
+
+    /// cuCtxGetCurrent: the context on top of the calling thread's context stack, whoever
+    /// owns it (null when none).
+    fn save_current(&self) -> Result<SavedContext> {
+        current_context(self.driver).map(SavedContext)
+    }
+
+    /// cuCtxSetCurrent with the saved context: replaces the top of the calling thread's context
+    /// stack, as `set_current_device` did, so the stack is as it was before the switch.
+    fn restore_current(&self, saved: SavedContext) -> Result<()> {
+        call!(self.driver, cuCtxSetCurrent(saved.0))
+    }
+
+    /// Whether the saved context is `device`'s primary context (an index and a comparison).
+    fn is_current(&self, saved: SavedContext, device: DeviceId) -> bool {
+        self.devices
+            .get(device.index())
+            .is_some_and(|state| state.context == saved.0)
     }
 
     /// Device: cuMemAlloc; managed: cuMemAllocManaged with `ATTACH_GLOBAL`; pinned host:
@@ -717,7 +757,10 @@ impl Backend for CudaBackend {
 
     /// cuMemcpyAsync: with unified addressing (every 64-bit device CUDA 12 and 13 support) the
     /// driver finds each side's memory from its address.
-    fn copy(&self, stream: CudaStream, dst: usize, src: usize, bytes: usize) -> Result<()> {
+    ///
+    /// # Safety
+    /// The trait's: the driver checks nothing about the caller's host memory.
+    unsafe fn copy(&self, stream: CudaStream, dst: usize, src: usize, bytes: usize) -> Result<()> {
         let _scope = self.enter(stream.device)?;
         call!(
             self.driver,
@@ -731,7 +774,10 @@ impl Backend for CudaBackend {
     }
 
     /// cuMemsetD8Async.
-    fn fill(&self, stream: CudaStream, dst: usize, value: u8, bytes: usize) -> Result<()> {
+    ///
+    /// # Safety
+    /// The trait's.
+    unsafe fn fill(&self, stream: CudaStream, dst: usize, value: u8, bytes: usize) -> Result<()> {
         let _scope = self.enter(stream.device)?;
         call!(
             self.driver,
@@ -773,7 +819,11 @@ impl Backend for CudaBackend {
     /// cuLaunchKernel, after checking the arguments against the kernel's parameters
     /// ([`Error::KernelArgumentMismatch`]) and that kernel and stream share a device
     /// ([`Error::WrongDevice`]).
-    fn launch(
+    ///
+    /// # Safety
+    /// The trait's: the standard library's kernels reach as far from each pointer argument as
+    /// their count arguments and the grid say, and nothing checks that against the memory.
+    unsafe fn launch(
         &self,
         stream: CudaStream,
         kernel: CudaKernel,
@@ -815,12 +865,16 @@ mod tests {
     /// The trait requires these; raw pointers inside would otherwise forbid them.
     fn assert_thread_safe<T: Send + Sync>() {}
 
+    /// The trait requires a saved context to be `Send` (not `Sync`).
+    fn assert_send<T: Send>() {}
+
     #[test]
     fn handles_and_backend_are_send_and_sync() {
         assert_thread_safe::<CudaStream>();
         assert_thread_safe::<CudaEvent>();
         assert_thread_safe::<CudaKernel>();
         assert_thread_safe::<CudaBackend>();
+        assert_send::<SavedContext>();
     }
 
     #[test]
