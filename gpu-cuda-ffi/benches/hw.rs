@@ -1,0 +1,1176 @@
+//! The CUDA backend's hardware benchmark: each figure of the user API (`Runtime<CudaBackend>`)
+//! beside the same work done with raw driver calls in the same process and run, as one table.
+//!
+//! Cases: (1) device alloc+free cache hit against a warm driver pool and cuMemAlloc/cuMemFree;
+//! (2) pinned host alloc+free cache hit against cuMemHostAlloc/cuMemFreeHost; (3) "is this range
+//! pinned, and where?" through the lock table with 4,096 locked regions against
+//! cuPointerGetAttribute; (4) streams and events from the runtime's pools against creating and
+//! destroying them; (5) a k-way join against hand-written record+wait; (6) 256 MiB copies from
+//! and to locked memory against raw async copies, and from and to pageable memory through the
+//! runtime's staging against the driver's own pageable copies; (7) a chained kernel launch
+//! against cuLaunchKernel.
+//!
+//! Timing: each measurement runs one untimed warm-up batch, then N batches of M calls, each
+//! batch timed with `Instant` around the calls (and the one synchronisation that GPU work needs,
+//! inside the timed region); the figure is the median over batches of the batch time divided
+//! by M. Device 0's primary context is current on the measuring thread throughout, for both
+//! sides.
+//!
+//! `cargo bench` passes `--bench`: the full run (under ~3 minutes on an H200). Without it
+//! (`cargo test --benches`) every case runs once with tiny batches, as a smoke test whose
+//! figures mean nothing. Without a driver or a device it prints a skip line and exits 0.
+//! Environment: `GIT_COMMIT` (printed in the header), `HW_BENCH_OUT` (a file that also gets the
+//! table).
+// Local names of driver entry points are spelled as in cuda.h (`cuMemAlloc`), so each call
+// reads like the C it measures.
+#![allow(non_snake_case)]
+
+use std::ffi::{c_int, c_void};
+use std::hint::black_box;
+use std::process::ExitCode;
+use std::ptr;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use gpu_core::allocator::MemoryKind;
+use gpu_core::backend::{Backend, LaunchDims};
+use gpu_core::runtime::{Arg, Runtime, RuntimeConfig};
+use gpu_core::token::Token;
+use gpu_core::{DeviceId, Error};
+use gpu_cuda_ffi::{CudaBackend, Driver, check, sys};
+
+/// Any failure of a case: a toolkit error, a driver error, or a wrong answer.
+type Outcome<T> = Result<T, Box<dyn std::error::Error>>;
+
+const D0: DeviceId = DeviceId(0);
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+
+/// Calls a driver entry point held in a local of the same name and checks its result.
+macro_rules! cu {
+    ($function:ident($($argument:expr),* $(,)?)) => {
+        // SAFETY: every call site passes live handles of device 0's context (current on this
+        // thread), memory that stays valid until the call's work is synchronised, and
+        // out-parameters valid for writes.
+        check(stringify!($function), unsafe { $function($($argument),*) })
+    };
+}
+
+/// How long to measure: the full run (`--bench`) or a smoke run.
+#[derive(Clone, Copy)]
+struct Plan {
+    full: bool,
+}
+
+impl Plan {
+    /// Median per-call nanoseconds of `batch(M)` over N timed batches, after one untimed
+    /// warm-up batch. `batch` runs M calls and synchronises whatever GPU work they enqueued.
+    /// A smoke run times 1 batch of at most 2 calls.
+    fn median_per_call(
+        &self,
+        batches: usize,
+        calls_per_batch: usize,
+        mut batch: impl FnMut(usize) -> Outcome<()>,
+    ) -> Outcome<f64> {
+        let (batches, calls) = if self.full {
+            (batches, calls_per_batch)
+        } else {
+            (1, calls_per_batch.min(2))
+        };
+        batch(calls)?;
+        let mut samples = Vec::with_capacity(batches);
+        for _ in 0..batches {
+            let start = Instant::now();
+            batch(calls)?;
+            samples.push(start.elapsed().as_nanos() as f64 / calls as f64);
+        }
+        samples.sort_by(f64::total_cmp);
+        Ok(samples[samples.len() / 2])
+    }
+
+    /// `full` in the full run, `smoke` in a smoke run.
+    fn pick<T>(&self, full: T, smoke: T) -> T {
+        if self.full { full } else { smoke }
+    }
+}
+
+/// What a row promises, as a bound on driver time / our time.
+#[derive(Clone, Copy)]
+enum Target {
+    /// No target was set: the figure is for information.
+    None,
+    /// At least this many times faster than the driver.
+    FasterBy(f64),
+    /// At most this many percent slower than the driver.
+    WithinPercent(f64),
+    /// Faster than the driver.
+    Faster,
+}
+
+impl Target {
+    fn text(self) -> String {
+        match self {
+            Target::None => "-".into(),
+            Target::FasterBy(factor) => format!(">= {factor}x faster"),
+            Target::WithinPercent(percent) => format!("within {percent}%"),
+            Target::Faster => "faster".into(),
+        }
+    }
+
+    /// Whether `speedup` (driver time / our time) meets the target; `None` without a target.
+    fn met(self, speedup: f64) -> Option<bool> {
+        match self {
+            Target::None => None,
+            Target::FasterBy(factor) => Some(speedup >= factor),
+            Target::WithinPercent(percent) => Some(speedup >= 1.0 / (1.0 + percent / 100.0)),
+            Target::Faster => Some(speedup > 1.0),
+        }
+    }
+}
+
+/// One line of the table.
+struct Row {
+    case: &'static str,
+    /// What "ours" timed, through the runtime.
+    ours_label: String,
+    /// Median nanoseconds per call.
+    ours_ns: f64,
+    /// What the driver side timed.
+    driver_label: String,
+    driver_ns: f64,
+    /// Bytes moved per call, for copies (shown as GB/s too).
+    bytes: Option<usize>,
+    target: Target,
+}
+
+/// The table and the notes under it, filled case by case.
+#[derive(Default)]
+struct Report {
+    rows: Vec<Row>,
+    notes: Vec<String>,
+    failed: bool,
+}
+
+impl Report {
+    #[allow(clippy::too_many_arguments)]
+    fn row(
+        &mut self,
+        case: &'static str,
+        ours_label: impl Into<String>,
+        ours_ns: f64,
+        driver_label: impl Into<String>,
+        driver_ns: f64,
+        bytes: Option<usize>,
+        target: Target,
+    ) {
+        self.rows.push(Row {
+            case,
+            ours_label: ours_label.into(),
+            ours_ns,
+            driver_label: driver_label.into(),
+            driver_ns,
+            bytes,
+            target,
+        });
+    }
+
+    /// The table in Markdown.
+    fn table(&self) -> String {
+        let mut out = String::from(
+            "| case | ours (runtime) | ours median | driver (same run) | driver median | \
+             speed-up (driver/ours) | target | met |\n|---|---|---|---|---|---|---|---|\n",
+        );
+        for row in &self.rows {
+            let speedup = row.driver_ns / row.ours_ns;
+            let met = match row.target.met(speedup) {
+                None => "-",
+                Some(true) => "yes",
+                Some(false) => "NO",
+            };
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {:.2}x | {} | {} |\n",
+                row.case,
+                row.ours_label,
+                figure(row.ours_ns, row.bytes),
+                row.driver_label,
+                figure(row.driver_ns, row.bytes),
+                speedup,
+                row.target.text(),
+                met,
+            ));
+        }
+        out
+    }
+}
+
+/// A median as text: nanoseconds, microseconds or milliseconds, and GB/s for a copy.
+fn figure(ns: f64, bytes: Option<usize>) -> String {
+    let time = if ns < 1e3 {
+        format!("{ns:.1} ns")
+    } else if ns < 1e6 {
+        format!("{:.2} us", ns / 1e3)
+    } else {
+        format!("{:.2} ms", ns / 1e6)
+    };
+    match bytes {
+        Some(bytes) => format!("{time} ({:.1} GB/s)", bytes as f64 / ns),
+        None => time,
+    }
+}
+
+/// A size as text (256 B, 64 KiB, 1 MiB).
+fn size_text(bytes: usize) -> String {
+    if bytes >= MIB && bytes.is_multiple_of(MIB) {
+        format!("{} MiB", bytes / MIB)
+    } else if bytes >= KIB && bytes.is_multiple_of(KIB) {
+        format!("{} KiB", bytes / KIB)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// A non-blocking stream of the current context, destroyed on drop.
+struct RawStream {
+    driver: &'static Driver,
+    raw: sys::CUstream,
+}
+
+impl RawStream {
+    fn new(driver: &'static Driver) -> Outcome<Self> {
+        let cuStreamCreate = driver.cuStreamCreate()?;
+        let mut raw = ptr::null_mut();
+        cu!(cuStreamCreate(&mut raw, sys::CU_STREAM_NON_BLOCKING))?;
+        Ok(Self { driver, raw })
+    }
+
+    fn synchronize(&self) -> Outcome<()> {
+        let cuStreamSynchronize = self.driver.cuStreamSynchronize()?;
+        Ok(cu!(cuStreamSynchronize(self.raw))?)
+    }
+}
+
+impl Drop for RawStream {
+    fn drop(&mut self) {
+        if let Ok(cuStreamDestroy) = self.driver.cuStreamDestroy() {
+            let _ = cu!(cuStreamDestroy(self.raw));
+        }
+    }
+}
+
+/// An event without timing of the current context, destroyed on drop.
+struct RawEvent {
+    driver: &'static Driver,
+    raw: sys::CUevent,
+}
+
+impl RawEvent {
+    fn new(driver: &'static Driver) -> Outcome<Self> {
+        let cuEventCreate = driver.cuEventCreate()?;
+        let mut raw = ptr::null_mut();
+        cu!(cuEventCreate(&mut raw, sys::CU_EVENT_DISABLE_TIMING))?;
+        Ok(Self { driver, raw })
+    }
+}
+
+impl Drop for RawEvent {
+    fn drop(&mut self) {
+        if let Ok(cuEventDestroy) = self.driver.cuEventDestroy() {
+            let _ = cu!(cuEventDestroy(self.raw));
+        }
+    }
+}
+
+/// What every case needs.
+struct Bench<'a> {
+    /// The backend, shared with the extra runtimes of the staging sweep.
+    backend: &'a Arc<CudaBackend>,
+    rt: &'a Runtime<CudaBackend>,
+    driver: &'static Driver,
+    plan: Plan,
+}
+
+impl Bench<'_> {
+    /// The allocator's counters of device 0 for `kind`.
+    fn allocator_stats(&self, kind: MemoryKind) -> gpu_core::allocator::AllocatorStats {
+        self.rt
+            .stats()
+            .allocator
+            .into_iter()
+            .find(|&(device, k, _)| device == D0 && k == kind)
+            .map(|(_, _, stats)| stats)
+            .unwrap_or_default()
+    }
+}
+
+/// Case 1: device memory cache hit against the warm driver pool and cuMemAlloc/cuMemFree.
+fn device_alloc_free(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
+    let (rt, driver, plan) = (bench.rt, bench.driver, bench.plan);
+    let cuDeviceGet = driver.cuDeviceGet()?;
+    let cuDeviceGetDefaultMemPool = driver.cuDeviceGetDefaultMemPool()?;
+    let cuMemPoolSetAttribute = driver.cuMemPoolSetAttribute()?;
+    let cuMemAllocAsync = driver.cuMemAllocAsync()?;
+    let cuMemFreeAsync = driver.cuMemFreeAsync()?;
+    let cuMemAlloc = driver.cuMemAlloc()?;
+    let cuMemFree = driver.cuMemFree()?;
+    let stream = RawStream::new(driver)?;
+    let mut ordinal: sys::CUdevice = 0;
+    cu!(cuDeviceGet(&mut ordinal, 0))?;
+    let mut pool = ptr::null_mut();
+    cu!(cuDeviceGetDefaultMemPool(&mut pool, ordinal))?;
+    let mut threshold = u64::MAX;
+    cu!(cuMemPoolSetAttribute(
+        pool,
+        sys::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+        (&mut threshold as *mut u64).cast()
+    ))?;
+    let before = bench.allocator_stats(MemoryKind::Device);
+    for size in [256, 64 * KIB, MIB] {
+        let ours = plan.median_per_call(51, 2000, |calls| {
+            for _ in 0..calls {
+                let buffer = rt.alloc(D0, MemoryKind::Device, black_box(size))?;
+                rt.free(black_box(buffer))?;
+            }
+            Ok(())
+        })?;
+        let pool = plan.median_per_call(31, 1000, |calls| {
+            for _ in 0..calls {
+                let mut address: sys::CUdeviceptr = 0;
+                cu!(cuMemAllocAsync(&mut address, black_box(size), stream.raw))?;
+                cu!(cuMemFreeAsync(black_box(address), stream.raw))?;
+            }
+            stream.synchronize()
+        })?;
+        let plain = plan.median_per_call(15, 40, |calls| {
+            for _ in 0..calls {
+                let mut address: sys::CUdeviceptr = 0;
+                cu!(cuMemAlloc(&mut address, black_box(size)))?;
+                cu!(cuMemFree(black_box(address)))?;
+            }
+            Ok(())
+        })?;
+        let label = format!("alloc + free, device, {} (cache hit)", size_text(size));
+        report.row(
+            "1",
+            label.clone(),
+            ours,
+            "cuMemAllocAsync + cuMemFreeAsync, warm default pool (threshold max), sync per batch",
+            pool,
+            None,
+            Target::FasterBy(10.0),
+        );
+        report.row(
+            "1",
+            label,
+            ours,
+            "cuMemAlloc + cuMemFree",
+            plain,
+            None,
+            Target::None,
+        );
+    }
+    let after = bench.allocator_stats(MemoryKind::Device);
+    report.notes.push(format!(
+        "case 1: the runtime's device requests during case 1: {} hits, {} misses, {} driver calls \
+         (a miss is a first request, in a warm-up batch)",
+        after.hits - before.hits,
+        after.misses - before.misses,
+        after.driver_calls - before.driver_calls,
+    ));
+    Ok(())
+}
+
+/// Case 2: pinned host memory cache hit against cuMemHostAlloc/cuMemFreeHost.
+fn host_pinned_alloc_free(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
+    let (rt, driver, plan) = (bench.rt, bench.driver, bench.plan);
+    let cuMemHostAlloc = driver.cuMemHostAlloc()?;
+    let cuMemFreeHost = driver.cuMemFreeHost()?;
+    // The flags the backend uses when the runtime's cache misses.
+    let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
+    let before = bench.allocator_stats(MemoryKind::HostPinned);
+    for size in [256, 64 * KIB, MIB] {
+        let ours = plan.median_per_call(51, 2000, |calls| {
+            for _ in 0..calls {
+                let buffer = rt.alloc(D0, MemoryKind::HostPinned, black_box(size))?;
+                rt.free(black_box(buffer))?;
+            }
+            Ok(())
+        })?;
+        let driver_ns = plan.median_per_call(7, 10, |calls| {
+            for _ in 0..calls {
+                let mut address = ptr::null_mut();
+                cu!(cuMemHostAlloc(&mut address, black_box(size), flags))?;
+                cu!(cuMemFreeHost(black_box(address)))?;
+            }
+            Ok(())
+        })?;
+        report.row(
+            "2",
+            format!("alloc + free, pinned host, {} (cache hit)", size_text(size)),
+            ours,
+            "cuMemHostAlloc(PORTABLE | DEVICEMAP) + cuMemFreeHost",
+            driver_ns,
+            None,
+            Target::None,
+        );
+    }
+    let after = bench.allocator_stats(MemoryKind::HostPinned);
+    report.notes.push(format!(
+        "case 2: the runtime's pinned host requests during case 2: {} hits, {} misses, {} driver \
+         calls",
+        after.hits - before.hits,
+        after.misses - before.misses,
+        after.driver_calls - before.driver_calls,
+    ));
+    Ok(())
+}
+
+/// Ranges locked through `Runtime::lock_range`, unlocked on drop (before their memory goes).
+struct LockedRanges<'a> {
+    rt: &'a Runtime<CudaBackend>,
+    starts: Vec<usize>,
+}
+
+impl Drop for LockedRanges<'_> {
+    fn drop(&mut self) {
+        for &start in &self.starts {
+            let _ = self.rt.unlock_range(start);
+        }
+    }
+}
+
+/// A small deterministic generator (xorshift64*) for query addresses.
+struct Xorshift(u64);
+
+impl Xorshift {
+    fn below(&mut self, bound: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as usize % bound
+    }
+}
+
+/// Case 3: "is this range pinned, and where?" with 4,096 locked regions.
+fn pinned_lookup(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
+    let (rt, driver, plan) = (bench.rt, bench.driver, bench.plan);
+    let cuPointerGetAttribute = driver.cuPointerGetAttribute()?;
+    let regions = plan.pick(4096, 64);
+    // 32 KiB regions 64 KiB apart, from a 64 KiB-aligned start: disjoint and page-aligned with
+    // 4 KiB and with 64 KiB pages, no two regions sharing a page.
+    const REGION: usize = 32 * KIB;
+    const STRIDE: usize = 64 * KIB;
+    const QUERY_LEN: usize = 64;
+    let backing = vec![1u8; regions * STRIDE + STRIDE];
+    let base = (backing.as_ptr() as usize).next_multiple_of(STRIDE);
+    let pins_before = rt.stats().locks.driver_pins;
+    let start = Instant::now();
+    let mut locked = LockedRanges {
+        rt,
+        starts: Vec::with_capacity(regions),
+    };
+    for index in 0..regions {
+        let region = base + index * STRIDE;
+        rt.lock_range(region, REGION)?;
+        locked.starts.push(region);
+    }
+    let lock_time = start.elapsed();
+    let mut random = Xorshift(0x9e37_79b9_7f4a_7c15);
+    let queries: Vec<usize> = (0..4096)
+        .map(|_| base + random.below(regions) * STRIDE + random.below(REGION - QUERY_LEN))
+        .collect();
+    // Both sides must give the same answer before either is timed.
+    for &query in queries.iter().take(64) {
+        let ours = rt.pinned_address(query, QUERY_LEN, D0)?;
+        let mut theirs: sys::CUdeviceptr = 0;
+        cu!(cuPointerGetAttribute(
+            (&mut theirs as *mut sys::CUdeviceptr).cast(),
+            sys::CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
+            query as sys::CUdeviceptr
+        ))?;
+        if ours != Some(theirs as usize) {
+            return Err(format!(
+                "pinned_address({query:#x}) = {ours:x?}, the driver's device pointer {theirs:#x}"
+            )
+            .into());
+        }
+    }
+    let mut next = 0;
+    let ours = plan.median_per_call(31, queries.len(), |calls| {
+        for _ in 0..calls {
+            let query = queries[next % queries.len()];
+            next += 1;
+            black_box(rt.pinned_address(black_box(query), QUERY_LEN, D0)?);
+        }
+        Ok(())
+    })?;
+    let label = format!("pinned_address(ptr, 64, device 0), {regions} locked regions, random ptr");
+    for (attribute, name) in [
+        (sys::CU_POINTER_ATTRIBUTE_DEVICE_POINTER, "DEVICE_POINTER"),
+        (sys::CU_POINTER_ATTRIBUTE_MEMORY_TYPE, "MEMORY_TYPE"),
+    ] {
+        let mut next = 0;
+        let driver_ns = plan.median_per_call(31, queries.len(), |calls| {
+            for _ in 0..calls {
+                let query = queries[next % queries.len()];
+                next += 1;
+                // Large enough for either attribute (a CUdeviceptr or an unsigned int).
+                let mut value: sys::CUdeviceptr = 0;
+                cu!(cuPointerGetAttribute(
+                    (&mut value as *mut sys::CUdeviceptr).cast(),
+                    attribute,
+                    black_box(query) as sys::CUdeviceptr
+                ))?;
+                black_box(value);
+            }
+            Ok(())
+        })?;
+        report.row(
+            "3",
+            label.clone(),
+            ours,
+            format!("cuPointerGetAttribute({name}), same registered regions and addresses"),
+            driver_ns,
+            None,
+            Target::FasterBy(4.0),
+        );
+    }
+    report.notes.push(format!(
+        "case 3: locking {regions} regions of {} took {:.0} ms ({} driver pins)",
+        size_text(REGION),
+        lock_time.as_secs_f64() * 1e3,
+        rt.stats().locks.driver_pins - pins_before,
+    ));
+    drop(locked);
+    drop(backing);
+    Ok(())
+}
+
+/// Case 4: streams and events from the runtime's pools against creating and destroying them.
+fn stream_event_pools(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
+    let (rt, driver, plan) = (bench.rt, bench.driver, bench.plan);
+    let cuStreamCreate = driver.cuStreamCreate()?;
+    let cuStreamDestroy = driver.cuStreamDestroy()?;
+    let cuStreamSynchronize = driver.cuStreamSynchronize()?;
+    let cuEventCreate = driver.cuEventCreate()?;
+    let cuEventDestroy = driver.cuEventDestroy()?;
+    let cuEventRecord = driver.cuEventRecord()?;
+    let cuEventSynchronize = driver.cuEventSynchronize()?;
+    let cuMemsetD8Async = driver.cuMemsetD8Async()?;
+    let buffer = rt.alloc(D0, MemoryKind::Device, 64)?;
+    let address = buffer.address() as sys::CUdeviceptr;
+    let kept_stream = RawStream::new(driver)?;
+    let kept_event = RawEvent::new(driver)?;
+    let before = rt.stats();
+
+    // Streams: an operation with no dependency takes a stream from the pool; waiting for its
+    // token synchronises the stream and gives it back.
+    let ours = plan.median_per_call(51, 400, |calls| {
+        for _ in 0..calls {
+            let token = rt.fill(D0, buffer.all(), 1, &mut Vec::new())?;
+            rt.wait(token)?;
+        }
+        Ok(())
+    })?;
+    let created = plan.median_per_call(51, 200, |calls| {
+        for _ in 0..calls {
+            let mut stream = ptr::null_mut();
+            cu!(cuStreamCreate(&mut stream, sys::CU_STREAM_NON_BLOCKING))?;
+            cu!(cuMemsetD8Async(address, 1, 64, stream))?;
+            cu!(cuStreamSynchronize(stream))?;
+            cu!(cuStreamDestroy(stream))?;
+        }
+        Ok(())
+    })?;
+    let kept = plan.median_per_call(51, 400, |calls| {
+        for _ in 0..calls {
+            cu!(cuMemsetD8Async(address, 1, 64, kept_stream.raw))?;
+            cu!(cuStreamSynchronize(kept_stream.raw))?;
+        }
+        Ok(())
+    })?;
+    let label = "fill 64 B with no dependency (stream from the pool) + wait";
+    report.row(
+        "4",
+        label,
+        ours,
+        "cuStreamCreate + cuMemsetD8Async + cuStreamSynchronize + cuStreamDestroy",
+        created,
+        None,
+        Target::None,
+    );
+    report.row(
+        "4",
+        label,
+        ours,
+        "cuMemsetD8Async + cuStreamSynchronize on one kept stream (the floor)",
+        kept,
+        None,
+        Target::None,
+    );
+
+    // Events: forking a token records an event from the pool on its stream; waiting for the
+    // second branch synchronises that event and gives it back.
+    let ours = plan.median_per_call(51, 400, |calls| {
+        for _ in 0..calls {
+            let token = rt.fill(D0, buffer.all(), 2, &mut Vec::new())?;
+            for branch in rt.fork(token, 2)? {
+                rt.wait(branch)?;
+            }
+        }
+        Ok(())
+    })?;
+    let created = plan.median_per_call(51, 400, |calls| {
+        for _ in 0..calls {
+            let mut event = ptr::null_mut();
+            cu!(cuMemsetD8Async(address, 2, 64, kept_stream.raw))?;
+            cu!(cuEventCreate(&mut event, sys::CU_EVENT_DISABLE_TIMING))?;
+            cu!(cuEventRecord(event, kept_stream.raw))?;
+            cu!(cuStreamSynchronize(kept_stream.raw))?;
+            cu!(cuEventSynchronize(event))?;
+            cu!(cuEventDestroy(event))?;
+        }
+        Ok(())
+    })?;
+    let kept = plan.median_per_call(51, 400, |calls| {
+        for _ in 0..calls {
+            cu!(cuMemsetD8Async(address, 2, 64, kept_stream.raw))?;
+            cu!(cuEventRecord(kept_event.raw, kept_stream.raw))?;
+            cu!(cuStreamSynchronize(kept_stream.raw))?;
+            cu!(cuEventSynchronize(kept_event.raw))?;
+        }
+        Ok(())
+    })?;
+    let label = "fill 64 B with no dependency, fork in 2 (event from the pool), wait both";
+    report.row(
+        "4",
+        label,
+        ours,
+        "cuMemsetD8Async + cuEventCreate + cuEventRecord + cuStreamSynchronize + \
+         cuEventSynchronize + cuEventDestroy",
+        created,
+        None,
+        Target::None,
+    );
+    report.row(
+        "4",
+        label,
+        ours,
+        "the same on one kept stream and one kept event (the floor)",
+        kept,
+        None,
+        Target::None,
+    );
+    let after = rt.stats();
+    report.notes.push(format!(
+        "case 4: the runtime handed out {} streams and {} events, of which the driver created {} \
+         and {} (pool misses)",
+        after.stream_acquires - before.stream_acquires,
+        after.event_acquires - before.event_acquires,
+        after.streams_created - before.streams_created,
+        after.events_created - before.events_created,
+    ));
+    rt.free(buffer)?;
+    Ok(())
+}
+
+/// Case 5: k tokens from k streams joined, then one operation after the join.
+fn k_way_join(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
+    let (rt, driver, plan) = (bench.rt, bench.driver, bench.plan);
+    let cuMemsetD8Async = driver.cuMemsetD8Async()?;
+    let cuEventRecord = driver.cuEventRecord()?;
+    let cuStreamWaitEvent = driver.cuStreamWaitEvent()?;
+    const SPAN: usize = 64;
+    let buffer = rt.alloc(D0, MemoryKind::Device, 8 * SPAN)?;
+    let streams = (0..8)
+        .map(|_| RawStream::new(driver))
+        .collect::<Outcome<Vec<_>>>()?;
+    let events = (0..8)
+        .map(|_| RawEvent::new(driver))
+        .collect::<Outcome<Vec<_>>>()?;
+    let before = rt.stats();
+    for k in [2, 4, 8] {
+        // Each round: k fills with no dependency between them (the first continues the previous
+        // round's chain, the others take pool streams), joined, then one fill after the join.
+        // The rounds chain, so one wait per batch synchronises everything.
+        let ours = plan.median_per_call(31, 200, |rounds| {
+            let mut carry: Vec<Token> = Vec::with_capacity(1);
+            let mut tokens: Vec<Token> = Vec::with_capacity(k);
+            for _ in 0..rounds {
+                tokens.push(rt.fill(D0, buffer.span(0, SPAN)?, 1, &mut carry)?);
+                for branch in 1..k {
+                    let span = buffer.span(branch * SPAN, SPAN)?;
+                    tokens.push(rt.fill(D0, span, 1, &mut Vec::new())?);
+                }
+                carry.push(rt.join(&mut tokens)?);
+                let after_join = rt.fill(D0, buffer.span(0, SPAN)?, 2, &mut carry)?;
+                carry.push(after_join);
+            }
+            for token in carry {
+                rt.wait(token)?;
+            }
+            Ok(())
+        })?;
+        let raw = plan.median_per_call(31, 200, |rounds| {
+            let base = buffer.address() as sys::CUdeviceptr;
+            for _ in 0..rounds {
+                for (branch, stream) in streams.iter().take(k).enumerate() {
+                    let span = base + (branch * SPAN) as sys::CUdeviceptr;
+                    cu!(cuMemsetD8Async(span, 1, SPAN, stream.raw))?;
+                }
+                for (stream, event) in streams.iter().zip(&events).take(k).skip(1) {
+                    cu!(cuEventRecord(event.raw, stream.raw))?;
+                    cu!(cuStreamWaitEvent(streams[0].raw, event.raw, 0))?;
+                }
+                cu!(cuMemsetD8Async(base, 2, SPAN, streams[0].raw))?;
+            }
+            streams[0].synchronize()
+        })?;
+        report.row(
+            "5",
+            format!("{k} fills on {k} streams, join, 1 fill after (chained rounds)"),
+            ours,
+            format!(
+                "{k} cuMemsetD8Async on {k} streams, {} x (cuEventRecord + cuStreamWaitEvent), \
+                 1 cuMemsetD8Async",
+                k - 1
+            ),
+            raw,
+            None,
+            Target::None,
+        );
+    }
+    let after = rt.stats();
+    report.notes.push(format!(
+        "case 5: the runtime inserted {} waits; the driver created {} streams and {} events \
+         (pool misses)",
+        after.waits - before.waits,
+        after.streams_created - before.streams_created,
+        after.events_created - before.events_created,
+    ));
+    rt.free(buffer)?;
+    Ok(())
+}
+
+/// The driver's own synchronous pageable copies, which the bindings do not include: looked up
+/// through cuGetProcAddress with the ABI of `cuMemcpyHtoD_v2` / `cuMemcpyDtoH_v2` (CUDA 3.2).
+struct PageableCopies {
+    host_to_device: unsafe extern "C" fn(sys::CUdeviceptr, *const c_void, usize) -> sys::CUresult,
+    device_to_host: unsafe extern "C" fn(*mut c_void, sys::CUdeviceptr, usize) -> sys::CUresult,
+}
+
+impl PageableCopies {
+    fn find(driver: &Driver) -> Outcome<Self> {
+        let cuGetProcAddress = driver.cuGetProcAddress()?;
+        let lookup = |name: &std::ffi::CStr| -> Outcome<*mut c_void> {
+            let mut address = ptr::null_mut();
+            let mut status = sys::CU_GET_PROC_ADDRESS_SUCCESS;
+            cu!(cuGetProcAddress(
+                name.as_ptr(),
+                &mut address,
+                3020,
+                sys::CU_GET_PROC_ADDRESS_LEGACY_STREAM as sys::cuuint64_t,
+                &mut status
+            ))?;
+            if address.is_null() || status != sys::CU_GET_PROC_ADDRESS_SUCCESS {
+                return Err(format!("the driver has no {name:?} with the ABI of CUDA 3.2").into());
+            }
+            Ok(address)
+        };
+        let host_to_device = lookup(c"cuMemcpyHtoD")?;
+        let device_to_host = lookup(c"cuMemcpyDtoH")?;
+        // SAFETY: the driver returned these for cuMemcpyHtoD / cuMemcpyDtoH at the ABI of CUDA
+        // 3.2, whose signatures (cuda.h: cuMemcpyHtoD_v2, cuMemcpyDtoH_v2) these types spell.
+        unsafe {
+            Ok(Self {
+                host_to_device: std::mem::transmute::<
+                    *mut c_void,
+                    unsafe extern "C" fn(sys::CUdeviceptr, *const c_void, usize) -> sys::CUresult,
+                >(host_to_device),
+                device_to_host: std::mem::transmute::<
+                    *mut c_void,
+                    unsafe extern "C" fn(*mut c_void, sys::CUdeviceptr, usize) -> sys::CUresult,
+                >(device_to_host),
+            })
+        }
+    }
+}
+
+/// Case 6: 256 MiB copies, locked and pageable, both directions.
+fn copies(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
+    let (rt, driver, plan) = (bench.rt, bench.driver, bench.plan);
+    let cuMemcpyHtoDAsync = driver.cuMemcpyHtoDAsync()?;
+    let cuMemcpyDtoHAsync = driver.cuMemcpyDtoHAsync()?;
+    let PageableCopies {
+        host_to_device: cuMemcpyHtoD,
+        device_to_host: cuMemcpyDtoH,
+    } = PageableCopies::find(driver)?;
+    let bytes = plan.pick(256 * MIB, 8 * MIB);
+    let stream = RawStream::new(driver)?;
+    let device = rt.alloc(D0, MemoryKind::Device, bytes)?;
+    let device_address = device.address() as sys::CUdeviceptr;
+
+    // Locked: the runtime's copy of a LockedHost span against raw async copies of the same
+    // (registered) memory on a kept stream, each followed by its synchronisation.
+    let mut locked_memory = vec![1u8; bytes];
+    {
+        let locked = rt.lock_host(&mut locked_memory)?;
+        let host = locked.span(0, bytes)?.address();
+        let ours_h2d = plan.median_per_call(11, 1, |calls| {
+            for _ in 0..calls {
+                let token = rt.copy(D0, device.all(), locked.span(0, bytes)?, &mut Vec::new())?;
+                rt.wait(token)?;
+            }
+            Ok(())
+        })?;
+        let raw_h2d = plan.median_per_call(11, 1, |calls| {
+            for _ in 0..calls {
+                cu!(cuMemcpyHtoDAsync(
+                    device_address,
+                    host as *const c_void,
+                    bytes,
+                    stream.raw
+                ))?;
+                stream.synchronize()?;
+            }
+            Ok(())
+        })?;
+        let ours_d2h = plan.median_per_call(11, 1, |calls| {
+            for _ in 0..calls {
+                let token = rt.copy(D0, locked.span(0, bytes)?, device.all(), &mut Vec::new())?;
+                rt.wait(token)?;
+            }
+            Ok(())
+        })?;
+        let raw_d2h = plan.median_per_call(11, 1, |calls| {
+            for _ in 0..calls {
+                cu!(cuMemcpyDtoHAsync(
+                    host as *mut c_void,
+                    device_address,
+                    bytes,
+                    stream.raw
+                ))?;
+                stream.synchronize()?;
+            }
+            Ok(())
+        })?;
+        let size = size_text(bytes);
+        report.row(
+            "6",
+            format!("H2D {size}, copy from lock_host memory + wait"),
+            ours_h2d,
+            "cuMemcpyHtoDAsync + cuStreamSynchronize, same registered memory",
+            raw_h2d,
+            Some(bytes),
+            Target::WithinPercent(5.0),
+        );
+        report.row(
+            "6",
+            format!("D2H {size}, copy to lock_host memory + wait"),
+            ours_d2h,
+            "cuMemcpyDtoHAsync + cuStreamSynchronize, same registered memory",
+            raw_d2h,
+            Some(bytes),
+            Target::WithinPercent(5.0),
+        );
+        locked.unlock()?;
+    }
+    drop(locked_memory);
+
+    // Pageable: the driver's own synchronous copies, then the runtime's staged upload and
+    // download with each staging chunk size (a runtime of its own per size, sharing the
+    // backend).
+    let mut pageable = vec![3u8; bytes];
+    let driver_h2d = plan.median_per_call(7, 1, |calls| {
+        for _ in 0..calls {
+            cu!(cuMemcpyHtoD(
+                device_address,
+                pageable.as_ptr().cast(),
+                bytes
+            ))?;
+        }
+        Ok(())
+    })?;
+    let driver_d2h = plan.median_per_call(7, 1, |calls| {
+        for _ in 0..calls {
+            cu!(cuMemcpyDtoH(
+                pageable.as_mut_ptr().cast(),
+                device_address,
+                bytes
+            ))?;
+        }
+        Ok(())
+    })?;
+    rt.free(device)?;
+    for chunk in plan.pick(
+        vec![2 * MIB, 4 * MIB, 8 * MIB, 16 * MIB, 32 * MIB],
+        vec![4 * MIB],
+    ) {
+        let staged = Runtime::shared(
+            Arc::clone(bench.backend),
+            RuntimeConfig {
+                staging_chunk: chunk,
+                ..RuntimeConfig::default()
+            },
+        )?;
+        let device = staged.alloc(D0, MemoryKind::Device, bytes)?;
+        let ours_h2d = plan.median_per_call(7, 1, |calls| {
+            for _ in 0..calls {
+                let token = staged.upload(D0, device.all(), &pageable, &mut Vec::new())?;
+                staged.wait(token)?;
+            }
+            Ok(())
+        })?;
+        let ours_d2h = plan.median_per_call(7, 1, |calls| {
+            for _ in 0..calls {
+                staged.download(D0, &mut pageable, device.all(), &mut Vec::new())?;
+            }
+            Ok(())
+        })?;
+        let (size, staging) = (size_text(bytes), size_text(chunk));
+        report.row(
+            "6",
+            format!("H2D {size} pageable, upload + wait, staging chunk {staging}"),
+            ours_h2d,
+            "cuMemcpyHtoD, same pageable memory",
+            driver_h2d,
+            Some(bytes),
+            Target::Faster,
+        );
+        report.row(
+            "6",
+            format!("D2H {size} pageable, download, staging chunk {staging}"),
+            ours_d2h,
+            "cuMemcpyDtoH, same pageable memory",
+            driver_d2h,
+            Some(bytes),
+            Target::Faster,
+        );
+        staged.free(device)?;
+        let shutdown = staged.shutdown()?;
+        if !shutdown.program.unwaited.is_empty() {
+            report.notes.push(format!(
+                "case 6: staging {staging}: {} tokens ended unwaited",
+                shutdown.program.unwaited.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Case 7: a chained launch of fill_u32 on a tiny buffer against cuLaunchKernel.
+fn kernel_launch(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
+    let (rt, driver, plan) = (bench.rt, bench.driver, bench.plan);
+    let cuLaunchKernel = driver.cuLaunchKernel()?;
+    const WORDS: u32 = 256;
+    let buffer = rt.alloc(D0, MemoryKind::Device, WORDS as usize * 4)?;
+    let dims = LaunchDims::linear(1, WORDS);
+    // The same CUfunction the runtime launches: the backend loads the library once per device.
+    let function = rt.backend().kernel(D0, "fill_u32")?.raw();
+    let stream = RawStream::new(driver)?;
+    let ours = plan.median_per_call(31, 1000, |calls| {
+        let mut chain: Vec<Token> = Vec::with_capacity(1);
+        for _ in 0..calls {
+            let args = [
+                Arg::Span(buffer.all()),
+                Arg::U32(7),
+                Arg::U64(u64::from(WORDS)),
+            ];
+            let token = rt.launch(D0, "fill_u32", dims, &args, &mut chain)?;
+            chain.push(token);
+        }
+        for token in chain {
+            rt.wait(token)?;
+        }
+        Ok(())
+    })?;
+    let mut destination = buffer.address() as u64;
+    let mut value: u32 = 7;
+    let mut count = u64::from(WORDS);
+    let mut params: [*mut c_void; 3] = [
+        (&mut destination as *mut u64).cast(),
+        (&mut value as *mut u32).cast(),
+        (&mut count as *mut u64).cast(),
+    ];
+    let raw = plan.median_per_call(31, 1000, |calls| {
+        for _ in 0..calls {
+            cu!(cuLaunchKernel(
+                function,
+                1,
+                1,
+                1,
+                WORDS,
+                1,
+                1,
+                0,
+                stream.raw,
+                params.as_mut_ptr(),
+                ptr::null_mut()
+            ))?;
+        }
+        stream.synchronize()
+    })?;
+    report.row(
+        "7",
+        "launch fill_u32 (1 x 256 threads, 1 KiB) after the previous token, chained",
+        ours,
+        "cuLaunchKernel of the same CUfunction on one stream, sync per batch",
+        raw,
+        None,
+        Target::WithinPercent(10.0),
+    );
+    rt.free(buffer)?;
+    Ok(())
+}
+
+/// Today's date (UTC) as YYYY-MM-DD, from the system clock.
+fn today() -> String {
+    let seconds = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    // Days since 1970-01-01 to a civil date (H. Hinnant's days_from_civil, inverted).
+    let z = (seconds / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// Whether opening the backend failed for want of a driver or of a device.
+fn no_driver_or_device(error: &Error) -> bool {
+    match error {
+        Error::DriverLibraryNotFound { .. } => true,
+        Error::Driver(driver) => {
+            driver.code == i64::from(sys::CUDA_ERROR_NO_DEVICE)
+                || driver.code == i64::from(sys::CUDA_ERROR_STUB_LIBRARY)
+        }
+        _ => false,
+    }
+}
+
+/// A case: its title and the function that measures it.
+type Case = (&'static str, fn(&Bench<'_>, &mut Report) -> Outcome<()>);
+
+const CASES: [Case; 7] = [
+    ("device alloc+free cache hit", device_alloc_free),
+    ("pinned host alloc+free cache hit", host_pinned_alloc_free),
+    ("pinned lookup with 4,096 locked regions", pinned_lookup),
+    ("stream and event pools", stream_event_pools),
+    ("k-way join", k_way_join),
+    ("256 MiB copies", copies),
+    ("kernel launch", kernel_launch),
+];
+
+fn run(backend: CudaBackend, plan: Plan) -> Outcome<bool> {
+    let driver = backend.driver();
+    let context = backend.primary_context(D0)?;
+    let backend = Arc::new(backend);
+    let rt = Runtime::shared(Arc::clone(&backend), RuntimeConfig::default())?;
+    // Device 0's context stays current on this thread for both sides.
+    let cuCtxSetCurrent = driver.cuCtxSetCurrent()?;
+    cu!(cuCtxSetCurrent(context))?;
+    let cuDriverGetVersion = driver.cuDriverGetVersion()?;
+    let mut version: c_int = 0;
+    cu!(cuDriverGetVersion(&mut version))?;
+    let header = format!(
+        "# CUDA backend hardware benchmark\n\n\
+         device 0: {} ({} devices); driver API version {} (CUDA {}.{}); date {}; commit {}\n\
+         mode: {}; figures are medians over batches of the per-call time, host clock around \
+         each batch (GPU work synchronised inside it); speed-up = driver / ours \
+         (above 1: ours is faster)\n",
+        rt.device_info(D0)?.name,
+        rt.device_count(),
+        version,
+        version / 1000,
+        version % 1000 / 10,
+        today(),
+        std::env::var("GIT_COMMIT").unwrap_or_else(|_| "unknown".into()),
+        if plan.full {
+            "full (--bench)"
+        } else {
+            "smoke run without --bench: figures are not meaningful"
+        },
+    );
+    let bench = Bench {
+        backend: &backend,
+        rt: &rt,
+        driver,
+        plan,
+    };
+    let mut report = Report::default();
+    let started = Instant::now();
+    for (index, (title, case)) in CASES.iter().enumerate() {
+        eprintln!(
+            "[hw {:6.1}s] case {}/{}: {title}",
+            started.elapsed().as_secs_f64(),
+            index + 1,
+            CASES.len()
+        );
+        if let Err(error) = case(&bench, &mut report) {
+            report.failed = true;
+            report
+                .notes
+                .push(format!("case {} ({title}) FAILED: {error}", index + 1));
+        }
+    }
+    match rt.shutdown() {
+        Ok(shutdown) if shutdown.program.unwaited.is_empty() => {}
+        Ok(shutdown) => report.notes.push(format!(
+            "shutdown: {} tokens ended unwaited",
+            shutdown.program.unwaited.len()
+        )),
+        Err(error) => {
+            report.failed = true;
+            report.notes.push(format!("shutdown FAILED: {error}"));
+        }
+    }
+    // The backend releases the primary context when it drops: leave none current.
+    cu!(cuCtxSetCurrent(ptr::null_mut()))?;
+    eprintln!("[hw {:6.1}s] done", started.elapsed().as_secs_f64());
+    let notes: String = report
+        .notes
+        .iter()
+        .map(|note| format!("- {note}\n"))
+        .collect();
+    let text = format!("{header}\n{}\n{notes}", report.table());
+    print!("{text}");
+    if let Ok(path) = std::env::var("HW_BENCH_OUT") {
+        std::fs::write(&path, &text).map_err(|error| format!("writing {path}: {error}"))?;
+    }
+    Ok(!report.failed)
+}
+
+fn main() -> ExitCode {
+    let plan = Plan {
+        full: std::env::args().any(|argument| argument == "--bench"),
+    };
+    let backend = match CudaBackend::new() {
+        Ok(backend) => backend,
+        Err(error) if no_driver_or_device(&error) => {
+            println!("backend cuda: skipped: no CUDA driver/no device");
+            eprintln!("({error})");
+            return ExitCode::SUCCESS;
+        }
+        Err(error) => {
+            eprintln!("backend cuda: opening the backend failed: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match run(backend, plan) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("backend cuda: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
