@@ -31,8 +31,39 @@ pub(crate) struct Hit {
     pub(crate) slot: Slot,
     /// The entry's first byte.
     pub(crate) start: usize,
+    /// The entry's last byte.
+    pub(crate) last: usize,
     /// The entry's id.
     pub(crate) id: u32,
+}
+
+impl Hit {
+    /// The entry's range.
+    pub(crate) fn range(&self) -> ByteRange {
+        ByteRange {
+            start: self.start,
+            len: self.last - self.start + 1,
+        }
+    }
+}
+
+/// Where a key belongs: the chunk of rank `rank`, after its first `pos` entries (those that
+/// start at or below the key). The entry just below the key, if any, is `pos - 1` there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Position {
+    rank: usize,
+    pos: usize,
+}
+
+/// What the index holds where a range would go.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Placement {
+    /// An entry contains the whole range.
+    Inside(Hit),
+    /// The range shares bytes with this entry (the lowest such) without lying inside it.
+    Overlaps(Slot),
+    /// No entry shares a byte with the range; it would be inserted here (`None`: empty index).
+    Free(Option<Position>),
 }
 
 /// What the index keeps beside each start: read together, so stored together.
@@ -131,30 +162,78 @@ impl RangeIndex {
         &mut self.chunks[self.order[rank] as usize]
     }
 
-    /// The entry with the greatest start `<= ptr`, if any.
+    /// Where `key` belongs, or `None` for an empty index: one binary search over the chunks'
+    /// first starts, one inside a chunk.
     #[inline]
-    pub(crate) fn floor(&self, ptr: usize) -> Option<Slot> {
+    pub(crate) fn position(&self, key: usize) -> Option<Position> {
+        if self.order.is_empty() {
+            return None;
+        }
         let rank = self
             .firsts
-            .partition_point(|&first| first <= ptr)
-            .checked_sub(1)?;
-        let chunk = self.chunk(rank);
-        // The chunk's first start is <= ptr, so at least one start qualifies.
-        let pos = chunk.count_at_or_below(ptr) - 1;
-        Some(Slot { rank, pos })
+            .partition_point(|&first| first <= key)
+            .saturating_sub(1);
+        Some(Position {
+            rank,
+            pos: self.chunk(rank).count_at_or_below(key),
+        })
+    }
+
+    /// The entry just below a position, as a hit.
+    #[inline]
+    fn below(&self, position: Position) -> Option<Hit> {
+        let pos = position.pos.checked_sub(1)?;
+        let chunk = self.chunk(position.rank);
+        let Meta { last, id } = chunk.meta[pos];
+        Some(Hit {
+            slot: Slot {
+                rank: position.rank,
+                pos,
+            },
+            start: chunk.starts[pos],
+            last,
+            id,
+        })
     }
 
     /// The entry that contains every byte of `range`, if any.
     #[inline]
     pub(crate) fn containing(&self, range: ByteRange) -> Option<Hit> {
-        let slot = self.floor(range.start)?;
-        let chunk = self.chunk(slot.rank);
-        let meta = chunk.meta[slot.pos];
-        (meta.last >= range.last()).then(|| Hit {
-            slot,
-            start: chunk.starts[slot.pos],
-            id: meta.id,
-        })
+        self.below(self.position(range.start)?)
+            .filter(|hit| hit.last >= range.last())
+    }
+
+    /// Whether `range` lies inside an entry, overlaps one, or is free (and where it would go).
+    pub(crate) fn place(&self, range: ByteRange) -> Placement {
+        let Some(position) = self.position(range.start) else {
+            return Placement::Free(None);
+        };
+        if let Some(hit) = self.below(position) {
+            if hit.last >= range.last() {
+                return Placement::Inside(hit);
+            }
+            if hit.last >= range.start {
+                return Placement::Overlaps(hit.slot);
+            }
+        }
+        let chunk = self.chunk(position.rank);
+        let after = if position.pos < chunk.len {
+            Some(Slot {
+                rank: position.rank,
+                pos: position.pos,
+            })
+        } else {
+            (position.rank + 1 < self.order.len()).then_some(Slot {
+                rank: position.rank + 1,
+                pos: 0,
+            })
+        };
+        match after {
+            Some(slot) if self.chunk(slot.rank).starts[slot.pos] <= range.last() => {
+                Placement::Overlaps(slot)
+            }
+            _ => Placement::Free(Some(position)),
+        }
     }
 
     /// The entry right after `slot` in key order.
@@ -194,21 +273,6 @@ impl RangeIndex {
         )
     }
 
-    /// Some entry that shares a byte with `range`, if any (the one with the lowest start).
-    pub(crate) fn first_overlapping(&self, range: ByteRange) -> Option<Slot> {
-        let below = self.floor(range.start);
-        if let Some(slot) = below
-            && self.chunk(slot.rank).meta[slot.pos].last >= range.start
-        {
-            return Some(slot);
-        }
-        let after = match below {
-            Some(slot) => self.next(slot),
-            None => self.first(),
-        }?;
-        (self.chunk(after.rank).starts[after.pos] <= range.last()).then_some(after)
-    }
-
     /// Makes sure one `insert` can run without allocating.
     pub(crate) fn reserve_one(&mut self) -> Result<(), TryReserveError> {
         self.firsts.try_reserve(1)?;
@@ -234,12 +298,14 @@ impl RangeIndex {
         }
     }
 
-    /// Inserts `range` (which overlaps no entry) with `id`. Needs a prior `reserve_one`.
+    /// Inserts `range` (which overlaps no entry) with `id` at `position`, which
+    /// [`RangeIndex::place`] or [`RangeIndex::position`] gave for it with no change to the
+    /// index since. Needs a prior `reserve_one`.
     ///
     /// A key that lands after every entry of a full chunk goes to the front of the next
     /// chunk if it has room, else into a chunk of its own, so that ranges locked in address
     /// order leave full chunks behind instead of half-full ones.
-    pub(crate) fn insert(&mut self, range: ByteRange, id: u32) {
+    pub(crate) fn insert_at(&mut self, position: Option<Position>, range: ByteRange, id: u32) {
         let (start, meta) = (
             range.start,
             Meta {
@@ -247,23 +313,21 @@ impl RangeIndex {
                 id,
             },
         );
-        if self.order.is_empty() {
+        let Some(Position { mut rank, mut pos }) = position else {
             return self.insert_chunk(0, start, meta);
-        }
-        let below = self.firsts.partition_point(|&first| first <= start);
-        let mut rank = below.saturating_sub(1);
-        let mut pos = self.chunk(rank).count_at_or_below(start);
+        };
         if self.chunk(rank).len == CHUNK {
-            if pos == CHUNK && below < self.order.len() && self.chunk(below).len < CHUNK {
-                (rank, pos) = (below, 0);
+            let next = rank + 1;
+            if pos == CHUNK && next < self.order.len() && self.chunk(next).len < CHUNK {
+                (rank, pos) = (next, 0);
             } else if pos == CHUNK {
-                return self.insert_chunk(rank + 1, start, meta);
+                return self.insert_chunk(next, start, meta);
             } else if pos == 0 {
                 return self.insert_chunk(rank, start, meta);
             } else {
                 self.split(rank);
                 if pos >= CHUNK / 2 {
-                    (rank, pos) = (rank + 1, pos - CHUNK / 2);
+                    (rank, pos) = (next, pos - CHUNK / 2);
                 }
             }
         }
@@ -378,7 +442,7 @@ mod tests {
 
     fn insert(index: &mut RangeIndex, r: ByteRange, id: u32) {
         index.reserve_one().unwrap();
-        index.insert(r, id);
+        index.insert_at(index.position(r.start), r, id);
         index.check_invariants();
     }
 
@@ -452,12 +516,23 @@ mod tests {
     }
 
     #[test]
-    fn first_overlapping_finds_entry_starting_inside() {
+    fn place_finds_an_entry_starting_inside_the_range() {
         let mut index = RangeIndex::new();
         insert(&mut index, range(100, 10), 1);
-        let hit = index.first_overlapping(range(90, 20)).unwrap();
-        assert_eq!(index.get(hit).0, range(100, 10));
-        assert!(index.first_overlapping(range(90, 10)).is_none());
-        assert!(index.first_overlapping(range(110, 10)).is_none());
+        let Placement::Overlaps(slot) = index.place(range(90, 20)) else {
+            panic!()
+        };
+        assert_eq!(index.get(slot).0, range(100, 10));
+        assert!(matches!(
+            index.place(range(90, 10)),
+            Placement::Free(Some(_))
+        ));
+        assert!(matches!(
+            index.place(range(110, 10)),
+            Placement::Free(Some(_))
+        ));
+        assert!(
+            matches!(index.place(range(102, 3)), Placement::Inside(hit) if hit.range() == range(100, 10))
+        );
     }
 }

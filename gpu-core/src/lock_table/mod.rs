@@ -25,7 +25,7 @@ use alloc::vec::Vec;
 
 use crate::error::{ByteRange, Error, Result};
 use crate::id::DeviceId;
-use index::{RangeIndex, Slot};
+use index::{Placement, Position, RangeIndex, Slot};
 
 pub use shared::SharedLockTable;
 
@@ -124,7 +124,14 @@ struct EntryState {
 /// The first phase of a lock: done already, or a new range that needs the driver.
 pub(crate) enum LockStart {
     Done(Locked),
-    NeedsDriver(ByteRange),
+    NeedsDriver(NewRange),
+}
+
+/// A range no entry touches, and where the index will put it.
+#[derive(Clone, Copy)]
+pub(crate) struct NewRange {
+    pub(crate) range: ByteRange,
+    position: Option<Position>,
 }
 
 /// What the driver said about a new range (phase two of a lock).
@@ -181,10 +188,10 @@ impl LockTable {
     ) -> Result<Locked> {
         match self.start_lock(ptr, len)? {
             LockStart::Done(locked) => Ok(locked),
-            LockStart::NeedsDriver(range) => {
+            LockStart::NeedsDriver(new) => {
                 let mut scratch = core::mem::take(&mut self.scratch);
-                let pinned = pin_new(driver, &mut self.stats, range, &mut scratch);
-                let result = pinned.and_then(|pinned| self.finish_lock(range, pinned, &scratch));
+                let pinned = pin_new(driver, &mut self.stats, new.range, &mut scratch);
+                let result = pinned.and_then(|pinned| self.finish_lock(new, pinned, &scratch));
                 self.scratch = scratch;
                 result
             }
@@ -301,29 +308,31 @@ impl LockTable {
     /// range reserves room so that [`LockTable::finish_lock`] cannot fail for lack of memory.
     pub(crate) fn start_lock(&mut self, ptr: usize, len: usize) -> Result<LockStart> {
         let range = lock_range(ptr, len)?;
-        if let Some(hit) = self.index.containing(range) {
-            let state = &mut self.entries[hit.id as usize];
-            let count = state
-                .count
-                .checked_add(1)
-                .ok_or_else(|| Error::LimitExceeded {
-                    what: "nested locks on one entry",
-                    required: usize::MAX,
-                    limit: usize::MAX,
-                    detail: Vec::new(),
-                })?;
-            state.count = count;
-            self.stats.nested_locks += 1;
-            let (entry, _) = self.index.get(hit.slot);
-            return Ok(LockStart::Done(Locked {
-                entry,
-                outcome: LockOutcome::Nested,
-                count,
-            }));
-        }
-        self.reject_overlap(range, range)?;
-        self.reserve_entry()?;
-        Ok(LockStart::NeedsDriver(range))
+        let hit = match self.index.place(range) {
+            Placement::Inside(hit) => hit,
+            Placement::Overlaps(slot) => return Err(self.overlap_error(range, slot)),
+            Placement::Free(position) => {
+                self.reserve_entry()?;
+                return Ok(LockStart::NeedsDriver(NewRange { range, position }));
+            }
+        };
+        let state = &mut self.entries[hit.id as usize];
+        let count = state
+            .count
+            .checked_add(1)
+            .ok_or_else(|| Error::LimitExceeded {
+                what: "nested locks on one entry",
+                required: usize::MAX,
+                limit: usize::MAX,
+                detail: Vec::new(),
+            })?;
+        state.count = count;
+        self.stats.nested_locks += 1;
+        Ok(LockStart::Done(Locked {
+            entry: hit.range(),
+            outcome: LockOutcome::Nested,
+            count,
+        }))
     }
 
     /// Phase three of a lock: records what the driver pinned or reported. Cannot fail for a
@@ -332,19 +341,26 @@ impl LockTable {
     /// undo.
     pub(crate) fn finish_lock(
         &mut self,
-        requested: ByteRange,
+        new: NewRange,
         pinned: Pinned,
         device_ptrs: &[usize],
     ) -> Result<Locked> {
-        if pinned.external {
+        let requested = new.range;
+        let position = if pinned.external {
             if !pinned.extent.contains(&requested) {
                 return Err(Error::ExternalPinTooSmall {
                     requested,
                     pinned: pinned.extent,
                 });
             }
-            self.reject_overlap(requested, pinned.extent)?;
-        }
+            match self.index.place(pinned.extent) {
+                Placement::Free(position) => position,
+                Placement::Inside(hit) => return Err(self.overlap_error(requested, hit.slot)),
+                Placement::Overlaps(slot) => return Err(self.overlap_error(requested, slot)),
+            }
+        } else {
+            new.position
+        };
         let id = match self.free_ids.pop() {
             Some(id) => id,
             None => {
@@ -363,7 +379,7 @@ impl LockTable {
         };
         let base = id as usize * self.device_count;
         self.device_ptrs[base..base + self.device_count].copy_from_slice(device_ptrs);
-        self.index.insert(pinned.extent, id);
+        self.index.insert_at(position, pinned.extent, id);
         self.stats.entries += 1;
         self.stats.bytes_locked += pinned.extent.len;
         self.stats.external_entries += usize::from(pinned.external);
@@ -379,18 +395,13 @@ impl LockTable {
         })
     }
 
-    /// Fails with the first entry that `candidate` overlaps (reported against `requested`).
-    fn reject_overlap(&self, requested: ByteRange, candidate: ByteRange) -> Result<()> {
-        match self.index.first_overlapping(candidate) {
-            None => Ok(()),
-            Some(slot) => {
-                let (conflicting, id) = self.index.get(slot);
-                Err(Error::LockOverlap {
-                    requested,
-                    conflicting,
-                    external: self.entries[id as usize].external,
-                })
-            }
+    /// The error for `requested` colliding with the entry at `slot`.
+    fn overlap_error(&self, requested: ByteRange, slot: Slot) -> Error {
+        let (conflicting, id) = self.index.get(slot);
+        Error::LockOverlap {
+            requested,
+            conflicting,
+            external: self.entries[id as usize].external,
         }
     }
 
@@ -423,7 +434,7 @@ impl LockTable {
         let Some(hit) = self.index.containing(probe) else {
             return Err(Error::NotLocked { ptr });
         };
-        let (entry, _) = self.index.get(hit.slot);
+        let entry = hit.range();
         if exact && entry.start != ptr {
             return Err(Error::NotEntryStart { ptr, entry });
         }

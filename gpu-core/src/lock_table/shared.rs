@@ -44,19 +44,20 @@ impl<D: PinDriver, R: RawRwLock> SharedLockTable<D, R> {
     /// See [`LockTable::lock`]. The driver's pin runs with only the writer lock held.
     pub fn lock(&self, ptr: usize, len: usize) -> Result<Locked> {
         let mut writer = self.writer.write();
-        let range = match self.table.write().start_lock(ptr, len)? {
+        // Writers are serialised, so where the new range goes stays true across the pin.
+        let new = match self.table.write().start_lock(ptr, len)? {
             LockStart::Done(locked) => return Ok(locked),
-            LockStart::NeedsDriver(range) => range,
+            LockStart::NeedsDriver(new) => new,
         };
         let Writer {
             driver,
             device_ptrs,
         } = &mut *writer;
         let mut calls = LockStats::default();
-        let pinned = pin_new(driver, &mut calls, range, device_ptrs);
+        let pinned = pin_new(driver, &mut calls, new.range, device_ptrs);
         let mut table = self.table.write();
         table.record_driver_calls(&calls);
-        table.finish_lock(range, pinned?, device_ptrs)
+        table.finish_lock(new, pinned?, device_ptrs)
     }
 
     /// See [`LockTable::unlock`]. The driver's unpin runs with only the writer lock held; the
