@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a test-hw bundle on a GPU machine (no Rust toolchain needed): every bundled test binary,
-# then the examples, then the test binaries again under compute-sanitizer (memcheck, leak check)
-# where it is installed. Prints which backends ran and which were skipped, writes hw-log.txt
+# then the examples, then the benchmark programs (their tables go to bench-NAME.md), then the
+# test binaries again under compute-sanitizer (memcheck, leak check) where it is installed. Prints which backends ran and which were skipped, writes hw-log.txt
 # (and each program's full output) into $OUT_DIR (default: beside this script), and exits
 # non-zero if a test fails, the sanitizer reports an error or a leak, or a backend named in
 # EXPECT (default: the bundle's EXPECT file) did not run.
@@ -41,6 +41,15 @@ for example in "$here"/examples/*; do
   if [ "$rc" -ne 0 ]; then say "example $name: FAILED (exit $rc)"; status=1; fi
 done
 
+for bench in "$here"/benches/*; do
+  [ -e "$bench" ] || continue
+  name=$(basename "$bench")
+  GIT_COMMIT=$(cat "$here/COMMIT") HW_BENCH_OUT="$out/bench-$name.md" "$bench" --bench >"$out/bench-$name.out" 2>&1
+  rc=$?
+  grep -E '^(backend |\|)' "$out/bench-$name.out" | sed "s/^/bench $name: /" | tee -a "$log"
+  if [ "$rc" -ne 0 ]; then say "bench $name: FAILED (exit $rc), see bench-$name.out"; status=1; fi
+done
+
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)
 if [ -n "$sanitizer" ] && [ -z "${NO_SANITIZER:-}" ]; then
   for test in "$here"/tests/*; do
@@ -52,8 +61,10 @@ if [ -n "$sanitizer" ] && [ -z "${NO_SANITIZER:-}" ]; then
     say "sanitizer $name: exit $rc; ${summary:-no summary (see $name.sanitizer.out)}"
     if [ "$rc" -ne 0 ]; then status=1; fi
   done
+elif [ -n "${NO_SANITIZER:-}" ]; then
+  say "sanitizer: not run (NO_SANITIZER is set)"
 else
-  say "sanitizer: not run (${NO_SANITIZER:+disabled}${NO_SANITIZER:-compute-sanitizer not found})"
+  say "sanitizer: not run (compute-sanitizer not found)"
 fi
 
 for backend in cuda hip hsa; do

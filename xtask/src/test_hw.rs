@@ -12,6 +12,8 @@ const RUNNER: &str = include_str!("hw-runner.sh");
 
 /// Packages whose test binaries go into the bundle (each skips cleanly without its driver).
 const PACKAGES: [&str; 1] = ["gpu-cuda-ffi"];
+/// Benchmark programs (harness-less, run with `--bench`) that go into the bundle.
+const BENCHES: [(&str, &str); 1] = [("gpu-cuda-ffi", "hw")];
 /// Examples of the facade, built with every driver feature, that run in the bundle.
 const EXAMPLES: [&str; 1] = ["pipeline"];
 const FEATURES: &str = "cuda";
@@ -46,11 +48,20 @@ fn parse(args: &[String]) -> Result<Options, String> {
 pub fn test_hw(args: &[String]) -> Result<(), String> {
     let options = parse(args)?;
     let tests = build_tests()?;
+    let benches = build_benches()?;
     let examples = build_examples()?;
-    write_bundle(&options, &tests, &examples)?;
+    write_bundle(
+        &options,
+        &[
+            ("tests", &tests),
+            ("benches", &benches),
+            ("examples", &examples),
+        ],
+    )?;
     println!(
-        "test-hw: bundle with {} test binaries and {} examples in {}",
+        "test-hw: bundle with {} test binaries, {} benchmarks and {} examples in {}",
         tests.len(),
+        benches.len(),
         examples.len(),
         options.bundle.display()
     );
@@ -71,6 +82,32 @@ fn build_tests() -> Result<Vec<PathBuf>, String> {
     for package in PACKAGES {
         command.args(["-p", package]);
     }
+    // Benchmarks are built by `build_benches`; only test targets here.
+    command.args(["--lib", "--tests"]);
+    executables(command)
+}
+
+/// Release benchmark programs of `BENCHES`.
+fn build_benches() -> Result<Vec<PathBuf>, String> {
+    let mut all = Vec::new();
+    for (package, bench) in BENCHES {
+        let mut command = Command::new("cargo");
+        command.current_dir(root()).args([
+            "bench",
+            "--no-run",
+            "--message-format=json",
+            "-p",
+            package,
+            "--bench",
+            bench,
+        ]);
+        all.extend(executables(command)?);
+    }
+    Ok(all)
+}
+
+/// The executables cargo reports building (test profile) for `command`.
+fn executables(mut command: Command) -> Result<Vec<PathBuf>, String> {
     let output = command
         .output()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
@@ -110,10 +147,20 @@ fn build_examples() -> Result<Vec<PathBuf>, String> {
         .collect())
 }
 
-fn write_bundle(options: &Options, tests: &[PathBuf], examples: &[PathBuf]) -> Result<(), String> {
+fn write_bundle(options: &Options, folders: &[(&str, &[PathBuf])]) -> Result<(), String> {
     let bundle = &options.bundle;
-    let _ = fs::remove_dir_all(bundle);
-    for (folder, files) in [("tests", tests), ("examples", examples)] {
+    if bundle.exists() {
+        // Only an earlier bundle is replaced, never a folder someone named by mistake.
+        if !bundle.join("run.sh").exists() || !bundle.join("COMMIT").exists() {
+            return Err(format!(
+                "{} exists and is not a test-hw bundle; name a new folder",
+                bundle.display()
+            ));
+        }
+        fs::remove_dir_all(bundle)
+            .map_err(|e| format!("cannot replace {}: {e}", bundle.display()))?;
+    }
+    for &(folder, files) in folders {
         let dir = bundle.join(folder);
         fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         for file in files {
