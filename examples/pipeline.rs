@@ -124,29 +124,35 @@ fn run<B: Backend>(rt: &Runtime<B>, p: &Pipeline) -> Result<RuntimeStats> {
         let x_chunk = x[slot].span(offset, len)?;
         let y_chunk = y[slot].span(offset, len)?;
         let uploaded = rt.copy(d, x_chunk, staging.span(offset, len)?, &mut vec![])?;
-        let initialised = rt.launch(
-            d,
-            "fill_u32",
-            LaunchDims::linear(64, 256),
-            &[
-                Arg::Span(y_chunk),
-                Arg::U32(Y0.to_bits()),
-                Arg::U64((len / 4) as u64),
-            ],
-            &mut vec![],
-        )?;
-        let computed = rt.launch(
-            d,
-            "axpy_f32",
-            LaunchDims::linear(64, 256),
-            &[
-                Arg::F32(A),
-                Arg::Span(x_chunk),
-                Arg::Span(y_chunk),
-                Arg::U64((len / 4) as u64),
-            ],
-            &mut vec![uploaded, initialised],
-        )?;
+        // SAFETY: the kernel touches its count of words (or words per group) of its spans, which fit.
+        let initialised = unsafe {
+            rt.launch(
+                d,
+                "fill_u32",
+                LaunchDims::linear(64, 256),
+                &[
+                    Arg::Span(y_chunk),
+                    Arg::U32(Y0.to_bits()),
+                    Arg::U64((len / 4) as u64),
+                ],
+                &mut vec![],
+            )
+        }?;
+        // SAFETY: the kernel touches its count of words (or words per group) of its spans, which fit.
+        let computed = unsafe {
+            rt.launch(
+                d,
+                "axpy_f32",
+                LaunchDims::linear(64, 256),
+                &[
+                    Arg::F32(A),
+                    Arg::Span(x_chunk),
+                    Arg::Span(y_chunk),
+                    Arg::U64((len / 4) as u64),
+                ],
+                &mut vec![uploaded, initialised],
+            )
+        }?;
         let mut branches = rt.fork(computed, 2)?.into_iter();
         let (to_host, to_gather) = (branches.next(), branches.next());
         let downloaded = rt.copy(

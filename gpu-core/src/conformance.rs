@@ -412,29 +412,35 @@ fn kernels_compute_and_opt_in<B: Backend>(open: Open<'_, B>) -> CaseResult {
     );
     let xs: Vec<f32> = (0..n).map(|i| i as f32).collect();
     let up_x = rt.upload(d, x.all(), &f32_bytes(&xs), &mut vec![])?;
-    let fill = rt.launch(
-        d,
-        "fill_u32",
-        LaunchDims::linear(40, 256),
-        &[
-            Arg::Span(y.all()),
-            Arg::U32(2.0f32.to_bits()),
-            Arg::U64(n as u64),
-        ],
-        &mut vec![],
-    )?;
-    let axpy = rt.launch(
-        d,
-        "axpy_f32",
-        LaunchDims::linear(40, 256),
-        &[
-            Arg::F32(3.0),
-            Arg::Span(x.all()),
-            Arg::Span(y.all()),
-            Arg::U64(n as u64),
-        ],
-        &mut vec![up_x, fill],
-    )?;
+    // SAFETY: the kernel touches its count of words (or words per group) of its spans, which fit.
+    let fill = unsafe {
+        rt.launch(
+            d,
+            "fill_u32",
+            LaunchDims::linear(40, 256),
+            &[
+                Arg::Span(y.all()),
+                Arg::U32(2.0f32.to_bits()),
+                Arg::U64(n as u64),
+            ],
+            &mut vec![],
+        )
+    }?;
+    // SAFETY: the kernel touches its count of words (or words per group) of its spans, which fit.
+    let axpy = unsafe {
+        rt.launch(
+            d,
+            "axpy_f32",
+            LaunchDims::linear(40, 256),
+            &[
+                Arg::F32(3.0),
+                Arg::Span(x.all()),
+                Arg::Span(y.all()),
+                Arg::U64(n as u64),
+            ],
+            &mut vec![up_x, fill],
+        )
+    }?;
     let mut back = vec![0u8; 4 * n];
     rt.download(d, &mut back, y.all(), &mut vec![axpy])?;
     for (i, chunk) in back.chunks_exact(4).enumerate() {
@@ -461,13 +467,16 @@ fn kernels_compute_and_opt_in<B: Backend>(open: Open<'_, B>) -> CaseResult {
         block: [256, 1, 1],
         dynamic_workgroup_bytes: plan.dynamic_bytes,
     };
-    let reversed = rt.launch(
-        d,
-        "workgroup_reverse_u32",
-        dims,
-        &[Arg::Span(data.all()), Arg::U32(words)],
-        &mut vec![up],
-    )?;
+    // SAFETY: the kernel touches its count of words (or words per group) of its spans, which fit.
+    let reversed = unsafe {
+        rt.launch(
+            d,
+            "workgroup_reverse_u32",
+            dims,
+            &[Arg::Span(data.all()), Arg::U32(words)],
+            &mut vec![up],
+        )
+    }?;
     let mut out = vec![0u8; input.len()];
     rt.download(d, &mut out, data.all(), &mut vec![reversed])?;
     for g in 0..groups {
@@ -528,23 +537,29 @@ fn calls_keep_device<B: Backend>(h: &Harness<B>, start: Option<DeviceId>) -> Cas
             &mut vec![branches.pop().unwrap_or_else(|| unreachable!())],
         )?;
         check("download")?;
-        let launched = rt.launch(
-            device,
-            "fill_u32",
-            LaunchDims::linear(1, 64),
-            &[Arg::Span(buffer.all()), Arg::U32(0), Arg::U64(1024)],
-            &mut branches,
-        )?;
+        // SAFETY: the kernel touches its count of words (or words per group) of its spans, which fit.
+        let launched = unsafe {
+            rt.launch(
+                device,
+                "fill_u32",
+                LaunchDims::linear(1, 64),
+                &[Arg::Span(buffer.all()), Arg::U32(0), Arg::U64(1024)],
+                &mut branches,
+            )
+        }?;
         check("launch")?;
         rt.wait(launched)?;
         check("wait")?;
-        let failed = rt.launch(
-            device,
-            "no_such_kernel",
-            LaunchDims::linear(1, 1),
-            &[],
-            &mut vec![],
-        );
+        // SAFETY: the kernel touches its count of words (or words per group) of its spans, which fit.
+        let failed = unsafe {
+            rt.launch(
+                device,
+                "no_such_kernel",
+                LaunchDims::linear(1, 1),
+                &[],
+                &mut vec![],
+            )
+        };
         ensure!(failed.is_err(), "an unknown kernel launched");
         check("a failed launch")?;
         rt.free(buffer)?;
@@ -602,17 +617,20 @@ fn scenario<B: Backend>(rt: &Runtime<B>) -> Result<()> {
     let mut results = Vec::new();
     for (&d, buffer) in devices.iter().zip(&buffers) {
         let branch = branches.pop().ok_or(Error::ZeroSize { what: "branch" })?;
-        let scaled = rt.launch(
-            d,
-            "fill_u32",
-            LaunchDims::linear(8, 128),
-            &[
-                Arg::Span(buffer.span(0, 4096)?),
-                Arg::U32(9),
-                Arg::U64(1024),
-            ],
-            &mut vec![branch],
-        )?;
+        // SAFETY: the kernel touches its count of words (or words per group) of its spans, which fit.
+        let scaled = unsafe {
+            rt.launch(
+                d,
+                "fill_u32",
+                LaunchDims::linear(8, 128),
+                &[
+                    Arg::Span(buffer.span(0, 4096)?),
+                    Arg::U32(9),
+                    Arg::U64(1024),
+                ],
+                &mut vec![branch],
+            )
+        }?;
         results.push(scaled);
     }
     let last = *devices.last().ok_or(Error::ZeroSize { what: "devices" })?;

@@ -72,9 +72,11 @@ fn spans_are_bounded_and_device_memory_stays_on_its_device() {
 }
 
 /// A buffer dropped while a kernel that writes it is still running is not handed to another
-/// stream before that kernel has finished.
+/// stream before that kernel has finished. The buffer fills a segment of its own (20 MiB), so
+/// the only block the allocator can hand out without growing is the one still in use.
 #[test]
 fn a_buffer_freed_while_in_use_is_reused_only_after_the_use() {
+    const BLOCK: usize = 20 << 20;
     let backend = HostBackend::new(HostConfig::with_devices(1));
     let (release_tx, release_rx) = mpsc::channel::<()>();
     let release_rx = Mutex::new(release_rx);
@@ -88,20 +90,22 @@ fn a_buffer_freed_while_in_use_is_reused_only_after_the_use() {
         Ok(())
     });
     let rt = Runtime::new(backend).unwrap();
-    let first = rt.alloc(D0, MemoryKind::Device, 4096).unwrap();
+    let first = rt.alloc(D0, MemoryKind::Device, BLOCK).unwrap();
     let address = first.address();
-    let written = rt
-        .launch(
+    // SAFETY: the kernel touches only the span it is given (or none).
+    let written = unsafe {
+        rt.launch(
             D0,
             "gated_write",
             LaunchDims::linear(1, 1),
             &[Arg::Span(first.all())],
             &mut vec![],
         )
-        .unwrap();
+    }
+    .unwrap();
     drop(first); // freed while the kernel still waits for its gate
     let (second, ready) = rt
-        .alloc_after(D0, MemoryKind::Device, 4096, &mut vec![])
+        .alloc_after(D0, MemoryKind::Device, BLOCK, &mut vec![])
         .unwrap();
     let filled = rt.fill(D0, second.all(), 7, &mut vec![ready]).unwrap();
     release_tx.send(()).unwrap();
@@ -109,7 +113,7 @@ fn a_buffer_freed_while_in_use_is_reused_only_after_the_use() {
     rt.wait(written).unwrap();
     // Had the fill not been ordered after the gated kernel, the kernel's write would now sit
     // in the reused block.
-    let mut back = vec![0u8; 4096];
+    let mut back = vec![0u8; BLOCK];
     rt.download(D0, &mut back, second.all(), &mut vec![filled])
         .unwrap();
     if second.address() == address {
@@ -247,15 +251,17 @@ fn a_busy_device_does_not_delay_another() {
         Ok(())
     });
     let rt = Runtime::new(backend).unwrap();
-    let busy = rt
-        .launch(
+    // SAFETY: the kernel touches only the span it is given (or none).
+    let busy = unsafe {
+        rt.launch(
             D0,
             "wait_for_gate",
             LaunchDims::linear(1, 1),
             &[],
             &mut vec![],
         )
-        .unwrap();
+    }
+    .unwrap();
     let buffer = rt.alloc(D1, MemoryKind::Device, 1 << 20).unwrap();
     let filled = rt.fill(D1, buffer.all(), 3, &mut vec![]).unwrap();
     let mut back = vec![0u8; 1 << 20];

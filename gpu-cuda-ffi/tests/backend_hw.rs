@@ -580,8 +580,9 @@ fn a_foreign_current_context_is_put_back_after_runtime_calls() {
     assert_eq!(current_context(b), foreign.raw, "alloc");
     let filled = rt.fill(D0, buffer.all(), 0xee, &mut vec![]).unwrap();
     assert_eq!(current_context(b), foreign.raw, "fill");
-    let launched = rt
-        .launch(
+    // SAFETY: the kernel touches its count of words of its spans, which fit.
+    let launched = unsafe {
+        rt.launch(
             D0,
             "fill_u32",
             LaunchDims::linear(4, 64),
@@ -592,7 +593,8 @@ fn a_foreign_current_context_is_put_back_after_runtime_calls() {
             ],
             &mut vec![filled],
         )
-        .unwrap();
+    }
+    .unwrap();
     assert_eq!(current_context(b), foreign.raw, "launch");
     let mut back = vec![0u8; 4 * words];
     rt.download(D0, &mut back, buffer.all(), &mut vec![launched])

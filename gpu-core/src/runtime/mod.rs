@@ -377,7 +377,14 @@ impl<B: Backend> Runtime<B> {
 
     /// Enqueues kernel `name` of the backend's kernel library on `device`. A dynamic workgroup
     /// size above the device's default limit is opted in first (once per kernel and size).
-    pub fn launch(
+    ///
+    /// # Safety
+    /// The runtime keeps every span argument alive and ordered until the kernel has finished,
+    /// but how far the kernel reaches past each span's address is decided by the kernel and
+    /// its other arguments (a count, a words-per-group), which the runtime cannot know: the
+    /// caller guarantees that the kernel touches only bytes inside the spans it is given (the
+    /// host backend checks this and fails the launch; a GPU driver does not).
+    pub unsafe fn launch(
         &self,
         device: DeviceId,
         name: &str,
@@ -403,12 +410,8 @@ impl<B: Backend> Runtime<B> {
         };
         self.submit(device, after, &spans, |backend, stream| {
             // SAFETY: every pointer argument is the address of a span (no `Arg` holds a raw
-            // address), kept valid as in `copy` until the stream noted on it has finished.
-            // How far past that address the kernel reaches is decided by the kernel and its
-            // other arguments (a count, a words-per-group), which the runtime does not check
-            // against the span lengths: the caller's counts must fit the spans. The host
-            // backend enforces this itself (a kernel's view outside its arguments' memory is
-            // HOST_ILLEGAL_ADDRESS); a GPU driver does not.
+            // address), kept valid as in `copy` until the stream noted on it has finished; the
+            // caller guarantees (this function's contract) that the kernel stays inside them.
             unsafe { backend.launch(stream, kernel, dims, &values) }
         })
     }
