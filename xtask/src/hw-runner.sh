@@ -13,6 +13,9 @@ expect=${EXPECT:-$(cat "$here/EXPECT" 2>/dev/null)}
 log="$out/hw-log.txt"
 status=0
 say() { printf '%s\n' "$*" | tee -a "$log"; }
+# Each program gets at most this many seconds (a hang must not eat a GPU lease).
+limit=${HW_TIMEOUT:-600}
+bounded() { if command -v timeout >/dev/null 2>&1; then timeout "$limit" "$@"; else "$@"; fi; }
 
 : > "$log"
 say "commit: $(cat "$here/COMMIT")"
@@ -27,7 +30,7 @@ fi
 
 for test in "$here"/tests/*; do
   name=$(basename "$test")
-  "$test" --test-threads=1 --nocapture >"$out/$name.out" 2>&1
+  bounded "$test" --test-threads=1 --nocapture >"$out/$name.out" 2>&1
   rc=$?
   grep -E '^(backend |passed |skipped |FAILED |test result)' "$out/$name.out" | sed "s/^/$name: /" | tee -a "$log"
   if [ "$rc" -ne 0 ]; then say "$name: FAILED (exit $rc), see $name.out"; status=1; fi
@@ -35,7 +38,7 @@ done
 
 for example in "$here"/examples/*; do
   name=$(basename "$example")
-  "$example" >"$out/example-$name.out" 2>&1
+  bounded "$example" >"$out/example-$name.out" 2>&1
   rc=$?
   tail -n 4 "$out/example-$name.out" | sed "s/^/example $name: /" | tee -a "$log"
   if [ "$rc" -ne 0 ]; then say "example $name: FAILED (exit $rc)"; status=1; fi
@@ -44,7 +47,7 @@ done
 for bench in "$here"/benches/*; do
   [ -e "$bench" ] || continue
   name=$(basename "$bench")
-  GIT_COMMIT=$(cat "$here/COMMIT") HW_BENCH_OUT="$out/bench-$name.md" "$bench" --bench >"$out/bench-$name.out" 2>&1
+  GIT_COMMIT=$(cat "$here/COMMIT") HW_BENCH_OUT="$out/bench-$name.md" bounded "$bench" --bench >"$out/bench-$name.out" 2>&1
   rc=$?
   grep -E '^(backend |\|)' "$out/bench-$name.out" | sed "s/^/bench $name: /" | tee -a "$log"
   if [ "$rc" -ne 0 ]; then say "bench $name: FAILED (exit $rc), see bench-$name.out"; status=1; fi
@@ -54,7 +57,7 @@ sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sani
 if [ -n "$sanitizer" ] && [ -z "${NO_SANITIZER:-}" ]; then
   for test in "$here"/tests/*; do
     name=$(basename "$test")
-    "$sanitizer" --tool memcheck --leak-check full --report-api-errors no --error-exitcode 99 \
+    bounded "$sanitizer" --tool memcheck --leak-check full --report-api-errors no --error-exitcode 99 \
       "$test" --test-threads=1 >"$out/$name.sanitizer.out" 2>&1
     rc=$?
     summary=$(grep -E 'ERROR SUMMARY|LEAK SUMMARY|Target application returned' "$out/$name.sanitizer.out" | tr '\n' ' ')
