@@ -470,7 +470,7 @@ impl<R: lock_api::RawMutex> SharedAllocator<R> {
         self.devices
             .get(device.index())
             .map(lock_api::Mutex::lock)
-            .ok_or(Error::UnknownDevice {
+            .ok_or_else(|| Error::UnknownDevice {
                 device,
                 device_count: self.devices.len(),
             })

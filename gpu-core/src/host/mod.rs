@@ -497,7 +497,7 @@ impl HostBackend {
         if bytes == 0 {
             return Ok(None);
         }
-        let range = ByteRange::new(address, bytes).ok_or(Error::AddressOverflow {
+        let range = ByteRange::new(address, bytes).ok_or_else(|| Error::AddressOverflow {
             ptr: address,
             len: bytes,
         })?;

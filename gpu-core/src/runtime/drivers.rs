@@ -24,7 +24,7 @@ pub(crate) fn stream_handle<S: Copy>(streams: &[StreamSlot<S>], stream: StreamId
     streams
         .get(stream.index())
         .and_then(|slot| slot.handle)
-        .ok_or(Error::UnknownStream { stream })
+        .ok_or_else(|| Error::UnknownStream { stream })
 }
 
 /// Events the allocator records at frees, pooled per device and named by slab index.
@@ -66,7 +66,7 @@ impl<B: Backend> Segments<'_, B> {
             .slots
             .get(event.index())
             .map(|&(_, e)| e)
-            .ok_or(Error::UnknownEvent { event })
+            .ok_or_else(|| Error::UnknownEvent { event })
     }
 }
 
@@ -116,7 +116,7 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
     fn record_event(&mut self, _memory_device: DeviceId, stream: StreamId) -> Result<EventId> {
         let device = self.streams.get(stream.index()).map(|slot| slot.device);
         let (device, stream) = (
-            device.ok_or(Error::UnknownStream { stream })?,
+            device.ok_or_else(|| Error::UnknownStream { stream })?,
             stream_handle(self.streams, stream)?,
         );
         let backend = self.backend;
@@ -125,7 +125,7 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
             let pool = events
                 .free
                 .get_mut(device.index())
-                .ok_or(Error::UnknownDevice {
+                .ok_or_else(|| Error::UnknownDevice {
                     device,
                     device_count: backend.device_count(),
                 })?;

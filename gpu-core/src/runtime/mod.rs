@@ -160,10 +160,12 @@ impl<B: Backend> Runtime<B> {
 
     /// What `device` is and can do.
     pub fn device_info(&self, device: DeviceId) -> Result<&DeviceInfo> {
-        self.infos.get(device.index()).ok_or(Error::UnknownDevice {
-            device,
-            device_count: self.infos.len(),
-        })
+        self.infos
+            .get(device.index())
+            .ok_or_else(|| Error::UnknownDevice {
+                device,
+                device_count: self.infos.len(),
+            })
     }
 
     fn state(&self) -> Result<MutexGuard<'_, State<B>>> {
@@ -248,7 +250,7 @@ impl<B: Backend> Runtime<B> {
                 Ok(())
             },
         )?;
-        let allocation = served.ok_or(Error::UnknownStream {
+        let allocation = served.ok_or_else(|| Error::UnknownStream {
             stream: StreamId(u32::MAX),
         })?;
         let buffer = Buffer::new(
@@ -269,8 +271,7 @@ impl<B: Backend> Runtime<B> {
     }
 
     fn release_buffer(&self, buffer: &Buffer<'_, B>) -> Result<()> {
-        let uses =
-            core::mem::take(&mut *buffer.uses.lock().unwrap_or_else(PoisonError::into_inner));
+        let uses = core::mem::take(&mut *buffer.uses.lock());
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.free(&self.backend, buffer.device, buffer.handle, &uses)
     }
@@ -289,13 +290,12 @@ impl<B: Backend> Runtime<B> {
         Ok(LockedHost {
             runtime: self,
             memory,
-            uses: Mutex::new(Vec::new()),
+            uses: UseList::new(Vec::new()),
         })
     }
 
     fn unlock_host(&self, locked: &LockedHost<'_, '_, B>) -> Result<()> {
-        let uses =
-            core::mem::take(&mut *locked.uses.lock().unwrap_or_else(PoisonError::into_inner));
+        let uses = core::mem::take(&mut *locked.uses.lock());
         let waited = self.synchronize_streams(&uses);
         let unlocked = self.pins.unlock(locked.memory.as_ptr() as usize);
         waited.and(unlocked.map(drop))
@@ -348,7 +348,8 @@ impl<B: Backend> Runtime<B> {
                 size: dst.len,
             });
         }
-        self.submit(device, after, &[dst, src], |backend, stream| {
+        let note = |stream| [dst, src].iter().for_each(|span| span.note_use(stream));
+        self.submit(device, after, &note, |backend, stream| {
             // SAFETY: both spans come from a `Buffer` or `LockedHost` borrowed for at least
             // `'_` (or, raw, from pinned memory the runtime looked up and waits for), and
             // `submit` notes this stream on each: freeing the buffer is ordered after the
@@ -368,11 +369,16 @@ impl<B: Backend> Runtime<B> {
         after: &mut Vec<Token>,
     ) -> Result<Token> {
         dst.check_device(device)?;
-        self.submit(device, after, &[dst], |backend, stream| {
-            // SAFETY: as in `copy`: the span is memory the runtime owns or borrows, kept until
-            // the stream noted on it by `submit` has finished with it.
-            unsafe { backend.fill(stream, dst.address, value, dst.len) }
-        })
+        self.submit(
+            device,
+            after,
+            &|stream| dst.note_use(stream),
+            |backend, stream| {
+                // SAFETY: as in `copy`: the span is memory the runtime owns or borrows, kept until
+                // the stream noted on it by `submit` has finished with it.
+                unsafe { backend.fill(stream, dst.address, value, dst.len) }
+            },
+        )
     }
 
     /// Enqueues kernel `name` of the backend's kernel library on `device`. A dynamic workgroup
@@ -393,53 +399,79 @@ impl<B: Backend> Runtime<B> {
         after: &mut Vec<Token>,
     ) -> Result<Token> {
         let info = self.device_info(device)?;
-        let spans: Vec<Span<'_>> = args.iter().filter_map(|a| a.span()).collect();
-        for span in &spans {
+        check_device(&*self.backend, device)?;
+        for span in args.iter().filter_map(Arg::span) {
             span.check_device(device)?;
         }
-        let values: Vec<KernelArg> = args.iter().map(Arg::value).collect();
-        let kernel = {
-            let mut state = self.state()?;
-            state.kernel(
-                &self.backend,
-                device,
-                name,
-                dims.dynamic_workgroup_bytes,
-                info,
-            )?
+        // Up to 16 arguments go on the stack: a launch is a hot path.
+        let mut on_stack = [KernelArg::U32(0); 16];
+        let on_heap: Vec<KernelArg>;
+        let values: &[KernelArg] = if args.len() <= on_stack.len() {
+            for (value, arg) in on_stack.iter_mut().zip(args) {
+                *value = arg.value();
+            }
+            &on_stack[..args.len()]
+        } else {
+            on_heap = args.iter().map(Arg::value).collect();
+            &on_heap
         };
-        self.submit(device, after, &spans, |backend, stream| {
-            // SAFETY: every pointer argument is the address of a span (no `Arg` holds a raw
-            // address), kept valid as in `copy` until the stream noted on it has finished; the
-            // caller guarantees (this function's contract) that the kernel stays inside them.
-            unsafe { backend.launch(stream, kernel, dims, &values) }
-        })
+        let mut state = self.state()?;
+        let kernel = state.kernel(
+            &self.backend,
+            device,
+            name,
+            dims.dynamic_workgroup_bytes,
+            info,
+        )?;
+        let note = |stream| {
+            args.iter()
+                .filter_map(Arg::span)
+                .for_each(|span| span.note_use(stream))
+        };
+        Self::run_planned(
+            &mut state,
+            &self.backend,
+            device,
+            after,
+            &note,
+            |backend, stream| {
+                // SAFETY: every pointer argument is the address of a span (no `Arg` holds a raw
+                // address), kept valid as in `copy` until the stream noted on it has finished; the
+                // caller guarantees (this function's contract) that the kernel stays inside them.
+                unsafe { backend.launch(stream, kernel, dims, values) }
+            },
+        )
     }
 
-    /// Plans one operation, runs it on its stream, and notes the stream on each span used.
+    /// Plans one operation on `device`, runs `work` on its stream, and notes the stream on
+    /// each span the operation uses (through `note`).
     fn submit(
         &self,
         device: DeviceId,
         after: &mut Vec<Token>,
-        spans: &[Span<'_>],
+        note: &dyn Fn(StreamId),
         work: impl FnOnce(&B, B::Stream) -> Result<()>,
     ) -> Result<Token> {
         check_device(&*self.backend, device)?;
-        let mut work = Some(work);
         let mut state = self.state()?;
-        state.submit(
-            &self.backend,
-            device,
-            after,
-            &mut |_, backend, stream, handle| {
-                let work = work.take().ok_or(Error::UnknownStream { stream })?;
-                work(backend, handle)?;
-                for span in spans {
-                    span.note_use(stream);
-                }
-                Ok(())
-            },
-        )
+        Self::run_planned(&mut state, &self.backend, device, after, note, work)
+    }
+
+    fn run_planned(
+        state: &mut State<B>,
+        backend: &B,
+        device: DeviceId,
+        after: &mut Vec<Token>,
+        note: &dyn Fn(StreamId),
+        work: impl FnOnce(&B, B::Stream) -> Result<()>,
+    ) -> Result<Token> {
+        let mut work = Some(work);
+        state.submit(backend, device, after, &mut |_, backend, stream, handle| {
+            let work = work.take().ok_or_else(|| Error::UnknownStream { stream })?;
+            work(backend, handle)?;
+            note(stream);
+            Ok(())
+        })
     }
 
     /// Copies pageable host memory `src` into `dst` on `device`. Returns once `src` is no
@@ -581,7 +613,7 @@ impl<B: Backend> Runtime<B> {
         let cell = self
             .workers
             .get(device.index())
-            .ok_or(Error::UnknownDevice {
+            .ok_or_else(|| Error::UnknownDevice {
                 device,
                 device_count: self.infos.len(),
             })?;
@@ -631,6 +663,11 @@ impl<B: Backend> Drop for Runtime<B> {
     }
 }
 
+/// The streams that used a buffer or locked range. A spin lock: it is only ever taken for a
+/// few instructions (noting a stream, or taking the list at a free), never across a call, and
+/// unlike `std::sync::Mutex` it costs no poison bookkeeping on the allocation hot path.
+type UseList = spin::Mutex<Vec<StreamId>>;
+
 /// A byte range of memory an operation uses: part of a [`Buffer`], of [`LockedHost`] memory,
 /// or (for the runtime's own staging) a raw address.
 #[derive(Clone, Copy)]
@@ -639,7 +676,7 @@ pub struct Span<'a> {
     len: usize,
     /// The device whose memory this is (device memory only): operations elsewhere refuse it.
     device: Option<DeviceId>,
-    uses: Option<&'a Mutex<Vec<StreamId>>>,
+    uses: Option<&'a UseList>,
 }
 
 impl<'a> Span<'a> {
@@ -689,7 +726,7 @@ impl<'a> Span<'a> {
 
     fn note_use(&self, stream: StreamId) {
         if let Some(uses) = self.uses {
-            let mut uses = uses.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut uses = uses.lock();
             if !uses.contains(&stream) {
                 uses.push(stream);
             }
@@ -747,7 +784,7 @@ pub struct Buffer<'rt, B: Backend> {
     handle: BlockHandle,
     address: usize,
     size: usize,
-    uses: Mutex<Vec<StreamId>>,
+    uses: UseList,
     released: bool,
 }
 
@@ -767,7 +804,7 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
             handle,
             address,
             size,
-            uses: Mutex::new(Vec::new()),
+            uses: UseList::new(Vec::new()),
             released: false,
         }
     }
@@ -879,7 +916,7 @@ impl<B: Backend> Drop for Buffer<'_, B> {
 pub struct LockedHost<'rt, 'm, B: Backend> {
     runtime: &'rt Runtime<B>,
     memory: &'m mut [u8],
-    uses: Mutex<Vec<StreamId>>,
+    uses: UseList,
 }
 
 impl<B: Backend> LockedHost<'_, '_, B> {
@@ -899,7 +936,7 @@ impl<B: Backend> LockedHost<'_, '_, B> {
     /// enqueued, not when it completes). Borrowing it mutably needs the guard mutably, so no
     /// new transfer can use it while the host holds it.
     pub fn memory(&mut self) -> Result<&mut [u8]> {
-        let uses = self.uses.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let uses = self.uses.get_mut();
         self.runtime.synchronize_streams(uses)?;
         uses.clear();
         Ok(self.memory)

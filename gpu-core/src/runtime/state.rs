@@ -4,7 +4,6 @@
 
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
-use std::collections::HashMap;
 
 use super::RuntimeStats;
 use super::drivers::{AllocatorEvents, Segments, StreamSlot, stream_handle};
@@ -48,7 +47,8 @@ pub(crate) struct State<B: Backend> {
     events: Vec<Option<(DeviceId, B::Event)>>,
     allocators: Vec<DeviceAllocator>,
     allocator_events: AllocatorEvents<B::Event>,
-    kernels: HashMap<(DeviceId, String), LoadedKernel<B::Kernel>>,
+    /// Loaded kernels by name, then by device: looked up by `&str` with no allocation.
+    kernels: hashbrown::HashMap<String, Vec<Option<LoadedKernel<B::Kernel>>>>,
     /// Frees the driver failed, with the streams that used the memory: retried by `trim`.
     deferred_frees: Vec<(DeviceId, BlockHandle, Vec<StreamId>)>,
     next_op: u32,
@@ -80,7 +80,7 @@ impl<B: Backend> State<B> {
                 .map(|(d, info)| DeviceAllocator::new(DeviceId(d as u32), info.allocator, config))
                 .collect(),
             allocator_events: AllocatorEvents::new(infos.len()),
-            kernels: HashMap::new(),
+            kernels: hashbrown::HashMap::new(),
             deferred_frees: Vec::new(),
             next_op: 0,
             poisoned: None,
@@ -261,7 +261,7 @@ impl<B: Backend> State<B> {
             .get(event.index())
             .copied()
             .flatten()
-            .ok_or(Error::UnknownEvent { event })
+            .ok_or_else(|| Error::UnknownEvent { event })
     }
 
     /// Blocks until the work on `stream` has finished (a stream never created has none).
@@ -279,7 +279,7 @@ impl<B: Backend> State<B> {
         let device_count = self.allocators.len();
         self.allocators
             .get_mut(device.index())
-            .ok_or(Error::UnknownDevice {
+            .ok_or_else(|| Error::UnknownDevice {
                 device,
                 device_count,
             })
@@ -394,21 +394,31 @@ impl<B: Backend> State<B> {
         bytes: u32,
         info: &DeviceInfo,
     ) -> Result<B::Kernel> {
-        let key = (device, name.to_string());
-        let mut loaded = match self.kernels.get(&key) {
-            Some(&loaded) => loaded,
+        let slot = device.index();
+        let cached = self
+            .kernels
+            .get(name)
+            .and_then(|by_device| by_device.get(slot).copied().flatten());
+        let loaded = match cached {
+            Some(loaded) if bytes <= loaded.allowed_bytes => return Ok(loaded.kernel),
+            Some(loaded) => loaded,
             None => LoadedKernel {
                 kernel: with_device(backend, device, || backend.kernel(device, name))?,
                 allowed_bytes: info.workgroup.default_per_block,
             },
         };
+        let mut loaded = loaded;
         if bytes > loaded.allowed_bytes {
             with_device(backend, device, || {
                 backend.kernel_allow_workgroup_bytes(loaded.kernel, bytes)
             })?;
             loaded.allowed_bytes = bytes;
         }
-        self.kernels.insert(key, loaded);
+        let by_device = self.kernels.entry(name.to_string()).or_default();
+        if by_device.len() <= slot {
+            by_device.resize(slot + 1, None);
+        }
+        by_device[slot] = Some(loaded);
         Ok(loaded.kernel)
     }
 

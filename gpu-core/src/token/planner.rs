@@ -386,7 +386,7 @@ impl Planner {
         let shares = u32::try_from(count - 1)
             .ok()
             .and_then(|extra| extra.checked_add(held))
-            .ok_or(Error::LimitExceeded {
+            .ok_or_else(|| Error::LimitExceeded {
                 what: "fork branches sharing one event",
                 required: count.saturating_add(held as usize),
                 limit: u32::MAX as usize,
