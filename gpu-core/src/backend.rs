@@ -105,6 +105,12 @@ pub trait Backend: Send + Sync + 'static {
     /// read it.
     type SavedCurrent: Copy + Send + Debug;
 
+    /// Whether every method makes the device it acts on current by itself and puts the
+    /// caller's context back before returning (the CUDA backend does, with one
+    /// `cuCtxGetCurrent` per call). The runtime then skips its own device guard, which would
+    /// only repeat that query. Backends that rely on the contract above leave it `false`.
+    const SCOPES_ITS_CALLS: bool = false;
+
     /// Short lower-case name (`"cuda"`, `"host"`), used in errors and reports.
     fn name(&self) -> &'static str;
 

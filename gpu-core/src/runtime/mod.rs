@@ -39,7 +39,9 @@ pub struct RuntimeConfig {
     pub allocator: AllocatorConfig,
     /// Chunk size of transfers from and to pageable host memory, which go through two pinned
     /// staging buffers of this size, so the host copy of one chunk overlaps the DMA of the
-    /// previous one.
+    /// previous one. 16 MiB by default: on an H200 (PCIe 5) that made 256 MiB pageable copies
+    /// 2.4x (to the device) and 1.2x (from it) faster than the driver's own, where 4 MiB chunks
+    /// were slower than the driver from the device.
     pub staging_chunk: usize,
 }
 
@@ -47,7 +49,7 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
             allocator: AllocatorConfig::default(),
-            staging_chunk: 4 << 20,
+            staging_chunk: 16 << 20,
         }
     }
 }

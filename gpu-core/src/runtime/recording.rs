@@ -174,6 +174,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     type Stream = B::Stream;
     type Event = B::Event;
     type Kernel = B::Kernel;
+    const SCOPES_ITS_CALLS: bool = B::SCOPES_ITS_CALLS;
     type SavedCurrent = B::SavedCurrent;
 
     fn name(&self) -> &'static str {

@@ -444,6 +444,9 @@ impl Backend for CudaBackend {
     type Stream = CudaStream;
     type Event = CudaEvent;
     type Kernel = CudaKernel;
+    // Every method enters its device's context itself (`ContextScope`) and leaves the
+    // caller's current again.
+    const SCOPES_ITS_CALLS: bool = true;
     type SavedCurrent = SavedContext;
 
     fn name(&self) -> &'static str {
