@@ -157,8 +157,11 @@ impl<B: Backend> RecordingBackend<B> {
         }
     }
 
+    /// Records an operation enqueued on `stream`, with the device current at the call. A
+    /// backend that enters each call's device itself ([`Backend::SCOPES_ITS_CALLS`]) ran it
+    /// with the stream's device current whatever the thread had: the trace says "unknown".
     fn launch_on(&self, result: &Result<impl Sized>, stream: B::Stream) {
-        let device = if result.is_ok() {
+        let device = if result.is_ok() && !B::SCOPES_ITS_CALLS {
             self.inner.current_device().ok().flatten()
         } else {
             None
