@@ -19,7 +19,9 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
-use crate::allocator::{AllocRequest, AllocatorConfig, AllocatorStats, BlockHandle, MemoryKind};
+use crate::allocator::{
+    AllocRequest, Allocation, AllocatorConfig, AllocatorStats, BlockHandle, MemoryKind,
+};
 use crate::backend::{Backend, DeviceInfo, KernelArg, LaunchDims, check_device};
 use crate::error::{Error, Result};
 use crate::id::{DeviceId, StreamId};
@@ -220,14 +222,7 @@ impl<B: Backend> Runtime<B> {
     pub fn alloc(&self, device: DeviceId, kind: MemoryKind, size: usize) -> Result<Buffer<'_, B>> {
         let mut state = self.state()?;
         let allocation = state.allocate(&self.backend, device, &AllocRequest::new(kind, size))?;
-        Ok(Buffer::new(
-            self,
-            device,
-            kind,
-            allocation.handle,
-            allocation.address,
-            size,
-        ))
+        Ok(Buffer::new(self, device, kind, &allocation, size))
     }
 
     /// Allocates `size` bytes of `kind` on `device` in stream order after `after`: the buffer
@@ -255,14 +250,7 @@ impl<B: Backend> Runtime<B> {
         let allocation = served.ok_or_else(|| Error::UnknownStream {
             stream: StreamId(u32::MAX),
         })?;
-        let buffer = Buffer::new(
-            self,
-            device,
-            kind,
-            allocation.handle,
-            allocation.address,
-            size,
-        );
+        let buffer = Buffer::new(self, device, kind, &allocation, size);
         Ok((buffer, token))
     }
 
@@ -839,16 +827,15 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
         runtime: &'rt Runtime<B>,
         device: DeviceId,
         kind: MemoryKind,
-        handle: BlockHandle,
-        address: usize,
+        allocation: &Allocation,
         size: usize,
     ) -> Self {
         Self {
             runtime,
             device,
             kind,
-            handle,
-            address,
+            handle: allocation.handle,
+            address: allocation.address,
             size,
             uses: UseList::new(Vec::new()),
             released: false,

@@ -285,6 +285,28 @@ impl<B: Backend> State<B> {
             })
     }
 
+    /// The allocators, and the driver they call (the backend with the runtime's streams and the
+    /// allocator's own events): disjoint parts of the state, borrowed together.
+    fn allocators_and_driver<'s>(
+        &'s mut self,
+        backend: &'s B,
+    ) -> (&'s mut Vec<DeviceAllocator>, Segments<'s, B>) {
+        let Self {
+            allocators,
+            streams,
+            allocator_events,
+            ..
+        } = self;
+        (
+            allocators,
+            Segments {
+                backend,
+                streams,
+                events: allocator_events,
+            },
+        )
+    }
+
     /// Serves `request` on `device` from the cache or the driver.
     pub(crate) fn allocate(
         &mut self,
@@ -293,17 +315,7 @@ impl<B: Backend> State<B> {
         request: &AllocRequest<'_>,
     ) -> Result<Allocation> {
         self.allocator(device)?;
-        let Self {
-            allocators,
-            streams,
-            allocator_events,
-            ..
-        } = self;
-        let mut driver = Segments {
-            backend,
-            streams,
-            events: allocator_events,
-        };
+        let (allocators, mut driver) = self.allocators_and_driver(backend);
         allocators[device.index()].allocate(&mut driver, request)
     }
 
@@ -342,12 +354,7 @@ impl<B: Backend> State<B> {
         uses: &[StreamId],
     ) -> Result<()> {
         self.allocator(device)?;
-        let Self {
-            allocators,
-            streams,
-            allocator_events,
-            ..
-        } = self;
+        let (allocators, mut driver) = self.allocators_and_driver(backend);
         let allocator = &mut allocators[device.index()];
         let release = match uses.split_first() {
             None => Release::Idle,
@@ -358,28 +365,13 @@ impl<B: Backend> State<B> {
                 Release::OnStream(first)
             }
         };
-        let mut driver = Segments {
-            backend,
-            streams,
-            events: allocator_events,
-        };
         allocator.free(&mut driver, handle, release)
     }
 
     /// Gives every device's cached memory back to the driver (retrying failed frees first).
     pub(crate) fn trim(&mut self, backend: &B) -> Result<usize> {
         self.retry_deferred_frees(backend)?;
-        let Self {
-            allocators,
-            streams,
-            allocator_events,
-            ..
-        } = self;
-        let mut driver = Segments {
-            backend,
-            streams,
-            events: allocator_events,
-        };
+        let (allocators, mut driver) = self.allocators_and_driver(backend);
         allocators
             .iter_mut()
             .try_fold(0, |total, a| Ok(total + a.trim(&mut driver)?))
