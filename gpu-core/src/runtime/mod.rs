@@ -260,8 +260,9 @@ impl<B: Backend> Runtime<B> {
         buffer.release()
     }
 
-    fn release_buffer(&self, buffer: &Buffer<'_, B>) -> Result<()> {
-        let uses = core::mem::take(&mut *buffer.uses.lock());
+    fn release_buffer(&self, buffer: &mut Buffer<'_, B>) -> Result<()> {
+        // The buffer is ours alone now: its use list needs no lock.
+        let uses = core::mem::take(buffer.uses.get_mut());
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.free(&self.backend, buffer.device, buffer.handle, &uses)
     }
@@ -932,7 +933,7 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
 
     fn release(mut self) -> Result<()> {
         self.released = true;
-        self.runtime.release_buffer(&self)
+        self.runtime.release_buffer(&mut self)
     }
 }
 
@@ -940,7 +941,8 @@ impl<B: Backend> Drop for Buffer<'_, B> {
     fn drop(&mut self) {
         if !self.released {
             // Errors cannot be reported from a drop; `Runtime::free` reports them.
-            let _ = self.runtime.release_buffer(self);
+            let runtime = self.runtime;
+            let _ = runtime.release_buffer(self);
         }
     }
 }
