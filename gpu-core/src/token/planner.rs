@@ -200,14 +200,111 @@ impl PartialEq for Scratch {
     }
 }
 
-/// A stream (or event) and its vector clock: `clock[s]` is the position of stream `s` that
-/// everything after the stream's tail (or the event's record) is ordered after.
+/// How many raised entries a [`Clock`] lists above its base point before it gives the base up.
+const RAISED_CAPACITY: usize = 8;
+
+/// The vector clock of a point (a stream's tail, or a fork event's record): `entries[s]` is
+/// the last position of stream `s` ordered before (or at) the point.
+///
+/// Where it knows, the clock also says how it was built: as the clock of an earlier `base`
+/// point, raised only at the streams in `raised` and at its owner's own entry (the owner is
+/// the stream the point is on). A stream already ordered after `base` merges such a clock
+/// by those few entries instead of all of them: in a fan-in of n branches that each waited
+/// for one fork event, each merge costs a few entries, not one per stream in use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Clock {
+    entries: Vec<u64>,
+    /// A point (stream, position) whose clock this one equals apart from `raised` and the
+    /// owner's entry; `None` when unknown.
+    base: Option<(StreamId, u64)>,
+    raised: [StreamId; RAISED_CAPACITY],
+    raised_len: u8,
+}
+
+impl Clock {
+    /// The clock of a stream's first point (nothing before it).
+    fn new(streams: usize) -> Self {
+        Clock {
+            entries: alloc::vec![0; streams],
+            base: None,
+            raised: [StreamId(0); RAISED_CAPACITY],
+            raised_len: 0,
+        }
+    }
+
+    #[inline]
+    fn known(&self, stream: StreamId) -> u64 {
+        self.entries.get(stream.index()).copied().unwrap_or(0)
+    }
+
+    /// Becomes a copy of `from` (a fork event taking its stream's clock).
+    fn copy_from(&mut self, from: &Clock) {
+        self.entries.clear();
+        self.entries.extend_from_slice(&from.entries);
+        self.base = from.base;
+        self.raised = from.raised;
+        self.raised_len = from.raised_len;
+    }
+
+    /// Raises this clock, the one of `owner`'s tail, to also cover the point `from` of stream
+    /// `from_owner` (a wait of `owner` on that point).
+    fn merge(&mut self, owner: StreamId, from: &Clock, from_owner: StreamId) {
+        if from.known(owner) >= self.known(owner) {
+            // The point already follows the tail, so its clock covers this one: take it whole.
+            if self.entries.len() < from.entries.len() {
+                self.entries.resize(from.entries.len(), 0);
+            }
+            self.entries[..from.entries.len()].copy_from_slice(&from.entries);
+            self.base = Some((from_owner, from.known(from_owner)));
+            self.raised_len = 0;
+            return;
+        }
+        if let Some((stream, position)) = from.base
+            && self.known(stream) >= position
+        {
+            // The tail already follows `from`'s base: only its raised entries can be new.
+            let raised = &from.raised[..from.raised_len as usize];
+            for &stream in raised.iter().chain(core::iter::once(&from_owner)) {
+                self.raise(stream, from.known(stream));
+            }
+            return;
+        }
+        if self.entries.len() < from.entries.len() {
+            self.entries.resize(from.entries.len(), 0);
+        }
+        for (mine, theirs) in self.entries.iter_mut().zip(&from.entries) {
+            *mine = (*mine).max(*theirs);
+        }
+        self.base = None;
+    }
+
+    /// Raises one entry, noting it above the base (or giving the base up when full).
+    fn raise(&mut self, stream: StreamId, position: u64) {
+        if self.known(stream) >= position {
+            return;
+        }
+        if self.entries.len() <= stream.index() {
+            self.entries.resize(stream.index() + 1, 0);
+        }
+        self.entries[stream.index()] = position;
+        if self.base.is_some() {
+            if (self.raised_len as usize) < RAISED_CAPACITY {
+                self.raised[self.raised_len as usize] = stream;
+                self.raised_len += 1;
+            } else {
+                self.base = None;
+            }
+        }
+    }
+}
+
+/// A stream and the clock of its tail.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct StreamState {
     device: DeviceId,
     /// Planner time of the last run or wait on the stream.
     tail_time: u64,
-    clock: Vec<u64>,
+    clock: Clock,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -217,21 +314,7 @@ struct EventState {
     shares: u32,
     /// For a fork event (the only kind a token refers to): the recording stream's clock at
     /// the record. Events recorded for a single wait go back to the pool right after it.
-    clock: Vec<u64>,
-}
-
-#[inline]
-fn known(clock: &[u64], stream: StreamId) -> u64 {
-    clock.get(stream.index()).copied().unwrap_or(0)
-}
-
-fn merge(into: &mut Vec<u64>, from: &[u64]) {
-    if into.len() < from.len() {
-        into.resize(from.len(), 0);
-    }
-    for (mine, theirs) in into.iter_mut().zip(from) {
-        *mine = (*mine).max(*theirs);
-    }
+    clock: Clock,
 }
 
 /// The slot of a live token of planner `planner`, or why the id names none.
@@ -404,9 +487,9 @@ impl Planner {
             Hold::Stream => {
                 let event = self.record_on(source.stream);
                 let (streams, events) = (&self.streams, &mut self.events);
-                let clock = &mut events[event.index()].clock;
-                clock.clear();
-                clock.extend_from_slice(&streams[source.stream.index()].clock);
+                events[event.index()]
+                    .clock
+                    .copy_from(&streams[source.stream.index()].clock);
                 event
             }
         };
@@ -532,7 +615,7 @@ impl Planner {
 
     // ----- planning (infallible once validated) -----
 
-    fn clock_of(&self, slot: u32) -> &[u64] {
+    fn clock_of(&self, slot: u32) -> &Clock {
         let state = &self.tokens[slot as usize];
         match state.hold {
             Hold::Stream => &self.streams[state.stream.index()].clock,
@@ -543,7 +626,7 @@ impl Planner {
     /// Whether the point of token slot `a` happens before (or is) the point of slot `b`.
     fn point_before(&self, a: u32, b: u32) -> bool {
         let point = &self.tokens[a as usize];
-        known(self.clock_of(b), point.stream) >= point.position
+        self.clock_of(b).known(point.stream) >= point.position
     }
 
     /// Plans the validated dependencies (and the operation, if any) onto one stream.
@@ -572,7 +655,7 @@ impl Planner {
             let state = self.point_of(slot);
             producer = producer.or(state.producer);
             let implied = Some(slot) == kept
-                || known(&self.streams[target.index()].clock, state.stream) >= state.position;
+                || self.streams[target.index()].clock.known(state.stream) >= state.position;
             if !implied {
                 // Merge the point's clock: its stream's (still at the point, since the token
                 // owns the stream) or its fork event's.
@@ -580,12 +663,14 @@ impl Planner {
                     Hold::Stream => {
                         let (into, from) =
                             pair_mut(&mut self.streams, target.index(), state.stream.index());
-                        merge(&mut into.clock, &from.clock);
+                        into.clock.merge(target, &from.clock, state.stream);
                         self.record_on(state.stream)
                     }
                     Hold::ForkEvent(event) => {
                         let from = &self.events[event.index()].clock;
-                        merge(&mut self.streams[target.index()].clock, from);
+                        self.streams[target.index()]
+                            .clock
+                            .merge(target, from, state.stream);
                         event
                     }
                 };
@@ -618,7 +703,7 @@ impl Planner {
         let point = Point {
             hold: Hold::Stream,
             stream: target,
-            position: stream.clock[target.index()],
+            position: stream.clock.entries[target.index()],
             time: stream.tail_time,
             producer,
         };
@@ -629,7 +714,7 @@ impl Planner {
     fn advance(&mut self, stream: StreamId) {
         self.time += 1;
         let state = &mut self.streams[stream.index()];
-        state.clock[stream.index()] += 1;
+        state.clock.entries[stream.index()] += 1;
         state.tail_time = self.time;
     }
 
@@ -660,7 +745,7 @@ impl Planner {
             Some(stream) => (stream, false),
             None => {
                 let stream = StreamId(self.streams.len() as u32);
-                let clock = alloc::vec![0; stream.index() + 1];
+                let clock = Clock::new(stream.index() + 1);
                 self.streams.push(StreamState {
                     device,
                     tail_time: 0,
@@ -697,7 +782,7 @@ impl Planner {
                 self.events.push(EventState {
                     device,
                     shares: 0,
-                    clock: Vec::new(),
+                    clock: Clock::new(0),
                 });
                 (event, true)
             }
