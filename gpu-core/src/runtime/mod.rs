@@ -243,14 +243,16 @@ impl<B: Backend> Runtime<B> {
             after,
             &mut |state, backend, stream, _| {
                 let request = AllocRequest::new(kind, size).on_stream(stream, &[]);
-                served = Some(state.allocate(backend, device, &request)?);
+                served = Some((state.allocate(backend, device, &request)?, stream));
                 Ok(())
             },
         )?;
-        let allocation = served.ok_or_else(|| Error::UnknownStream {
+        let (allocation, stream) = served.ok_or_else(|| Error::UnknownStream {
             stream: StreamId(u32::MAX),
         })?;
-        let buffer = Buffer::new(self, device, kind, &allocation, size);
+        let mut buffer = Buffer::new(self, device, kind, &allocation, size);
+        // The memory exists in that stream's order: even unused, it is freed after that point.
+        buffer.uses.get_mut().push(stream);
         Ok((buffer, token))
     }
 
