@@ -659,29 +659,25 @@ impl Planner {
             if !implied {
                 // Merge the point's clock: its stream's (still at the point, since the token
                 // owns the stream) or its fork event's.
-                let event = match state.hold {
+                match state.hold {
                     Hold::Stream => {
                         let (into, from) =
                             pair_mut(&mut self.streams, target.index(), state.stream.index());
                         into.clock.merge(target, &from.clock, state.stream);
-                        self.record_on(state.stream)
+                        self.wait_for_tail(target, state.stream);
                     }
                     Hold::ForkEvent(event) => {
                         let from = &self.events[event.index()].clock;
                         self.streams[target.index()]
                             .clock
                             .merge(target, from, state.stream);
-                        event
+                        self.steps.push(PlanStep::Wait {
+                            stream: target,
+                            event,
+                        });
                     }
-                };
-                self.steps.push(PlanStep::Wait {
-                    stream: target,
-                    event,
-                });
-                self.advance(target);
-                if state.hold == Hold::Stream {
-                    self.release_event(event);
                 }
+                self.advance(target);
             }
             if Some(slot) != kept {
                 self.release_hold(slot);
@@ -762,6 +758,7 @@ impl Planner {
         stream
     }
 
+    #[inline(always)]
     fn release_stream(&mut self, stream: StreamId) {
         let state = &mut self.streams[stream.index()];
         self.stream_pools[state.device.index()].push(stream);
@@ -771,8 +768,41 @@ impl Planner {
         });
     }
 
+    /// Makes `stream` wait for the tail of `source` through an event of `source`'s device
+    /// pool that goes straight back to it: acquire, record, wait and release in one batch.
+    #[inline(always)]
+    fn wait_for_tail(&mut self, stream: StreamId, source: StreamId) {
+        let device = self.streams[source.index()].device;
+        let (event, fresh) = match self.event_pools[device.index()].last() {
+            Some(&event) => (event, false),
+            None => {
+                let event = EventId(self.events.len() as u32);
+                self.events.push(EventState {
+                    device,
+                    shares: 0,
+                    clock: Clock::new(0),
+                });
+                self.event_pools[device.index()].push(event);
+                (event, true)
+            }
+        };
+        self.steps.extend_from_slice(&[
+            PlanStep::AcquireEvent {
+                device,
+                event,
+                fresh,
+            },
+            PlanStep::Record {
+                event,
+                stream: source,
+            },
+            PlanStep::Wait { stream, event },
+            PlanStep::ReleaseEvent { device, event },
+        ]);
+    }
+
     /// Records an event from the stream's device pool at `stream`'s tail, with no shares and
-    /// no clock (a wait on it merges the stream's own clock; a fork sets the clock).
+    /// no clock (a fork sets the clock).
     fn record_on(&mut self, stream: StreamId) -> EventId {
         let device = self.streams[stream.index()].device;
         let (event, fresh) = match self.event_pools[device.index()].pop() {
@@ -796,6 +826,7 @@ impl Planner {
         event
     }
 
+    #[inline(always)]
     fn release_event(&mut self, event: EventId) {
         let state = &mut self.events[event.index()];
         self.event_pools[state.device.index()].push(event);
@@ -806,6 +837,7 @@ impl Planner {
     }
 
     /// Gives back what a token holds: its stream, or its share of a fork event.
+    #[inline(always)]
     fn release_hold(&mut self, slot: u32) {
         let state = &self.tokens[slot as usize];
         match state.hold {
