@@ -156,9 +156,14 @@ struct Point {
     producer: Option<OpId>,
 }
 
-/// Sorts scratch dependency entries latest point first, then in the caller's order: by
-/// insertion for the usual few, by the library sort for many.
+/// Sorts scratch dependency entries latest point first, then in the caller's order: a list
+/// given oldest first with no two points equal (a fan-in) by reversing it, else by insertion
+/// for the usual few and by the library sort for many.
 fn sort_latest_first(deps: &mut [(u64, u64)]) {
+    if deps.windows(2).all(|pair| pair[0].0 < pair[1].0) {
+        deps.reverse();
+        return;
+    }
     let before = |a: &(u64, u64), b: &(u64, u64)| a.0 > b.0 || (a.0 == b.0 && a.1 < b.1);
     if deps.len() > 8 {
         deps.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
@@ -1059,6 +1064,36 @@ mod tests {
         let steps = take(&mut p, &mut plan);
         assert_eq!(waits(&steps), 1, "{steps:?}");
         p.wait(c).unwrap();
+        finish_clean(&mut p, &mut plan);
+    }
+
+    #[test]
+    fn a_fan_in_wider_than_a_clock_lists_still_implies_every_branch() {
+        // Ten branches of one fork joined on one stream raise its clock at more streams than
+        // a clock lists above its base; a later merge of that clock must still carry all ten.
+        let mut p = Planner::new(1);
+        let mut plan = Vec::new();
+        let a = start(&mut p, 0, D0);
+        let mut branches = fork(&mut p, a, 12).into_iter();
+        let keep = branches.next().unwrap();
+        let last = then(&mut p, 1, D0, vec![branches.next().unwrap()]);
+        let first = then(&mut p, 2, D0, vec![branches.next().unwrap()]);
+        let [first_joined, first_later] = <[Token; 2]>::try_from(fork(&mut p, first, 2)).unwrap();
+        let mut ran = vec![first_joined];
+        for (i, branch) in branches.enumerate() {
+            ran.push(then(&mut p, 10 + i as u32, D0, vec![branch]));
+        }
+        assert_eq!(ran.len(), 10);
+        let joined = then(&mut p, 30, D0, ran);
+        // A branch running on past the join, so the next operation continues on its stream.
+        let last = then(&mut p, 31, D0, vec![last]);
+        let both = then(&mut p, 32, D0, vec![joined, last]);
+        take(&mut p, &mut plan);
+        // The first branch's point came through the join: no wait.
+        let after = then(&mut p, 33, D0, vec![both, first_later]);
+        assert_eq!(waits(&take(&mut p, &mut plan)), 0);
+        p.wait(after).unwrap();
+        p.wait(keep).unwrap();
         finish_clean(&mut p, &mut plan);
     }
 
