@@ -139,10 +139,13 @@ impl<B: Backend> DeviceWorker<B> {
             *slot.result.lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
             slot.ready.notify_all();
         });
-        let sender = self.sender.as_ref().expect("the sender lives until drop");
-        if let Err(mpsc::SendError(job)) = sender.send(job) {
-            // The thread is gone (only if the backend itself panicked outside an action):
-            // refuse the action the same way a failed queue would.
+        // The sender lives until drop; a send fails only when the thread is gone (the backend
+        // itself panicked outside an action): refuse the action as a failed queue would.
+        let sent = match &self.sender {
+            Some(sender) => sender.send(job).map_err(|mpsc::SendError(job)| job),
+            None => Err(job),
+        };
+        if let Err(job) = sent {
             drop(job);
             *ticket
                 .slot
