@@ -22,7 +22,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use crate::allocator::{
     AllocRequest, Allocation, AllocatorConfig, AllocatorStats, BlockHandle, MemoryKind,
 };
-use crate::backend::{Backend, DeviceInfo, KernelArg, LaunchDims, check_device};
+use crate::backend::{Backend, DeviceInfo, KernelArg, LaunchDims};
 use crate::error::{Error, Result};
 use crate::id::{DeviceId, StreamId};
 use crate::lock_table::{LockStats, Locked, SharedLockTable, Unlocked};
@@ -392,7 +392,6 @@ impl<B: Backend> Runtime<B> {
         after: &mut Vec<Token>,
     ) -> Result<Token> {
         let info = self.device_info(device)?;
-        check_device(&*self.backend, device)?;
         for span in args.iter().filter_map(Arg::span) {
             span.check_device(device)?;
         }
@@ -445,7 +444,7 @@ impl<B: Backend> Runtime<B> {
         note: &dyn Fn(StreamId),
         work: impl FnOnce(&B, B::Stream) -> Result<()>,
     ) -> Result<Token> {
-        check_device(&*self.backend, device)?;
+        // An unknown device is refused by the planner, before anything happens.
         let mut state = self.state()?;
         Self::run_planned(&mut state, &self.backend, device, after, note, work)
     }

@@ -776,24 +776,29 @@ impl Planner {
         });
     }
 
+    /// The event at the top of `device`'s pool, created into the pool when it is empty;
+    /// whether it was created. It stays in the pool: the caller pops it to keep it.
+    #[inline(always)]
+    fn pooled_event(&mut self, device: DeviceId) -> (EventId, bool) {
+        if let Some(&event) = self.event_pools[device.index()].last() {
+            return (event, false);
+        }
+        let event = EventId(self.events.len() as u32);
+        self.events.push(EventState {
+            device,
+            shares: 0,
+            clock: Clock::new(0),
+        });
+        self.event_pools[device.index()].push(event);
+        (event, true)
+    }
+
     /// Makes `stream` wait for the tail of `source` through an event of `source`'s device
     /// pool that goes straight back to it: acquire, record, wait and release in one batch.
     #[inline(always)]
     fn wait_for_tail(&mut self, stream: StreamId, source: StreamId) {
         let device = self.streams[source.index()].device;
-        let (event, fresh) = match self.event_pools[device.index()].last() {
-            Some(&event) => (event, false),
-            None => {
-                let event = EventId(self.events.len() as u32);
-                self.events.push(EventState {
-                    device,
-                    shares: 0,
-                    clock: Clock::new(0),
-                });
-                self.event_pools[device.index()].push(event);
-                (event, true)
-            }
-        };
+        let (event, fresh) = self.pooled_event(device);
         self.steps.extend_from_slice(&[
             PlanStep::AcquireEvent {
                 device,
@@ -813,18 +818,8 @@ impl Planner {
     /// no clock (a fork sets the clock).
     fn record_on(&mut self, stream: StreamId) -> EventId {
         let device = self.streams[stream.index()].device;
-        let (event, fresh) = match self.event_pools[device.index()].pop() {
-            Some(event) => (event, false),
-            None => {
-                let event = EventId(self.events.len() as u32);
-                self.events.push(EventState {
-                    device,
-                    shares: 0,
-                    clock: Clock::new(0),
-                });
-                (event, true)
-            }
-        };
+        let (event, fresh) = self.pooled_event(device);
+        self.event_pools[device.index()].pop();
         self.steps.push(PlanStep::AcquireEvent {
             device,
             event,
