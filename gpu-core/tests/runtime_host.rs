@@ -1,7 +1,7 @@
 //! The runtime's own rules on the host backend: token misuse, bounds and devices, buffers
 //! freed while work is pending, the device guard (its calls, and on errors and unwinding),
-//! device workers, and
-//! one user thread driving two devices without one delaying the other.
+//! device workers, one user thread driving two devices without one delaying the other, and
+//! threads sharing one runtime.
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -9,7 +9,10 @@ use std::sync::{Arc, Mutex};
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::{Backend, LaunchDims};
 use gpu_core::host::{CallKind, HostBackend, HostConfig};
-use gpu_core::runtime::{Arg, DeviceGuard, Runtime, restore_failures, with_device};
+use gpu_core::runtime::{
+    Arg, DeviceGuard, LiveObjects, RecordingBackend, Runtime, RuntimeConfig, restore_failures,
+    with_device,
+};
 use gpu_core::{DeviceId, Error};
 
 const D0: DeviceId = DeviceId(0);
@@ -326,4 +329,59 @@ fn staged_transfers_of_pageable_memory_round_trip() {
     rt.download(D1, &mut back, buffer.all(), &mut vec![uploaded])
         .unwrap();
     assert!(back == data, "the round trip changed the data");
+}
+
+/// Four threads on two devices allocate (hits and misses), fill through forked tokens (so a
+/// buffer is used by two streams and its free records an event, which takes the runtime's state
+/// under the device's memory lock), read back through pinned staging and free, all at once.
+#[test]
+fn threads_sharing_a_runtime_get_their_data_back_and_leak_nothing() {
+    const THREADS: u8 = 4;
+    const ROUNDS: u8 = 40;
+    let backend = Arc::new(RecordingBackend::new(HostBackend::new(
+        HostConfig::with_devices(2),
+    )));
+    let rt = Runtime::shared(Arc::clone(&backend), RuntimeConfig::default()).unwrap();
+    std::thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let rt = &rt;
+            scope.spawn(move || {
+                let device = DeviceId(u32::from(thread % 2));
+                for round in 0..ROUNDS {
+                    let value = thread.wrapping_mul(61).wrapping_add(round) | 1;
+                    let size = 512 << (round % 5);
+                    let half = size / 2;
+                    let buffer = rt.alloc(device, MemoryKind::Device, size).unwrap();
+                    let cleared = rt.fill(device, buffer.all(), 0, &mut vec![]).unwrap();
+                    let mut branches = rt.fork(cleared, 2).unwrap();
+                    let (low, high) = (branches.pop().unwrap(), branches.pop().unwrap());
+                    let low = rt
+                        .fill(device, buffer.span(0, half).unwrap(), value, &mut vec![low])
+                        .unwrap();
+                    let high = rt
+                        .fill(
+                            device,
+                            buffer.span(half, half).unwrap(),
+                            value,
+                            &mut vec![high],
+                        )
+                        .unwrap();
+                    let mut back = vec![0u8; size];
+                    rt.download(device, &mut back, buffer.all(), &mut vec![low, high])
+                        .unwrap();
+                    assert!(
+                        back.iter().all(|&byte| byte == value),
+                        "thread {thread} round {round}: another thread's bytes or a stale fill"
+                    );
+                    rt.free(buffer).unwrap();
+                }
+            });
+        }
+    });
+    let stats = rt.stats();
+    assert!(stats.waits > 0, "the forked fills ran on two streams");
+    let report = rt.shutdown().unwrap();
+    assert!(report.program.unwaited.is_empty(), "{report:?}");
+    assert_eq!(backend.live(), LiveObjects::default());
+    assert_eq!(backend.defects(), vec![]);
 }

@@ -4,8 +4,10 @@
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use std::sync::{Mutex, PoisonError};
 
 use super::guard::with_device;
+use super::state::State;
 use crate::allocator::{MemoryKind, SegmentDriver};
 use crate::backend::Backend;
 use crate::error::{ByteRange, Error, Result};
@@ -19,11 +21,14 @@ pub(crate) struct StreamSlot<S> {
     pub(crate) handle: Option<S>,
 }
 
-/// The driver handle of a planner stream that must exist by now.
-pub(crate) fn stream_handle<S: Copy>(streams: &[StreamSlot<S>], stream: StreamId) -> Result<S> {
+/// The device and driver handle of a planner stream that must exist by now.
+pub(crate) fn find_stream<S: Copy>(
+    streams: &[StreamSlot<S>],
+    stream: StreamId,
+) -> Result<(DeviceId, S)> {
     streams
         .get(stream.index())
-        .and_then(|slot| slot.handle)
+        .and_then(|slot| Some((slot.device, slot.handle?)))
         .ok_or_else(|| Error::UnknownStream { stream })
 }
 
@@ -53,10 +58,45 @@ impl<E: Copy> AllocatorEvents<E> {
     }
 }
 
+/// Where the allocator's driver finds the runtime's streams (the lock order is a device's
+/// memory first, then the runtime's state).
+pub(crate) enum Streams<'a, B: Backend> {
+    /// The caller holds the state: its streams are read as they are.
+    Held(&'a [StreamSlot<B::Stream>]),
+    /// The state is locked only when a stream is needed: on an allocation hit or a free on one
+    /// stream, never.
+    OnDemand(&'a Mutex<State<B>>),
+}
+
+// Copy whatever `B` is (a derive would ask `B: Copy`): both forms hold only references.
+impl<B: Backend> Clone for Streams<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Backend> Copy for Streams<'_, B> {}
+
+impl<B: Backend> Streams<'_, B> {
+    /// The device and driver handle of `stream`, which must exist by now.
+    fn get(self, stream: StreamId) -> Result<(DeviceId, B::Stream)> {
+        match self {
+            Streams::Held(streams) => find_stream(streams, stream),
+            Streams::OnDemand(state) => find_stream(
+                state
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .streams(),
+                stream,
+            ),
+        }
+    }
+}
+
 /// The allocator's driver: segments and events on one backend, with the runtime's streams.
 pub(crate) struct Segments<'a, B: Backend> {
     pub(crate) backend: &'a B,
-    pub(crate) streams: &'a [StreamSlot<B::Stream>],
+    pub(crate) streams: Streams<'a, B>,
     pub(crate) events: &'a mut AllocatorEvents<B::Event>,
 }
 
@@ -89,7 +129,7 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
         size: usize,
         stream: StreamId,
     ) -> Result<Option<usize>> {
-        let handle = stream_handle(self.streams, stream)?;
+        let (_, handle) = self.streams.get(stream)?;
         with_device(self.backend, device, || {
             self.backend.allocate_on_stream(handle, kind, size)
         })
@@ -104,7 +144,7 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
         after: Option<StreamId>,
     ) -> Result<()> {
         let after = after
-            .map(|stream| stream_handle(self.streams, stream))
+            .map(|stream| self.streams.get(stream).map(|(_, handle)| handle))
             .transpose()?;
         with_device(self.backend, device, || {
             self.backend.free(device, kind, address, after)
@@ -114,11 +154,7 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
     /// Records on `stream` an event of the stream's own device (the memory's device may be
     /// another: a buffer used by a peer copy is freed on the copying device's stream).
     fn record_event(&mut self, _memory_device: DeviceId, stream: StreamId) -> Result<EventId> {
-        let device = self.streams.get(stream.index()).map(|slot| slot.device);
-        let (device, stream) = (
-            device.ok_or_else(|| Error::UnknownStream { stream })?,
-            stream_handle(self.streams, stream)?,
-        );
+        let (device, stream) = self.streams.get(stream)?;
         let backend = self.backend;
         let events = &mut *self.events;
         with_device(backend, device, || {
@@ -154,7 +190,7 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
     }
 
     fn wait_event(&mut self, device: DeviceId, stream: StreamId, event: EventId) -> Result<()> {
-        let (stream, event) = (stream_handle(self.streams, stream)?, self.event(event)?);
+        let (stream, event) = (self.streams.get(stream)?.1, self.event(event)?);
         with_device(self.backend, device, || {
             self.backend.stream_wait_event(stream, event)
         })

@@ -10,6 +10,8 @@
 
 mod drivers;
 pub mod guard;
+mod lock;
+mod memory;
 pub mod recording;
 mod state;
 pub mod worker;
@@ -27,7 +29,9 @@ use crate::error::{Error, Result};
 use crate::id::{DeviceId, StreamId};
 use crate::lock_table::{LockStats, Locked, SharedLockTable, Unlocked};
 use crate::token::{ProgramReport, Token};
-use drivers::HostPins;
+use drivers::{HostPins, Streams};
+use lock::BackoffMutex;
+use memory::{DeviceMemory, MemoryGuard};
 use state::State;
 
 pub use guard::{DeviceGuard, restore_failures, with_device};
@@ -97,10 +101,14 @@ pub struct ShutdownReport {
 }
 
 /// A runtime over one backend: devices, streams and tokens, buffers, pinned host memory.
+///
+/// Locks: each device's memory has its own, taken alone by an allocation or a free; the state
+/// (planner, streams, events, kernels) has one. Whoever needs both takes the memory first.
 pub struct Runtime<B: Backend> {
     backend: Arc<B>,
     infos: Vec<DeviceInfo>,
     config: RuntimeConfig,
+    memory: Vec<BackoffMutex<DeviceMemory<B>>>,
     state: Mutex<State<B>>,
     pins: SharedLockTable<HostPins<B>>,
     workers: Vec<OnceLock<DeviceWorker<B>>>,
@@ -141,12 +149,12 @@ impl<B: Backend> Runtime<B> {
             },
             count,
         )?;
-        let state = State::new(&infos, config.allocator);
         Ok(Self {
             backend,
+            memory: DeviceMemory::for_devices(&infos, config.allocator),
+            state: Mutex::new(State::new(&infos)),
             infos,
             config,
-            state: Mutex::new(state),
             pins,
             workers: (0..count).map(|_| OnceLock::new()).collect(),
         })
@@ -169,6 +177,17 @@ impl<B: Backend> Runtime<B> {
             .ok_or_else(|| Error::UnknownDevice {
                 device,
                 device_count: self.infos.len(),
+            })
+    }
+
+    /// Locks `device`'s memory.
+    fn memory(&self, device: DeviceId) -> Result<MemoryGuard<'_, B>> {
+        self.memory
+            .get(device.index())
+            .map(BackoffMutex::lock)
+            .ok_or_else(|| Error::UnknownDevice {
+                device,
+                device_count: self.memory.len(),
             })
     }
 
@@ -218,10 +237,15 @@ impl<B: Backend> Runtime<B> {
     // ----- memory -----
 
     /// Allocates `size` bytes of `kind` on `device`, usable at once by every stream (and by
-    /// the host, for host kinds). Served from the cache when it can be.
+    /// the host, for host kinds). Served from the cache when it can be, under the device's
+    /// memory lock alone: allocations and frees keep working on a runtime that refuses work
+    /// ([`Error::RuntimePoisoned`]), since the allocator orders reuse with its own events.
     pub fn alloc(&self, device: DeviceId, kind: MemoryKind, size: usize) -> Result<Buffer<'_, B>> {
-        let mut state = self.state()?;
-        let allocation = state.allocate(&self.backend, device, &AllocRequest::new(kind, size))?;
+        let allocation = self.memory(device)?.allocate(
+            &self.backend,
+            Streams::OnDemand(&self.state),
+            &AllocRequest::new(kind, size),
+        )?;
         Ok(Buffer::new(self, device, kind, &allocation, size))
     }
 
@@ -235,6 +259,7 @@ impl<B: Backend> Runtime<B> {
         size: usize,
         after: &mut Vec<Token>,
     ) -> Result<(Buffer<'_, B>, Token)> {
+        let mut memory = self.memory(device)?;
         let mut state = self.state()?;
         let mut served = None;
         let token = state.submit(
@@ -243,10 +268,13 @@ impl<B: Backend> Runtime<B> {
             after,
             &mut |state, backend, stream, _| {
                 let request = AllocRequest::new(kind, size).on_stream(stream, &[]);
-                served = Some((state.allocate(backend, device, &request)?, stream));
+                let streams = Streams::Held(state.streams());
+                served = Some((memory.allocate(backend, streams, &request)?, stream));
                 Ok(())
             },
         )?;
+        // Neither lock may be held when a buffer exists: dropping one takes the memory lock.
+        drop((state, memory));
         let (allocation, stream) = served.ok_or_else(|| Error::UnknownStream {
             stream: StreamId(u32::MAX),
         })?;
@@ -264,14 +292,24 @@ impl<B: Backend> Runtime<B> {
 
     fn release_buffer(&self, buffer: &mut Buffer<'_, B>) -> Result<()> {
         // The buffer is ours alone now: its use list needs no lock.
-        let uses = core::mem::take(buffer.uses.get_mut());
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.free(&self.backend, buffer.device, buffer.handle, &uses)
+        let uses = buffer.uses.get_mut();
+        self.memory(buffer.device)?.free(
+            &self.backend,
+            Streams::OnDemand(&self.state),
+            buffer.handle,
+            uses,
+        )
     }
 
-    /// Gives cached memory of every device back to the driver; returns the bytes released.
+    /// Gives cached memory of every device back to the driver (retrying frees the driver
+    /// failed before); returns the bytes released.
     pub fn trim(&self) -> Result<usize> {
-        self.state()?.trim(&self.backend)
+        self.memory.iter().try_fold(0, |total, device| {
+            let trimmed = device
+                .lock()
+                .trim(&self.backend, Streams::OnDemand(&self.state))?;
+            Ok(total + trimmed)
+        })
     }
 
     /// Pins the caller's `memory` for DMA by every device (counted in the lock table: a range
@@ -618,8 +656,22 @@ impl<B: Backend> Runtime<B> {
 
     /// The runtime's counters.
     pub fn stats(&self) -> RuntimeStats {
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut stats = state.stats();
+        let mut stats = self
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stats();
+        for (index, device) in self.memory.iter().enumerate() {
+            let memory = device.lock();
+            stats.event_acquires += memory.events.created;
+            stats.events_created += memory.events.created;
+            let device = DeviceId(index as u32);
+            stats.allocator.extend(
+                memory
+                    .stats()
+                    .map(|(kind, figures)| (device, kind, figures)),
+            );
+        }
         stats.locks = self.pins.stats();
         stats
     }
@@ -633,7 +685,7 @@ impl<B: Backend> Runtime<B> {
     fn teardown(&mut self) -> Result<ShutdownReport> {
         self.workers.clear();
         let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
-        let (program, trimmed_bytes, result) = state.teardown(&self.backend);
+        let (program, trimmed_bytes, result) = state.teardown(&self.backend, &mut self.memory);
         // An unpin the driver refuses is tried once more (a failed call changes nothing).
         let unpinned = self.pins.release_all().or_else(|_| self.pins.release_all());
         let unpinned_ranges = match (result, unpinned) {

@@ -1,16 +1,15 @@
 //! The runtime's mutable state behind its one lock: the token planner, the driver handles of
-//! the planner's streams and events, the allocators, the kernel cache; and the code that
-//! carries a plan out on the backend, step by step, each under the device guard.
+//! the planner's streams and events, the kernel cache; and the code that carries a plan out on
+//! the backend, step by step, each under the device guard. (Memory has a lock per device.)
 
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
 use super::RuntimeStats;
-use super::drivers::{AllocatorEvents, Segments, StreamSlot, stream_handle};
+use super::drivers::{StreamSlot, Streams, find_stream};
 use super::guard::with_device;
-use crate::allocator::{
-    AllocRequest, Allocation, AllocatorConfig, BlockHandle, DeviceAllocator, MemoryKind, Release,
-};
+use super::lock::BackoffMutex;
+use super::memory::DeviceMemory;
 use crate::backend::{Backend, DeviceInfo};
 use crate::error::{Error, Result};
 use crate::id::{DeviceId, EventId, StreamId};
@@ -45,12 +44,8 @@ pub(crate) struct State<B: Backend> {
     streams: Vec<StreamSlot<B::Stream>>,
     /// Driver events of the planner's event ids, with their devices.
     events: Vec<Option<(DeviceId, B::Event)>>,
-    allocators: Vec<DeviceAllocator>,
-    allocator_events: AllocatorEvents<B::Event>,
     /// Loaded kernels by name, then by device: looked up by `&str` with no allocation.
     kernels: hashbrown::HashMap<String, Vec<Option<LoadedKernel<B::Kernel>>>>,
-    /// Frees the driver failed, with the streams that used the memory: retried by `trim`.
-    deferred_frees: Vec<(DeviceId, BlockHandle, Vec<StreamId>)>,
     next_op: u32,
     /// Set when a failed record or wait left stream ordering unknown.
     pub(crate) poisoned: Option<Error>,
@@ -68,20 +63,13 @@ struct Counts {
 }
 
 impl<B: Backend> State<B> {
-    pub(crate) fn new(infos: &[DeviceInfo], config: AllocatorConfig) -> Self {
+    pub(crate) fn new(infos: &[DeviceInfo]) -> Self {
         Self {
             planner: Planner::new(infos.len()),
             steps: Vec::new(),
             streams: Vec::new(),
             events: Vec::new(),
-            allocators: infos
-                .iter()
-                .enumerate()
-                .map(|(d, info)| DeviceAllocator::new(DeviceId(d as u32), info.allocator, config))
-                .collect(),
-            allocator_events: AllocatorEvents::new(infos.len()),
             kernels: hashbrown::HashMap::new(),
-            deferred_frees: Vec::new(),
             next_op: 0,
             poisoned: None,
             counts: Counts::default(),
@@ -252,8 +240,12 @@ impl<B: Backend> State<B> {
     }
 
     fn stream(&self, stream: StreamId) -> Result<(DeviceId, B::Stream)> {
-        let handle = stream_handle(&self.streams, stream)?;
-        Ok((self.streams[stream.index()].device, handle))
+        find_stream(&self.streams, stream)
+    }
+
+    /// The driver streams of the planner's stream ids, for the allocator's driver.
+    pub(crate) fn streams(&self) -> &[StreamSlot<B::Stream>] {
+        &self.streams
     }
 
     fn event(&self, event: EventId) -> Result<(DeviceId, B::Event)> {
@@ -273,108 +265,6 @@ impl<B: Backend> State<B> {
             Err(Error::UnknownStream { .. }) => Ok(()),
             Err(e) => Err(e),
         }
-    }
-
-    fn allocator(&mut self, device: DeviceId) -> Result<&mut DeviceAllocator> {
-        let device_count = self.allocators.len();
-        self.allocators
-            .get_mut(device.index())
-            .ok_or_else(|| Error::UnknownDevice {
-                device,
-                device_count,
-            })
-    }
-
-    /// The allocators, and the driver they call (the backend with the runtime's streams and the
-    /// allocator's own events): disjoint parts of the state, borrowed together.
-    fn allocators_and_driver<'s>(
-        &'s mut self,
-        backend: &'s B,
-    ) -> (&'s mut Vec<DeviceAllocator>, Segments<'s, B>) {
-        let Self {
-            allocators,
-            streams,
-            allocator_events,
-            ..
-        } = self;
-        (
-            allocators,
-            Segments {
-                backend,
-                streams,
-                events: allocator_events,
-            },
-        )
-    }
-
-    /// Serves `request` on `device` from the cache or the driver.
-    pub(crate) fn allocate(
-        &mut self,
-        backend: &B,
-        device: DeviceId,
-        request: &AllocRequest<'_>,
-    ) -> Result<Allocation> {
-        self.allocator(device)?;
-        let (allocators, mut driver) = self.allocators_and_driver(backend);
-        allocators[device.index()].allocate(&mut driver, request)
-    }
-
-    /// Frees `handle`, ordered after the work of every stream in `uses`. A free the driver
-    /// fails is kept and retried by the next trim (and at teardown, once every stream is
-    /// idle), since the buffer that held the handle is gone.
-    pub(crate) fn free(
-        &mut self,
-        backend: &B,
-        device: DeviceId,
-        handle: BlockHandle,
-        uses: &[StreamId],
-    ) -> Result<()> {
-        self.free_once(backend, device, handle, uses)
-            .inspect_err(|_| {
-                self.deferred_frees.push((device, handle, uses.to_vec()));
-            })
-    }
-
-    /// Retries the frees that failed; those that fail again stay.
-    fn retry_deferred_frees(&mut self, backend: &B) -> Result<()> {
-        let mut first_error = Ok(());
-        for (device, handle, uses) in core::mem::take(&mut self.deferred_frees) {
-            if let Err(e) = self.free(backend, device, handle, &uses) {
-                first_error = first_error.and(Err(e));
-            }
-        }
-        first_error
-    }
-
-    fn free_once(
-        &mut self,
-        backend: &B,
-        device: DeviceId,
-        handle: BlockHandle,
-        uses: &[StreamId],
-    ) -> Result<()> {
-        self.allocator(device)?;
-        let (allocators, mut driver) = self.allocators_and_driver(backend);
-        let allocator = &mut allocators[device.index()];
-        let release = match uses.split_first() {
-            None => Release::Idle,
-            Some((&first, others)) => {
-                for &stream in others {
-                    allocator.mark_used_on(handle, stream)?;
-                }
-                Release::OnStream(first)
-            }
-        };
-        allocator.free(&mut driver, handle, release)
-    }
-
-    /// Gives every device's cached memory back to the driver (retrying failed frees first).
-    pub(crate) fn trim(&mut self, backend: &B) -> Result<usize> {
-        self.retry_deferred_frees(backend)?;
-        let (allocators, mut driver) = self.allocators_and_driver(backend);
-        allocators
-            .iter_mut()
-            .try_fold(0, |total, a| Ok(total + a.trim(&mut driver)?))
     }
 
     /// The kernel `name` loaded on `device`, allowed `bytes` of dynamic workgroup memory.
@@ -414,31 +304,27 @@ impl<B: Backend> State<B> {
         Ok(loaded.kernel)
     }
 
+    /// The planner's and the pools' counters (memory and lock figures are added by the caller).
     pub(crate) fn stats(&self) -> RuntimeStats {
-        let allocator = self
-            .allocators
-            .iter()
-            .enumerate()
-            .flat_map(|(d, a)| {
-                MemoryKind::CACHED.map(|kind| (DeviceId(d as u32), kind, a.stats(kind)))
-            })
-            .collect();
         RuntimeStats {
             stream_acquires: self.counts.stream_acquires,
             streams_created: self.counts.streams_created,
-            event_acquires: self.counts.event_acquires + self.allocator_events.created,
-            events_created: self.counts.events_created + self.allocator_events.created,
+            event_acquires: self.counts.event_acquires,
+            events_created: self.counts.events_created,
             operations: self.counts.operations,
             waits: self.counts.waits,
-            allocator,
-            locks: Default::default(),
+            ..RuntimeStats::default()
         }
     }
 
-    /// Waits for all work, then gives back cached memory, every stream and every event.
-    /// Returns the program report, the bytes trimmed and the first failure, if any: teardown
-    /// goes on past failures so that as much as possible is released.
-    pub(crate) fn teardown(&mut self, backend: &B) -> (ProgramReport, usize, Result<()>) {
+    /// Waits for all work, then gives back each device's cached memory, every stream and every
+    /// event. Returns the program report, the bytes trimmed and the first failure, if any:
+    /// teardown goes on past failures so that as much as possible is released.
+    pub(crate) fn teardown(
+        &mut self,
+        backend: &B,
+        memory: &mut [BackoffMutex<DeviceMemory<B>>],
+    ) -> (ProgramReport, usize, Result<()>) {
         let mut first_error: Option<Error> = None;
         let mut note = |result: Result<()>| {
             if let Err(e) = result {
@@ -453,10 +339,14 @@ impl<B: Backend> State<B> {
             for index in 0..self.streams.len() {
                 note(self.synchronize_stream(backend, StreamId(index as u32)));
             }
-            trimmed += self.trim(backend).unwrap_or_else(|e| {
-                note(Err(e));
-                0
-            });
+            for device in memory.iter_mut().map(BackoffMutex::get_mut) {
+                trimmed += device
+                    .trim(backend, Streams::Held(&self.streams))
+                    .unwrap_or_else(|e| {
+                        note(Err(e));
+                        0
+                    });
+            }
         }
         self.planner.drain_pools();
         let mut steps = core::mem::take(&mut self.steps);
@@ -466,7 +356,10 @@ impl<B: Backend> State<B> {
         }
         // Streams and events the planner no longer names (those of outstanding tokens) go too.
         // A destroy the driver refuses is tried once more (a failed call changes nothing).
-        let mut allocator_events: Vec<_> = self.allocator_events.drain().collect();
+        let mut allocator_events: Vec<_> = memory
+            .iter_mut()
+            .flat_map(|device| device.get_mut().events.drain())
+            .collect();
         for _ in 0..2 {
             for index in 0..self.streams.len() {
                 note(self.destroy_stream(backend, index));

@@ -1,0 +1,183 @@
+//! One device's memory as the runtime keeps it: the caching allocator, the events it records at
+//! frees and the frees the driver refused, each device behind a lock of its own.
+//!
+//! An allocation hit or a free takes only its device's lock, never the runtime's state: the
+//! state is locked, after the memory, only when the allocator needs a stream's driver handle.
+
+use alloc::vec::Vec;
+
+use super::drivers::{AllocatorEvents, Segments, Streams};
+use super::lock::{BackoffGuard, BackoffMutex};
+use crate::allocator::{
+    AllocRequest, Allocation, AllocatorConfig, AllocatorStats, BlockHandle, DeviceAllocator,
+    MemoryKind, Release,
+};
+use crate::backend::{Backend, DeviceInfo};
+use crate::error::Result;
+use crate::id::{DeviceId, StreamId};
+
+/// A device's memory, locked.
+pub(crate) type MemoryGuard<'a, B> = BackoffGuard<'a, DeviceMemory<B>>;
+
+/// The memory of one device.
+pub(crate) struct DeviceMemory<B: Backend> {
+    allocator: DeviceAllocator,
+    /// Events the allocator records at frees (on the using stream's device, which may be
+    /// another device's).
+    pub(crate) events: AllocatorEvents<B::Event>,
+    /// Frees the driver failed, with the streams that used the memory: retried by `trim`
+    /// (the buffer that held the handle is gone).
+    deferred_frees: Vec<(BlockHandle, Vec<StreamId>)>,
+}
+
+impl<B: Backend> DeviceMemory<B> {
+    /// The memory of every device in `infos`, each behind its own lock.
+    pub(crate) fn for_devices(
+        infos: &[DeviceInfo],
+        config: AllocatorConfig,
+    ) -> Vec<BackoffMutex<Self>> {
+        infos
+            .iter()
+            .enumerate()
+            .map(|(index, info)| {
+                BackoffMutex::new(Self {
+                    allocator: DeviceAllocator::new(DeviceId(index as u32), info.allocator, config),
+                    events: AllocatorEvents::new(infos.len()),
+                    deferred_frees: Vec::new(),
+                })
+            })
+            .collect()
+    }
+
+    /// The allocator with its driver: the backend, the runtime's streams, these events.
+    fn parts<'a>(
+        &'a mut self,
+        backend: &'a B,
+        streams: Streams<'a, B>,
+    ) -> (&'a mut DeviceAllocator, Segments<'a, B>) {
+        let driver = Segments {
+            backend,
+            streams,
+            events: &mut self.events,
+        };
+        (&mut self.allocator, driver)
+    }
+
+    /// Serves `request` from the cache or the driver.
+    #[inline]
+    pub(crate) fn allocate(
+        &mut self,
+        backend: &B,
+        streams: Streams<'_, B>,
+        request: &AllocRequest<'_>,
+    ) -> Result<Allocation> {
+        let (allocator, mut driver) = self.parts(backend, streams);
+        allocator.allocate(&mut driver, request)
+    }
+
+    /// Frees `handle`, ordered after the work of every stream in `uses`. A free the driver
+    /// fails is kept and retried by the next trim (and at teardown, once every stream is idle).
+    #[inline]
+    pub(crate) fn free(
+        &mut self,
+        backend: &B,
+        streams: Streams<'_, B>,
+        handle: BlockHandle,
+        uses: &[StreamId],
+    ) -> Result<()> {
+        self.free_once(backend, streams, handle, uses)
+            .inspect_err(|_| self.deferred_frees.push((handle, uses.to_vec())))
+    }
+
+    #[inline]
+    fn free_once(
+        &mut self,
+        backend: &B,
+        streams: Streams<'_, B>,
+        handle: BlockHandle,
+        uses: &[StreamId],
+    ) -> Result<()> {
+        let (allocator, mut driver) = self.parts(backend, streams);
+        let release = match uses.split_first() {
+            None => Release::Idle,
+            Some((&first, others)) => {
+                for &stream in others {
+                    allocator.mark_used_on(handle, stream)?;
+                }
+                Release::OnStream(first)
+            }
+        };
+        allocator.free(&mut driver, handle, release)
+    }
+
+    /// Retries the frees that failed, then gives cached memory back to the driver; returns
+    /// the bytes released. Frees that fail again stay for the next trim.
+    pub(crate) fn trim(&mut self, backend: &B, streams: Streams<'_, B>) -> Result<usize> {
+        let mut first_error = Ok(());
+        for (handle, uses) in core::mem::take(&mut self.deferred_frees) {
+            if let Err(e) = self.free(backend, streams, handle, &uses) {
+                first_error = first_error.and(Err(e));
+            }
+        }
+        first_error?;
+        let (allocator, mut driver) = self.parts(backend, streams);
+        allocator.trim(&mut driver)
+    }
+
+    /// The allocator's figures for each cached kind.
+    pub(crate) fn stats(&self) -> impl Iterator<Item = (MemoryKind, AllocatorStats)> + '_ {
+        MemoryKind::CACHED
+            .into_iter()
+            .map(|kind| (kind, self.allocator.stats(kind)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use crate::allocator::MemoryKind;
+    use crate::host::{HostBackend, HostConfig};
+    use crate::id::DeviceId;
+    use crate::runtime::Runtime;
+
+    /// An allocation hit and its free take only their own device's memory lock: they finish
+    /// while another thread holds the runtime's state and device 0's memory.
+    #[test]
+    fn a_hit_takes_neither_the_state_nor_another_devices_memory() {
+        let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(2))).unwrap();
+        let device = DeviceId(1);
+        rt.free(rt.alloc(device, MemoryKind::Device, 4096).unwrap())
+            .unwrap();
+        let hits = |rt: &Runtime<HostBackend>| {
+            rt.stats()
+                .allocator
+                .iter()
+                .find(|&&(d, kind, _)| d == device && kind == MemoryKind::Device)
+                .map_or(0, |(_, _, figures)| figures.hits)
+        };
+        let hits_before = hits(&rt);
+        std::thread::scope(|scope| {
+            let state = rt.state.lock().unwrap();
+            let other_device = rt.memory[0].lock();
+            let (done_tx, done_rx) = mpsc::channel();
+            let rt = &rt;
+            scope.spawn(move || {
+                let outcome = rt
+                    .alloc(device, MemoryKind::Device, 4096)
+                    .and_then(|buffer| rt.free(buffer));
+                done_tx.send(outcome).ok();
+            });
+            // Not a timing assertion: a hit that waited for either lock would never finish.
+            let outcome = done_rx.recv_timeout(Duration::from_secs(60));
+            drop((state, other_device));
+            assert_eq!(
+                outcome,
+                Ok(Ok(())),
+                "the hit waited for a lock it does not need"
+            );
+        });
+        assert_eq!(hits(&rt), hits_before + 1);
+    }
+}
