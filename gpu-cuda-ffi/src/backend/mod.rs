@@ -841,6 +841,14 @@ impl Backend for CudaBackend {
         }
         let mut values = ArgBuffer::pack(&LIBRARY[kernel.library_index], args)?;
         let mut pointers = values.pointers();
+        // The launch keeps its scope. cuda.h (13.0) lets cuLaunchKernel take the context from
+        // the stream only for a context-less CUkernel: "the context to launch the kernel on
+        // will either be taken from the specified stream \p hStream or the current context in
+        // case of NULL stream". `kernel.function` is a CUfunction of a module loaded into the
+        // device's primary context (cuModuleGetFunction), for which the header states no such
+        // rule, and it lists CUDA_ERROR_INVALID_CONTEXT, "most frequently" meaning "no context
+        // bound to the current thread". Launching CUkernel handles (cuLibraryLoadData +
+        // cuLibraryGetKernel) instead would make the scope unnecessary here.
         let _scope = self.enter(stream.device)?;
         call!(
             self.driver,
