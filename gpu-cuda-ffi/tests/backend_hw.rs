@@ -1,6 +1,7 @@
 //! The CUDA backend on real hardware: every trait method at least once, with the calling
-//! thread's current context checked after each call, the runtime under a context the program
-//! created itself, then the backend-generic conformance suite. Without a driver library (or
+//! thread's current context checked after each call, a launch from threads with no context or
+//! another context current, the runtime under a context the program created itself, then the
+//! backend-generic conformance suite. Without a driver library (or
 //! without a device) each test says it skipped and passes.
 
 use core::ptr;
@@ -611,6 +612,88 @@ fn a_foreign_current_context_is_put_back_after_runtime_calls() {
     assert_eq!(context_of_thread(driver), foreign.raw, "shutdown");
     eprintln!("foreign context: put back after every runtime call");
     drop(foreign);
+}
+
+/// Launches fill_u32 through the backend on the calling thread over a device 0 buffer filled
+/// with another pattern first, reads the words back on the host, and checks that neither the
+/// launch nor the calls around it changed the thread's current context. `situation` says
+/// which context the caller had current, for the messages.
+fn fill_through_the_backend(b: &CudaBackend, situation: &str) {
+    let before = current_context(b);
+    let words = 4099usize;
+    let value = 0x5eed_1234u32;
+    let stream = b.stream_create(D0).unwrap();
+    let data = b
+        .allocate(D0, MemoryKind::Device, 4 * words)
+        .unwrap()
+        .unwrap();
+    // SAFETY: the whole live allocation.
+    unsafe { b.fill(stream, data, 0xee, 4 * words) }.unwrap();
+    let fill = b.kernel(D0, "fill_u32").unwrap();
+    let args = [
+        KernelArg::Ptr(data),
+        KernelArg::U32(value),
+        KernelArg::U64(words as u64),
+    ];
+    // SAFETY: the kernel writes `words` words at `data`: the whole live allocation.
+    kept!(b, unsafe {
+        b.launch(stream, fill, LaunchDims::linear(4, 256), &args)
+    })
+    .unwrap();
+    // SAFETY: the live allocation of `words` words.
+    let back = unsafe { read_words(b, stream, data, words) };
+    assert!(
+        back.iter().all(|&word| word == value),
+        "{situation}: fill_u32 left a word other than {value:#x}"
+    );
+    b.free(D0, MemoryKind::Device, data, None).unwrap();
+    b.stream_destroy(stream).unwrap();
+    assert_eq!(
+        current_context(b),
+        before,
+        "{situation}: the thread's current context changed"
+    );
+}
+
+#[test]
+fn a_launch_works_with_no_context_current_and_with_another_context_current() {
+    let Some(backend) = open() else { return };
+    let b = &backend;
+    // Each situation on a thread of its own, which starts with no context current.
+    std::thread::scope(|threads| {
+        threads.spawn(|| {
+            assert!(current_context(b).is_null(), "a new thread has no context");
+            fill_through_the_backend(b, "no context current");
+            assert!(current_context(b).is_null());
+        });
+        if b.device_count() >= 2 {
+            threads.spawn(|| {
+                let device_1 = DeviceId(1);
+                b.set_current_device(Some(device_1)).unwrap();
+                let other = b.primary_context(device_1).unwrap();
+                assert_eq!(current_context(b), other);
+                fill_through_the_backend(b, "device 1's primary context current");
+                assert_eq!(current_context(b), other);
+                b.set_current_device(None).unwrap();
+            });
+        } else {
+            eprintln!("launch under device 1's primary context: skipped: one device");
+        }
+        threads.spawn(|| {
+            let Some(foreign) = ForeignContext::create(b) else {
+                return;
+            };
+            assert_eq!(
+                current_context(b),
+                foreign.raw,
+                "cuCtxCreate made it current"
+            );
+            fill_through_the_backend(b, "a context the test created current");
+            assert_eq!(current_context(b), foreign.raw);
+            drop(foreign);
+        });
+    });
+    eprintln!("launch with no context or another context current: ran");
 }
 
 #[test]
