@@ -4,12 +4,16 @@
 //! - a join of two chains (one event record and one wait) against raw record + wait;
 //! - the device guard, switching and not switching, against one raw current-device query
 //!   and one raw save of the current state (what the guard does first);
-//! - a worker hand-off round trip (submit an empty action and wait for it).
+//! - a worker hand-off round trip (submit an empty action and wait for it);
+//! - an allocation hit (alloc + free of a cached size) through the runtime against the same
+//!   pair on a bare `DeviceAllocator` (no lock, a fake driver): what the runtime's memory lock,
+//!   buffer and use list cost.
 
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use gpu_core::allocator::MemoryKind;
+use gpu_core::allocator::model::{FakeDriver, capabilities};
+use gpu_core::allocator::{AllocRequest, AllocatorConfig, DeviceAllocator, MemoryKind, Release};
 use gpu_core::backend::Backend;
 use gpu_core::host::{HostBackend, HostConfig};
 use gpu_core::runtime::{Runtime, with_device};
@@ -139,5 +143,35 @@ fn worker(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, operations, guard, worker);
+fn allocation_hit(c: &mut Criterion) {
+    const SIZE: usize = 64 << 10;
+    let mut group = c.benchmark_group("allocation_hit");
+    let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(2))).unwrap();
+    rt.free(rt.alloc(D0, MemoryKind::Device, SIZE).unwrap())
+        .unwrap();
+    group.bench_function("runtime_alloc_free", |b| {
+        b.iter(|| {
+            let buffer = rt.alloc(D0, MemoryKind::Device, black_box(SIZE)).unwrap();
+            rt.free(black_box(buffer)).unwrap();
+        })
+    });
+    let mut driver = FakeDriver::new(1 << 40);
+    let mut allocator = DeviceAllocator::new(
+        D0,
+        capabilities([true; 3], true),
+        AllocatorConfig::default(),
+    );
+    group.bench_function("bare_allocator_alloc_free", |b| {
+        b.iter(|| {
+            let request = AllocRequest::new(MemoryKind::Device, black_box(SIZE));
+            let allocation = allocator.allocate(&mut driver, &request).unwrap();
+            allocator
+                .free(&mut driver, black_box(allocation.handle), Release::Idle)
+                .unwrap();
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, operations, guard, worker, allocation_hit);
 criterion_main!(benches);

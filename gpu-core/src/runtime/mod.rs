@@ -181,6 +181,7 @@ impl<B: Backend> Runtime<B> {
     }
 
     /// Locks `device`'s memory.
+    #[inline]
     fn memory(&self, device: DeviceId) -> Result<MemoryGuard<'_, B>> {
         self.memory
             .get(device.index())
@@ -240,13 +241,14 @@ impl<B: Backend> Runtime<B> {
     /// the host, for host kinds). Served from the cache when it can be, under the device's
     /// memory lock alone: allocations and frees keep working on a runtime that refuses work
     /// ([`Error::RuntimePoisoned`]), since the allocator orders reuse with its own events.
+    #[inline]
     pub fn alloc(&self, device: DeviceId, kind: MemoryKind, size: usize) -> Result<Buffer<'_, B>> {
         let allocation = self.memory(device)?.allocate(
             &self.backend,
             Streams::OnDemand(&self.state),
             &AllocRequest::new(kind, size),
         )?;
-        Ok(Buffer::new(self, device, kind, &allocation, size))
+        Ok(Buffer::new(self, device, &allocation, size))
     }
 
     /// Allocates `size` bytes of `kind` on `device` in stream order after `after`: the buffer
@@ -278,7 +280,7 @@ impl<B: Backend> Runtime<B> {
         let (allocation, stream) = served.ok_or_else(|| Error::UnknownStream {
             stream: StreamId(u32::MAX),
         })?;
-        let mut buffer = Buffer::new(self, device, kind, &allocation, size);
+        let mut buffer = Buffer::new(self, device, &allocation, size);
         // The memory exists in that stream's order: even unused, it is freed after that point.
         buffer.uses.get_mut().push(stream);
         Ok((buffer, token))
@@ -286,19 +288,21 @@ impl<B: Backend> Runtime<B> {
 
     /// Frees `buffer` now, reporting a failure (dropping it frees it too, silently). The memory
     /// goes back to the cache, reused only after every stream that used it is done with it.
+    #[inline]
     pub fn free(&self, buffer: Buffer<'_, B>) -> Result<()> {
         buffer.release()
     }
 
-    fn release_buffer(&self, buffer: &mut Buffer<'_, B>) -> Result<()> {
-        // The buffer is ours alone now: its use list needs no lock.
-        let uses = buffer.uses.get_mut();
-        self.memory(buffer.device)?.free(
-            &self.backend,
-            Streams::OnDemand(&self.state),
-            buffer.handle,
-            uses,
-        )
+    /// Frees a buffer's block after the streams in `uses` (taken from the buffer, which is
+    /// being dropped: no span of it is left).
+    fn release_block(
+        &self,
+        device: DeviceId,
+        handle: BlockHandle,
+        uses: &[StreamId],
+    ) -> Result<()> {
+        self.memory(device)?
+            .free(&self.backend, Streams::OnDemand(&self.state), handle, uses)
     }
 
     /// Gives cached memory of every device back to the driver (retrying frees the driver
@@ -868,31 +872,26 @@ impl<'a> Arg<'a> {
 pub struct Buffer<'rt, B: Backend> {
     runtime: &'rt Runtime<B>,
     device: DeviceId,
-    kind: MemoryKind,
     handle: BlockHandle,
     address: usize,
     size: usize,
     uses: UseList,
-    released: bool,
 }
 
 impl<'rt, B: Backend> Buffer<'rt, B> {
     fn new(
         runtime: &'rt Runtime<B>,
         device: DeviceId,
-        kind: MemoryKind,
         allocation: &Allocation,
         size: usize,
     ) -> Self {
         Self {
             runtime,
             device,
-            kind,
             handle: allocation.handle,
             address: allocation.address,
             size,
             uses: UseList::new(Vec::new()),
-            released: false,
         }
     }
 
@@ -903,7 +902,7 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
 
     /// The kind of memory.
     pub fn kind(&self) -> MemoryKind {
-        self.kind
+        self.handle.kind()
     }
 
     /// The buffer's size in bytes (as asked for).
@@ -919,7 +918,7 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
     /// The part `[offset, offset + len)` of the buffer, for operations.
     pub fn span(&self, offset: usize, len: usize) -> Result<Span<'_>> {
         check_bounds(offset, len, self.size)?;
-        let device = (self.kind == MemoryKind::Device).then_some(self.device);
+        let device = (self.kind() == MemoryKind::Device).then_some(self.device);
         Ok(Span {
             address: self.address + offset,
             len,
@@ -930,7 +929,7 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
 
     /// The whole buffer, for operations.
     pub fn all(&self) -> Span<'_> {
-        let device = (self.kind == MemoryKind::Device).then_some(self.device);
+        let device = (self.kind() == MemoryKind::Device).then_some(self.device);
         Span {
             address: self.address,
             len: self.size,
@@ -975,28 +974,28 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
     }
 
     fn check_host_access(&self, offset: usize, len: usize) -> Result<()> {
-        if self.kind == MemoryKind::Device {
+        if self.kind() == MemoryKind::Device {
             return Err(Error::KindUnsupported {
                 device: self.device,
-                kind: self.kind,
+                kind: self.kind(),
             });
         }
         check_bounds(offset, len, self.size)
     }
 
-    fn release(mut self) -> Result<()> {
-        self.released = true;
-        self.runtime.release_buffer(&mut self)
+    #[inline]
+    fn release(self) -> Result<()> {
+        // Freed here, so not again by `drop`; the use list is the one field that owns memory.
+        let mut this = core::mem::ManuallyDrop::new(self);
+        let uses = core::mem::take(this.uses.get_mut());
+        this.runtime.release_block(this.device, this.handle, &uses)
     }
 }
 
 impl<B: Backend> Drop for Buffer<'_, B> {
     fn drop(&mut self) {
-        if !self.released {
-            // Errors cannot be reported from a drop; `Runtime::free` reports them.
-            let runtime = self.runtime;
-            let _ = runtime.release_buffer(self);
-        }
+        // Errors cannot be reported from a drop; `Runtime::free` reports them.
+        let _ = (self.runtime).release_block(self.device, self.handle, self.uses.get_mut());
     }
 }
 
