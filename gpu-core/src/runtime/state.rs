@@ -36,6 +36,10 @@ struct LoadedKernel<K> {
     allowed_bytes: u32,
 }
 
+/// Where a loaded kernel sits in the state: what a [`super::Kernel`] handle holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct KernelIndex(u32);
+
 pub(crate) struct State<B: Backend> {
     pub(crate) planner: Planner,
     /// Steps being carried out (a reused buffer).
@@ -44,8 +48,11 @@ pub(crate) struct State<B: Backend> {
     streams: Vec<StreamSlot<B::Stream>>,
     /// Driver events of the planner's event ids, with their devices.
     events: Vec<Option<(DeviceId, B::Event)>>,
-    /// Loaded kernels by name, then by device: looked up by `&str` with no allocation.
-    kernels: hashbrown::HashMap<String, Vec<Option<LoadedKernel<B::Kernel>>>>,
+    /// Indices of loaded kernels by name, then by device: looked up by `&str` with no
+    /// allocation, once per handle.
+    kernel_names: hashbrown::HashMap<String, Vec<Option<KernelIndex>>>,
+    /// Loaded kernels, in loading order.
+    kernels: Vec<LoadedKernel<B::Kernel>>,
     next_op: u32,
     /// Set when a failed record or wait left stream ordering unknown.
     pub(crate) poisoned: Option<Error>,
@@ -69,7 +76,8 @@ impl<B: Backend> State<B> {
             steps: Vec::new(),
             streams: Vec::new(),
             events: Vec::new(),
-            kernels: hashbrown::HashMap::new(),
+            kernel_names: hashbrown::HashMap::new(),
+            kernels: Vec::new(),
             next_op: 0,
             poisoned: None,
             counts: Counts::default(),
@@ -121,7 +129,7 @@ impl<B: Backend> State<B> {
     /// Carries out the planner's pending steps in order; stops at the first failure.
     pub(crate) fn execute(&mut self, backend: &B, work: &mut Work<'_, B>) -> Result<()> {
         let mut steps = core::mem::take(&mut self.steps);
-        steps.extend(self.planner.drain_steps());
+        self.planner.take_steps(&mut steps);
         let mut result = Ok(());
         for &step in &steps {
             result = self.carry_out(backend, step, work);
@@ -267,40 +275,61 @@ impl<B: Backend> State<B> {
         }
     }
 
-    /// The kernel `name` loaded on `device`, allowed `bytes` of dynamic workgroup memory.
-    pub(crate) fn kernel(
+    /// Kernel `name` of the backend's library on `device`, loaded at the first call.
+    pub(crate) fn load_kernel(
         &mut self,
         backend: &B,
         device: DeviceId,
         name: &str,
-        bytes: u32,
         info: &DeviceInfo,
-    ) -> Result<B::Kernel> {
+    ) -> Result<KernelIndex> {
         let slot = device.index();
-        let cached = self
-            .kernels
+        if let Some(index) = self
+            .kernel_names
             .get(name)
-            .and_then(|by_device| by_device.get(slot).copied().flatten());
-        let loaded = match cached {
-            Some(loaded) if bytes <= loaded.allowed_bytes => return Ok(loaded.kernel),
-            Some(loaded) => loaded,
-            None => LoadedKernel {
-                kernel: with_device(backend, device, || backend.kernel(device, name))?,
-                allowed_bytes: info.workgroup.default_per_block,
-            },
-        };
-        let mut loaded = loaded;
-        if bytes > loaded.allowed_bytes {
-            with_device(backend, device, || {
-                backend.kernel_allow_workgroup_bytes(loaded.kernel, bytes)
-            })?;
-            loaded.allowed_bytes = bytes;
+            .and_then(|by_device| by_device.get(slot).copied().flatten())
+        {
+            return Ok(index);
         }
-        let by_device = self.kernels.entry(name.to_string()).or_default();
+        let kernel = with_device(backend, device, || backend.kernel(device, name))?;
+        let index = KernelIndex(self.kernels.len() as u32);
+        self.kernels.push(LoadedKernel {
+            kernel,
+            allowed_bytes: info.workgroup.default_per_block,
+        });
+        let by_device = self.kernel_names.entry(name.to_string()).or_default();
         if by_device.len() <= slot {
             by_device.resize(slot + 1, None);
         }
-        by_device[slot] = Some(loaded);
+        by_device[slot] = Some(index);
+        Ok(index)
+    }
+
+    /// The loaded kernel at `index` (of `device`), allowed `bytes` of dynamic workgroup memory
+    /// first if that is more than it has been (the opt-in above the default limit).
+    #[inline]
+    pub(crate) fn kernel_for(
+        &mut self,
+        backend: &B,
+        device: DeviceId,
+        index: KernelIndex,
+        bytes: u32,
+    ) -> Result<B::Kernel> {
+        let loaded = self
+            .kernels
+            .get_mut(index.0 as usize)
+            // Handles come only from this state, which never unloads: not reached.
+            .ok_or_else(|| Error::UnknownKernel {
+                backend: backend.name(),
+                name: String::from("(a handle this runtime did not make)"),
+            })?;
+        if bytes > loaded.allowed_bytes {
+            let kernel = loaded.kernel;
+            with_device(backend, device, || {
+                backend.kernel_allow_workgroup_bytes(kernel, bytes)
+            })?;
+            loaded.allowed_bytes = bytes;
+        }
         Ok(loaded.kernel)
     }
 
@@ -350,7 +379,7 @@ impl<B: Backend> State<B> {
         }
         self.planner.drain_pools();
         let mut steps = core::mem::take(&mut self.steps);
-        steps.extend(self.planner.drain_steps());
+        self.planner.take_steps(&mut steps);
         for step in steps.drain(..) {
             note(self.carry_out(backend, step, &mut no_work));
         }

@@ -409,6 +409,16 @@ impl Planner {
         self.steps.drain(..)
     }
 
+    /// Moves the planned steps to the end of `into`. When `into` is empty the two buffers are
+    /// swapped (no step is copied, and the planner keeps `into`'s allocation for next time).
+    pub fn take_steps(&mut self, into: &mut Vec<PlanStep>) {
+        if into.is_empty() {
+            core::mem::swap(&mut self.steps, into);
+        } else {
+            into.append(&mut self.steps);
+        }
+    }
+
     /// The stream of a live token's point: the stream it owns, or the stream a fork branch's
     /// event was recorded on.
     pub fn stream_of(&self, token: &Token) -> Result<StreamId> {
@@ -429,6 +439,12 @@ impl Planner {
                 device_count: self.device_count,
             });
         }
+        if let [only] = deps.as_slice()
+            && let Some(token) = self.continue_chain(op, device, only.id())?
+        {
+            deps.clear();
+            return Ok(token);
+        }
         self.validate_all(deps)?;
         if deps.is_empty() {
             self.check_room(1)?;
@@ -436,6 +452,32 @@ impl Planner {
         let token = self.schedule(Some(op), Some(device));
         deps.clear();
         Ok(token)
+    }
+
+    /// The most common plan, made without the general one's bookkeeping (what `schedule`
+    /// would do for it, step for step): one dependency that owns a stream of `device`, so the
+    /// operation runs next on that stream and nothing waits. `Ok(None)` for any other case.
+    #[inline]
+    fn continue_chain(&mut self, op: OpId, device: DeviceId, id: TokenId) -> Result<Option<Token>> {
+        let slot = self.validate(id)?;
+        let stream = self.tokens[slot as usize].stream;
+        if self.tokens[slot as usize].hold != Hold::Stream
+            || self.streams[stream.index()].device != device
+        {
+            return Ok(None);
+        }
+        self.free_slot(slot);
+        self.steps.push(PlanStep::Run { op, device, stream });
+        self.advance(stream);
+        let state = &self.streams[stream.index()];
+        let point = Point {
+            hold: Hold::Stream,
+            stream,
+            position: state.clock.entries[stream.index()],
+            time: state.tail_time,
+            producer: Some(op),
+        };
+        Ok(Some(self.new_token(point)))
     }
 
     /// Joins `deps` into one token, without an operation: the result lives on one input's
