@@ -16,7 +16,9 @@ use std::time::Instant;
 
 use gpu_runtime::allocator::MemoryKind;
 use gpu_runtime::backend::{Backend, LaunchDims};
-use gpu_runtime::runtime::{Arg, Buffer, RecordingBackend, Runtime, RuntimeConfig, RuntimeStats};
+use gpu_runtime::runtime::{
+    Arg, Buffer, Kernel, RecordingBackend, Runtime, RuntimeConfig, RuntimeStats,
+};
 use gpu_runtime::token::Token;
 use gpu_runtime::{DeviceId, Error, Result, WithBackend, with_best_backend};
 
@@ -115,6 +117,11 @@ fn run<B: Backend>(rt: &Runtime<B>, p: &Pipeline) -> Result<RuntimeStats> {
     let mut output = vec![0u8; bytes];
     let locked = rt.lock_host(&mut output)?;
 
+    // Kernels are looked up by name once per device; the loop launches the handles.
+    let kernels = |name| -> Result<Vec<Kernel<'_, B>>> {
+        devices.iter().map(|&d| rt.kernel(d, name)).collect()
+    };
+    let (fill, axpy) = (kernels("fill_u32")?, kernels("axpy_f32")?);
     let mut pending: Vec<(usize, Token)> = Vec::with_capacity(chunks);
     let mut gathered: Vec<Token> = Vec::with_capacity(chunks);
     for c in 0..chunks {
@@ -126,9 +133,7 @@ fn run<B: Backend>(rt: &Runtime<B>, p: &Pipeline) -> Result<RuntimeStats> {
         let uploaded = rt.copy(d, x_chunk, staging.span(offset, len)?, &mut vec![])?;
         // SAFETY: the kernel touches its count of words (or words per group) of its spans, which fit.
         let initialised = unsafe {
-            rt.launch(
-                d,
-                "fill_u32",
+            fill[slot].launch(
                 LaunchDims::linear(64, 256),
                 &[
                     Arg::Span(y_chunk),
@@ -140,9 +145,7 @@ fn run<B: Backend>(rt: &Runtime<B>, p: &Pipeline) -> Result<RuntimeStats> {
         }?;
         // SAFETY: the kernel touches its count of words (or words per group) of its spans, which fit.
         let computed = unsafe {
-            rt.launch(
-                d,
-                "axpy_f32",
+            axpy[slot].launch(
                 LaunchDims::linear(64, 256),
                 &[
                     Arg::F32(A),

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::{Backend, LaunchDims};
-use gpu_core::host::{CallKind, HostBackend, HostConfig};
+use gpu_core::host::{CallKind, HostBackend, HostConfig, HostErrorCode};
 use gpu_core::runtime::{
     Arg, DeviceGuard, LiveObjects, RecordingBackend, Runtime, RuntimeConfig, restore_failures,
     with_device,
@@ -384,4 +384,57 @@ fn threads_sharing_a_runtime_get_their_data_back_and_leak_nothing() {
     assert!(report.program.unwaited.is_empty(), "{report:?}");
     assert_eq!(backend.live(), LiveObjects::default());
     assert_eq!(backend.defects(), vec![]);
+}
+
+/// A kernel handle loads once per device, opts in above the default workgroup limit once per
+/// larger size, and refuses spans of another device; unknown names are typed errors.
+#[test]
+fn kernel_handles_load_once_and_opt_in_once_per_size() {
+    let rt = runtime();
+    let unknown = rt.kernel(D0, "no_such_kernel").err().unwrap();
+    assert_eq!(HostErrorCode::of(&unknown), Some(HostErrorCode::NotFound));
+    let before = rt.backend().calls();
+    let fill = rt.kernel(D0, "fill_u32").unwrap();
+    let again = rt.kernel(D0, "fill_u32").unwrap();
+    assert_eq!(fill.device(), D0);
+    let buffer = rt.alloc(D0, MemoryKind::Device, 1024).unwrap();
+    let default = rt.device_info(D0).unwrap().workgroup.default_per_block;
+    let mut chain = vec![];
+    for (handle, bytes) in [
+        (fill, 0),
+        (again, default),
+        (fill, default + 4),
+        (again, default + 4),
+        (fill, default + 8),
+    ] {
+        let dims = LaunchDims {
+            dynamic_workgroup_bytes: bytes,
+            ..LaunchDims::linear(1, 256)
+        };
+        let args = [Arg::Span(buffer.all()), Arg::U32(bytes), Arg::U64(256)];
+        // SAFETY: fill_u32 writes its count of words (256 of 4 bytes) of the 1 KiB span.
+        let token = unsafe { handle.launch(dims, &args, &mut chain) }.unwrap();
+        chain.push(token);
+    }
+    let mut back = vec![0u8; 1024];
+    rt.download(D0, &mut back, buffer.all(), &mut chain)
+        .unwrap();
+    let last = (default + 8).to_le_bytes();
+    assert!(back.chunks_exact(4).all(|word| word == last));
+    let calls = rt.backend().calls().since(&before);
+    assert_eq!(calls.of(CallKind::KernelLoad), 1);
+    assert_eq!(calls.of(CallKind::KernelAllowWorkgroupBytes), 2);
+    assert_eq!(calls.of(CallKind::Launch), 5);
+
+    let elsewhere = rt.alloc(D1, MemoryKind::Device, 1024).unwrap();
+    let args = [Arg::Span(elsewhere.all()), Arg::U32(1), Arg::U64(256)];
+    // SAFETY: refused before anything runs.
+    let refused = unsafe { fill.launch(LaunchDims::linear(1, 256), &args, &mut vec![]) };
+    assert!(matches!(
+        refused,
+        Err(Error::WrongDevice {
+            expected: D0,
+            found: D1
+        })
+    ));
 }

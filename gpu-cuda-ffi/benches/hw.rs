@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use gpu_core::allocator::MemoryKind;
-use gpu_core::backend::{Backend, LaunchDims};
+use gpu_core::backend::{Backend, KernelArg, LaunchDims};
 use gpu_core::runtime::{Arg, Runtime, RuntimeConfig};
 use gpu_core::token::Token;
 use gpu_core::{DeviceId, Error};
@@ -1073,6 +1073,8 @@ fn kernel_launch(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
     // The same CUfunction the runtime launches: the backend loads the library once per device.
     let function = rt.backend().kernel(D0, "fill_u32")?.raw();
     let stream = RawStream::new(driver)?;
+    // Each side resolves its kernel once, as the raw side holds its CUfunction.
+    let fill = rt.kernel(D0, "fill_u32")?;
     let (launches, batches) = (Cell::new(0u64), Cell::new(0u64));
     let before = rt.stats();
     let ours = |calls: usize, until: Until| -> Outcome<Duration> {
@@ -1085,7 +1087,7 @@ fn kernel_launch(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
         let start = Instant::now();
         for _ in 0..calls {
             // SAFETY: the kernel touches its count of words of its span, which fit.
-            let token = unsafe { rt.launch(D0, "fill_u32", dims, &args, &mut chain) }?;
+            let token = unsafe { fill.launch(dims, &args, &mut chain) }?;
             chain.push(token);
         }
         let enqueued = start.elapsed();
@@ -1098,6 +1100,29 @@ fn kernel_launch(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
         Ok(match until {
             Until::Enqueued => enqueued,
             Until::Completed => completed,
+        })
+    };
+    // The backend alone (no planner, no state lock, no use list) on a stream of its own: splits
+    // the gap between ours and raw into the runtime's part and the backend's part.
+    let backend = rt.backend();
+    let kernel = backend.kernel(D0, "fill_u32")?;
+    let backend_stream = backend.stream_create(D0)?;
+    let kernel_args = [
+        KernelArg::Ptr(buffer.address()),
+        KernelArg::U32(7),
+        KernelArg::U64(u64::from(WORDS)),
+    ];
+    let backend_only = |calls: usize, until: Until| -> Outcome<Duration> {
+        let start = Instant::now();
+        for _ in 0..calls {
+            // SAFETY: the kernel writes its count of words of the buffer, which fit.
+            unsafe { backend.launch(backend_stream, kernel, dims, &kernel_args) }?;
+        }
+        let enqueued = start.elapsed();
+        backend.stream_synchronize(backend_stream)?;
+        Ok(match until {
+            Until::Enqueued => enqueued,
+            Until::Completed => start.elapsed(),
         })
     };
     let raw = |calls: usize, until: Until| -> Outcome<Duration> {
@@ -1132,12 +1157,14 @@ fn kernel_launch(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
             Until::Completed => start.elapsed(),
         })
     };
-    let [ours_completed, raw_completed] = plan.interleaved(
+    let [ours_completed, backend_completed, raw_completed] = plan.interleaved(
         31,
         1000,
-        [&mut |calls| ours(calls, Until::Completed), &mut |calls| {
-            raw(calls, Until::Completed)
-        }],
+        [
+            &mut |calls| ours(calls, Until::Completed),
+            &mut |calls| backend_only(calls, Until::Completed),
+            &mut |calls| raw(calls, Until::Completed),
+        ],
     )?;
     let [ours_enqueued, raw_enqueued] = plan.interleaved(
         31,
@@ -1146,6 +1173,7 @@ fn kernel_launch(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
             raw(calls, Until::Enqueued)
         }],
     )?;
+    backend.stream_destroy(backend_stream)?;
     let after = rt.stats();
     let label = "launch fill_u32 (1 x 256 threads, 1 KiB) after the previous token, chained";
     report.row(
@@ -1156,6 +1184,24 @@ fn kernel_launch(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
         raw_completed,
         None,
         Target::WithinPercent(10.0),
+    );
+    report.row(
+        "7",
+        format!("{label}, until the work completed"),
+        ours_completed,
+        "CudaBackend::launch of the same kernel on one stream (the runtime's part of the gap)",
+        backend_completed,
+        None,
+        Target::None,
+    );
+    report.row(
+        "7",
+        "CudaBackend::launch on one stream, until the work completed",
+        backend_completed,
+        "cuLaunchKernel of the same CUfunction on one stream (the backend's part of the gap)",
+        raw_completed,
+        None,
+        Target::None,
     );
     report.row(
         "7",

@@ -32,7 +32,7 @@ use crate::token::{ProgramReport, Token};
 use drivers::{HostPins, Streams};
 use lock::BackoffMutex;
 use memory::{DeviceMemory, MemoryGuard};
-use state::State;
+use state::{KernelIndex, State};
 
 pub use guard::{DeviceGuard, restore_failures, with_device};
 pub use recording::{LiveObjects, RecordingBackend};
@@ -416,15 +416,25 @@ impl<B: Backend> Runtime<B> {
         )
     }
 
-    /// Enqueues kernel `name` of the backend's kernel library on `device`. A dynamic workgroup
-    /// size above the device's default limit is opted in first (once per kernel and size).
+    /// Kernel `name` of the backend's kernel library on `device`, loaded at the first call: a
+    /// handle to launch it by, with no lookup by name on each launch.
+    pub fn kernel(&self, device: DeviceId, name: &str) -> Result<Kernel<'_, B>> {
+        let info = self.device_info(device)?;
+        let index = self
+            .state()?
+            .load_kernel(&self.backend, device, name, info)?;
+        Ok(Kernel {
+            runtime: self,
+            device,
+            index,
+        })
+    }
+
+    /// Enqueues kernel `name` of the backend's kernel library on `device`: [`Runtime::kernel`]
+    /// then [`Kernel::launch`] (keep the handle to launch a kernel often).
     ///
     /// # Safety
-    /// The runtime keeps every span argument alive and ordered until the kernel has finished,
-    /// but how far the kernel reaches past each span's address is decided by the kernel and
-    /// its other arguments (a count, a words-per-group), which the runtime cannot know: the
-    /// caller guarantees that the kernel touches only bytes inside the spans it is given (the
-    /// host backend checks this and fails the launch; a GPU driver does not).
+    /// As for [`Kernel::launch`].
     pub unsafe fn launch(
         &self,
         device: DeviceId,
@@ -433,48 +443,8 @@ impl<B: Backend> Runtime<B> {
         args: &[Arg<'_>],
         after: &mut Vec<Token>,
     ) -> Result<Token> {
-        let info = self.device_info(device)?;
-        for span in args.iter().filter_map(Arg::span) {
-            span.check_device(device)?;
-        }
-        // Up to 16 arguments go on the stack: a launch is a hot path.
-        let mut on_stack = [KernelArg::U32(0); 16];
-        let on_heap: Vec<KernelArg>;
-        let values: &[KernelArg] = if args.len() <= on_stack.len() {
-            for (value, arg) in on_stack.iter_mut().zip(args) {
-                *value = arg.value();
-            }
-            &on_stack[..args.len()]
-        } else {
-            on_heap = args.iter().map(Arg::value).collect();
-            &on_heap
-        };
-        let mut state = self.state()?;
-        let kernel = state.kernel(
-            &self.backend,
-            device,
-            name,
-            dims.dynamic_workgroup_bytes,
-            info,
-        )?;
-        let note = |stream| {
-            args.iter()
-                .filter_map(Arg::span)
-                .for_each(|span| span.note_use(stream))
-        };
-        Self::run_planned(
-            &mut state,
-            &self.backend,
-            device,
-            after,
-            &note,
-            |backend, stream| {
-                // SAFETY: every pointer argument is the address of a span (no `Arg` holds a raw
-                // address), kept valid as in `copy` until the stream noted on it has finished; the
-                // caller guarantees (this function's contract) that the kernel stays inside them.
-                unsafe { backend.launch(stream, kernel, dims, values) }
-            },
-        )
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.kernel(device, name)?.launch(dims, args, after) }
     }
 
     /// Plans one operation on `device`, runs `work` on its stream, and notes the stream on
@@ -864,6 +834,88 @@ impl<'a> Arg<'a> {
             Arg::U64(v) => KernelArg::U64(v),
             Arg::F32(v) => KernelArg::F32(v),
         }
+    }
+}
+
+/// A kernel loaded on one device of a runtime, from [`Runtime::kernel`]. Copy it freely: it
+/// borrows the runtime.
+pub struct Kernel<'rt, B: Backend> {
+    runtime: &'rt Runtime<B>,
+    device: DeviceId,
+    index: KernelIndex,
+}
+
+// Copy whatever `B` is (a derive would ask `B: Copy`): a reference and two small ids.
+impl<B: Backend> Clone for Kernel<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Backend> Copy for Kernel<'_, B> {}
+
+impl<B: Backend> Kernel<'_, B> {
+    /// The device the kernel is loaded on.
+    pub fn device(&self) -> DeviceId {
+        self.device
+    }
+
+    /// Enqueues the kernel on its device after `after`. A dynamic workgroup size above the
+    /// device's default limit is opted in first (once per kernel and size).
+    ///
+    /// # Safety
+    /// The runtime keeps every span argument alive and ordered until the kernel has finished,
+    /// but how far the kernel reaches past each span's address is decided by the kernel and
+    /// its other arguments (a count, a words-per-group), which the runtime cannot know: the
+    /// caller guarantees that the kernel touches only bytes inside the spans it is given (the
+    /// host backend checks this and fails the launch; a GPU driver does not).
+    pub unsafe fn launch(
+        &self,
+        dims: LaunchDims,
+        args: &[Arg<'_>],
+        after: &mut Vec<Token>,
+    ) -> Result<Token> {
+        let (runtime, device) = (self.runtime, self.device);
+        for span in args.iter().filter_map(Arg::span) {
+            span.check_device(device)?;
+        }
+        // Up to 16 arguments go on the stack: a launch is a hot path.
+        let mut on_stack = [KernelArg::U32(0); 16];
+        let on_heap: Vec<KernelArg>;
+        let values: &[KernelArg] = if args.len() <= on_stack.len() {
+            for (value, arg) in on_stack.iter_mut().zip(args) {
+                *value = arg.value();
+            }
+            &on_stack[..args.len()]
+        } else {
+            on_heap = args.iter().map(Arg::value).collect();
+            &on_heap
+        };
+        let mut state = runtime.state()?;
+        let kernel = state.kernel_for(
+            &runtime.backend,
+            device,
+            self.index,
+            dims.dynamic_workgroup_bytes,
+        )?;
+        let note = |stream| {
+            args.iter()
+                .filter_map(Arg::span)
+                .for_each(|span| span.note_use(stream))
+        };
+        Runtime::run_planned(
+            &mut state,
+            &runtime.backend,
+            device,
+            after,
+            &note,
+            |backend, stream| {
+                // SAFETY: every pointer argument is the address of a span (no `Arg` holds a raw
+                // address), kept valid as in `copy` until the stream noted on it has finished; the
+                // caller guarantees (this function's contract) that the kernel stays inside them.
+                unsafe { backend.launch(stream, kernel, dims, values) }
+            },
+        )
     }
 }
 
