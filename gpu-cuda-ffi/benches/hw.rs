@@ -8,7 +8,9 @@
 //! destroying them; (5) a k-way join against hand-written record+wait; (6) 256 MiB copies from
 //! and to locked memory against raw async copies, and from and to pageable memory through the
 //! runtime's staging against the driver's own pageable copies; (7) a chained kernel launch
-//! against cuLaunchKernel, timed to completion and to the return of the last launch call.
+//! against cuLaunchKernel: the host's cost per launch (short batches, so that no call waits for
+//! the GPU) and the time to completion of long chains, with the backend alone and a CUkernel
+//! launch beside them to show where the difference lies.
 //!
 //! Timing: each measurement runs one untimed warm-up batch per side, then N batches of M calls
 //! per side, each batch timed with `Instant` around the calls (and the one synchronisation that
@@ -28,7 +30,7 @@
 // reads like the C it measures.
 #![allow(non_snake_case)]
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_int, c_void};
 use std::hint::black_box;
 use std::process::ExitCode;
@@ -1055,55 +1057,85 @@ fn copies(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
 /// Where a batch of launches stops its clock.
 #[derive(Clone, Copy)]
 enum Until {
-    /// When the last launch call returns: the host's enqueue time (work may still be queued).
+    /// When the last launch call returns: the host's cost (a short batch never fills the
+    /// driver's queue, so no call waits for the GPU).
     Enqueued,
-    /// When the work has completed, after the synchronisation.
+    /// When the work has completed, after the synchronisation: the GPU's time for a chain of
+    /// dependent kernels included.
     Completed,
 }
 
-/// Case 7: a chained launch of fill_u32 on a tiny buffer against cuLaunchKernel, timed to
-/// completion (the row with the target) and to the return of the last launch call (whether
-/// the chain is bound by the host or by the GPU), with the planner's counters meanwhile.
+/// Launches per batch when timing the host's cost, few enough that the driver's queue never
+/// fills (a full queue makes a launch call wait for the GPU, timing the GPU instead).
+const HOST_BATCH: usize = 64;
+
+/// Times `calls` launches (`launch`), then `finish` (the synchronisation), to `until`.
+fn time_launches(
+    calls: usize,
+    until: Until,
+    mut launch: impl FnMut() -> Outcome<()>,
+    finish: impl FnOnce() -> Outcome<()>,
+) -> Outcome<Duration> {
+    let start = Instant::now();
+    for _ in 0..calls {
+        launch()?;
+    }
+    let enqueued = start.elapsed();
+    finish()?;
+    Ok(match until {
+        Until::Enqueued => enqueued,
+        Until::Completed => start.elapsed(),
+    })
+}
+
+/// Case 7: kernel launch of fill_u32 on a tiny buffer, each launch after the previous token,
+/// against cuLaunchKernel of the same function on one stream. Four sides, interleaved: the
+/// runtime (through a kernel handle), the backend alone (splits the gap into the runtime's and
+/// the backend's part), raw cuLaunchKernel of the CUfunction, and raw cuLaunchKernel of a
+/// CUkernel (which takes its context from the stream: the backend would need no current
+/// context, at the price the row shows). Timed twice: the host's cost per launch (short
+/// batches, the row with the target) and the time to completion of long chains.
 fn kernel_launch(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
     let (rt, driver, plan) = (bench.rt, bench.driver, bench.plan);
     let cuLaunchKernel = driver.cuLaunchKernel()?;
     const WORDS: u32 = 256;
     let buffer = rt.alloc(D0, MemoryKind::Device, WORDS as usize * 4)?;
     let dims = LaunchDims::linear(1, WORDS);
-    // The same CUfunction the runtime launches: the backend loads the library once per device.
-    let function = rt.backend().kernel(D0, "fill_u32")?.raw();
     let stream = RawStream::new(driver)?;
-    // Each side resolves its kernel once, as the raw side holds its CUfunction.
+    let synchronize = || stream.synchronize();
+
+    // Ours: a handle resolved once, as the raw sides hold their function.
     let fill = rt.kernel(D0, "fill_u32")?;
-    let (launches, batches) = (Cell::new(0u64), Cell::new(0u64));
+    let args = [
+        Arg::Span(buffer.all()),
+        Arg::U32(7),
+        Arg::U64(u64::from(WORDS)),
+    ];
     let before = rt.stats();
+    let launches = Cell::new(0u64);
     let ours = |calls: usize, until: Until| -> Outcome<Duration> {
-        let args = [
-            Arg::Span(buffer.all()),
-            Arg::U32(7),
-            Arg::U64(u64::from(WORDS)),
-        ];
-        let mut chain: Vec<Token> = Vec::with_capacity(1);
-        let start = Instant::now();
-        for _ in 0..calls {
-            // SAFETY: the kernel touches its count of words of its span, which fit.
-            let token = unsafe { fill.launch(dims, &args, &mut chain) }?;
-            chain.push(token);
-        }
-        let enqueued = start.elapsed();
-        for token in chain {
-            rt.wait(token)?;
-        }
-        let completed = start.elapsed();
+        let chain = RefCell::new(Vec::<Token>::with_capacity(1));
         launches.set(launches.get() + calls as u64);
-        batches.set(batches.get() + 1);
-        Ok(match until {
-            Until::Enqueued => enqueued,
-            Until::Completed => completed,
-        })
+        time_launches(
+            calls,
+            until,
+            || {
+                let mut chain = chain.borrow_mut();
+                // SAFETY: the kernel touches its count of words of its span, which fit.
+                let token = unsafe { fill.launch(dims, &args, &mut chain) }?;
+                chain.push(token);
+                Ok(())
+            },
+            || {
+                Ok(chain
+                    .take()
+                    .into_iter()
+                    .try_for_each(|token| rt.wait(token))?)
+            },
+        )
     };
-    // The backend alone (no planner, no state lock, no use list) on a stream of its own: splits
-    // the gap between ours and raw into the runtime's part and the backend's part.
+
+    // The backend alone (no planner, no state lock, no use list) on a stream of its own.
     let backend = rt.backend();
     let kernel = backend.kernel(D0, "fill_u32")?;
     let backend_stream = backend.stream_create(D0)?;
@@ -1113,122 +1145,166 @@ fn kernel_launch(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
         KernelArg::U64(u64::from(WORDS)),
     ];
     let backend_only = |calls: usize, until: Until| -> Outcome<Duration> {
-        let start = Instant::now();
-        for _ in 0..calls {
+        time_launches(
+            calls,
+            until,
             // SAFETY: the kernel writes its count of words of the buffer, which fit.
-            unsafe { backend.launch(backend_stream, kernel, dims, &kernel_args) }?;
-        }
-        let enqueued = start.elapsed();
-        backend.stream_synchronize(backend_stream)?;
-        Ok(match until {
-            Until::Enqueued => enqueued,
-            Until::Completed => start.elapsed(),
-        })
+            || Ok(unsafe { backend.launch(backend_stream, kernel, dims, &kernel_args) }?),
+            || Ok(backend.stream_synchronize(backend_stream)?),
+        )
     };
-    let raw = |calls: usize, until: Until| -> Outcome<Duration> {
-        let mut destination = buffer.address() as u64;
-        let mut value: u32 = 7;
-        let mut count = u64::from(WORDS);
-        let mut params: [*mut c_void; 3] = [
-            (&mut destination as *mut u64).cast(),
-            (&mut value as *mut u32).cast(),
-            (&mut count as *mut u64).cast(),
-        ];
-        let start = Instant::now();
-        for _ in 0..calls {
-            cu!(cuLaunchKernel(
-                function,
-                1,
-                1,
-                1,
-                WORDS,
-                1,
-                1,
-                0,
-                stream.raw,
-                params.as_mut_ptr(),
-                ptr::null_mut()
-            ))?;
-        }
-        let enqueued = start.elapsed();
-        stream.synchronize()?;
-        Ok(match until {
-            Until::Enqueued => enqueued,
-            Until::Completed => start.elapsed(),
-        })
+
+    // Raw: the backend's CUfunction, and the same kernel as a CUkernel of a library.
+    let function = kernel.raw();
+    let cuLibraryLoadData = driver.cuLibraryLoadData()?;
+    let cuLibraryGetKernel = driver.cuLibraryGetKernel()?;
+    let cuLibraryUnload = driver.cuLibraryUnload()?;
+    let mut library = ptr::null_mut();
+    let ptx = concat!(include_str!("../kernels/kernels.ptx"), "\0");
+    cu!(cuLibraryLoadData(
+        &mut library,
+        ptx.as_ptr().cast(),
+        ptr::null_mut(),
+        ptr::null_mut(),
+        0,
+        ptr::null_mut(),
+        ptr::null_mut(),
+        0
+    ))?;
+    let mut context_free = ptr::null_mut();
+    cu!(cuLibraryGetKernel(
+        &mut context_free,
+        library,
+        c"fill_u32".as_ptr()
+    ))?;
+    let mut destination = buffer.address() as u64;
+    let mut value: u32 = 7;
+    let mut count = u64::from(WORDS);
+    let params: [*mut c_void; 3] = [
+        (&mut destination as *mut u64).cast(),
+        (&mut value as *mut u32).cast(),
+        (&mut count as *mut u64).cast(),
+    ];
+    let raw_launch = |f: sys::CUfunction| -> Outcome<()> {
+        let mut params = params;
+        Ok(cu!(cuLaunchKernel(
+            f,
+            1,
+            1,
+            1,
+            WORDS,
+            1,
+            1,
+            0,
+            stream.raw,
+            params.as_mut_ptr(),
+            ptr::null_mut()
+        ))?)
     };
-    let [ours_completed, backend_completed, raw_completed] = plan.interleaved(
-        31,
-        1000,
-        [
-            &mut |calls| ours(calls, Until::Completed),
-            &mut |calls| backend_only(calls, Until::Completed),
-            &mut |calls| raw(calls, Until::Completed),
-        ],
-    )?;
-    let [ours_enqueued, raw_enqueued] = plan.interleaved(
-        31,
-        1000,
-        [&mut |calls| ours(calls, Until::Enqueued), &mut |calls| {
-            raw(calls, Until::Enqueued)
-        }],
-    )?;
+    let raw = |calls: usize, until: Until| {
+        time_launches(calls, until, || raw_launch(function), synchronize)
+    };
+    let raw_kernel = |calls: usize, until: Until| {
+        time_launches(
+            calls,
+            until,
+            || raw_launch(context_free.cast()),
+            synchronize,
+        )
+    };
+
+    let measure = |until: Until, rounds: usize, batch: usize| {
+        plan.interleaved(
+            rounds,
+            batch,
+            [
+                &mut |calls| ours(calls, until),
+                &mut |calls| backend_only(calls, until),
+                &mut |calls| raw(calls, until),
+                &mut |calls| raw_kernel(calls, until),
+            ],
+        )
+    };
+    let [ours_host, backend_host, raw_host, raw_kernel_host] =
+        measure(Until::Enqueued, 101, HOST_BATCH)?;
+    let [ours_done, backend_done, raw_done, raw_kernel_done] = measure(Until::Completed, 31, 1000)?;
+    cu!(cuLibraryUnload(library))?;
     backend.stream_destroy(backend_stream)?;
     let after = rt.stats();
-    let label = "launch fill_u32 (1 x 256 threads, 1 KiB) after the previous token, chained";
-    report.row(
-        "7",
-        format!("{label}, until the work completed"),
-        ours_completed,
-        "cuLaunchKernel of the same CUfunction on one stream, sync per batch",
-        raw_completed,
-        None,
-        Target::WithinPercent(10.0),
-    );
-    report.row(
-        "7",
-        format!("{label}, until the work completed"),
-        ours_completed,
-        "CudaBackend::launch of the same kernel on one stream (the runtime's part of the gap)",
-        backend_completed,
-        None,
-        Target::None,
-    );
-    report.row(
-        "7",
-        "CudaBackend::launch on one stream, until the work completed",
-        backend_completed,
-        "cuLaunchKernel of the same CUfunction on one stream (the backend's part of the gap)",
-        raw_completed,
-        None,
-        Target::None,
-    );
-    report.row(
-        "7",
-        format!("{label}, until the last launch call returned"),
-        ours_enqueued,
-        "the same, until the last cuLaunchKernel returned",
-        raw_enqueued,
-        None,
-        Target::None,
-    );
+
+    let host = format!("host cost per launch ({HOST_BATCH} per batch, to the last call's return)");
+    let done = "1000 chained launches, to completion";
+    let label = "launch fill_u32 (1 x 256 threads) after the previous token, kernel handle";
+    for (scope, ours, backend, raw, raw_kernel, target) in [
+        (
+            host.as_str(),
+            ours_host,
+            backend_host,
+            raw_host,
+            raw_kernel_host,
+            Target::WithinPercent(10.0),
+        ),
+        (
+            done,
+            ours_done,
+            backend_done,
+            raw_done,
+            raw_kernel_done,
+            Target::None,
+        ),
+    ] {
+        let rows = [
+            (
+                format!("{label}: {scope}"),
+                ours,
+                "cuLaunchKernel of the same CUfunction",
+                raw,
+                target,
+            ),
+            (
+                format!("{label}: {scope}"),
+                ours,
+                "CudaBackend::launch (the runtime's part)",
+                backend,
+                Target::None,
+            ),
+            (
+                format!("CudaBackend::launch: {scope}"),
+                backend,
+                "cuLaunchKernel (the backend's part)",
+                raw,
+                Target::None,
+            ),
+            (
+                format!("cuLaunchKernel of a CUkernel: {scope}"),
+                raw_kernel,
+                "cuLaunchKernel of the CUfunction",
+                raw,
+                Target::None,
+            ),
+        ];
+        for (ours_label, ours, driver_label, driver, target) in rows {
+            report.row("7", ours_label, ours, driver_label, driver, None, target);
+        }
+    }
+    let cuCtxGetCurrent = driver.cuCtxGetCurrent()?;
+    let get_current = plan.median_per_call(31, 1000, |calls| {
+        for _ in 0..calls {
+            let mut current = ptr::null_mut();
+            cu!(cuCtxGetCurrent(&mut current))?;
+            black_box(current);
+        }
+        Ok(())
+    })?;
     report.notes.push(format!(
-        "case 7: host enqueue time / time to completion per launch: ours {} / {} ({:.0}%), \
-         raw {} / {} ({:.0}%); where the launch calls return well before the work completes, \
-         the chain is bound by the GPU and the completion row does not measure host overhead",
-        figure(ours_enqueued, None),
-        figure(ours_completed, None),
-        100.0 * ours_enqueued / ours_completed,
-        figure(raw_enqueued, None),
-        figure(raw_completed, None),
-        100.0 * raw_enqueued / raw_completed,
+        "case 7: cuCtxGetCurrent, which the backend asks before each launch, costs {} alone",
+        figure(get_current, None)
     ));
     report.notes.push(format!(
-        "case 7: the runtime's planner during {} launches in {} chains (batches): {} operations \
-         planned, {} cross-stream waits, {} event acquires, {} stream acquires (streams \
-         created: {}, events created: {})",
+        "case 7: the runtime's planner during {} launches: {} operations planned, {} \
+         cross-stream waits, {} event acquires, {} stream acquires (streams created: {}, \
+         events created: {})",
         launches.get(),
-        batches.get(),
         after.operations - before.operations,
         after.waits - before.waits,
         after.event_acquires - before.event_acquires,

@@ -16,6 +16,8 @@ pub type CUdevice = CUdevice_v1;
 pub type CUcontext = *mut CUctx_st;
 pub type CUmodule = *mut CUmod_st;
 pub type CUfunction = *mut CUfunc_st;
+pub type CUlibrary = *mut CUlib_st;
+pub type CUkernel = *mut CUkern_st;
 pub type CUevent = *mut CUevent_st;
 pub type CUstream = *mut CUstream_st;
 pub type CUmemoryPool = *mut CUmemPoolHandle_st;
@@ -26,6 +28,7 @@ pub type CUdevice_attribute_enum = ::core::ffi::c_uint;
 pub type CUpointer_attribute_enum = ::core::ffi::c_uint;
 pub type CUfunction_attribute_enum = ::core::ffi::c_uint;
 pub type CUmemorytype_enum = ::core::ffi::c_uint;
+pub type CUjit_option_enum = ::core::ffi::c_uint;
 pub type CUdriverProcAddress_flags_enum = ::core::ffi::c_uint;
 pub type CUdriverProcAddressQueryResult_enum = ::core::ffi::c_uint;
 pub type CUexecAffinityType_enum = ::core::ffi::c_uint;
@@ -36,6 +39,7 @@ pub type CUexecAffinityParam = CUexecAffinityParam_v1;
 pub type CUcigDataType_enum = ::core::ffi::c_uint;
 pub type CUctxCigParam = CUctxCigParam_st;
 pub type CUctxCreateParams = CUctxCreateParams_st;
+pub type CUlibraryOption_enum = ::core::ffi::c_uint;
 pub type cudaError_enum = ::core::ffi::c_uint;
 pub type CUmemAllocationHandleType_enum = ::core::ffi::c_uint;
 pub type CUmemLocationType_enum = ::core::ffi::c_uint;
@@ -66,6 +70,16 @@ pub struct CUmod_st {
 #[repr(C)]
 #[derive(Debug)]
 pub struct CUfunc_st {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug)]
+pub struct CUlib_st {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug)]
+pub struct CUkern_st {
     _unused: [u8; 0],
 }
 #[repr(C)]
@@ -337,6 +351,42 @@ pub const CU_MEMORYTYPE_HOST: CUmemorytype_enum = 1;
 pub const CU_MEMORYTYPE_DEVICE: CUmemorytype_enum = 2;
 pub const CU_MEMORYTYPE_ARRAY: CUmemorytype_enum = 3;
 pub const CU_MEMORYTYPE_UNIFIED: CUmemorytype_enum = 4;
+pub const CU_JIT_MAX_REGISTERS: CUjit_option_enum = 0;
+pub const CU_JIT_THREADS_PER_BLOCK: CUjit_option_enum = 1;
+pub const CU_JIT_WALL_TIME: CUjit_option_enum = 2;
+pub const CU_JIT_INFO_LOG_BUFFER: CUjit_option_enum = 3;
+pub const CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES: CUjit_option_enum = 4;
+pub const CU_JIT_ERROR_LOG_BUFFER: CUjit_option_enum = 5;
+pub const CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: CUjit_option_enum = 6;
+pub const CU_JIT_OPTIMIZATION_LEVEL: CUjit_option_enum = 7;
+pub const CU_JIT_TARGET_FROM_CUCONTEXT: CUjit_option_enum = 8;
+pub const CU_JIT_TARGET: CUjit_option_enum = 9;
+pub const CU_JIT_FALLBACK_STRATEGY: CUjit_option_enum = 10;
+pub const CU_JIT_GENERATE_DEBUG_INFO: CUjit_option_enum = 11;
+pub const CU_JIT_LOG_VERBOSE: CUjit_option_enum = 12;
+pub const CU_JIT_GENERATE_LINE_INFO: CUjit_option_enum = 13;
+pub const CU_JIT_CACHE_MODE: CUjit_option_enum = 14;
+pub const CU_JIT_NEW_SM3X_OPT: CUjit_option_enum = 15;
+pub const CU_JIT_FAST_COMPILE: CUjit_option_enum = 16;
+pub const CU_JIT_GLOBAL_SYMBOL_NAMES: CUjit_option_enum = 17;
+pub const CU_JIT_GLOBAL_SYMBOL_ADDRESSES: CUjit_option_enum = 18;
+pub const CU_JIT_GLOBAL_SYMBOL_COUNT: CUjit_option_enum = 19;
+pub const CU_JIT_LTO: CUjit_option_enum = 20;
+pub const CU_JIT_FTZ: CUjit_option_enum = 21;
+pub const CU_JIT_PREC_DIV: CUjit_option_enum = 22;
+pub const CU_JIT_PREC_SQRT: CUjit_option_enum = 23;
+pub const CU_JIT_FMA: CUjit_option_enum = 24;
+pub const CU_JIT_REFERENCED_KERNEL_NAMES: CUjit_option_enum = 25;
+pub const CU_JIT_REFERENCED_KERNEL_COUNT: CUjit_option_enum = 26;
+pub const CU_JIT_REFERENCED_VARIABLE_NAMES: CUjit_option_enum = 27;
+pub const CU_JIT_REFERENCED_VARIABLE_COUNT: CUjit_option_enum = 28;
+pub const CU_JIT_OPTIMIZE_UNUSED_DEVICE_VARIABLES: CUjit_option_enum = 29;
+pub const CU_JIT_POSITION_INDEPENDENT_CODE: CUjit_option_enum = 30;
+pub const CU_JIT_MIN_CTA_PER_SM: CUjit_option_enum = 31;
+pub const CU_JIT_MAX_THREADS_PER_BLOCK: CUjit_option_enum = 32;
+pub const CU_JIT_OVERRIDE_DIRECTIVE_VALUES: CUjit_option_enum = 33;
+pub const CU_JIT_SPLIT_COMPILE: CUjit_option_enum = 34;
+pub const CU_JIT_NUM_OPTIONS: CUjit_option_enum = 35;
 pub const CU_GET_PROC_ADDRESS_DEFAULT: CUdriverProcAddress_flags_enum = 0;
 pub const CU_GET_PROC_ADDRESS_LEGACY_STREAM: CUdriverProcAddress_flags_enum = 1;
 pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: CUdriverProcAddress_flags_enum = 2;
@@ -417,6 +467,9 @@ const _: () = {
         "Offset of field: CUctxCreateParams_st::cigParams",
     ][::core::mem::offset_of!(CUctxCreateParams_st, cigParams) - 16usize];
 };
+pub const CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE: CUlibraryOption_enum = 0;
+pub const CU_LIBRARY_BINARY_IS_PRESERVED: CUlibraryOption_enum = 1;
+pub const CU_LIBRARY_NUM_OPTIONS: CUlibraryOption_enum = 2;
 pub const CUDA_SUCCESS: cudaError_enum = 0;
 pub const CUDA_ERROR_INVALID_VALUE: cudaError_enum = 1;
 pub const CUDA_ERROR_OUT_OF_MEMORY: cudaError_enum = 2;
@@ -650,10 +703,12 @@ pub use self::CUdevice_attribute_enum as CUdevice_attribute;
 pub use self::CUpointer_attribute_enum as CUpointer_attribute;
 pub use self::CUfunction_attribute_enum as CUfunction_attribute;
 pub use self::CUmemorytype_enum as CUmemorytype;
+pub use self::CUjit_option_enum as CUjit_option;
 pub use self::CUdriverProcAddress_flags_enum as CUdriverProcAddress_flags;
 pub use self::CUdriverProcAddressQueryResult_enum as CUdriverProcAddressQueryResult;
 pub use self::CUexecAffinityType_enum as CUexecAffinityType;
 pub use self::CUcigDataType_enum as CUcigDataType;
+pub use self::CUlibraryOption_enum as CUlibraryOption;
 pub use self::cudaError_enum as CUresult;
 pub use self::CUmemAllocationHandleType_enum as CUmemAllocationHandleType;
 pub use self::CUmemLocationType_enum as CUmemLocationType;
@@ -966,6 +1021,32 @@ pub type PFN_cuLaunchKernel = unsafe extern "C" fn(
     kernelParams: *mut *mut ::core::ffi::c_void,
     extra: *mut *mut ::core::ffi::c_void,
 ) -> CUresult;
+/// `cuLibraryLoadData` as cuda.h declares it: cuGetProcAddress("cuLibraryLoadData", 12000).
+pub type PFN_cuLibraryLoadData = unsafe extern "C" fn(
+    library: *mut CUlibrary,
+    code: *const ::core::ffi::c_void,
+    jitOptions: *mut CUjit_option,
+    jitOptionsValues: *mut *mut ::core::ffi::c_void,
+    numJitOptions: ::core::ffi::c_uint,
+    libraryOptions: *mut CUlibraryOption,
+    libraryOptionValues: *mut *mut ::core::ffi::c_void,
+    numLibraryOptions: ::core::ffi::c_uint,
+) -> CUresult;
+/// `cuLibraryUnload` as cuda.h declares it: cuGetProcAddress("cuLibraryUnload", 12000).
+pub type PFN_cuLibraryUnload = unsafe extern "C" fn(library: CUlibrary) -> CUresult;
+/// `cuLibraryGetKernel` as cuda.h declares it: cuGetProcAddress("cuLibraryGetKernel", 12000).
+pub type PFN_cuLibraryGetKernel = unsafe extern "C" fn(
+    pKernel: *mut CUkernel,
+    library: CUlibrary,
+    name: *const ::core::ffi::c_char,
+) -> CUresult;
+/// `cuKernelSetAttribute` as cuda.h declares it: cuGetProcAddress("cuKernelSetAttribute", 12000).
+pub type PFN_cuKernelSetAttribute = unsafe extern "C" fn(
+    attrib: CUfunction_attribute,
+    val: ::core::ffi::c_int,
+    kernel: CUkernel,
+    dev: CUdevice,
+) -> CUresult;
 
 /// Every `CUresult` code cuda.h names, with its name, sorted by code (for binary search).
 pub const CURESULT_NAMES: &[(CUresult, &str)] = &[
@@ -1144,6 +1225,10 @@ macro_rules! cuda_entry_points {
             (cuFuncSetAttribute, c"cuFuncSetAttribute", cuFuncSetAttribute, 9000, PFN_cuFuncSetAttribute),
             (cuFuncGetAttribute, c"cuFuncGetAttribute", cuFuncGetAttribute, 2020, PFN_cuFuncGetAttribute),
             (cuLaunchKernel, c"cuLaunchKernel", cuLaunchKernel, 4000, PFN_cuLaunchKernel),
+            (cuLibraryLoadData, c"cuLibraryLoadData", cuLibraryLoadData, 12000, PFN_cuLibraryLoadData),
+            (cuLibraryUnload, c"cuLibraryUnload", cuLibraryUnload, 12000, PFN_cuLibraryUnload),
+            (cuLibraryGetKernel, c"cuLibraryGetKernel", cuLibraryGetKernel, 12000, PFN_cuLibraryGetKernel),
+            (cuKernelSetAttribute, c"cuKernelSetAttribute", cuKernelSetAttribute, 12000, PFN_cuKernelSetAttribute),
         }
     };
 }

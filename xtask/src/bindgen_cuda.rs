@@ -107,6 +107,12 @@ const FUNCTIONS: &[&str] = &[
     "cuFuncSetAttribute",
     "cuFuncGetAttribute",
     "cuLaunchKernel",
+    // Context-independent libraries: a CUkernel launched on a stream runs in the stream's
+    // context, so a launch needs no current context.
+    "cuLibraryLoadData",
+    "cuLibraryUnload",
+    "cuLibraryGetKernel",
+    "cuKernelSetAttribute",
 ];
 
 /// Types the functions take as plain integers (flags, attribute selectors), so the recursive
