@@ -130,13 +130,9 @@ impl<B: Backend> State<B> {
     pub(crate) fn execute(&mut self, backend: &B, work: &mut Work<'_, B>) -> Result<()> {
         let mut steps = core::mem::take(&mut self.steps);
         self.planner.take_steps(&mut steps);
-        let mut result = Ok(());
-        for &step in &steps {
-            result = self.carry_out(backend, step, work);
-            if result.is_err() {
-                break;
-            }
-        }
+        let result = steps
+            .iter()
+            .try_for_each(|&step| self.carry_out(backend, step, work));
         steps.clear();
         self.steps = steps;
         result
