@@ -7,18 +7,21 @@
 //! - a worker hand-off round trip (submit an empty action and wait for it);
 //! - an allocation hit (alloc + free of a cached size) through the runtime against the same
 //!   pair on a bare `DeviceAllocator` (no lock, a fake driver): what the runtime's memory lock,
-//!   buffer and use list cost.
+//!   buffer and use list cost;
+//! - a chained launch through a kernel handle on a backend whose calls do nothing
+//!   (`NullBackend`), against that backend's own launch: the runtime's cost per launch, which on
+//!   a GPU comes on top of the driver's.
 
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use gpu_core::allocator::model::{FakeDriver, capabilities};
 use gpu_core::allocator::{AllocRequest, AllocatorConfig, DeviceAllocator, MemoryKind, Release};
-use gpu_core::backend::Backend;
+use gpu_core::backend::{Backend, DeviceInfo, KernelArg, LaunchDims};
 use gpu_core::host::{HostBackend, HostConfig};
-use gpu_core::runtime::{Runtime, with_device};
+use gpu_core::runtime::{Arg, Runtime, with_device};
 use gpu_core::token::Token;
-use gpu_core::{DeviceId, Result};
+use gpu_core::{ByteRange, DeviceId, Result};
 
 const D0: DeviceId = DeviceId(0);
 const D1: DeviceId = DeviceId(1);
@@ -173,5 +176,181 @@ fn allocation_hit(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, operations, guard, worker, allocation_hit);
+/// A backend whose calls succeed and do nothing (device descriptions from the host backend's
+/// defaults), so a benchmark through it times the runtime alone.
+struct NullBackend {
+    infos: Vec<DeviceInfo>,
+    next_handle: std::sync::atomic::AtomicUsize,
+}
+
+impl NullBackend {
+    fn new() -> Self {
+        let host = HostBackend::new(HostConfig::with_devices(1));
+        Self {
+            infos: vec![host.device_info(D0).unwrap()],
+            next_handle: std::sync::atomic::AtomicUsize::new(1 << 20),
+        }
+    }
+
+    /// A fresh handle or address (`bytes` apart), never zero.
+    fn next(&self, bytes: usize) -> usize {
+        let step = bytes.next_multiple_of(4096);
+        self.next_handle
+            .fetch_add(step, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Backend for NullBackend {
+    type Stream = usize;
+    type Event = usize;
+    type Kernel = usize;
+    type SavedCurrent = ();
+    const SCOPES_ITS_CALLS: bool = true;
+
+    fn name(&self) -> &'static str {
+        "null"
+    }
+    fn device_count(&self) -> usize {
+        self.infos.len()
+    }
+    fn device_info(&self, device: DeviceId) -> Result<DeviceInfo> {
+        Ok(self.infos[device.index()].clone())
+    }
+    fn current_device(&self) -> Result<Option<DeviceId>> {
+        Ok(None)
+    }
+    fn set_current_device(&self, _: Option<DeviceId>) -> Result<()> {
+        Ok(())
+    }
+    fn save_current(&self) -> Result<()> {
+        Ok(())
+    }
+    fn restore_current(&self, _: ()) -> Result<()> {
+        Ok(())
+    }
+    fn is_current(&self, _: (), _: DeviceId) -> bool {
+        true
+    }
+    fn allocate(&self, _: DeviceId, _: MemoryKind, bytes: usize) -> Result<Option<usize>> {
+        Ok(Some(self.next(bytes)))
+    }
+    fn allocate_on_stream(&self, _: usize, _: MemoryKind, bytes: usize) -> Result<Option<usize>> {
+        Ok(Some(self.next(bytes)))
+    }
+    fn free(&self, _: DeviceId, _: MemoryKind, _: usize, _: Option<usize>) -> Result<()> {
+        Ok(())
+    }
+    fn host_register(&self, _: ByteRange, _: &mut [usize]) -> Result<()> {
+        Ok(())
+    }
+    fn host_unregister(&self, _: usize) -> Result<()> {
+        Ok(())
+    }
+    fn host_pinned_extent(&self, _: usize, _: &mut [usize]) -> Result<Option<ByteRange>> {
+        Ok(None)
+    }
+    fn stream_create(&self, _: DeviceId) -> Result<usize> {
+        Ok(self.next(1))
+    }
+    fn stream_destroy(&self, _: usize) -> Result<()> {
+        Ok(())
+    }
+    fn stream_synchronize(&self, _: usize) -> Result<()> {
+        Ok(())
+    }
+    fn event_create(&self, _: DeviceId) -> Result<usize> {
+        Ok(self.next(1))
+    }
+    fn event_destroy(&self, _: usize) -> Result<()> {
+        Ok(())
+    }
+    fn event_record(&self, _: usize, _: usize) -> Result<()> {
+        Ok(())
+    }
+    fn stream_wait_event(&self, _: usize, _: usize) -> Result<()> {
+        Ok(())
+    }
+    fn event_query(&self, _: usize) -> Result<bool> {
+        Ok(true)
+    }
+    fn event_synchronize(&self, _: usize) -> Result<()> {
+        Ok(())
+    }
+    fn device_synchronize(&self, _: DeviceId) -> Result<()> {
+        Ok(())
+    }
+    unsafe fn copy(&self, _: usize, _: usize, _: usize, _: usize) -> Result<()> {
+        Ok(())
+    }
+    unsafe fn fill(&self, _: usize, _: usize, _: u8, _: usize) -> Result<()> {
+        Ok(())
+    }
+    fn kernel(&self, _: DeviceId, _: &str) -> Result<usize> {
+        Ok(self.next(1))
+    }
+    fn kernel_allow_workgroup_bytes(&self, _: usize, _: u32) -> Result<()> {
+        Ok(())
+    }
+    unsafe fn launch(
+        &self,
+        stream: usize,
+        kernel: usize,
+        _: LaunchDims,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        black_box((stream, kernel, args));
+        Ok(())
+    }
+}
+
+fn null_backend(c: &mut Criterion) {
+    let mut group = c.benchmark_group("null_backend");
+    let rt = Runtime::new(NullBackend::new()).unwrap();
+    let buffer = rt.alloc(D0, MemoryKind::Device, 1024).unwrap();
+    let fill = rt.kernel(D0, "fill_u32").unwrap();
+    let dims = LaunchDims::linear(1, 256);
+    let args = [Arg::Span(buffer.all()), Arg::U32(7), Arg::U64(256)];
+    group.bench_function("runtime_launch_in_chain", |b| {
+        b.iter_custom(|iterations| {
+            let start = std::time::Instant::now();
+            let mut chain = Vec::with_capacity(1);
+            for i in 0..iterations {
+                // SAFETY: the null backend touches no memory.
+                let token = unsafe { fill.launch(dims, &args, &mut chain) }.unwrap();
+                chain.push(token);
+                if i as usize % BATCH == BATCH - 1 {
+                    rt.wait(chain.pop().unwrap()).unwrap();
+                }
+            }
+            if let Some(token) = chain.pop() {
+                rt.wait(token).unwrap();
+            }
+            start.elapsed()
+        })
+    });
+    let backend = rt.backend();
+    let (stream, kernel) = (
+        backend.stream_create(D0).unwrap(),
+        backend.kernel(D0, "fill_u32").unwrap(),
+    );
+    let values = [
+        KernelArg::Ptr(buffer.address()),
+        KernelArg::U32(7),
+        KernelArg::U64(256),
+    ];
+    group.bench_function("backend_launch", |b| {
+        // SAFETY: the null backend touches no memory.
+        b.iter(|| unsafe { backend.launch(black_box(stream), kernel, dims, &values) }.unwrap())
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    operations,
+    guard,
+    worker,
+    allocation_hit,
+    null_backend
+);
 criterion_main!(benches);
