@@ -438,3 +438,50 @@ fn kernel_handles_load_once_and_opt_in_once_per_size() {
         })
     ));
 }
+
+/// A thread blocked in `Runtime::wait` holds no lock: while it waits for a kernel held at a
+/// gate, another thread allocates, fills and waits for its own work on both devices.
+#[test]
+fn a_thread_waiting_for_its_token_does_not_hold_up_other_threads() {
+    let backend = HostBackend::new(HostConfig::with_devices(2));
+    let (open_tx, open_rx) = mpsc::channel::<()>();
+    let open_rx = Mutex::new(open_rx);
+    backend.register_kernel("gate", move |_, _| {
+        open_rx.lock().unwrap().recv().ok();
+        Ok(())
+    });
+    let rt = Runtime::new(backend).unwrap();
+    // SAFETY: the kernel touches no memory.
+    let gated =
+        unsafe { rt.launch(D0, "gate", LaunchDims::linear(1, 1), &[], &mut vec![]) }.unwrap();
+    let synchronizations = || rt.backend().calls().of(CallKind::StreamSynchronize);
+    let before = synchronizations();
+    std::thread::scope(|scope| {
+        let waiter = scope.spawn(|| rt.wait(gated));
+        // The waiter is inside the driver's synchronisation (blocked on the gate) from here on.
+        while synchronizations() == before {
+            std::thread::yield_now();
+        }
+        let (done_tx, done_rx) = mpsc::channel();
+        let rt = &rt;
+        scope.spawn(move || {
+            let outcome = [D0, D1].into_iter().try_for_each(|device| {
+                let buffer = rt.alloc(device, MemoryKind::Device, 4096)?;
+                let filled = rt.fill(device, buffer.all(), 3, &mut vec![])?;
+                rt.wait(filled)
+            });
+            done_tx.send(outcome).ok();
+        });
+        // Not a timing assertion: work that waited for the blocked thread would never finish.
+        let outcome = done_rx.recv_timeout(std::time::Duration::from_secs(60));
+        open_tx.send(()).unwrap();
+        assert_eq!(
+            outcome,
+            Ok(Ok(())),
+            "the other thread waited for the blocked one"
+        );
+        assert_eq!(waiter.join().unwrap(), Ok(()));
+    });
+    let report = rt.shutdown().unwrap();
+    assert!(report.program.unwaited.is_empty(), "{report:?}");
+}

@@ -229,10 +229,20 @@ impl<B: Backend> Runtime<B> {
     }
 
     /// Blocks until the work behind `token` has completed, and reports its failure if any.
+    /// The runtime's state is not locked while blocking: other threads go on submitting (the
+    /// stream or event waited on stays out of the pools until the wait ends).
     pub fn wait(&self, token: Token) -> Result<()> {
-        let mut state = self.state()?;
-        state.planner.wait(token)?;
-        state.execute(&self.backend, &mut state::no_work)
+        let (pending, host_wait) = {
+            let mut state = self.state()?;
+            let pending = state.planner.begin_wait(token)?;
+            let host_wait = state.host_wait(&pending);
+            (pending, host_wait)
+        };
+        let waited = host_wait.and_then(|host_wait| host_wait.block(&self.backend));
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.planner.end_wait(pending);
+        let released = state.execute(&self.backend, &mut state::no_work);
+        waited.and(released)
     }
 
     // ----- memory -----

@@ -13,7 +13,7 @@ use super::memory::DeviceMemory;
 use crate::backend::{Backend, DeviceInfo};
 use crate::error::{Error, Result};
 use crate::id::{DeviceId, EventId, StreamId};
-use crate::token::{OpId, PlanStep, Planner, ProgramReport, Token};
+use crate::token::{OpId, PendingWait, PlanStep, Planner, ProgramReport, Token};
 
 /// The work of one planned operation, called at its `Run` step with the stream it got.
 pub(crate) type Work<'w, B> =
@@ -27,6 +27,29 @@ pub(crate) fn no_work<B: Backend>(
     _: B::Stream,
 ) -> Result<()> {
     Err(Error::UnknownStream { stream })
+}
+
+/// What the host blocks on to wait for work, resolved to driver handles.
+pub(crate) enum HostWait<B: Backend> {
+    /// Nothing to wait for (a stream that was never created).
+    Nothing,
+    /// All work enqueued on a stream of a device so far.
+    Stream(DeviceId, B::Stream),
+    /// The work before an event's latest record.
+    Event(B::Event),
+}
+
+impl<B: Backend> HostWait<B> {
+    /// Blocks until the work has finished; reports its failure.
+    pub(crate) fn block(self, backend: &B) -> Result<()> {
+        match self {
+            HostWait::Nothing => Ok(()),
+            HostWait::Stream(device, stream) => {
+                with_device(backend, device, || backend.stream_synchronize(stream))
+            }
+            HostWait::Event(event) => backend.event_synchronize(event),
+        }
+    }
 }
 
 /// A loaded kernel and the dynamic workgroup bytes it has been allowed.
@@ -172,8 +195,7 @@ impl<B: Backend> State<B> {
             }
             PlanStep::SynchronizeStream { stream } => self.synchronize_stream(backend, stream),
             PlanStep::SynchronizeEvent { event } => {
-                let (_, event) = self.event(event)?;
-                backend.event_synchronize(event)
+                HostWait::Event(self.event(event)?.1).block(backend)
             }
         }
     }
@@ -262,11 +284,23 @@ impl<B: Backend> State<B> {
 
     /// Blocks until the work on `stream` has finished (a stream never created has none).
     pub(crate) fn synchronize_stream(&self, backend: &B, stream: StreamId) -> Result<()> {
+        self.stream_wait(stream)?.block(backend)
+    }
+
+    /// The driver handles a begun wait blocks on, to use after the state's lock is released
+    /// (the planner keeps them out of its pools until the wait ends).
+    pub(crate) fn host_wait(&self, pending: &PendingWait) -> Result<HostWait<B>> {
+        match *pending {
+            PendingWait::Stream(stream) => self.stream_wait(stream),
+            PendingWait::Event(event) => Ok(HostWait::Event(self.event(event)?.1)),
+        }
+    }
+
+    fn stream_wait(&self, stream: StreamId) -> Result<HostWait<B>> {
         match self.stream(stream) {
-            Ok((device, handle)) => {
-                with_device(backend, device, || backend.stream_synchronize(handle))
-            }
-            Err(Error::UnknownStream { .. }) => Ok(()),
+            Ok((device, handle)) => Ok(HostWait::Stream(device, handle)),
+            // A stream never created has no work to wait for.
+            Err(Error::UnknownStream { .. }) => Ok(HostWait::Nothing),
             Err(e) => Err(e),
         }
     }

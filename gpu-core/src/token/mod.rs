@@ -16,6 +16,8 @@ mod trace;
 use core::fmt;
 
 pub use checker::{Checker, Defect, DefectKind, TraceObject, check};
+#[cfg(feature = "std")]
+pub(crate) use planner::PendingWait;
 pub use planner::{PlanStep, Planner, ProgramReport, UnwaitedKind, UnwaitedToken};
 pub use trace::{ParsedTrace, TraceOp, TraceView, parse_trace, plan_trace, write_trace};
 

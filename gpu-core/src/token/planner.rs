@@ -124,6 +124,17 @@ pub struct ProgramReport {
     pub unwaited: Vec<UnwaitedToken>,
 }
 
+/// A wait begun with [`Planner::begin_wait`]: the stream or fork event to synchronise, held out
+/// of the pools until [`Planner::end_wait`]. Not `Copy`: it is ended exactly once.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a begun wait holds its stream or event until it is ended"]
+pub(crate) enum PendingWait {
+    /// The token owned this stream: synchronise it.
+    Stream(StreamId),
+    /// The token was a fork branch: synchronise this event (one share of it is held).
+    Event(EventId),
+}
+
 /// What a live token holds: its stream's tail, or a share of a fork event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Hold {
@@ -557,18 +568,36 @@ impl Planner {
     /// Blocks the host on `token` (a stream or event synchronisation) and releases what it
     /// held.
     pub fn wait(&mut self, token: Token) -> Result<()> {
+        let pending = self.begin_wait(token)?;
+        self.steps.push(match pending {
+            PendingWait::Stream(stream) => PlanStep::SynchronizeStream { stream },
+            PendingWait::Event(event) => PlanStep::SynchronizeEvent { event },
+        });
+        self.end_wait(pending);
+        Ok(())
+    }
+
+    /// The first half of [`Planner::wait`], for a caller that blocks outside the lock guarding
+    /// the planner: consumes `token` and returns what to synchronise, which stays out of the
+    /// pools (no other operation gets the stream, no fork re-records the event) until
+    /// [`Planner::end_wait`]. Plans no step.
+    pub(crate) fn begin_wait(&mut self, token: Token) -> Result<PendingWait> {
         let slot = self.validate(token.id())?;
         let state = &self.tokens[slot as usize];
-        let step = match state.hold {
-            Hold::Stream => PlanStep::SynchronizeStream {
-                stream: state.stream,
-            },
-            Hold::ForkEvent(event) => PlanStep::SynchronizeEvent { event },
+        let pending = match state.hold {
+            Hold::Stream => PendingWait::Stream(state.stream),
+            Hold::ForkEvent(event) => PendingWait::Event(event),
         };
-        self.steps.push(step);
-        self.release_hold(slot);
         self.free_slot(slot);
-        Ok(())
+        Ok(pending)
+    }
+
+    /// Ends a wait begun with [`Planner::begin_wait`]: what it held goes back to the pools.
+    pub(crate) fn end_wait(&mut self, pending: PendingWait) {
+        match pending {
+            PendingWait::Stream(stream) => self.release_stream(stream),
+            PendingWait::Event(event) => self.release_event_share(event),
+        }
     }
 
     /// Ends `token` without waiting: releases what it held and notes it in the program's
@@ -887,13 +916,17 @@ impl Planner {
         let state = &self.tokens[slot as usize];
         match state.hold {
             Hold::Stream => self.release_stream(state.stream),
-            Hold::ForkEvent(event) => {
-                let shares = &mut self.events[event.index()].shares;
-                *shares -= 1;
-                if *shares == 0 {
-                    self.release_event(event);
-                }
-            }
+            Hold::ForkEvent(event) => self.release_event_share(event),
+        }
+    }
+
+    /// Gives back one share of a fork event; the last one returns the event to its pool.
+    #[inline(always)]
+    fn release_event_share(&mut self, event: EventId) {
+        let shares = &mut self.events[event.index()].shares;
+        *shares -= 1;
+        if *shares == 0 {
+            self.release_event(event);
         }
     }
 
@@ -1011,6 +1044,49 @@ mod tests {
             assert_eq!(check(&plan_trace(plan, view)), vec![], "{view:?}");
         }
         report
+    }
+
+    #[test]
+    fn a_begun_wait_keeps_its_stream_and_event_out_of_the_pools_until_it_ends() {
+        let recorded = |steps: &[PlanStep]| {
+            steps.iter().find_map(|step| match *step {
+                PlanStep::Record { event, .. } => Some(event),
+                _ => None,
+            })
+        };
+        let mut p = Planner::new(1);
+        let mut plan = Vec::new();
+        // A stream: not handed to the next operation while the wait is open.
+        let a = start(&mut p, 0, D0);
+        let held = p.stream_of(&a).unwrap();
+        let pending = p.begin_wait(a).unwrap();
+        assert_eq!(pending, PendingWait::Stream(held));
+        let b = start(&mut p, 1, D0);
+        assert_ne!(p.stream_of(&b).unwrap(), held);
+        p.end_wait(pending);
+        let c = start(&mut p, 2, D0);
+        assert_eq!(
+            p.stream_of(&c).unwrap(),
+            held,
+            "back in the pool once the wait ended"
+        );
+        // A fork event: not recorded again by another fork while a wait on its branch is open.
+        let [keep, branch] = <[Token; 2]>::try_from(fork(&mut p, c, 2)).unwrap();
+        let event = recorded(&take(&mut p, &mut plan)).unwrap();
+        let pending = p.begin_wait(branch).unwrap();
+        assert_eq!(pending, PendingWait::Event(event));
+        let [keep_b, branch_b] = <[Token; 2]>::try_from(fork(&mut p, b, 2)).unwrap();
+        assert_ne!(recorded(&take(&mut p, &mut plan)), Some(event));
+        p.end_wait(pending);
+        assert!(
+            take(&mut p, &mut plan).contains(&PlanStep::ReleaseEvent { device: D0, event }),
+            "the last share ended with the wait"
+        );
+        for token in [keep, keep_b, branch_b] {
+            p.wait(token).unwrap();
+        }
+        let report = finish_clean(&mut p, &mut plan);
+        assert_eq!(report.unwaited, vec![]);
     }
 
     #[test]
