@@ -13,6 +13,7 @@ use gpu_core::runtime::{
     Arg, DeviceGuard, LiveObjects, RecordingBackend, Runtime, RuntimeConfig, restore_failures,
     with_device,
 };
+use gpu_core::token::UnwaitedKind;
 use gpu_core::{DeviceId, Error};
 
 const D0: DeviceId = DeviceId(0);
@@ -484,4 +485,30 @@ fn a_thread_waiting_for_its_token_does_not_hold_up_other_threads() {
     });
     let report = rt.shutdown().unwrap();
     assert!(report.program.unwaited.is_empty(), "{report:?}");
+}
+
+/// A fork into no branch is refused; its token, which cannot be handed back, is discarded, so
+/// its stream goes back to the pool (and shutdown reports the token as discarded).
+#[test]
+fn a_fork_into_no_branch_is_refused_and_its_stream_goes_back_to_the_pool() {
+    let rt = runtime();
+    let buffer = rt.alloc(D0, MemoryKind::Device, 256).unwrap();
+    let filled = rt.fill(D0, buffer.all(), 1, &mut vec![]).unwrap();
+    assert!(matches!(
+        rt.fork(filled, 0),
+        Err(Error::ZeroSize {
+            what: "fork branch count"
+        })
+    ));
+    let again = rt.fill(D0, buffer.all(), 2, &mut vec![]).unwrap();
+    rt.wait(again).unwrap();
+    assert_eq!(
+        rt.stats().streams_created,
+        1,
+        "the refused fork's stream was reused"
+    );
+    drop(buffer);
+    let report = rt.shutdown().unwrap();
+    let kinds: Vec<_> = report.program.unwaited.iter().map(|t| t.kind).collect();
+    assert_eq!(kinds, [UnwaitedKind::Discarded]);
 }

@@ -213,8 +213,16 @@ impl<B: Backend> Runtime<B> {
     }
 
     /// Forks `token` into `count` tokens, each usable once (branches wait lazily, at first use).
+    /// A fork into no branch is refused, and its token discarded: it cannot be handed back, and
+    /// what it holds goes back to the pools (shutdown reports it as discarded).
     pub fn fork(&self, token: Token, count: usize) -> Result<Vec<Token>> {
         let mut state = self.state()?;
+        if count == 0 {
+            state.abandon(&self.backend, token);
+            return Err(Error::ZeroSize {
+                what: "fork branch count",
+            });
+        }
         let mut branches = Vec::with_capacity(count);
         state.planner.fork(token, count, &mut branches)?;
         match state.execute(&self.backend, &mut state::no_work) {
