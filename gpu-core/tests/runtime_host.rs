@@ -512,3 +512,42 @@ fn a_fork_into_no_branch_is_refused_and_its_stream_goes_back_to_the_pool() {
     let kinds: Vec<_> = report.program.unwaited.iter().map(|t| t.kind).collect();
     assert_eq!(kinds, [UnwaitedKind::Discarded]);
 }
+
+/// A staged transfer that fails part-way discards every token it held, the caller's
+/// dependencies included: none stays live (its stream out of the pools) until shutdown.
+#[test]
+fn a_transfer_failing_part_way_leaves_no_token_behind() {
+    const BYTES: usize = 64 << 10;
+    let config = RuntimeConfig {
+        staging_chunk: 4096,
+        ..RuntimeConfig::default()
+    };
+    let rt = Runtime::with_config(HostBackend::new(HostConfig::with_devices(1)), config).unwrap();
+    let buffer = rt.alloc(D0, MemoryKind::Device, BYTES).unwrap();
+    let mut data = vec![5u8; BYTES];
+
+    let cleared = rt.fill(D0, buffer.all(), 0, &mut vec![]).unwrap();
+    rt.backend().fail_nth(CallKind::Copy, 3);
+    let mut after = vec![cleared];
+    assert!(rt.upload(D0, buffer.all(), &data, &mut after).is_err());
+    assert!(after.is_empty(), "the upload took its dependencies");
+
+    let cleared = rt.fill(D0, buffer.all(), 0, &mut vec![]).unwrap();
+    rt.backend().fail_nth(CallKind::Copy, 3);
+    let mut after = vec![cleared];
+    assert!(
+        rt.download(D0, &mut data, buffer.all(), &mut after)
+            .is_err()
+    );
+    assert!(after.is_empty(), "the download took its dependencies");
+
+    drop(buffer);
+    let report = rt.shutdown().unwrap();
+    let outstanding: Vec<_> = report
+        .program
+        .unwaited
+        .iter()
+        .filter(|token| token.kind == UnwaitedKind::Outstanding)
+        .collect();
+    assert_eq!(outstanding, Vec::<&gpu_core::token::UnwaitedToken>::new());
+}

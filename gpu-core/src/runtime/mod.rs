@@ -172,7 +172,13 @@ impl<B: Backend> Runtime<B> {
 
     /// What `device` is and can do.
     pub fn device_info(&self, device: DeviceId) -> Result<&DeviceInfo> {
-        self.infos
+        self.of_device(&self.infos, device)
+    }
+
+    /// `device`'s entry of a per-device list, or the unknown-device error.
+    #[inline]
+    fn of_device<'a, T>(&self, per_device: &'a [T], device: DeviceId) -> Result<&'a T> {
+        per_device
             .get(device.index())
             .ok_or_else(|| Error::UnknownDevice {
                 device,
@@ -183,13 +189,7 @@ impl<B: Backend> Runtime<B> {
     /// Locks `device`'s memory.
     #[inline]
     fn memory(&self, device: DeviceId) -> Result<MemoryGuard<'_, B>> {
-        self.memory
-            .get(device.index())
-            .map(BackoffMutex::lock)
-            .ok_or_else(|| Error::UnknownDevice {
-                device,
-                device_count: self.memory.len(),
-            })
+        Ok(self.of_device(&self.memory, device)?.lock())
     }
 
     fn state(&self) -> Result<MutexGuard<'_, State<B>>> {
@@ -281,23 +281,14 @@ impl<B: Backend> Runtime<B> {
     ) -> Result<(Buffer<'_, B>, Token)> {
         let mut memory = self.memory(device)?;
         let mut state = self.state()?;
-        let mut served = None;
-        let token = state.submit(
-            &self.backend,
-            device,
-            after,
-            &mut |state, backend, stream, _| {
+        let (token, (allocation, stream)) =
+            state.submit(&self.backend, device, after, |state, backend, stream, _| {
                 let request = AllocRequest::new(kind, size).on_stream(stream, &[]);
                 let streams = Streams::Held(state.streams());
-                served = Some((memory.allocate(backend, streams, &request)?, stream));
-                Ok(())
-            },
-        )?;
+                Ok((memory.allocate(backend, streams, &request)?, stream))
+            })?;
         // Neither lock may be held when a buffer exists: dropping one takes the memory lock.
         drop((state, memory));
-        let (allocation, stream) = served.ok_or_else(|| Error::UnknownStream {
-            stream: StreamId(u32::MAX),
-        })?;
         let mut buffer = Buffer::new(self, device, &allocation, size);
         // The memory exists in that stream's order: even unused, it is freed after that point.
         buffer.uses.get_mut().push(stream);
@@ -487,13 +478,12 @@ impl<B: Backend> Runtime<B> {
         note: &dyn Fn(StreamId),
         work: impl FnOnce(&B, B::Stream) -> Result<()>,
     ) -> Result<Token> {
-        let mut work = Some(work);
-        state.submit(backend, device, after, &mut |_, backend, stream, handle| {
-            let work = work.take().ok_or_else(|| Error::UnknownStream { stream })?;
+        let (token, ()) = state.submit(backend, device, after, |_, backend, stream, handle| {
             work(backend, handle)?;
             note(stream);
             Ok(())
-        })
+        })?;
+        Ok(token)
     }
 
     /// Copies pageable host memory `src` into `dst` on `device`. Returns once `src` is no
@@ -552,38 +542,49 @@ impl<B: Backend> Runtime<B> {
                 size: dst.len(),
             });
         }
-        let chunk = self.config.staging_chunk.min(src.len).max(1);
-        let staging = [
-            self.alloc(device, MemoryKind::HostPinned, chunk)?,
-            self.alloc(device, MemoryKind::HostPinned, chunk)?,
-        ];
+        let (chunk, staging) = self.staging_buffers(device, src.len)?;
         let mut chain = core::mem::take(after);
-        let mut chunks = (0..src.len).step_by(chunk).enumerate();
         let mut in_flight: Option<(Token, usize, usize, usize)> = None;
-        loop {
-            let issued = match chunks.next() {
-                Some((index, offset)) => {
-                    let (slot, len) = (index % 2, chunk.min(src.len - offset));
-                    let target = staging[slot].span(0, len)?;
-                    let copied = self.copy(device, target, src.sub(offset, len)?, &mut chain)?;
-                    let (next, done) = self.split(copied)?;
-                    chain.push(next);
-                    Some((done, slot, offset, len))
-                }
-                None => None,
-            };
-            let Some((done, slot, at, len)) = core::mem::replace(&mut in_flight, issued) else {
-                if in_flight.is_none() {
-                    break;
-                }
-                continue;
-            };
-            self.wait(done)?;
-            // SAFETY: the copy into this staging buffer has completed, and the next copy into
-            // it is issued only after this host copy.
-            unsafe { staging[slot].read_host(0, &mut dst[at..at + len]) }?;
+        let mut chunks = (0..src.len).step_by(chunk).enumerate();
+        let mut transfer = || -> Result<()> {
+            loop {
+                let issued = match chunks.next() {
+                    Some((index, offset)) => {
+                        let (slot, len) = (index % 2, chunk.min(src.len - offset));
+                        let target = staging[slot].span(0, len)?;
+                        let copied =
+                            self.copy(device, target, src.sub(offset, len)?, &mut chain)?;
+                        let (next, done) = self.split(copied)?;
+                        chain.push(next);
+                        Some((done, slot, offset, len))
+                    }
+                    None => None,
+                };
+                let Some((done, slot, at, len)) = core::mem::replace(&mut in_flight, issued) else {
+                    if in_flight.is_none() {
+                        return Ok(());
+                    }
+                    continue;
+                };
+                self.wait(done)?;
+                // SAFETY: the copy into this staging buffer has completed, and the next copy
+                // into it is issued only after this host copy.
+                unsafe { staging[slot].read_host(0, &mut dst[at..at + len]) }?;
+            }
+        };
+        let transferred = transfer();
+        chain.extend(in_flight.map(|(token, ..)| token));
+        match transferred {
+            // Every token is waited for, also after one wait failed; the first failure counts.
+            Ok(()) => chain
+                .into_iter()
+                .map(|token| self.wait(token))
+                .fold(Ok(()), Result::and),
+            Err(e) => {
+                self.discard(chain);
+                Err(e)
+            }
         }
-        chain.into_iter().try_for_each(|token| self.wait(token))
     }
 
     /// Forks `token` in two: one to continue the stream's chain, one to wait on.
@@ -606,25 +607,58 @@ impl<B: Backend> Runtime<B> {
         after: &mut Vec<Token>,
         mut step: impl FnMut(&Self, &Buffer<'_, B>, usize, usize, &mut Vec<Token>) -> Result<Token>,
     ) -> Result<Token> {
+        let (chunk, staging) = self.staging_buffers(device, total)?;
+        let mut chain = core::mem::take(after);
+        let mut pending: [Option<Token>; 2] = [None, None];
+        let mut issue = || -> Result<()> {
+            for (index, offset) in (0..total).step_by(chunk).enumerate() {
+                let slot = index % 2;
+                if let Some(done) = pending[slot].take() {
+                    self.wait(done)?;
+                }
+                let len = chunk.min(total - offset);
+                let copied = step(self, &staging[slot], offset, len, &mut chain)?;
+                let (keep, done) = self.split(copied)?;
+                pending[slot] = Some(done);
+                chain.push(keep);
+            }
+            Ok(())
+        };
+        let issued = issue();
+        chain.extend(pending.into_iter().flatten());
+        match issued.and_then(|()| self.join(&mut chain)) {
+            Ok(token) => Ok(token),
+            Err(e) => {
+                self.discard(chain);
+                Err(e)
+            }
+        }
+    }
+
+    /// The two pinned staging buffers of a transfer of `total` bytes, and their size.
+    fn staging_buffers(
+        &self,
+        device: DeviceId,
+        total: usize,
+    ) -> Result<(usize, [Buffer<'_, B>; 2])> {
         let chunk = self.config.staging_chunk.min(total).max(1);
-        let staging = [
+        let buffers = [
             self.alloc(device, MemoryKind::HostPinned, chunk)?,
             self.alloc(device, MemoryKind::HostPinned, chunk)?,
         ];
-        let mut chain = core::mem::take(after);
-        let mut pending: [Option<Token>; 2] = [None, None];
-        for (index, offset) in (0..total).step_by(chunk).enumerate() {
-            let slot = index % 2;
-            if let Some(done) = pending[slot].take() {
-                self.wait(done)?;
-            }
-            let len = chunk.min(total - offset);
-            let (keep, done) = self.split(step(self, &staging[slot], offset, len, &mut chain)?)?;
-            pending[slot] = Some(done);
-            chain.push(keep);
+        Ok((chunk, buffers))
+    }
+
+    /// Ends tokens no one will wait for, after a failure: what they hold goes back to the
+    /// pools (shutdown reports them as discarded).
+    fn discard(&self, tokens: Vec<Token>) {
+        if tokens.is_empty() {
+            return;
         }
-        chain.extend(pending.into_iter().flatten());
-        self.join(&mut chain)
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        for token in tokens {
+            state.abandon(&self.backend, token);
+        }
     }
 
     // ----- workers, stats, shutdown -----
@@ -632,13 +666,7 @@ impl<B: Backend> Runtime<B> {
     /// The worker thread of `device` (started on first use): queue actions that run with the
     /// device permanently current, with errors carried back to waiters and sticky per queue.
     pub fn worker(&self, device: DeviceId) -> Result<&DeviceWorker<B>> {
-        let cell = self
-            .workers
-            .get(device.index())
-            .ok_or_else(|| Error::UnknownDevice {
-                device,
-                device_count: self.infos.len(),
-            })?;
+        let cell = self.of_device(&self.workers, device)?;
         if let Some(worker) = cell.get() {
             return Ok(worker);
         }

@@ -107,25 +107,40 @@ impl<B: Backend> State<B> {
         }
     }
 
-    /// Plans one operation on `device` after `after` and carries the plan out; `work` runs at
-    /// the operation's step. On a driver failure the operation's token is discarded (its
-    /// streams go back to the pools) and the error returned.
-    pub(crate) fn submit(
+    /// Plans one operation on `device` after `after` and carries the plan out; `work` runs
+    /// once, at the operation's step, and its value comes back with the token. On a failure
+    /// the operation's token is discarded (its streams go back to the pools) and the error
+    /// returned.
+    pub(crate) fn submit<T>(
         &mut self,
         backend: &B,
         device: DeviceId,
         after: &mut Vec<Token>,
-        work: &mut Work<'_, B>,
-    ) -> Result<Token> {
+        work: impl FnOnce(&mut State<B>, &B, StreamId, B::Stream) -> Result<T>,
+    ) -> Result<(Token, T)> {
         let op = OpId(self.next_op);
         let token = self.planner.run(op, device, after)?;
         self.next_op = self.next_op.wrapping_add(1);
         self.counts.operations += 1;
-        match self.execute(backend, work) {
-            Ok(()) => Ok(token),
-            Err(e) => {
+        let (mut work, mut output) = (Some(work), None);
+        let executed = self.execute(backend, &mut |state, backend, stream, handle| {
+            // A plan of one operation has one `Run` step: a second would be a planner bug.
+            let work = work.take().ok_or(Error::UnknownStream { stream })?;
+            output = Some(work(state, backend, stream, handle)?);
+            Ok(())
+        });
+        match (executed, output) {
+            (Ok(()), Some(output)) => Ok((token, output)),
+            (Err(e), _) => {
                 self.abandon(backend, token);
                 Err(e)
+            }
+            // No `Run` step at all: also a planner bug, reported rather than trusted.
+            (Ok(()), None) => {
+                self.abandon(backend, token);
+                Err(Error::UnknownStream {
+                    stream: StreamId(u32::MAX),
+                })
             }
         }
     }
