@@ -488,7 +488,9 @@ impl<B: Backend> Runtime<B> {
 
     /// Copies pageable host memory `src` into `dst` on `device`. Returns once `src` is no
     /// longer needed; the token stands for the device side. Memory the lock table knows as
-    /// pinned is copied directly; other memory goes through two pinned staging buffers.
+    /// pinned is copied directly; other memory goes through two pinned staging buffers. A
+    /// transfer that fails once started discards every token it holds, `after`'s included
+    /// (shutdown reports them as discarded).
     pub fn upload(
         &self,
         device: DeviceId,
@@ -527,7 +529,7 @@ impl<B: Backend> Runtime<B> {
 
     /// Copies `src` on `device` into pageable host memory `dst`, through two pinned staging
     /// buffers (the DMA of one chunk overlaps the host copy of the previous one). Returns once
-    /// `dst` holds the data.
+    /// `dst` holds the data. Failures as for [`Runtime::upload`].
     pub fn download(
         &self,
         device: DeviceId,
