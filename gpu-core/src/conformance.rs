@@ -560,7 +560,10 @@ fn calls_keep_device<B: Backend>(h: &Harness<B>, start: Option<DeviceId>) -> Cas
                 &mut vec![],
             )
         };
-        ensure!(failed.is_err(), "an unknown kernel launched");
+        ensure!(
+            matches!(failed, Err(Error::UnknownKernel { .. })),
+            "an unknown kernel name gave {failed:?}, not Error::UnknownKernel"
+        );
         check("a failed launch")?;
         rt.free(buffer)?;
         check("free")?;

@@ -12,7 +12,7 @@ use hashbrown::HashMap;
 use super::HostErrorCode;
 use super::memory::Region;
 use crate::backend::{KernelArg, LaunchDims};
-use crate::error::{ByteRange, Result};
+use crate::error::{ByteRange, Error, Result};
 use crate::id::DeviceId;
 
 /// A host kernel: called once per workgroup with the launch's context and the workgroup's
@@ -55,29 +55,31 @@ impl fmt::Debug for LoadedKernel {
 pub(super) struct KernelRegistry {
     functions: HashMap<String, KernelFn>,
     loaded: HashMap<HostKernel, LoadedKernel>,
-    /// Loaded handles by device and name, so loading twice gives the same handle.
-    by_name: HashMap<(DeviceId, String), HostKernel>,
+    /// Loaded handles by device, then name, so loading twice gives the same handle (looked up
+    /// by `&str`, with no allocation on a hit).
+    by_name: HashMap<DeviceId, HashMap<String, HostKernel>>,
 }
 
 impl KernelRegistry {
     /// Registers `function` under `name`; kernels already loaded under that name keep theirs.
     pub(super) fn register(&mut self, name: &str, function: KernelFn) {
         self.functions.insert(String::from(name), function);
-        self.by_name.retain(|(_, loaded), _| loaded != name);
+        for loaded in self.by_name.values_mut() {
+            loaded.remove(name);
+        }
     }
 
     /// The kernel `name` loaded on `device` (loaded now if it was not).
-    pub(super) fn load(
-        &mut self,
-        device: DeviceId,
-        name: &str,
-        call: &'static str,
-    ) -> Result<HostKernel> {
-        if let Some(&kernel) = self.by_name.get(&(device, String::from(name))) {
+    pub(super) fn load(&mut self, device: DeviceId, name: &str) -> Result<HostKernel> {
+        let on_device = self.by_name.entry(device).or_default();
+        if let Some(&kernel) = on_device.get(name) {
             return Ok(kernel);
         }
         let Some(function) = self.functions.get(name) else {
-            return Err(HostErrorCode::NotFound.error(call));
+            return Err(Error::UnknownKernel {
+                backend: "host",
+                name: String::from(name),
+            });
         };
         let kernel = HostKernel {
             id: NEXT_KERNEL.fetch_add(1, Ordering::Relaxed),
@@ -91,7 +93,7 @@ impl KernelRegistry {
                 allowed_workgroup_bytes: None,
             },
         );
-        self.by_name.insert((device, String::from(name)), kernel);
+        on_device.insert(String::from(name), kernel);
         Ok(kernel)
     }
 

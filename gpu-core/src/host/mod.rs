@@ -4,7 +4,8 @@
 //! It is the embedded default: the runtime, the conformance suite and the examples run on it.
 //! It is strict where a driver is strict, and a little stricter where that catches runtime
 //! bugs. Every misuse is a typed [`Error::Driver`] named `HOST_...` with CUDA's number for the
-//! same situation (see [`HostErrorCode`]).
+//! same situation (see [`HostErrorCode`]), except an unknown kernel name, which is
+//! [`Error::UnknownKernel`] as on the CUDA backend.
 //!
 //! # Rules
 //! - **Current device.** Each OS thread has a current device per backend instance, as CUDA
@@ -111,7 +112,8 @@ pub enum HostErrorCode {
     /// An unknown or destroyed stream, event or kernel, or one of the wrong device (CUDA 400,
     /// "invalid resource handle").
     InvalidHandle,
-    /// No kernel is registered under the name (CUDA 500).
+    /// No kernel is registered under the name (CUDA 500). Not reported any more: an unknown
+    /// kernel name is [`Error::UnknownKernel`], as on the CUDA backend.
     NotFound,
     /// A kernel touched memory outside what its pointer arguments point into (CUDA 700).
     IllegalAddress,
@@ -837,7 +839,7 @@ impl Backend for HostBackend {
         let call = self.calls.enter(CallKind::KernelLoad)?;
         check_device(self, device)?;
         self.current.require(device, call)?;
-        lock(&self.kernels).load(device, name, call)
+        lock(&self.kernels).load(device, name)
     }
 
     fn kernel_allow_workgroup_bytes(&self, kernel: HostKernel, bytes: u32) -> Result<()> {

@@ -713,9 +713,12 @@ fn kernel_names_and_workgroup_opt_in_follow_the_drivers_rules() {
     let b = backend();
     b.set_current_device(Some(D0)).unwrap();
     let s = b.stream_create(D0).unwrap();
-    assert_eq!(
-        code(b.kernel(D0, "no_such_kernel")),
-        HostErrorCode::NotFound
+    assert!(
+        matches!(
+            b.kernel(D0, "no_such_kernel"),
+            Err(Error::UnknownKernel { backend: "host", ref name }) if name == "no_such_kernel"
+        ),
+        "an unknown kernel name is Error::UnknownKernel, as on the CUDA backend"
     );
     let k = b.kernel(D0, "workgroup_reverse_u32").unwrap();
     assert_eq!(b.kernel(D0, "workgroup_reverse_u32").unwrap(), k);
@@ -1296,4 +1299,38 @@ fn dropping_the_backend_runs_queued_work_joins_workers_and_frees_everything() {
     // workers that held them have been joined.
     assert_eq!(Arc::strong_count(&ran), 1);
     assert!(registered.load(Ordering::Relaxed));
+}
+
+#[test]
+fn registering_a_name_again_changes_later_loads_only() {
+    let runs = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let b = backend();
+    let register = |which: usize| {
+        let runs = runs.clone();
+        b.register_kernel("count", move |_, _| {
+            runs[which].fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        });
+    };
+    register(0);
+    b.set_current_device(Some(D0)).unwrap();
+    let s = b.stream_create(D0).unwrap();
+    let old = b.kernel(D0, "count").unwrap();
+    register(1);
+    let new = b.kernel(D0, "count").unwrap();
+    assert_ne!(new, old, "a name registered again loads afresh");
+    assert_eq!(b.kernel(D0, "count").unwrap(), new);
+    // SAFETY: no pointer arguments.
+    unsafe {
+        b.launch(s, old, LaunchDims::linear(1, 1), &[]).unwrap();
+        b.launch(s, new, LaunchDims::linear(2, 1), &[]).unwrap();
+    }
+    b.stream_synchronize(s).unwrap();
+    assert_eq!(
+        runs[0].load(Ordering::Relaxed),
+        1,
+        "the old handle keeps its function"
+    );
+    assert_eq!(runs[1].load(Ordering::Relaxed), 2);
+    b.stream_destroy(s).unwrap();
 }
