@@ -86,7 +86,7 @@ use current::CurrentDevice;
 use faults::CallLedger;
 use kernels::{KernelRegistry, Launch};
 use memory::Memory;
-use streams::{EventSlot, Payload, StreamShared, WorkLog, run_worker};
+use streams::{EventSlot, Payload, RecordPoint, StreamShared, WorkLog, run_worker};
 
 pub use faults::{CallCounts, CallKind};
 pub use kernels::{DeviceScalar, DeviceView, HostKernel, KernelContext, KernelFn};
@@ -476,11 +476,11 @@ impl HostBackend {
         Ok(shared)
     }
 
-    /// The device of the live event behind `event`.
-    fn event_device(&self, event: HostEvent, call: &'static str) -> Result<DeviceId> {
+    /// The last record of the live event behind `event` (`None`: never recorded).
+    fn last_record(&self, event: HostEvent, call: &'static str) -> Result<Option<RecordPoint>> {
         lock(&self.events)
             .get(&event)
-            .map(|slot| slot.device)
+            .map(|slot| slot.last.clone())
             .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))
     }
 
@@ -723,9 +723,12 @@ impl Backend for HostBackend {
 
     fn event_destroy(&self, event: HostEvent) -> Result<()> {
         let call = self.calls.enter(CallKind::EventDestroy)?;
-        let device = self.event_device(event, call)?;
-        self.current.require(device, call)?;
-        lock(&self.events).remove(&event);
+        let mut events = lock(&self.events);
+        let slot = events
+            .get(&event)
+            .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))?;
+        self.current.require(slot.device, call)?;
+        events.remove(&event);
         Ok(())
     }
 
@@ -756,22 +759,14 @@ impl Backend for HostBackend {
 
     fn event_query(&self, event: HostEvent) -> Result<bool> {
         let call = self.calls.enter(CallKind::EventQuery)?;
-        let last = lock(&self.events)
-            .get(&event)
-            .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))?
-            .last
-            .clone();
-        last.map_or(Ok(true), |point| point.query())
+        self.last_record(event, call)?
+            .map_or(Ok(true), |point| point.query())
     }
 
     fn event_synchronize(&self, event: HostEvent) -> Result<()> {
         let call = self.calls.enter(CallKind::EventSynchronize)?;
-        let last = lock(&self.events)
-            .get(&event)
-            .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))?
-            .last
-            .clone();
-        last.map_or(Ok(()), |point| point.wait())
+        self.last_record(event, call)?
+            .map_or(Ok(()), |point| point.wait())
     }
 
     fn device_synchronize(&self, device: DeviceId) -> Result<()> {
