@@ -2,6 +2,7 @@
 //! limited, freed only once no queued work holds them) and the registered host ranges.
 
 use alloc::collections::BTreeMap;
+use alloc::collections::btree_map::Entry;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::ptr::NonNull;
@@ -182,14 +183,12 @@ impl Memory {
         address: usize,
         call: &'static str,
     ) -> Result<Arc<Block>> {
-        match self.allocations.get(&address) {
-            Some(a) if a.device == device && a.kind == kind => {}
-            _ => return Err(HostErrorCode::InvalidValue.error(call)),
+        match self.allocations.entry(address) {
+            Entry::Occupied(a) if a.get().device == device && a.get().kind == kind => {
+                Ok(a.remove().block)
+            }
+            _ => Err(HostErrorCode::InvalidValue.error(call)),
         }
-        let allocation = self.allocations.remove(&address);
-        allocation
-            .map(|a| a.block)
-            .ok_or_else(|| HostErrorCode::InvalidValue.error(call))
     }
 
     /// The allocation `range` lies in, or `None` if it touches no allocation (caller's host
