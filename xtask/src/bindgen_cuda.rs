@@ -453,12 +453,15 @@ fn abi_version_of(
 
 /// `PFN_cuMemAlloc_v3020` -> (`cuMemAlloc`, 3020); `None` for other names, `_ptsz` ones included.
 fn abi_typedef_name(name: &str) -> Option<(&str, u32)> {
-    let rest = name.strip_prefix("PFN_")?;
-    let (base, version) = rest.rsplit_once("_v")?;
-    if version.is_empty() || !version.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
+    let (base, version) = split_version_suffix(name.strip_prefix("PFN_")?)?;
     Some((base, version.parse().ok()?))
+}
+
+/// `cuMemHostRegister_v2` -> (`cuMemHostRegister`, `"2"`); `None` without a `_v<digits>` suffix.
+fn split_version_suffix(name: &str) -> Option<(&str, &str)> {
+    let (base, version) = name.rsplit_once("_v")?;
+    let numeric = !version.is_empty() && version.bytes().all(|b| b.is_ascii_digit());
+    numeric.then_some((base, version))
 }
 
 /// The parameter types of `type X = Option<unsafe extern "C" fn(...) -> R>`.
@@ -550,14 +553,7 @@ fn integer_value(constant: &syn::ItemConst) -> Result<u32, String> {
 
 /// `cuMemHostRegister_v2` -> `cuMemHostRegister`; names without a `_vN` suffix are kept.
 fn base_name(declared: &str) -> &str {
-    match declared.rsplit_once("_v") {
-        Some((base, version))
-            if !version.is_empty() && version.bytes().all(|b| b.is_ascii_digit()) =>
-        {
-            base
-        }
-        _ => declared,
-    }
+    split_version_suffix(declared).map_or(declared, |(base, _)| base)
 }
 
 /// Whether `ty` is the plain path `name`.
