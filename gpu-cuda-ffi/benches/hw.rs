@@ -31,7 +31,7 @@
 #![allow(non_snake_case)]
 
 use std::cell::{Cell, RefCell};
-use std::ffi::{c_int, c_void};
+use std::ffi::c_void;
 use std::hint::black_box;
 use std::process::ExitCode;
 use std::ptr;
@@ -1372,9 +1372,7 @@ fn run(backend: CudaBackend, plan: Plan) -> Outcome<bool> {
     // Device 0's context stays current on this thread for both sides.
     let cuCtxSetCurrent = driver.cuCtxSetCurrent()?;
     cu!(cuCtxSetCurrent(context))?;
-    let cuDriverGetVersion = driver.cuDriverGetVersion()?;
-    let mut version: c_int = 0;
-    cu!(cuDriverGetVersion(&mut version))?;
+    let version = driver.driver_version();
     let header = format!(
         "# CUDA backend hardware benchmark\n\n\
          device 0: {} ({} devices); driver API version {} (CUDA {}.{}); date {}; commit {}\n\
