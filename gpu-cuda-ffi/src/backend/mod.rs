@@ -314,6 +314,9 @@ impl CudaBackend {
         if let Some(loaded) = slot.as_ref() {
             return Ok(loaded.functions[library_index]);
         }
+        // Looked up before loading, so that unloading on an error path cannot fail for a missing
+        // symbol (which would leak the module and report the lookup instead of the error).
+        let unload = self.driver.cuModuleUnload()?;
         let _scope = self.enter(device)?;
         let mut module = ptr::null_mut();
         call!(
@@ -327,7 +330,7 @@ impl CudaBackend {
                 cuModuleGetFunction(function, module, entry.symbol.as_ptr())
             ) {
                 // SAFETY: the module was just loaded and nothing else refers to it.
-                let _ = call_raw!(self.driver, cuModuleUnload(module));
+                let _ = unsafe { unload(module) };
                 return Err(error);
             }
         }
@@ -604,18 +607,19 @@ impl Backend for CudaBackend {
     fn host_register(&self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
         self.check_device_slots(device_ptrs)?;
         let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
-        {
-            let _scope = self.enter(DeviceId(0))?;
-            call!(
-                self.driver,
-                cuMemHostRegister(range.start as *mut c_void, range.len, flags)
-            )?;
-        }
+        // Looked up, and device 0's context entered, before registering: undoing the
+        // registration on the error path below can then neither fail for a missing symbol nor
+        // for entering the context, which would leave the range registered after an error.
+        let unregister = self.driver.cuMemHostUnregister()?;
+        let _scope = self.enter(DeviceId(0))?;
+        call!(
+            self.driver,
+            cuMemHostRegister(range.start as *mut c_void, range.len, flags)
+        )?;
         if let Err(error) = self.device_addresses(range.start, device_ptrs) {
-            let _scope = self.enter(DeviceId(0))?;
-            // The range was registered just above; nothing else can unregister it meanwhile
-            // without breaking the trait's contract.
-            let _ = call_raw!(self.driver, cuMemHostUnregister(range.start as *mut c_void));
+            // SAFETY: the range was registered just above; nothing else can unregister it
+            // meanwhile without breaking the trait's contract.
+            let _ = unsafe { unregister(range.start as *mut c_void) };
             return Err(error);
         }
         Ok(())
