@@ -161,6 +161,8 @@ pub struct ModelTable {
     /// Entries, in no particular order.
     pub entries: Vec<ModelEntry>,
     device_count: usize,
+    /// Successful locks that lay inside an entry.
+    nested_locks: u64,
 }
 
 impl ModelTable {
@@ -169,6 +171,7 @@ impl ModelTable {
         Self {
             entries: Vec::new(),
             device_count,
+            nested_locks: 0,
         }
     }
 
@@ -212,6 +215,7 @@ impl ModelTable {
         let range = Self::check_range(ptr, len)?;
         if let Some(e) = self.entries.iter_mut().find(|e| e.range.contains(&range)) {
             e.count += 1;
+            self.nested_locks += 1;
             return Ok(Locked {
                 entry: e.range,
                 outcome: LockOutcome::Nested,
@@ -545,7 +549,7 @@ impl Harness {
             entries: model.len(),
             external_entries: model.iter().filter(|e| e.external).count(),
             bytes_locked: model.iter().map(|e| e.range.len).sum(),
-            nested_locks: stats.nested_locks,
+            nested_locks: self.model.nested_locks,
             driver_pins: self.table_driver.calls[CallKind::Pin as usize],
             driver_unpins: self.table_driver.calls[CallKind::Unpin as usize],
             driver_queries: self.table_driver.calls[CallKind::Query as usize],
