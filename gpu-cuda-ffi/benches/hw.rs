@@ -43,7 +43,7 @@ use gpu_core::backend::{Backend, KernelArg, LaunchDims};
 use gpu_core::runtime::{Arg, Runtime, RuntimeConfig};
 use gpu_core::token::Token;
 use gpu_core::{DeviceId, Error};
-use gpu_cuda_ffi::{CudaBackend, Driver, check, sys};
+use gpu_cuda_ffi::{CudaBackend, Driver, check, reports_no_device, sys};
 
 /// Any failure of a case: a toolkit error, a driver error, or a wrong answer.
 type Outcome<T> = Result<T, Box<dyn std::error::Error>>;
@@ -1343,11 +1343,7 @@ fn today() -> String {
 fn no_driver_or_device(error: &Error) -> bool {
     match error {
         Error::DriverLibraryNotFound { .. } => true,
-        Error::Driver(driver) => {
-            driver.code == i64::from(sys::CUDA_ERROR_NO_DEVICE)
-                || driver.code == i64::from(sys::CUDA_ERROR_STUB_LIBRARY)
-        }
-        _ => false,
+        other => reports_no_device(other),
     }
 }
 

@@ -27,4 +27,4 @@ pub mod sys;
 
 pub use backend::{CudaBackend, CudaEvent, CudaKernel, CudaStream, SavedContext};
 pub use driver::{Driver, ENTRY_POINTS, EntryPoint, LIBRARY_NAMES};
-pub use result::{BACKEND, check, driver_error, result_name};
+pub use result::{BACKEND, check, driver_error, reports_no_device, result_name};

@@ -43,9 +43,46 @@ pub fn check(call: &'static str, code: sys::CUresult) -> Result<(), Error> {
     }
 }
 
+/// Whether `error` is the driver saying this machine has no CUDA device to use:
+/// `CUDA_ERROR_NO_DEVICE`, or `CUDA_ERROR_STUB_LIBRARY` (the toolkit's stub library answered
+/// instead of a driver). Hardware tests and benchmarks report "skipped: no device" for it.
+pub fn reports_no_device(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::Driver(DriverError { backend: BACKEND, code, .. })
+            if *code == i64::from(sys::CUDA_ERROR_NO_DEVICE)
+                || *code == i64::from(sys::CUDA_ERROR_STUB_LIBRARY)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_device_and_stub_library_report_no_device_and_nothing_else_does() {
+        for code in [sys::CUDA_ERROR_NO_DEVICE, sys::CUDA_ERROR_STUB_LIBRARY] {
+            assert!(reports_no_device(&check("cuInit", code).unwrap_err()));
+        }
+        for code in [
+            sys::CUDA_ERROR_INVALID_VALUE,
+            sys::CUDA_ERROR_UNKNOWN,
+            12345,
+        ] {
+            assert!(!reports_no_device(&check("cuInit", code).unwrap_err()));
+        }
+        let other_backend = Error::Driver(DriverError {
+            backend: "hip",
+            call: "hipInit",
+            name: "hipErrorNoDevice",
+            code: i64::from(sys::CUDA_ERROR_NO_DEVICE),
+        });
+        assert!(!reports_no_device(&other_backend));
+        assert!(!reports_no_device(&Error::DriverSymbolMissing {
+            backend: BACKEND,
+            symbol: "cuInit",
+        }));
+    }
 
     #[test]
     fn known_codes_have_the_driver_names() {

@@ -11,7 +11,7 @@ use gpu_core::backend::{Backend, KernelArg, LaunchDims};
 use gpu_core::conformance::{Outcome, run_all};
 use gpu_core::runtime::{Arg, DeviceGuard, Runtime};
 use gpu_core::{ByteRange, DeviceId, DriverError, Error};
-use gpu_cuda_ffi::{CudaBackend, CudaStream, Driver, check, sys};
+use gpu_cuda_ffi::{CudaBackend, CudaStream, Driver, check, reports_no_device, sys};
 
 /// The backend, or `None` after printing why the test is skipped.
 fn open() -> Option<CudaBackend> {
@@ -21,10 +21,8 @@ fn open() -> Option<CudaBackend> {
             eprintln!("backend cuda: skipped: no CUDA driver");
             None
         }
-        Err(Error::Driver(DriverError { name, .. }))
-            if name == "CUDA_ERROR_NO_DEVICE" || name == "CUDA_ERROR_STUB_LIBRARY" =>
-        {
-            eprintln!("backend cuda: skipped: no device ({name})");
+        Err(error) if reports_no_device(&error) => {
+            eprintln!("backend cuda: skipped: no device ({error})");
             None
         }
         Err(other) => panic!("opening the CUDA backend failed: {other}"),
