@@ -287,9 +287,8 @@ impl RangeIndex {
         self.order.try_reserve(1)?;
         if self.free_chunks.is_empty() {
             self.chunks.try_reserve(1)?;
-            let chunk_capacity = self.chunks.len() + 1;
-            self.free_chunks
-                .try_reserve(chunk_capacity.saturating_sub(self.free_chunks.len()))?;
+            // `free_chunks` is empty: room for every chunk, so that `remove` never allocates.
+            self.free_chunks.try_reserve(self.chunks.len() + 1)?;
         }
         Ok(())
     }

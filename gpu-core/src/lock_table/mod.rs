@@ -416,9 +416,9 @@ impl LockTable {
             self.device_ptrs
                 .try_reserve(self.device_count)
                 .map_err(out_of_memory)?;
-            let id_capacity = self.entries.len() + 1;
+            // `free_ids` is empty: room for every id, so that `release` never allocates.
             self.free_ids
-                .try_reserve(id_capacity - self.free_ids.len())
+                .try_reserve(self.entries.len() + 1)
                 .map_err(out_of_memory)?;
         }
         Ok(())
