@@ -140,6 +140,15 @@ pub(crate) struct Pinned {
     external: bool,
 }
 
+/// The entry that one step of [`LockTable::release_all`] removes.
+#[derive(Clone, Copy)]
+pub(crate) struct ToRelease {
+    slot: Slot,
+    id: u32,
+    pub(crate) entry: ByteRange,
+    pub(crate) needs_unpin: bool,
+}
+
 /// The lock interval table of one backend: single-threaded form (see [`SharedLockTable`] for
 /// many readers and serialised writers).
 pub struct LockTable {
@@ -238,15 +247,13 @@ impl LockTable {
     /// may be repeated.
     pub fn release_all<D: PinDriver + ?Sized>(&mut self, driver: &mut D) -> Result<usize> {
         let mut unpinned = 0;
-        while let Some(slot) = self.index.first() {
-            let (entry, id) = self.index.get(slot);
-            if !self.entries[id as usize].external {
+        while let Some(first) = self.first_to_release() {
+            if first.needs_unpin {
                 self.stats.driver_unpins += 1;
-                driver.unpin(entry.start)?;
+                driver.unpin(first.entry.start)?;
                 unpinned += 1;
             }
-            self.entries[id as usize].count = 1;
-            self.release(slot, id, entry);
+            self.forget(first);
         }
         Ok(unpinned)
     }
@@ -465,6 +472,26 @@ impl LockTable {
             remaining,
             external,
         }
+    }
+
+    /// Phase one of each step of [`LockTable::release_all`]: the first entry, if any, and
+    /// whether it must be unpinned (it was pinned by this table) before it is forgotten.
+    pub(crate) fn first_to_release(&self) -> Option<ToRelease> {
+        let slot = self.index.first()?;
+        let (entry, id) = self.index.get(slot);
+        Some(ToRelease {
+            slot,
+            id,
+            entry,
+            needs_unpin: !self.entries[id as usize].external,
+        })
+    }
+
+    /// Phase two of each step of [`LockTable::release_all`], after any driver unpin
+    /// succeeded: the entry removed whatever its count. Never allocates, never fails.
+    pub(crate) fn forget(&mut self, first: ToRelease) {
+        self.entries[first.id as usize].count = 1;
+        self.release(first.slot, first.id, first.entry);
     }
 
     /// Adds the driver calls that the shared form made outside the table's lock.

@@ -9,7 +9,7 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
-use lock_api::{RawRwLock, RwLock};
+use lock_api::{RawRwLock, RwLock, RwLockWriteGuard};
 
 use super::{LockStart, LockStats, LockTable, Locked, PinDriver, Unlocked, pin_new};
 use crate::error::Result;
@@ -79,7 +79,20 @@ impl<D: PinDriver, R: RawRwLock> SharedLockTable<D, R> {
             let needs_unpin = table.needs_unpin(found.1);
             (found, needs_unpin)
         };
-        let unpinned = needs_unpin.then(|| writer.driver.unpin(entry.start));
+        let mut table = self.unpin_then_lock(&mut writer.driver, needs_unpin, entry.start)?;
+        Ok(table.release(slot, id, entry))
+    }
+
+    /// Unpins `start` if `needs_unpin`, with only the writer lock held (its owner passes the
+    /// driver), then takes the table lock and records the call: the table for the caller's
+    /// bookkeeping, or the driver's error with the table unchanged.
+    fn unpin_then_lock(
+        &self,
+        driver: &mut D,
+        needs_unpin: bool,
+        start: usize,
+    ) -> Result<RwLockWriteGuard<'_, R, LockTable>> {
+        let unpinned = needs_unpin.then(|| driver.unpin(start));
         let mut table = self.table.write();
         if let Some(result) = unpinned {
             table.record_driver_calls(&LockStats {
@@ -88,7 +101,7 @@ impl<D: PinDriver, R: RawRwLock> SharedLockTable<D, R> {
             });
             result?;
         }
-        Ok(table.release(slot, id, entry))
+        Ok(table)
     }
 
     /// See [`LockTable::lookup`]. Takes only the shared read lock.
@@ -108,8 +121,21 @@ impl<D: PinDriver, R: RawRwLock> SharedLockTable<D, R> {
     }
 
     /// See [`LockTable::release_all`]: unpins everything this table pinned, for shutdown.
+    /// Each unpin runs with only the writer lock held; an entry stays visible to lookups
+    /// until its unpin succeeded.
     pub fn release_all(&self) -> Result<usize> {
         let mut writer = self.writer.write();
-        self.table.write().release_all(&mut writer.driver)
+        let mut unpinned = 0;
+        loop {
+            // The read guard must end here, before the table is locked for writing below.
+            let first = self.table.read().first_to_release();
+            let Some(first) = first else {
+                return Ok(unpinned);
+            };
+            let mut table =
+                self.unpin_then_lock(&mut writer.driver, first.needs_unpin, first.entry.start)?;
+            unpinned += usize::from(first.needs_unpin);
+            table.forget(first);
+        }
     }
 }

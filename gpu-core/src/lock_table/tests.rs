@@ -561,20 +561,27 @@ mod shared_form {
         assert_eq!(t.stats().driver_pins, 2);
     }
 
-    /// A driver whose pin blocks until the test releases it.
+    /// A driver whose pin and unpin block until the test releases them.
     struct GatedDriver {
         inner: FakeDriver,
         entered: mpsc::Sender<()>,
         release: Arc<Mutex<mpsc::Receiver<()>>>,
     }
 
-    impl PinDriver for GatedDriver {
-        fn pin(&mut self, r: ByteRange, p: &mut [usize]) -> Result<()> {
+    impl GatedDriver {
+        fn gate(&self) {
             self.entered.send(()).unwrap();
             self.release.lock().unwrap().recv().unwrap();
+        }
+    }
+
+    impl PinDriver for GatedDriver {
+        fn pin(&mut self, r: ByteRange, p: &mut [usize]) -> Result<()> {
+            self.gate();
             self.inner.pin(r, p)
         }
         fn unpin(&mut self, s: usize) -> Result<()> {
+            self.gate();
             self.inner.unpin(s)
         }
         fn pinned_extent(&mut self, p: usize, d: &mut [usize]) -> Result<Option<ByteRange>> {
@@ -616,6 +623,64 @@ mod shared_form {
         release_tx.send(()).unwrap();
         assert_eq!(writer.join().unwrap().unwrap().outcome, LockOutcome::Pinned);
         assert_eq!(t.stats().entries, 2);
+    }
+
+    #[test]
+    fn lookups_proceed_while_release_all_waits_on_the_driver() {
+        let (entered_tx, entered_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel();
+        let driver = GatedDriver {
+            inner: FakeDriver::new(),
+            entered: entered_tx,
+            release: Arc::new(Mutex::new(release_rx)),
+        };
+        let t: Arc<SharedLockTable<GatedDriver>> =
+            Arc::new(SharedLockTable::new(driver, 1).unwrap());
+        for ptr in [BASE, BASE + 2 * PAGE] {
+            release_tx.send(()).unwrap();
+            t.lock(ptr, PAGE).unwrap();
+            entered_rx.recv().unwrap();
+        }
+
+        let releaser = {
+            let t = Arc::clone(&t);
+            thread::spawn(move || t.release_all())
+        };
+        entered_rx.recv().unwrap(); // the releaser is inside the first entry's unpin now
+        let reader = {
+            let t = Arc::clone(&t);
+            thread::spawn(move || t.lookup(BASE + 2 * PAGE + 1, 1, DeviceId(0)).unwrap())
+        };
+        assert!(
+            reader.join().unwrap().is_some(),
+            "the entry not yet unpinned is still found"
+        );
+        assert_eq!(
+            t.stats().entries,
+            2,
+            "nothing removed before its unpin returns"
+        );
+        release_tx.send(()).unwrap();
+        entered_rx.recv().unwrap(); // the second entry's unpin
+        release_tx.send(()).unwrap();
+        assert_eq!(releaser.join().unwrap(), Ok(2));
+        assert_eq!(t.stats().entries, 0);
+        assert_eq!(t.stats().driver_unpins, 2);
+    }
+
+    #[test]
+    fn shared_release_all_keeps_the_entries_a_failed_unpin_left() {
+        let mut driver = FakeDriver::new();
+        driver.fail_next(CallKind::Unpin);
+        let t: SharedLockTable<FakeDriver> = SharedLockTable::new(driver, 1).unwrap();
+        t.lock(BASE, PAGE).unwrap();
+        t.lock(BASE + 2 * PAGE, PAGE).unwrap();
+        t.lock(BASE + 2 * PAGE, 8).unwrap();
+        assert!(matches!(t.release_all(), Err(Error::Driver(_))));
+        assert_eq!(t.stats().entries, 2, "the failed unpin removed nothing");
+        assert_eq!(t.stats().driver_unpins, 1);
+        assert_eq!(t.release_all(), Ok(2));
+        assert_eq!(t.stats().entries, 0);
     }
 
     #[test]
