@@ -27,19 +27,40 @@ fn snapshot(table: &LockTable) -> Snapshot {
     (entries, table.stats())
 }
 
-/// Asserts `result` is `expected` and that neither table nor driver changed (beyond the
-/// driver-call counters the call itself made, passed as `calls`).
+/// What a refused call must leave as it was: the table (entries and stats) and the driver
+/// (its pins and its call counters, since a refused call reaches no driver).
+struct Before {
+    table: Snapshot,
+    pins: Vec<ByteRange>,
+    calls: [u64; 3],
+}
+
+fn before_refusal(table: &LockTable, driver: &FakeDriver) -> Before {
+    Before {
+        table: snapshot(table),
+        pins: driver.pinned.clone(),
+        calls: driver.calls,
+    }
+}
+
+/// Asserts `result` is `expected`, that table and driver are as `before`, and that no driver
+/// call was made.
 fn assert_refused<T: core::fmt::Debug>(
     table: &LockTable,
     driver: &FakeDriver,
-    before: &Snapshot,
-    pins_before: &[ByteRange],
+    before: &Before,
     result: Result<T>,
     expected: Error,
 ) {
     assert_eq!(result.unwrap_err(), expected);
-    assert_eq!(snapshot(table).0, before.0, "entries changed");
-    assert_eq!(driver.pinned, pins_before, "driver pins changed");
+    let (entries, stats) = snapshot(table);
+    assert_eq!(entries, before.table.0, "entries changed");
+    assert_eq!(stats, before.table.1, "stats changed");
+    assert_eq!(driver.pinned, before.pins, "driver pins changed");
+    assert_eq!(
+        driver.calls, before.calls,
+        "a refused call reached the driver"
+    );
 }
 
 #[test]
@@ -130,15 +151,13 @@ fn nested_locks_count_in_software_with_one_driver_pin_and_one_unpin() {
 fn bad_ranges_are_refused_before_any_driver_call() {
     let (mut t, mut d) = table();
     t.lock(&mut d, BASE, PAGE).unwrap();
-    let before = snapshot(&t);
-    let pins = d.pinned.clone();
+    let before = before_refusal(&t, &d);
     let calls = d.calls;
     let r = t.lock(&mut d, BASE, 0);
     assert_refused(
         &t,
         &d,
         &before,
-        &pins,
         r,
         Error::ZeroSize {
             what: "range length",
@@ -148,15 +167,15 @@ fn bad_ranges_are_refused_before_any_driver_call() {
     let null = Error::NullPointer {
         what: "start of the range to lock",
     };
-    assert_refused(&t, &d, &before, &pins, r, null);
+    assert_refused(&t, &d, &before, r, null);
     let r = t.lock(&mut d, usize::MAX - 3, 5);
     let overflow = Error::AddressOverflow {
         ptr: usize::MAX - 3,
         len: 5,
     };
-    assert_refused(&t, &d, &before, &pins, r, overflow);
+    assert_refused(&t, &d, &before, r, overflow);
     assert_eq!(d.calls, calls, "no driver call for a bad argument");
-    assert_eq!(t.stats(), before.1);
+    assert_eq!(t.stats(), before.table.1);
 }
 
 #[test]
@@ -164,15 +183,14 @@ fn range_running_past_an_entry_end_is_refused_and_the_entry_still_unlocks() {
     let (mut t, mut d) = table();
     let element = 8;
     t.lock(&mut d, BASE, 64 * element).unwrap();
-    let before = snapshot(&t);
-    let pins = d.pinned.clone();
+    let before = before_refusal(&t, &d);
     let r = t.lock(&mut d, BASE + 2 * element, 64 * element);
     let overlap = Error::LockOverlap {
         requested: range(BASE + 2 * element, 64 * element),
         conflicting: range(BASE, 64 * element),
         external: false,
     };
-    assert_refused(&t, &d, &before, &pins, r, overlap);
+    assert_refused(&t, &d, &before, r, overlap);
     assert_eq!(d.calls, [1, 0, 1], "refused before the driver was asked");
     assert_eq!(t.unlock(&mut d, BASE).unwrap().remaining, 0);
     assert!(d.pinned.is_empty());
@@ -182,15 +200,14 @@ fn range_running_past_an_entry_end_is_refused_and_the_entry_still_unlocks() {
 fn range_swallowing_an_entry_whole_is_refused() {
     let (mut t, mut d) = table();
     t.lock(&mut d, BASE + PAGE, PAGE).unwrap();
-    let before = snapshot(&t);
-    let pins = d.pinned.clone();
+    let before = before_refusal(&t, &d);
     let r = t.lock(&mut d, BASE, 4 * PAGE);
     let overlap = Error::LockOverlap {
         requested: range(BASE, 4 * PAGE),
         conflicting: range(BASE + PAGE, PAGE),
         external: false,
     };
-    assert_refused(&t, &d, &before, &pins, r, overlap);
+    assert_refused(&t, &d, &before, r, overlap);
 }
 
 #[test]
@@ -198,8 +215,7 @@ fn entry_starting_inside_the_new_range_is_found_before_the_driver_runs() {
     // libomptarget checks only the start pointer and would pin here, then fail to insert.
     let (mut t, mut d) = table();
     t.lock(&mut d, BASE + 100, PAGE).unwrap();
-    let before = snapshot(&t);
-    let pins = d.pinned.clone();
+    let before = before_refusal(&t, &d);
     let calls = d.calls;
     let r = t.lock(&mut d, BASE, 200);
     let overlap = Error::LockOverlap {
@@ -207,7 +223,7 @@ fn entry_starting_inside_the_new_range_is_found_before_the_driver_runs() {
         conflicting: range(BASE + 100, PAGE),
         external: false,
     };
-    assert_refused(&t, &d, &before, &pins, r, overlap);
+    assert_refused(&t, &d, &before, r, overlap);
     assert_eq!(d.calls, calls);
 }
 
@@ -309,25 +325,17 @@ fn ranges_at_the_top_of_the_address_space_work() {
 fn unlock_accepts_interior_pointers_and_rejects_unknown_ones() {
     let (mut t, mut d) = table();
     t.lock(&mut d, BASE, PAGE).unwrap();
-    let before = snapshot(&t);
-    let pins = d.pinned.clone();
+    let before = before_refusal(&t, &d);
     let r = t.unlock(&mut d, BASE + PAGE);
-    assert_refused(
-        &t,
-        &d,
-        &before,
-        &pins,
-        r,
-        Error::NotLocked { ptr: BASE + PAGE },
-    );
+    assert_refused(&t, &d, &before, r, Error::NotLocked { ptr: BASE + PAGE });
     let r = t.unlock(&mut d, 0);
-    assert_refused(&t, &d, &before, &pins, r, Error::NotLocked { ptr: 0 });
+    assert_refused(&t, &d, &before, r, Error::NotLocked { ptr: 0 });
     let r = t.unlock_exact(&mut d, BASE + 1);
     let not_start = Error::NotEntryStart {
         ptr: BASE + 1,
         entry: range(BASE, PAGE),
     };
-    assert_refused(&t, &d, &before, &pins, r, not_start);
+    assert_refused(&t, &d, &before, r, not_start);
     assert_eq!(d.calls[CallKind::Unpin as usize], 0);
     assert_eq!(t.unlock(&mut d, BASE + PAGE - 1).unwrap().remaining, 0);
     // A second unlock of the same memory (double release) is refused.
