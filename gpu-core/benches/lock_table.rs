@@ -8,7 +8,8 @@
 use std::collections::BTreeMap;
 use std::hint::black_box;
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, BenchmarkId, Criterion, criterion_group, criterion_main};
 use gpu_core::lock_table::{LockTable, PinDriver, SharedLockTable};
 use gpu_core::{ByteRange, DeviceId, Result};
 
@@ -194,13 +195,23 @@ impl Workload {
     }
 }
 
-/// Hands out the prepared inputs in a cycle, one per call.
-fn cycle(inputs: &[(usize, usize)]) -> impl FnMut() -> (usize, usize) + '_ {
-    let mut i = 0;
-    move || {
-        i = (i + 1) & (QUERIES - 1);
-        inputs[i]
-    }
+/// Times `op` as the `side` of the `count`-region case, one prepared input per iteration,
+/// taken in a cycle.
+fn bench_side<R>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    side: &str,
+    count: usize,
+    inputs: &[(usize, usize)],
+    mut op: impl FnMut(usize, usize) -> R,
+) {
+    group.bench_function(BenchmarkId::new(side, count), |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) & (QUERIES - 1);
+            let (p, l) = inputs[i];
+            black_box(op(p, l))
+        })
+    });
 }
 
 fn lookups(c: &mut Criterion) {
@@ -217,26 +228,14 @@ fn lookups(c: &mut Criterion) {
             .filter(|&&(p, l)| table.lookup(p, l, device).unwrap().is_some())
             .count();
         assert!((hits * 100 / QUERIES).abs_diff(80) <= 3, "about 80% hits");
-        group.bench_function(BenchmarkId::new("table", count), |b| {
-            let mut next = cycle(&work.queries);
-            b.iter(|| {
-                let (p, l) = next();
-                black_box(table.lookup(p, l, device))
-            })
+        bench_side(&mut group, "table", count, &work.queries, |p, l| {
+            table.lookup(p, l, device)
         });
-        group.bench_function(BenchmarkId::new("shared", count), |b| {
-            let mut next = cycle(&work.queries);
-            b.iter(|| {
-                let (p, l) = next();
-                black_box(shared.lookup(p, l, device))
-            })
+        bench_side(&mut group, "shared", count, &work.queries, |p, l| {
+            shared.lookup(p, l, device)
         });
-        group.bench_function(BenchmarkId::new("btreemap", count), |b| {
-            let mut next = cycle(&work.queries);
-            b.iter(|| {
-                let (p, l) = next();
-                black_box(btree.lookup(p, l))
-            })
+        bench_side(&mut group, "btreemap", count, &work.queries, |p, l| {
+            btree.lookup(p, l)
         });
     }
     group.finish();
@@ -250,26 +249,14 @@ fn nested_relock(c: &mut Criterion) {
         let mut table = work.table();
         let shared = work.shared();
         let mut btree = work.btree();
-        group.bench_function(BenchmarkId::new("table", count), |b| {
-            let mut next = cycle(&inside);
-            b.iter(|| {
-                let (p, l) = next();
-                black_box(table.lock(&mut NullDriver, p, l).unwrap())
-            })
+        bench_side(&mut group, "table", count, &inside, |p, l| {
+            table.lock(&mut NullDriver, p, l).unwrap()
         });
-        group.bench_function(BenchmarkId::new("shared", count), |b| {
-            let mut next = cycle(&inside);
-            b.iter(|| {
-                let (p, l) = next();
-                black_box(shared.lock(p, l).unwrap())
-            })
+        bench_side(&mut group, "shared", count, &inside, |p, l| {
+            shared.lock(p, l).unwrap()
         });
-        group.bench_function(BenchmarkId::new("btreemap", count), |b| {
-            let mut next = cycle(&inside);
-            b.iter(|| {
-                let (p, l) = next();
-                black_box(btree.lock(p, l))
-            })
+        bench_side(&mut group, "btreemap", count, &inside, |p, l| {
+            btree.lock(p, l)
         });
     }
     group.finish();
@@ -283,29 +270,17 @@ fn lock_unlock_new(c: &mut Criterion) {
         let mut table = work.table();
         let shared = work.shared();
         let mut btree = work.btree();
-        group.bench_function(BenchmarkId::new("table", count), |b| {
-            let mut next = cycle(&fresh);
-            b.iter(|| {
-                let (p, l) = next();
-                table.lock(&mut NullDriver, p, l).unwrap();
-                black_box(table.unlock(&mut NullDriver, p).unwrap())
-            })
+        bench_side(&mut group, "table", count, &fresh, |p, l| {
+            table.lock(&mut NullDriver, p, l).unwrap();
+            table.unlock(&mut NullDriver, p).unwrap()
         });
-        group.bench_function(BenchmarkId::new("shared", count), |b| {
-            let mut next = cycle(&fresh);
-            b.iter(|| {
-                let (p, l) = next();
-                shared.lock(p, l).unwrap();
-                black_box(shared.unlock(p).unwrap())
-            })
+        bench_side(&mut group, "shared", count, &fresh, |p, l| {
+            shared.lock(p, l).unwrap();
+            shared.unlock(p).unwrap()
         });
-        group.bench_function(BenchmarkId::new("btreemap", count), |b| {
-            let mut next = cycle(&fresh);
-            b.iter(|| {
-                let (p, l) = next();
-                assert!(btree.lock(p, l));
-                btree.unlock(p);
-            })
+        bench_side(&mut group, "btreemap", count, &fresh, |p, l| {
+            assert!(btree.lock(p, l));
+            btree.unlock(p)
         });
     }
     group.finish();
