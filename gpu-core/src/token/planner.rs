@@ -466,8 +466,9 @@ impl Planner {
     }
 
     /// The most common plan, made without the general one's bookkeeping (what `schedule`
-    /// would do for it, step for step): one dependency that owns a stream of `device`, so the
-    /// operation runs next on that stream and nothing waits. `Ok(None)` for any other case.
+    /// would do for it, step for step, through the same `run_on` and `tail_token`): one
+    /// dependency that owns a stream of `device`, so the operation runs next on that stream
+    /// and nothing waits. `Ok(None)` for any other case.
     #[inline]
     fn continue_chain(&mut self, op: OpId, device: DeviceId, id: TokenId) -> Result<Option<Token>> {
         let slot = self.validate(id)?;
@@ -478,17 +479,8 @@ impl Planner {
             return Ok(None);
         }
         self.free_slot(slot);
-        self.steps.push(PlanStep::Run { op, device, stream });
-        self.advance(stream);
-        let state = &self.streams[stream.index()];
-        let point = Point {
-            hold: Hold::Stream,
-            stream,
-            position: state.clock.entries[stream.index()],
-            time: state.tail_time,
-            producer: Some(op),
-        };
-        Ok(Some(self.new_token(point)))
+        self.run_on(op, device, stream);
+        Ok(Some(self.tail_token(stream, Some(op))))
     }
 
     /// Joins `deps` into one token, without an operation: the result lives on one input's
@@ -762,22 +754,29 @@ impl Planner {
             self.free_slot(slot);
         }
         if let Some(op) = op {
-            let device = self.streams[target.index()].device;
-            self.steps.push(PlanStep::Run {
-                op,
-                device,
-                stream: target,
-            });
-            self.advance(target);
+            self.run_on(op, self.streams[target.index()].device, target);
             producer = Some(op);
         }
         self.scratch.deps = deps;
-        let stream = &self.streams[target.index()];
+        self.tail_token(target, producer)
+    }
+
+    /// Runs `op` next on `stream` (of `device`).
+    #[inline(always)]
+    fn run_on(&mut self, op: OpId, device: DeviceId, stream: StreamId) {
+        self.steps.push(PlanStep::Run { op, device, stream });
+        self.advance(stream);
+    }
+
+    /// A new token owning `stream`, at its tail.
+    #[inline(always)]
+    fn tail_token(&mut self, stream: StreamId, producer: Option<OpId>) -> Token {
+        let state = &self.streams[stream.index()];
         let point = Point {
             hold: Hold::Stream,
-            stream: target,
-            position: stream.clock.entries[target.index()],
-            time: stream.tail_time,
+            stream,
+            position: state.clock.entries[stream.index()],
+            time: state.tail_time,
             producer,
         };
         self.new_token(point)
