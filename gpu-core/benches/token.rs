@@ -95,6 +95,18 @@ fn plan(
     live: &mut VecDeque<Token>,
     deps: &mut Vec<Token>,
 ) -> usize {
+    issue(planner, program, live, deps);
+    for token in live.drain(..) {
+        planner.wait(token).expect("benchmark programs are valid");
+    }
+    planner.end_program();
+    let steps = planner.steps().len();
+    planner.drain_steps();
+    steps
+}
+
+/// Plans the operations of `program`, leaving their tokens in `live`.
+fn issue(planner: &mut Planner, program: &[Op], live: &mut VecDeque<Token>, deps: &mut Vec<Token>) {
     let mut branches = Vec::new();
     for (i, op) in program.iter().enumerate() {
         for &index in &op.deps {
@@ -115,13 +127,6 @@ fn plan(
             live.push_back(token);
         }
     }
-    for token in live.drain(..) {
-        planner.wait(token).expect("benchmark programs are valid");
-    }
-    planner.end_program();
-    let steps = planner.steps().len();
-    planner.drain_steps();
-    steps
 }
 
 /// The baseline: the same programs with a fresh stream per operation and an event
@@ -195,21 +200,7 @@ fn planning(c: &mut Criterion) {
 fn checking(c: &mut Criterion) {
     let mut planner = Planner::new(2);
     let (mut live, mut deps) = (VecDeque::new(), Vec::new());
-    let program = random_dag(16 * 1024);
-    let mut branches = Vec::new();
-    for (i, op) in program.iter().enumerate() {
-        for &index in &op.deps {
-            deps.push(
-                live.swap_remove_front(index.min(live.len() - 1))
-                    .expect("a live token"),
-            );
-        }
-        let token = planner
-            .run(OpId(i as u32), DeviceId(op.device), &mut deps)
-            .expect("valid");
-        planner.fork(token, op.fork, &mut branches).expect("valid");
-        live.extend(branches.drain(..));
-    }
+    issue(&mut planner, &random_dag(16 * 1024), &mut live, &mut deps);
     planner.end_program();
     planner.drain_pools();
     let trace: Vec<TraceOp> = plan_trace(planner.steps(), TraceView::Logical);
