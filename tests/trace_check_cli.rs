@@ -64,3 +64,22 @@ fn a_malformed_trace_exits_two_naming_the_line() {
         "{stderr}"
     );
 }
+
+#[cfg(unix)]
+#[test]
+fn a_path_that_is_not_unicode_is_a_read_error_not_a_panic() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+
+    let path = OsStr::from_bytes(b"no-such-trace-\xff.trace");
+    let output = Command::new(env!("CARGO_BIN_EXE_gpu-trace-check"))
+        .arg(path)
+        .output()
+        .expect("the program runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.starts_with("gpu-trace-check: cannot read no-such-trace-\u{fffd}.trace: "),
+        "{stderr}"
+    );
+}

@@ -5,6 +5,7 @@
 //! Usage: `gpu-trace-check FILE` (`-` reads standard input). Exit status: 0 when the trace
 //! is clean, 1 when it has defects, 2 when it cannot be read or parsed.
 
+use std::ffi::OsString;
 use std::io::Read;
 use std::process::ExitCode;
 
@@ -13,16 +14,18 @@ use gpu_runtime::token::parse_trace;
 const USAGE: &str = "usage: gpu-trace-check FILE   (FILE `-` reads standard input)";
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let [path] = args.as_slice() else {
+    // Paths need not be Unicode: `args` would panic on one that is not.
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let [file] = args.as_slice() else {
         eprintln!("{USAGE}");
         return ExitCode::from(2);
     };
-    let text = if path == "-" {
+    let path = file.to_string_lossy();
+    let text = if file == "-" {
         let mut text = String::new();
         std::io::stdin().read_to_string(&mut text).map(|_| text)
     } else {
-        std::fs::read_to_string(path)
+        std::fs::read_to_string(file)
     };
     let text = match text {
         Ok(text) => text,
