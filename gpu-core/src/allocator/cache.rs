@@ -208,17 +208,13 @@ impl KindCache {
                 .map(|block| (IDLE, block)),
         };
         if let Some((lane, block)) = parked {
-            if let Order::Stream { stream, after } = order {
-                self.wait_all(driver, stream, after)?;
-            }
+            self.wait_for_dependencies(driver, order)?;
             self.lanes[lane as usize].parked = NIL;
             self.stats.hits += 1;
             return Ok(self.make_live(block, shape, AllocPath::Cached));
         }
         if let Some(block) = self.best_of_own_and_idle(own_lane, shape) {
-            if let Order::Stream { stream, after } = order {
-                self.wait_all(driver, stream, after)?;
-            }
+            self.wait_for_dependencies(driver, order)?;
             self.stats.hits += 1;
             return Ok(self.hand_out(block, shape, config, AllocPath::Cached));
         }
@@ -293,8 +289,8 @@ impl KindCache {
         order: Order<'_>,
         done: &mut bool,
     ) -> Result<()> {
-        if let (Order::Stream { stream, after }, false) = (order, *done) {
-            self.wait_all(driver, stream, after)?;
+        if !*done {
+            self.wait_for_dependencies(driver, order)?;
             *done = true;
         }
         Ok(())
@@ -396,12 +392,7 @@ impl KindCache {
             return;
         }
         self.unpark_all();
-        let state = &mut self.lanes[lane as usize];
-        state.completed_seq = state.free_seq;
-        let fences: Vec<Fence> = state.fences.drain(..).collect();
-        for fence in fences {
-            self.release_event(driver, fence.event);
-        }
+        self.complete_lane(driver, lane);
         for entry in &self.pending {
             let block = &mut self.blocks[entry.block as usize];
             if block.lane == lane {
@@ -827,11 +818,8 @@ impl KindCache {
                 IDLE,
                 AllocPath::DriverSynchronous,
             ),
-            Order::Stream { stream, after } if stream_ordered => {
-                if !*dependencies_done {
-                    self.wait_all(driver, stream, after)?;
-                    *dependencies_done = true;
-                }
+            Order::Stream { stream, .. } if stream_ordered => {
+                self.order_dependencies(driver, order, dependencies_done)?;
                 let address = self.driver_allocate(driver, shape.segment, Some(stream))?;
                 (address, own_lane, AllocPath::DriverStreamOrdered)
             }
@@ -1004,8 +992,19 @@ impl KindCache {
     fn complete_fences<D: SegmentDriver>(&mut self, driver: &mut D, lane: u32, position: usize) {
         let state = &mut self.lanes[lane as usize];
         state.completed_seq = state.fences[position].seq;
-        let done: Vec<Fence> = state.fences.drain(..=position).collect();
-        for fence in done {
+        for _ in 0..=position {
+            if let Some(fence) = self.lanes[lane as usize].fences.pop_front() {
+                self.release_event(driver, fence.event);
+            }
+        }
+    }
+
+    /// Marks every free of `lane` complete (all its stream's work has finished) and releases
+    /// its fences' events.
+    fn complete_lane<D: SegmentDriver>(&mut self, driver: &mut D, lane: u32) {
+        let state = &mut self.lanes[lane as usize];
+        state.completed_seq = state.free_seq;
+        while let Some(fence) = self.lanes[lane as usize].fences.pop_front() {
             self.release_event(driver, fence.event);
         }
     }
@@ -1035,13 +1034,8 @@ impl KindCache {
             }
             self.return_pending(entry.block);
         }
-        for lane in 1..self.lanes.len() {
-            let state = &mut self.lanes[lane];
-            state.completed_seq = state.free_seq;
-            let fences: Vec<Fence> = state.fences.drain(..).collect();
-            for fence in fences {
-                self.release_event(driver, fence.event);
-            }
+        for lane in 1..self.lanes.len() as u32 {
+            self.complete_lane(driver, lane);
         }
         self.move_completed_to_idle();
     }
@@ -1103,14 +1097,17 @@ impl KindCache {
         }
     }
 
-    fn wait_all<D: SegmentDriver>(
+    /// Makes a stream-ordered request's stream wait on the request's dependencies.
+    #[inline]
+    fn wait_for_dependencies<D: SegmentDriver>(
         &mut self,
         driver: &mut D,
-        stream: StreamId,
-        after: &[EventId],
+        order: Order<'_>,
     ) -> Result<()> {
-        for &event in after {
-            self.wait(driver, stream, event)?;
+        if let Order::Stream { stream, after } = order {
+            for &event in after {
+                self.wait(driver, stream, event)?;
+            }
         }
         Ok(())
     }
