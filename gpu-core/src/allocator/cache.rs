@@ -311,25 +311,53 @@ impl KindCache {
             Release::Idle => (IDLE, None),
             Release::OnStream(stream) => (self.lane_index(stream, config)?, Some(stream)),
         };
+        match stream {
+            Some(stream) if self.blocks[slot as usize].shared => {
+                self.free_shared(driver, slot, lane, stream)
+            }
+            _ => {
+                self.release_now(slot, lane);
+                Ok(())
+            }
+        }
+    }
+
+    /// Parks a live block freed in `lane`, which no other stream's work can still be using.
+    #[inline]
+    fn release_now(&mut self, slot: u32, lane: u32) {
+        self.forget_uses(slot);
         let block = &self.blocks[slot as usize];
-        let (size, requested, shared) = (block.size, block.requested, block.shared);
-        let others: Vec<StreamId> = match (shared, stream) {
-            (true, Some(stream)) => self
-                .other_uses
-                .iter()
-                .filter(|&&(b, s)| b == slot && s != stream)
-                .map(|&(_, s)| s)
-                .collect(),
-            _ => Vec::new(),
-        };
+        let (size, requested) = (block.size, block.requested);
+        self.stats.allocated -= size;
+        self.stats.requested -= requested;
+        self.stats.cached += size;
+        self.park(slot, lane);
+    }
+
+    /// Frees a live block on `stream` that was marked as used on other streams too: it waits,
+    /// pending, for an event recorded now on each of those streams.
+    #[inline(never)]
+    fn free_shared<D: SegmentDriver>(
+        &mut self,
+        driver: &mut D,
+        slot: u32,
+        lane: u32,
+        stream: StreamId,
+    ) -> Result<()> {
+        let others: Vec<StreamId> = self
+            .other_uses
+            .iter()
+            .filter(|&&(b, s)| b == slot && s != stream)
+            .map(|&(_, s)| s)
+            .collect();
         if others.is_empty() {
-            self.forget_uses(slot);
-            self.stats.allocated -= size;
-            self.stats.requested -= requested;
-            self.stats.cached += size;
-            self.park(slot, lane);
+            self.release_now(slot, lane);
             return Ok(());
         }
+        let (size, requested) = {
+            let block = &self.blocks[slot as usize];
+            (block.size, block.requested)
+        };
         let mut events = Vec::with_capacity(others.len());
         for other in others {
             match self.record(driver, other) {
@@ -424,12 +452,16 @@ impl KindCache {
     /// The lane of `stream`, created on first use.
     #[inline]
     fn lane_index(&mut self, stream: StreamId, config: &AllocatorConfig) -> Result<u32> {
-        let number = stream.index();
-        if let Some(&lane) = self.lane_of_stream.get(number)
-            && lane != NIL
-        {
-            return Ok(lane);
+        match self.lane_of_stream.get(stream.index()) {
+            Some(&lane) if lane != NIL => Ok(lane),
+            _ => self.new_lane(stream, config),
         }
+    }
+
+    /// Creates the lane of `stream`, which has none yet.
+    #[inline(never)]
+    fn new_lane(&mut self, stream: StreamId, config: &AllocatorConfig) -> Result<u32> {
+        let number = stream.index();
         if number >= config.max_streams {
             return Err(Error::LimitExceeded {
                 what: "stream number (raise AllocatorConfig::max_streams)",
