@@ -575,16 +575,13 @@ impl Planner {
     /// [`Planner::end_wait`]. Plans no step.
     pub(crate) fn begin_wait(&mut self, token: Token) -> Result<PendingWait> {
         let slot = self.validate(token.id())?;
-        let state = &self.tokens[slot as usize];
-        let pending = match state.hold {
-            Hold::Stream => PendingWait::Stream(state.stream),
-            Hold::ForkEvent(event) => PendingWait::Event(event),
-        };
+        let pending = self.held_by(slot);
         self.free_slot(slot);
         Ok(pending)
     }
 
     /// Ends a wait begun with [`Planner::begin_wait`]: what it held goes back to the pools.
+    #[inline(always)]
     pub(crate) fn end_wait(&mut self, pending: PendingWait) {
         match pending {
             PendingWait::Stream(stream) => self.release_stream(stream),
@@ -909,14 +906,20 @@ impl Planner {
         });
     }
 
-    /// Gives back what a token holds: its stream, or its share of a fork event.
+    /// What a live token holds: its stream, or its share of a fork event.
     #[inline(always)]
-    fn release_hold(&mut self, slot: u32) {
+    fn held_by(&self, slot: u32) -> PendingWait {
         let state = &self.tokens[slot as usize];
         match state.hold {
-            Hold::Stream => self.release_stream(state.stream),
-            Hold::ForkEvent(event) => self.release_event_share(event),
+            Hold::Stream => PendingWait::Stream(state.stream),
+            Hold::ForkEvent(event) => PendingWait::Event(event),
         }
+    }
+
+    /// Gives back what a token holds (as the end of a wait on it does).
+    #[inline(always)]
+    fn release_hold(&mut self, slot: u32) {
+        self.end_wait(self.held_by(slot));
     }
 
     /// Gives back one share of a fork event; the last one returns the event to its pool.
