@@ -62,10 +62,7 @@ impl RegisteredMemory {
         } else {
             self.stats.hits += 1;
         }
-        self.stats.allocated += len;
-        self.stats.requested += len;
-        self.stats.peak_allocated = self.stats.peak_allocated.max(self.stats.allocated);
-        self.stats.peak_requested = self.stats.peak_requested.max(self.stats.requested);
+        self.stats.note_live(len, len);
         let fresh = |generation| Registration {
             ptr,
             len,
@@ -170,16 +167,20 @@ impl RegisteredMemory {
             let State::Unlocking(events) = &self.slots[slot].state else {
                 continue;
             };
-            let events = events.clone();
-            self.stats.driver_calls += events.len() as u64;
-            if !events
-                .iter()
-                .all(|&event| driver.event_completed(device, event).unwrap_or(false))
-            {
+            let driver_calls = &mut self.stats.driver_calls;
+            let completed = events.iter().all(|&event| {
+                *driver_calls += 1;
+                driver.event_completed(device, event).unwrap_or(false)
+            });
+            if !completed {
                 continue;
             }
             table.unlock(driver, self.slots[slot].ptr)?;
-            self.release_events(driver, device, events);
+            if let State::Unlocking(events) =
+                core::mem::replace(&mut self.slots[slot].state, State::Unused)
+            {
+                self.release_events(driver, device, events);
+            }
             self.finish(slot as u32, true);
         }
         Ok(())

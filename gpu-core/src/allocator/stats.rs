@@ -54,11 +54,18 @@ impl AllocatorStats {
         }
     }
 
+    /// A cached block of `block` bytes handed out for `requested` bytes.
     #[inline]
     pub(crate) fn note_allocated(&mut self, block: usize, requested: usize) {
+        self.cached -= block;
+        self.note_live(block, requested);
+    }
+
+    /// `block` bytes more handed out, for `requested` bytes, with the peaks following.
+    #[inline]
+    pub(crate) fn note_live(&mut self, block: usize, requested: usize) {
         self.allocated += block;
         self.requested += requested;
-        self.cached -= block;
         if self.allocated > self.peak_allocated {
             self.peak_allocated = self.allocated;
         }

@@ -434,3 +434,28 @@ fn host_registration_needs_the_capability() {
         })
     ));
 }
+
+#[test]
+fn host_registered_polls_count_only_the_queries_made() {
+    let (mut a, mut d) = (allocator(true), FakeDriver::new(usize::MAX / 2));
+    let mut table = LockTable::new(1).unwrap();
+    let range = a
+        .allocate_with(
+            &mut d,
+            &mut table,
+            &AllocRequest::host_registered(0x10_0000, 4096),
+        )
+        .unwrap();
+    a.mark_used_on(range.handle, S1).unwrap();
+    d.enqueue(S0, 0x10_0000, 4096);
+    a.free_with(&mut d, &mut table, range.handle, Release::OnStream(S0))
+        .unwrap();
+    // S0's event is not complete, so the poll stops there without asking about S1's.
+    let (calls, counted) = (d.calls, a.stats(MemoryKind::HostRegistered).driver_calls);
+    a.trim_with(&mut d, &mut table).unwrap();
+    assert_eq!(d.calls - calls, 1);
+    assert_eq!(
+        a.stats(MemoryKind::HostRegistered).driver_calls - counted,
+        d.calls - calls
+    );
+}
