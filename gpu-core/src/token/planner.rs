@@ -210,6 +210,16 @@ struct Scratch {
     deps: Vec<(u64, u64)>,
 }
 
+impl Scratch {
+    /// Makes one validated token, at planner time `time`, the whole dependency list (what
+    /// `validate_all` gives for a list of one, without its duplicate check and sort).
+    #[inline]
+    fn stage_one(&mut self, time: u64, slot: u32) {
+        self.deps.clear();
+        self.deps.push((time, u64::from(slot)));
+    }
+}
+
 impl PartialEq for Scratch {
     fn eq(&self, _: &Self) -> bool {
         true
@@ -450,15 +460,19 @@ impl Planner {
                 device_count: self.device_count,
             });
         }
-        if let [only] = deps.as_slice()
-            && let Some(token) = self.continue_chain(op, device, only.id())?
-        {
-            deps.clear();
-            return Ok(token);
-        }
-        self.validate_all(deps)?;
-        if deps.is_empty() {
-            self.check_room(1)?;
+        if let [only] = deps.as_slice() {
+            let slot = self.validate(only.id())?;
+            if let Some(token) = self.continue_chain(op, device, slot) {
+                deps.clear();
+                return Ok(token);
+            }
+            self.scratch
+                .stage_one(self.tokens[slot as usize].time, slot);
+        } else {
+            self.validate_all(deps)?;
+            if deps.is_empty() {
+                self.check_room(1)?;
+            }
         }
         let token = self.schedule(Some(op), Some(device));
         deps.clear();
@@ -468,19 +482,18 @@ impl Planner {
     /// The most common plan, made without the general one's bookkeeping (what `schedule`
     /// would do for it, step for step, through the same `run_on` and `tail_token`): one
     /// dependency that owns a stream of `device`, so the operation runs next on that stream
-    /// and nothing waits. `Ok(None)` for any other case.
+    /// and nothing waits. `None` for any other case. `slot` is a validated live token's.
     #[inline]
-    fn continue_chain(&mut self, op: OpId, device: DeviceId, id: TokenId) -> Result<Option<Token>> {
-        let slot = self.validate(id)?;
+    fn continue_chain(&mut self, op: OpId, device: DeviceId, slot: u32) -> Option<Token> {
         let stream = self.tokens[slot as usize].stream;
         if self.tokens[slot as usize].hold != Hold::Stream
             || self.streams[stream.index()].device != device
         {
-            return Ok(None);
+            return None;
         }
         self.free_slot(slot);
         self.run_on(op, device, stream);
-        Ok(Some(self.tail_token(stream, Some(op))))
+        Some(self.tail_token(stream, Some(op)))
     }
 
     /// Joins `deps` into one token, without an operation: the result lives on one input's
