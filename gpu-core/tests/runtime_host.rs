@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::{Backend, LaunchDims};
-use gpu_core::host::{CallKind, HostBackend, HostConfig, HostErrorCode};
+use gpu_core::host::{CallKind, HostBackend, HostConfig};
 use gpu_core::runtime::{
     Arg, DeviceGuard, LiveObjects, RecordingBackend, Runtime, RuntimeConfig, restore_failures,
     with_device,
@@ -393,7 +393,10 @@ fn threads_sharing_a_runtime_get_their_data_back_and_leak_nothing() {
 fn kernel_handles_load_once_and_opt_in_once_per_size() {
     let rt = runtime();
     let unknown = rt.kernel(D0, "no_such_kernel").err().unwrap();
-    assert_eq!(HostErrorCode::of(&unknown), Some(HostErrorCode::NotFound));
+    assert!(
+        matches!(unknown, Error::UnknownKernel { backend: "host", ref name } if name == "no_such_kernel"),
+        "{unknown:?}"
+    );
     let before = rt.backend().calls();
     let fill = rt.kernel(D0, "fill_u32").unwrap();
     let again = rt.kernel(D0, "fill_u32").unwrap();

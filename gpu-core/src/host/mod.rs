@@ -112,9 +112,6 @@ pub enum HostErrorCode {
     /// An unknown or destroyed stream, event or kernel, or one of the wrong device (CUDA 400,
     /// "invalid resource handle").
     InvalidHandle,
-    /// No kernel is registered under the name (CUDA 500). Not reported any more: an unknown
-    /// kernel name is [`Error::UnknownKernel`], as on the CUDA backend.
-    NotFound,
     /// A kernel touched memory outside what its pointer arguments point into (CUDA 700).
     IllegalAddress,
     /// The range overlaps memory already registered or allocated pinned (CUDA 712).
@@ -132,12 +129,11 @@ pub enum HostErrorCode {
 
 impl HostErrorCode {
     /// Every code.
-    pub const ALL: [HostErrorCode; 11] = [
+    pub const ALL: [HostErrorCode; 10] = [
         HostErrorCode::InvalidValue,
         HostErrorCode::WrongCurrentDevice,
         HostErrorCode::OperatingSystem,
         HostErrorCode::InvalidHandle,
-        HostErrorCode::NotFound,
         HostErrorCode::IllegalAddress,
         HostErrorCode::MemoryAlreadyRegistered,
         HostErrorCode::MemoryNotRegistered,
@@ -153,7 +149,6 @@ impl HostErrorCode {
             HostErrorCode::WrongCurrentDevice => "HOST_WRONG_CURRENT_DEVICE",
             HostErrorCode::OperatingSystem => "HOST_OPERATING_SYSTEM",
             HostErrorCode::InvalidHandle => "HOST_INVALID_HANDLE",
-            HostErrorCode::NotFound => "HOST_NOT_FOUND",
             HostErrorCode::IllegalAddress => "HOST_ILLEGAL_ADDRESS",
             HostErrorCode::MemoryAlreadyRegistered => "HOST_MEMORY_ALREADY_REGISTERED",
             HostErrorCode::MemoryNotRegistered => "HOST_MEMORY_NOT_REGISTERED",
@@ -170,7 +165,6 @@ impl HostErrorCode {
             HostErrorCode::WrongCurrentDevice => 201,
             HostErrorCode::OperatingSystem => 304,
             HostErrorCode::InvalidHandle => 400,
-            HostErrorCode::NotFound => 500,
             HostErrorCode::IllegalAddress => 700,
             HostErrorCode::MemoryAlreadyRegistered => 712,
             HostErrorCode::MemoryNotRegistered => 713,
