@@ -125,22 +125,20 @@ impl<B: Backend> State<B> {
         let (mut work, mut output) = (Some(work), None);
         let executed = self.execute(backend, &mut |state, backend, stream, handle| {
             // A plan of one operation has one `Run` step: a second would be a planner bug.
-            let work = work.take().ok_or(Error::UnknownStream { stream })?;
+            let work = work.take().ok_or_else(|| Error::UnknownStream { stream })?;
             output = Some(work(state, backend, stream, handle)?);
             Ok(())
         });
-        match (executed, output) {
-            (Ok(()), Some(output)) => Ok((token, output)),
-            (Err(e), _) => {
+        // No `Run` step at all would also be a planner bug, reported rather than trusted.
+        match executed.and_then(|()| {
+            output.ok_or_else(|| Error::UnknownStream {
+                stream: StreamId(u32::MAX),
+            })
+        }) {
+            Ok(output) => Ok((token, output)),
+            Err(e) => {
                 self.abandon(backend, token);
                 Err(e)
-            }
-            // No `Run` step at all: also a planner bug, reported rather than trusted.
-            (Ok(()), None) => {
-                self.abandon(backend, token);
-                Err(Error::UnknownStream {
-                    stream: StreamId(u32::MAX),
-                })
             }
         }
     }
