@@ -527,7 +527,8 @@ impl fmt::Display for Error {
             Error::UnknownKernel { backend, name } => write!(
                 f,
                 "the {backend} backend's kernel library has no kernel called {name:?}; use one \
-                 of the standard kernel names (fill_u32, axpy_f32, workgroup_reverse_u32)"
+                 of the standard kernel names (fill_u32, axpy_f32, workgroup_reverse_u32) or, on \
+                 the host backend, a name registered with HostBackend::register_kernel"
             ),
             Error::KernelArgumentMismatch { kernel, expected } => write!(
                 f,

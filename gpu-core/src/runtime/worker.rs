@@ -129,7 +129,7 @@ impl<B: Backend> DeviceWorker<B> {
                     cause: Box::new(cause),
                 }),
                 None => catch_unwind(AssertUnwindSafe(|| action(backend)))
-                    .unwrap_or(Err(Error::ActionPanicked { device })),
+                    .unwrap_or_else(|_| Err(Error::ActionPanicked { device })),
             };
             if let Err(e) = &result
                 && !matches!(e, Error::QueueFailed { .. })
