@@ -9,6 +9,7 @@ use alloc::vec::Vec;
 
 use crate::error::{ByteRange, DriverError, Error, Result};
 use crate::id::{DeviceId, EventId, StreamId};
+use crate::lock_table::model::fill_fake_device_addresses;
 use crate::lock_table::{LockTable, PinDriver};
 
 use super::{
@@ -25,8 +26,14 @@ const ALL_KINDS: [MemoryKind; 4] = [
 ];
 /// Where the harness's host-registered ranges lie.
 const HOST_ARENA: usize = 0x10_0000;
-/// Alignment of the addresses the fake driver hands out.
+/// Alignment of the addresses the fake driver hands out, and the gap it leaves between segments.
 const FAKE_ALIGNMENT: usize = 4096;
+/// The fake driver's segments end at most here: at the top of the address space whatever the
+/// pointer width, so the allocator's address arithmetic meets it on 32-bit targets too (the
+/// last page stays unused, so a segment's end is representable, as on every real driver).
+const FAKE_TOP: usize = usize::MAX - (FAKE_ALIGNMENT - 1);
+/// The fake driver's segments start at least here, far above the host arena.
+const FAKE_FLOOR: usize = HOST_ARENA * 16;
 
 /// One piece of work enqueued on a modelled stream.
 #[derive(Clone, Debug)]
@@ -56,8 +63,10 @@ struct ModelEvent {
     owned_by_allocator: bool,
 }
 
-/// A fake [`SegmentDriver`]: hands out non-overlapping address ranges, models streams, events
-/// and the progress of work on them, can fail its Nth call, and records every misuse it sees.
+/// A fake [`SegmentDriver`]: hands out non-overlapping address ranges from the top of the
+/// address space down, reusing a returned range once no pending work touches it, models
+/// streams, events and the progress of work on them, can fail its Nth call, and records every
+/// misuse it sees.
 #[derive(Clone, Debug)]
 pub struct FakeDriver {
     /// Calls made so far.
@@ -74,7 +83,6 @@ pub struct FakeDriver {
     pub synchronous_allocations: u64,
     /// Segments obtained by stream-ordered calls.
     pub stream_ordered_allocations: u64,
-    next_address: usize,
     segments: BTreeMap<usize, (usize, MemoryKind)>,
     in_use: usize,
     streams: BTreeMap<u32, ModelStream>,
@@ -94,7 +102,6 @@ impl FakeDriver {
             violations: Vec::new(),
             synchronous_allocations: 0,
             stream_ordered_allocations: 0,
-            next_address: 1 << 32,
             segments: BTreeMap::new(),
             in_use: 0,
             streams: BTreeMap::new(),
@@ -300,12 +307,32 @@ impl FakeDriver {
         Ok(())
     }
 
+    /// The highest free place for `size` bytes between `FAKE_FLOOR` and `FAKE_TOP`, a gap below
+    /// each live segment (so no two are adjacent) and touched by no pending work (an earlier segment's, freed in
+    /// stream order); `None` when the capacity or the address space has no room.
     fn hand_out(&mut self, kind: MemoryKind, size: usize) -> Option<usize> {
         if self.capacity - self.in_use < size {
             return None;
         }
-        let address = self.next_address;
-        self.next_address = (address + size).next_multiple_of(FAKE_ALIGNMENT) + FAKE_ALIGNMENT;
+        let span = size.checked_next_multiple_of(FAKE_ALIGNMENT)?;
+        let mut ceiling = FAKE_TOP;
+        let mut below = self.segments.iter().rev().peekable();
+        let address = loop {
+            let floor = below.peek().map_or(FAKE_FLOOR, |&(&start, &(len, _))| {
+                start + len.next_multiple_of(FAKE_ALIGNMENT)
+            });
+            let Some(address) = ceiling.checked_sub(span).filter(|&a| a >= floor) else {
+                ceiling = below.next()?.0 - FAKE_ALIGNMENT;
+                continue;
+            };
+            match self.pending_touching(address, address + span, None) {
+                None => break address,
+                Some((stream, position)) => {
+                    let busy = self.streams[&stream].work[position].range.0;
+                    ceiling = busy - busy % FAKE_ALIGNMENT;
+                }
+            }
+        };
         self.in_use += size;
         self.segments.insert(address, (size, kind));
         Some(address)
@@ -430,7 +457,7 @@ impl PinDriver for FakeDriver {
                 .push(format!("{range} pinned over an existing pin"));
         }
         self.pins.insert(range.start, range.len);
-        device_ptrs.fill(range.start + (1 << 40));
+        fill_fake_device_addresses(range.start, device_ptrs);
         Ok(())
     }
 

@@ -23,9 +23,20 @@ pub enum CallKind {
     Query,
 }
 
+/// How far apart the fake driver puts each device's view of a host range: 2^40 on a 64-bit
+/// target, 2^20 on a 32-bit one (far beyond the test arenas either way).
+const DEVICE_ADDRESS_STRIDE: usize = 1 << (usize::BITS * 5 / 8);
+
 /// The address the fake driver gives device `device` for host address `host`.
 pub fn fake_device_address(host: usize, device: usize) -> usize {
-    host.wrapping_add((device + 1) << 40)
+    host.wrapping_add((device + 1).wrapping_mul(DEVICE_ADDRESS_STRIDE))
+}
+
+/// Fills `device_ptrs` (one per device) with the fake driver's addresses of host address `host`.
+pub fn fill_fake_device_addresses(host: usize, device_ptrs: &mut [usize]) {
+    for (device, out) in device_ptrs.iter_mut().enumerate() {
+        *out = fake_device_address(host, device);
+    }
 }
 
 fn fake_error(call: &'static str, name: &'static str, code: i64) -> Error {
@@ -102,9 +113,7 @@ impl PinDriver for FakeDriver {
             return Err(fake_error("pin", "ALREADY_REGISTERED", 712));
         }
         self.pinned.push(range);
-        for (device, out) in device_ptrs.iter_mut().enumerate() {
-            *out = fake_device_address(range.start, device);
-        }
+        fill_fake_device_addresses(range.start, device_ptrs);
         Ok(())
     }
 
@@ -134,9 +143,7 @@ impl PinDriver for FakeDriver {
         let probe = ByteRange { start: ptr, len: 1 };
         let found = self.all_pinned().find(|r| r.contains(&probe)).copied();
         if let Some(extent) = found {
-            for (device, out) in device_ptrs.iter_mut().enumerate() {
-                *out = fake_device_address(extent.start, device);
-            }
+            fill_fake_device_addresses(extent.start, device_ptrs);
         }
         Ok(found)
     }

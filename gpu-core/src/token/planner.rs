@@ -655,7 +655,8 @@ impl Planner {
         if more > room {
             return Err(Error::LimitExceeded {
                 what: "live tokens of one planner",
-                required: self.tokens.len() - self.free_slots.len() + more,
+                // `more` can be near `usize::MAX` (a huge fork count on a 32-bit target).
+                required: (self.tokens.len() - self.free_slots.len()).saturating_add(more),
                 limit: TokenId::SLOT_LIMIT,
                 detail: Vec::new(),
             });
@@ -1502,6 +1503,33 @@ mod tests {
         let d = then(&mut p, 3, D0, keep);
         p.wait(d).unwrap();
         p.wait(c).unwrap();
+        finish_clean(&mut p, &mut plan);
+    }
+
+    /// A fork count whose branches fit one event's share counter but not the live-token limit
+    /// is refused naming the tokens it would need, capped at `usize::MAX`: on a 32-bit target
+    /// "live + count" overflowed (a panic in debug builds, a wrong number in release).
+    #[test]
+    fn a_fork_beyond_the_live_token_limit_is_refused_with_the_tokens_it_needs() {
+        let mut p = Planner::new(1);
+        let mut plan = Vec::new();
+        let kept = start(&mut p, 0, D0);
+        let forked = start(&mut p, 1, D0);
+        let before = p.clone();
+        let count = u32::MAX as usize;
+        let (live, new) = (2usize, count - 1);
+        assert_eq!(
+            p.fork(Token::from_id(forked.id()), count, &mut Vec::new()),
+            Err(Error::LimitExceeded {
+                what: "live tokens of one planner",
+                required: live.saturating_add(new),
+                limit: TokenId::SLOT_LIMIT,
+                detail: Vec::new(),
+            })
+        );
+        assert!(p == before);
+        p.wait(kept).unwrap();
+        p.wait(forked).unwrap();
         finish_clean(&mut p, &mut plan);
     }
 
