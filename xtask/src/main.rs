@@ -2,6 +2,7 @@
 //! Each command runs cargo (or cargo-fuzz) with the project's pinned options.
 
 mod bindgen_cuda;
+mod no_std;
 mod test_hw;
 
 use std::path::{Path, PathBuf};
@@ -11,7 +12,12 @@ const USAGE: &str = "\
 usage: cargo xtask COMMAND
 
 commands:
-  no-std                      build gpu-core into a #![no_std] staticlib (fails if std sneaks in)
+  no-std [--target T]...      build gpu-core into a #![no_std] library for each target (default:
+                              the host; fails if std sneaks in); on bare-metal targets also link
+                              a program that uses every part
+  code-size [--target T] [--opt-level L]
+                              bytes each gpu-core part adds to a bare-metal program (default
+                              thumbv7em-none-eabihf; needs `rustup component add llvm-tools`)
   fuzz TARGET [--seconds N]   run a cargo-fuzz target for N seconds (default 60) on nightly
   fuzz-list                   list the fuzz targets
   test-hw [--bundle DIR] [--expect cuda,...]
@@ -25,7 +31,8 @@ commands:
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("no-std") => no_std(),
+        Some("no-std") => no_std::no_std(&args[1..], USAGE),
+        Some("code-size") => no_std::code_size(&args[1..], USAGE),
         Some("fuzz") => fuzz(&args[1..]),
         Some("bindgen") => bindgen_cuda::bindgen(&args[1..]),
         Some("test-hw") => test_hw::test_hw(&args[1..]),
@@ -60,15 +67,6 @@ fn run(command: &mut Command) -> Result<(), String> {
     } else {
         Err(format!("{command:?} failed with {status}"))
     }
-}
-
-fn no_std() -> Result<(), String> {
-    let manifest = root().join("xtask/no-std-check/Cargo.toml");
-    run(Command::new("cargo")
-        .args(["build", "--release", "--manifest-path"])
-        .arg(&manifest))?;
-    println!("no_std: gpu-core links into a #![no_std] staticlib without std");
-    Ok(())
 }
 
 fn fuzz(args: &[String]) -> Result<(), String> {

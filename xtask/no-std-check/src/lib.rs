@@ -1,8 +1,10 @@
-//! Links gpu-core into a `#![no_std]` staticlib and touches its entry points, so that the
-//! linker keeps them. Never run; only built.
+//! Links gpu-core into a `#![no_std]` library and exercises each of its pure parts, so that
+//! their code is compiled without std; the size probe links the same parts one by one.
 #![no_std]
 
 extern crate alloc;
+
+pub mod parts;
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -42,13 +44,11 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
     loop {}
 }
 
-/// Uses the pure modules, so that their code is compiled and linked without std.
+/// Uses every pure part, so that all of them are compiled and linked without std.
 #[unsafe(no_mangle)]
 pub extern "C" fn no_std_check_entry(ptr: usize, len: usize) -> usize {
-    let Ok(table) = gpu_core::lock_table::LockTable::new(1) else {
-        return 0;
-    };
-    let pinned = table.lookup(ptr, len, gpu_core::DeviceId(0));
-    let planner = gpu_core::token::Planner::new(1);
-    usize::from(matches!(pinned, Ok(Some(_)))) + planner.steps().len()
+    parts::lock_table(ptr, len)
+        + parts::token(1 + len % 2, 1 + ptr % 4)
+        + parts::allocator(len)
+        + parts::workgroup(len as u32)
 }
