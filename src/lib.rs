@@ -22,12 +22,26 @@ pub trait WithBackend {
 }
 
 /// Runs `work` on the best backend present: a GPU driver compiled in by feature that finds a
-/// device, else the host backend with two simulated devices.
+/// device (CUDA, then HIP), else the host backend with two simulated devices. The environment
+/// variable `GPU_RUNTIME_BACKEND` (`cuda`, `hip` or `host`) limits the choice to one backend,
+/// still falling back to the host backend (the hardware bundle runs the example once per
+/// backend this way).
 #[cfg(feature = "std")]
 pub fn with_best_backend<W: WithBackend>(work: W) -> W::Output {
+    let wanted = std::env::var("GPU_RUNTIME_BACKEND").ok();
+    let allowed = |name: &str| wanted.as_deref().is_none_or(|wanted| wanted == name);
     #[cfg(feature = "cuda")]
-    if let Ok(cuda) = gpu_cuda_ffi::CudaBackend::new() {
+    if allowed("cuda")
+        && let Ok(cuda) = gpu_cuda_ffi::CudaBackend::new()
+    {
         return work.with(cuda);
     }
+    #[cfg(feature = "hip")]
+    if allowed("hip")
+        && let Ok(hip) = gpu_hip_ffi::HipBackend::new()
+    {
+        return work.with(hip);
+    }
+    let _ = allowed;
     work.with(host::HostBackend::new(host::HostConfig::with_devices(2)))
 }

@@ -269,3 +269,44 @@ pub fn check_device<B: Backend + ?Sized>(backend: &B, device: DeviceId) -> Resul
         })
     }
 }
+
+/// The typed error for a slice of per-device slots (`device_ptrs` of
+/// [`Backend::host_register`] and [`Backend::host_pinned_extent`]) longer than the backend's
+/// `device_count` devices: it names the first device that does not exist.
+pub fn check_device_slots(device_count: usize, slots: &[usize]) -> Result<()> {
+    if slots.len() <= device_count {
+        Ok(())
+    } else {
+        Err(Error::UnknownDevice {
+            device: DeviceId(device_count as u32),
+            device_count,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_slots_up_to_the_device_count_pass_and_more_name_the_first_missing_device() {
+        assert_eq!(check_device_slots(2, &[]), Ok(()));
+        assert_eq!(check_device_slots(2, &[0, 0]), Ok(()));
+        for slots in [&[0usize; 3][..], &[0; 5]] {
+            assert_eq!(
+                check_device_slots(2, slots),
+                Err(Error::UnknownDevice {
+                    device: DeviceId(2),
+                    device_count: 2
+                })
+            );
+        }
+        assert_eq!(
+            check_device_slots(0, &[0]),
+            Err(Error::UnknownDevice {
+                device: DeviceId(0),
+                device_count: 0
+            })
+        );
+    }
+}

@@ -14,9 +14,9 @@
 use core::ffi::{CStr, c_int, c_void};
 use core::ptr::{self, NonNull};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicPtr, Ordering};
 
 use gpu_core::Error;
+use gpu_ffi_loader::{EntryPointCache, open_library};
 
 use crate::result::{BACKEND, check, driver_error};
 use crate::sys;
@@ -32,9 +32,6 @@ pub const LIBRARY_NAMES: &[&str] = &["libcuda.so.1", "libcuda.so"];
 /// Every lookup asks for the legacy default stream's variants, as a program built without
 /// per-thread default streams would get.
 const LOOKUP_FLAGS: sys::cuuint64_t = sys::CU_GET_PROC_ADDRESS_LEGACY_STREAM as sys::cuuint64_t;
-
-/// The cache value of an entry point the driver does not have (never a real address).
-const MISSING: *mut c_void = ptr::without_provenance_mut(1);
 
 /// Finds an entry point for an ABI version: the driver's cuGetProcAddress in production, a fake
 /// in tests.
@@ -185,8 +182,8 @@ pub struct Driver {
     resolver: Box<dyn ResolveEntryPoint>,
     /// The version cuDriverGetVersion reported (e.g. 12040 for CUDA 12.4).
     driver_version: c_int,
-    /// Per entry point: null until looked up, then its address or [`MISSING`].
-    entry_points: [AtomicPtr<c_void>; ENTRY_POINT_COUNT],
+    /// Per entry point: its address or "missing", once looked up.
+    entry_points: EntryPointCache<ENTRY_POINT_COUNT>,
     /// Keeps the driver's code mapped while the entry points are in use.
     _library: Option<libloading::Library>,
 }
@@ -234,26 +231,10 @@ impl Driver {
     /// # Errors
     /// As [`Driver::load`].
     pub unsafe fn load_from(names: &[&str]) -> Result<Self, Error> {
-        let mut failures = Vec::with_capacity(names.len());
-        for &name in names {
-            // SAFETY: the caller promises that `name` is a CUDA driver library.
-            match unsafe { libloading::Library::new(name) } {
-                Ok(library) => {
-                    let get_proc_address = GetProcAddress::find(&library)?;
-                    return Self::with_resolver(Box::new(get_proc_address), Some(library));
-                }
-                Err(error) => failures.push(with_causes(&error)),
-            }
-        }
-        Err(Error::DriverLibraryNotFound {
-            backend: BACKEND,
-            tried: names.iter().map(|name| name.to_string()).collect(),
-            message: if failures.is_empty() {
-                String::from("no file name was given")
-            } else {
-                failures.join("; ")
-            },
-        })
+        // SAFETY: the caller promises that each name is a CUDA driver library.
+        let library = unsafe { open_library(BACKEND, names)? };
+        let get_proc_address = GetProcAddress::find(&library)?;
+        Self::with_resolver(Box::new(get_proc_address), Some(library))
     }
 
     /// A driver whose entry points come from `resolver`; reads the driver version through it.
@@ -265,7 +246,7 @@ impl Driver {
             resolver,
             // Unknown until asked; no lookup is refused for being too new meanwhile.
             driver_version: c_int::MAX,
-            entry_points: [const { AtomicPtr::new(ptr::null_mut()) }; ENTRY_POINT_COUNT],
+            entry_points: EntryPointCache::new(),
             _library: library,
         };
         let get_version = driver.cuDriverGetVersion()?;
@@ -304,43 +285,18 @@ impl Driver {
         self.entry_point_at(slot as usize)
     }
 
-    /// The address of the entry point at `index` of [`ENTRY_POINTS`], looked up on first use.
+    /// The address of the entry point at `index` of [`ENTRY_POINTS`], looked up on first use;
+    /// one whose ABI is newer than the driver is missing without asking.
     fn entry_point_at(&self, index: usize) -> Result<NonNull<c_void>, Error> {
         let entry = &ENTRY_POINTS[index];
-        let cached = &self.entry_points[index];
-        let missing = || Error::DriverSymbolMissing {
-            backend: BACKEND,
-            symbol: entry.name,
-        };
-        match cached.load(Ordering::Acquire) {
-            address if address == MISSING => return Err(missing()),
-            address => {
-                if let Some(found) = NonNull::new(address) {
-                    return Ok(found);
-                }
+        self.entry_points.get(index, BACKEND, entry.name, || {
+            if entry.abi_version > self.driver_version {
+                Ok(None)
+            } else {
+                self.resolver.resolve(entry.symbol, entry.abi_version)
             }
-        }
-        let found = if entry.abi_version > self.driver_version {
-            None
-        } else {
-            self.resolver.resolve(entry.symbol, entry.abi_version)?
-        };
-        cached.store(found.map_or(MISSING, NonNull::as_ptr), Ordering::Release);
-        found.ok_or_else(missing)
+        })
     }
-}
-
-/// An error's message followed by those of its causes (libloading puts the loader's own
-/// message, which names the file, in the cause).
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(inner) = cause {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        cause = inner.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ pub mod result;
 #[rustfmt::skip]
 pub mod sys;
 
+pub use backend::kernels;
 pub use backend::{CudaBackend, CudaEvent, CudaKernel, CudaStream, SavedContext};
 pub use driver::{Driver, ENTRY_POINTS, EntryPoint, LIBRARY_NAMES};
 pub use result::{BACKEND, check, driver_error, reports_no_device, result_name};

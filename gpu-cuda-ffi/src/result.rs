@@ -1,7 +1,8 @@
 //! `CUresult` codes turned into the toolkit's errors, keeping the driver's own name and number.
-//! Names come from a table generated from cuda.h, so naming a code never needs the driver.
+//! Names come from a table generated from cuda.h (read through gpu-ffi-loader's ResultCodes).
 
 use gpu_core::{DriverError, Error};
+use gpu_ffi_loader::ResultCodes;
 
 use crate::sys;
 
@@ -12,23 +13,23 @@ pub const BACKEND: &str = "cuda";
 /// number itself is kept in [`DriverError::code`].
 pub const UNRECOGNIZED_RESULT: &str = "unrecognized CUresult";
 
+/// CUDA's result codes.
+const CODES: ResultCodes = ResultCodes {
+    backend: BACKEND,
+    success: sys::CUDA_SUCCESS,
+    names: sys::CURESULT_NAMES,
+    unrecognized: UNRECOGNIZED_RESULT,
+};
+
 /// The driver's name for `code` (`CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED` for 712), or
 /// [`UNRECOGNIZED_RESULT`] for a code cuda.h 13.0 does not name.
 pub fn result_name(code: sys::CUresult) -> &'static str {
-    match sys::CURESULT_NAMES.binary_search_by_key(&code, |&(known, _)| known) {
-        Ok(index) => sys::CURESULT_NAMES[index].1,
-        Err(_) => UNRECOGNIZED_RESULT,
-    }
+    CODES.name(code)
 }
 
 /// The error for driver function `call` having returned `code`.
 pub fn driver_error(call: &'static str, code: sys::CUresult) -> DriverError {
-    DriverError {
-        backend: BACKEND,
-        call,
-        name: result_name(code),
-        code: i64::from(code),
-    }
+    CODES.error(call, code)
 }
 
 /// `Ok` for `CUDA_SUCCESS`, else [`Error::Driver`] naming `call` and the code.
@@ -36,22 +37,16 @@ pub fn driver_error(call: &'static str, code: sys::CUresult) -> DriverError {
 /// # Errors
 /// [`Error::Driver`] when `code` is not `CUDA_SUCCESS`.
 pub fn check(call: &'static str, code: sys::CUresult) -> Result<(), Error> {
-    if code == sys::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(Error::Driver(driver_error(call, code)))
-    }
+    CODES.check(call, code)
 }
 
 /// Whether `error` is the driver saying this machine has no CUDA device to use:
 /// `CUDA_ERROR_NO_DEVICE`, or `CUDA_ERROR_STUB_LIBRARY` (the toolkit's stub library answered
 /// instead of a driver). Hardware tests and benchmarks report "skipped: no device" for it.
 pub fn reports_no_device(error: &Error) -> bool {
-    matches!(
+    CODES.is_one_of(
         error,
-        Error::Driver(DriverError { backend: BACKEND, code, .. })
-            if *code == i64::from(sys::CUDA_ERROR_NO_DEVICE)
-                || *code == i64::from(sys::CUDA_ERROR_STUB_LIBRARY)
+        &[sys::CUDA_ERROR_NO_DEVICE, sys::CUDA_ERROR_STUB_LIBRARY],
     )
 }
 

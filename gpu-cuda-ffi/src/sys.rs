@@ -3,7 +3,7 @@
 // CUDA 13.0 driver API (cuda.h and cudaTypedefs.h from the PyPI wheel
 // nvidia-cuda-runtime==13.0.96, folder nvidia/cu13/include), parsed for x86_64-unknown-linux-gnu
 // by bindgen 0.73 with libclang 14.0. The allow-list and the options live in
-// xtask/src/bindgen_cuda.rs; `cargo xtask bindgen --check` compares this file with a fresh run.
+// xtask/src/bindgen/cuda.rs; `cargo xtask bindgen --check` compares this file with a fresh run.
 //
 // Functions are not declared as extern items (nothing links libcuda): each is a pointer type
 // `PFN_<name>` with the signature cuda.h gives it, listed in `cuda_entry_points!` for the loader.

@@ -1,9 +1,12 @@
 //! `cargo xtask COMMAND`: the project's workflow steps that plain cargo does not cover.
 //! Each command runs cargo (or cargo-fuzz) with the project's pinned options.
 
-mod bindgen_cuda;
+mod amdgpu_kernels;
+mod bindgen;
+mod hip_shim;
 mod no_std;
 mod test_hw;
+mod wheel;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -24,8 +27,14 @@ commands:
                               build the hardware tests and examples into a bundle with a runner
                               script and run it here; with --bundle only write it (for a GPU
                               machine without Rust: copy DIR there and run `bash DIR/run.sh`)
-  bindgen [--check]           regenerate gpu-cuda-ffi/src/sys.rs from the pinned cuda.h (needs pip and
-                              libclang); --check only compares a fresh run with the committed file
+  bindgen [cuda|hip|hsa]... [--check]
+                              regenerate the FFI crates' src/sys.rs from the pinned headers (cuda.h
+                              from PyPI, ROCm 5.2.3 from Debian; needs pip, dpkg and libclang);
+                              --check only compares a fresh run with the committed files
+  amdgpu-kernels              compile the standard kernels into AMDGPU code objects (gfx90a,
+                              gfx942, gfx1100) in gpu-hip-ffi/kernels/code_objects/ (clang-19, lld)
+  hip-shim                    build HIP for NVIDIA GPUs (gpu-hip-ffi's `nvidia` shim) into
+                              target/hip-nvidia/ (needs pip, a C++ compiler, libamdhip64-dev)
 ";
 
 fn main() -> ExitCode {
@@ -34,7 +43,9 @@ fn main() -> ExitCode {
         Some("no-std") => no_std::no_std(&args[1..], USAGE),
         Some("code-size") => no_std::code_size(&args[1..], USAGE),
         Some("fuzz") => fuzz(&args[1..]),
-        Some("bindgen") => bindgen_cuda::bindgen(&args[1..]),
+        Some("bindgen") => bindgen::bindgen(&args[1..]),
+        Some("amdgpu-kernels") => amdgpu_kernels::amdgpu_kernels(&args[1..]),
+        Some("hip-shim") => hip_shim::hip_shim(&args[1..]),
         Some("test-hw") => test_hw::test_hw(&args[1..]),
         Some("fuzz-list") => run(Command::new("cargo")
             .args(["+nightly", "fuzz", "list"])

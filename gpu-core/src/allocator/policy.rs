@@ -61,6 +61,16 @@ impl KindSupport {
         stream_ordered: true,
         max_size: usize::MAX,
     };
+
+    /// [`KindSupport::SYNCHRONOUS`] if `available`, else [`KindSupport::NONE`] (a kind a
+    /// driver offers without a stream-ordered form, where the device says whether it can).
+    pub const fn synchronous_if(available: bool) -> Self {
+        if available {
+            Self::SYNCHRONOUS
+        } else {
+            Self::NONE
+        }
+    }
 }
 
 /// What the backend reports for one device; the policy decides from it, not from the kind.

@@ -44,21 +44,14 @@ pub(crate) fn describe_device(
         stream_ordered: memory_pools,
         max_size: total_memory,
     };
-    let synchronous_if = |available| {
-        if available {
-            KindSupport::SYNCHRONOUS
-        } else {
-            KindSupport::NONE
-        }
-    };
     Ok(DeviceInfo {
         name,
         total_memory,
         allocator: AllocatorCapabilities {
             device,
-            managed: synchronous_if(managed),
+            managed: KindSupport::synchronous_if(managed),
             // cuMemHostAlloc with DEVICEMAP needs a device that can map host memory.
-            host_pinned: synchronous_if(can_map_host),
+            host_pinned: KindSupport::synchronous_if(can_map_host),
             host_register,
         },
         workgroup,

@@ -1,5 +1,6 @@
-//! The standard kernel library on CUDA: the PTX compiled from kernels/kernels.cu, each kernel's
-//! parameters, and launch arguments packed into the pointer-to-value array cuLaunchKernel takes.
+//! The standard kernel library as NVIDIA GPUs run it: the PTX compiled from kernels/kernels.cu,
+//! each kernel's parameters, and launch arguments packed into the pointer-to-value array that
+//! cuLaunchKernel and hipModuleLaunchKernel take (the HIP backend's NVIDIA path uses all three).
 
 use core::ffi::{CStr, c_void};
 
@@ -10,11 +11,11 @@ use crate::result::BACKEND;
 
 /// The PTX of kernels/kernels.cu (the crate's README says how it was built), NUL-terminated as
 /// cuModuleLoadData requires of a text image.
-pub(crate) const PTX: &str = concat!(include_str!("../../kernels/kernels.ptx"), "\0");
+pub const PTX: &str = concat!(include_str!("../../kernels/kernels.ptx"), "\0");
 
 /// The kind of one kernel parameter, matching a [`KernelArg`] variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ParamKind {
+pub enum ParamKind {
     /// A device address ([`KernelArg::Ptr`]).
     Ptr,
     /// [`KernelArg::U32`].
@@ -39,23 +40,23 @@ impl ParamKind {
 
 /// One kernel of the library.
 #[derive(Debug)]
-pub(crate) struct KernelEntry {
+pub struct KernelEntry {
     /// Its name, as callers ask for it and as the PTX exports it.
-    pub(crate) name: &'static str,
+    pub name: &'static str,
     /// The same, NUL-terminated, for cuModuleGetFunction.
-    pub(crate) symbol: &'static CStr,
+    pub symbol: &'static CStr,
     /// Its parameters, in order.
-    pub(crate) params: &'static [ParamKind],
+    pub params: &'static [ParamKind],
     /// The parameters as errors show them.
-    pub(crate) signature: &'static str,
+    pub signature: &'static str,
 }
 
 /// Most parameters any kernel of the library takes.
-pub(crate) const MAX_PARAMS: usize = 4;
+pub const MAX_PARAMS: usize = 4;
 
 /// The standard kernel library (the common rules of the project list the same names and
 /// arguments for every backend).
-pub(crate) const LIBRARY: [KernelEntry; 3] = [
+pub const LIBRARY: [KernelEntry; 3] = [
     KernelEntry {
         name: "fill_u32",
         symbol: c"fill_u32",
@@ -81,15 +82,21 @@ pub(crate) const LIBRARY: [KernelEntry; 3] = [
     },
 ];
 
-/// The library index of the kernel called `name`.
-pub(crate) fn find(name: &str) -> Result<usize> {
+/// The library index of the kernel called `name`, or [`Error::UnknownKernel`] naming
+/// `backend`.
+pub fn find_for(backend: &'static str, name: &str) -> Result<usize> {
     LIBRARY
         .iter()
         .position(|entry| entry.name == name)
         .ok_or_else(|| Error::UnknownKernel {
-            backend: BACKEND,
+            backend,
             name: name.into(),
         })
+}
+
+/// The library index of the kernel called `name` on the CUDA backend.
+pub(crate) fn find(name: &str) -> Result<usize> {
+    find_for(BACKEND, name)
 }
 
 /// One argument's value, at offset 0 whatever its type, so a pointer to the slot is a pointer
@@ -105,7 +112,7 @@ union ArgSlot {
 
 /// A launch's argument values, checked against the kernel's parameters; lives on the caller's
 /// stack while the driver reads it (cuLaunchKernel copies the values before it returns).
-pub(crate) struct ArgBuffer {
+pub struct ArgBuffer {
     slots: [ArgSlot; MAX_PARAMS],
     /// How many slots hold arguments.
     count: usize,
@@ -115,7 +122,7 @@ impl ArgBuffer {
     /// Packs `args` for `entry`, or [`Error::KernelArgumentMismatch`] if their number or kinds
     /// differ from the kernel's parameters (the driver cannot check this: it would read past
     /// the array or misread a value).
-    pub(crate) fn pack(entry: &KernelEntry, args: &[KernelArg]) -> Result<Self> {
+    pub fn pack(entry: &KernelEntry, args: &[KernelArg]) -> Result<Self> {
         let matches = args.len() == entry.params.len()
             && args
                 .iter()
@@ -148,7 +155,7 @@ impl ArgBuffer {
 
     /// The `kernelParams` array of cuLaunchKernel: one pointer to each value, null after the
     /// last. The pointers are valid while `self` is neither moved nor dropped.
-    pub(crate) fn pointers(&mut self) -> [*mut c_void; MAX_PARAMS] {
+    pub fn pointers(&mut self) -> [*mut c_void; MAX_PARAMS] {
         let mut pointers = [core::ptr::null_mut(); MAX_PARAMS];
         for (pointer, slot) in pointers.iter_mut().zip(&mut self.slots[..self.count]) {
             *pointer = (slot as *mut ArgSlot).cast();

@@ -9,14 +9,14 @@
 
 mod caps;
 mod context;
-mod kernels;
+pub mod kernels;
 
 use core::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use core::ptr;
 use std::sync::Mutex;
 
 use gpu_core::allocator::MemoryKind;
-use gpu_core::backend::{Backend, DeviceInfo, KernelArg, LaunchDims};
+use gpu_core::backend::{Backend, DeviceInfo, KernelArg, LaunchDims, check_device_slots};
 use gpu_core::{ByteRange, DeviceId, Error, Result};
 
 use crate::driver::Driver;
@@ -276,17 +276,6 @@ impl CudaBackend {
     /// Makes `device`'s context current until the returned scope ends.
     fn enter(&self, device: DeviceId) -> Result<ContextScope> {
         ContextScope::enter(self.driver, self.device(device)?.context)
-    }
-
-    /// Checks that `device_ptrs` has no slot beyond the backend's devices.
-    fn check_device_slots(&self, device_ptrs: &[usize]) -> Result<()> {
-        match device_ptrs.len() {
-            len if len <= self.devices.len() => Ok(()),
-            len => Err(Error::UnknownDevice {
-                device: DeviceId((len - 1) as u32),
-                device_count: self.devices.len(),
-            }),
-        }
     }
 
     /// Writes each device's address for the pinned host address `host` into `device_ptrs`
@@ -605,7 +594,7 @@ impl Backend for CudaBackend {
     /// a context, and is process-wide), then cuMemHostGetDevicePointer in each device's context
     /// for `device_ptrs[d]`. If an address lookup fails, the range is unregistered again.
     fn host_register(&self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
-        self.check_device_slots(device_ptrs)?;
+        check_device_slots(self.devices.len(), device_ptrs)?;
         let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
         // Looked up, and device 0's context entered, before registering: undoing the
         // registration on the error path below can then neither fail for a missing symbol nor
@@ -641,7 +630,7 @@ impl Backend for CudaBackend {
         ptr: usize,
         device_ptrs: &mut [usize],
     ) -> Result<Option<ByteRange>> {
-        self.check_device_slots(device_ptrs)?;
+        check_device_slots(self.devices.len(), device_ptrs)?;
         let mut memory_type: c_uint = 0;
         let mut start: sys::CUdeviceptr = 0;
         let mut size: usize = 0;

@@ -1,5 +1,5 @@
-//! `cargo xtask bindgen [--check]`: regenerates the committed CUDA driver-API bindings
-//! (gpu-cuda-ffi/src/sys.rs) from the pinned header, with a fixed allow-list and fixed options.
+//! The CUDA driver-API bindings (gpu-cuda-ffi/src/sys.rs): the pinned header, the allow-list,
+//! and each function's ABI version, which the loader asks cuGetProcAddress for.
 //!
 //! The header comes from the PyPI wheel `nvidia-cuda-runtime==13.0.96`, downloaded with pip and
 //! unpacked under the workspace's target/ folder (headers are inputs, never committed). bindgen
@@ -9,25 +9,28 @@
 //! constants also become a sorted code-to-name table, so error names never need the driver.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use quote::ToTokens;
 
-use crate::{root, run};
+use super::{
+    CLANG_TARGET, Generated, clang_version, common_builder, integer_value, is_path, pointer_type,
+    result_codes, result_names_table, take_functions,
+};
+use crate::wheel::Wheel;
 
-/// The pinned header source: package, version, platform tag, and the include folder inside it.
+/// The pinned header source, and the include folder inside it.
+const WHEEL: Wheel = Wheel {
+    package: WHEEL_PACKAGE,
+    version: WHEEL_VERSION,
+    probe: "nvidia/cu13/include/cuda.h",
+};
 const WHEEL_PACKAGE: &str = "nvidia-cuda-runtime";
 const WHEEL_VERSION: &str = "13.0.96";
-const WHEEL_PLATFORM: &str = "manylinux2014_x86_64";
 const WHEEL_INCLUDE_DIR: &str = "nvidia/cu13/include";
 
-/// Where the headers are unpacked (relative to the workspace root) and where the output goes.
-const HEADER_CACHE_DIR: &str = "target/cuda-headers";
+/// Where the output goes.
 const OUTPUT_FILE: &str = "gpu-cuda-ffi/src/sys.rs";
-
-/// The target the header is parsed for; the type layouts in the output are this target's.
-const CLANG_TARGET: &str = "x86_64-unknown-linux-gnu";
 
 /// Driver functions a backend needs, by the base name cuGetProcAddress expects. cuda.h renames
 /// some of them with macros (cuMemHostRegister is declared as cuMemHostRegister_v2): the
@@ -144,106 +147,23 @@ const VARS: &[&str] = &[
 /// The C enum behind `CUresult`; its constants become the code-to-name table.
 const RESULT_ENUM: &str = "cudaError_enum";
 
-/// Runs `cargo xtask bindgen [--check]`.
-pub fn bindgen(args: &[String]) -> Result<(), String> {
-    let check = match args {
-        [] => false,
-        [flag] if flag == "--check" => true,
-        _ => return Err("usage: cargo xtask bindgen [--check]".to_string()),
-    };
-    load_libclang()?;
-    let root = root();
-    let include_dir = fetch_headers(&root)?;
-    let generated = generate(&include_dir)?;
-    let output = root.join(OUTPUT_FILE);
-    if check {
-        compare_with_committed(&root, &output, &generated)
-    } else {
-        std::fs::write(&output, generated)
-            .map_err(|e| format!("cannot write {}: {e}", output.display()))?;
-        println!("bindgen: wrote {OUTPUT_FILE}");
-        Ok(())
-    }
-}
-
-/// Downloads and unpacks the pinned wheel once; returns its include folder.
-fn fetch_headers(root: &Path) -> Result<PathBuf, String> {
-    let cache = root
-        .join(HEADER_CACHE_DIR)
-        .join(format!("{WHEEL_PACKAGE}-{WHEEL_VERSION}"));
-    let unpacked = cache.join("unpacked");
-    let include_dir = unpacked.join(WHEEL_INCLUDE_DIR);
-    if include_dir.join("cuda.h").is_file() {
-        return Ok(include_dir);
-    }
-    let wheel_dir = cache.join("wheel");
-    std::fs::create_dir_all(&wheel_dir)
-        .map_err(|e| format!("cannot create {}: {e}", wheel_dir.display()))?;
-    println!("bindgen: downloading {WHEEL_PACKAGE}=={WHEEL_VERSION} with pip");
-    run(Command::new("python3")
-        .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:"])
-        .args(["--platform", WHEEL_PLATFORM])
-        .arg(format!("{WHEEL_PACKAGE}=={WHEEL_VERSION}"))
-        .arg("--dest")
-        .arg(&wheel_dir))
-    .map_err(|e| format!("{e}\n(the header comes from PyPI: python3 with pip is needed)"))?;
-    let wheel = std::fs::read_dir(&wheel_dir)
-        .map_err(|e| format!("cannot list {}: {e}", wheel_dir.display()))?
-        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-        .find(|path| path.extension().is_some_and(|ext| ext == "whl"))
-        .ok_or_else(|| format!("pip left no wheel in {}", wheel_dir.display()))?;
-    run(Command::new("python3")
-        .args(["-m", "zipfile", "--extract"])
-        .arg(&wheel)
-        .arg(&unpacked))?;
-    if include_dir.join("cuda.h").is_file() {
-        Ok(include_dir)
-    } else {
-        Err(format!(
-            "the wheel {} has no {WHEEL_INCLUDE_DIR}/cuda.h",
-            wheel.display()
-        ))
-    }
-}
-
-/// Loads libclang (bindgen would panic without it) and says how to get it.
-fn load_libclang() -> Result<(), String> {
-    clang_sys::load().map_err(|message| {
-        format!(
-            "libclang is needed to run `cargo xtask bindgen` but could not be loaded: {message}\n\
-             install it (Debian/Ubuntu: `apt-get install libclang-dev`), or point LIBCLANG_PATH \
-             at the folder holding libclang.so"
-        )
+/// Fetches the pinned header and generates the bindings' text.
+pub(super) fn generate(root: &Path) -> Result<Generated, String> {
+    let include_dir = WHEEL.fetch(root)?.join(WHEEL_INCLUDE_DIR);
+    Ok(Generated {
+        output: OUTPUT_FILE,
+        text: generate_from(&include_dir)?,
     })
 }
 
 /// Runs bindgen over the header (libclang loaded already) and turns its output into the
 /// committed file's text.
-fn generate(include_dir: &Path) -> Result<String, String> {
-    let clang = bindgen::clang_version();
-    let (clang_major, clang_minor) = clang
-        .parsed
-        .ok_or_else(|| format!("cannot parse the libclang version {:?}", clang.full))?;
-    let rust_target = bindgen::RustTarget::stable(85, 0).map_err(|e| e.to_string())?;
-    let mut builder = bindgen::Builder::default()
-        .header_contents(
-            "cuda_driver_bindings.h",
-            "#include <cuda.h>\n#include <cudaTypedefs.h>\n",
-        )
-        .clang_arg(format!("--target={CLANG_TARGET}"))
-        .clang_arg(format!("-I{}", include_dir.display()))
-        .rust_target(rust_target)
-        .rust_edition(bindgen::RustEdition::Edition2024)
-        .use_core()
-        .ctypes_prefix("::core::ffi")
-        .default_enum_style(bindgen::EnumVariation::Consts)
-        .prepend_enum_name(false)
-        .generate_comments(false)
-        .layout_tests(true)
-        .derive_default(true)
-        .sort_semantically(true)
-        .merge_extern_blocks(true)
-        .formatter(bindgen::Formatter::None);
+fn generate_from(include_dir: &Path) -> Result<String, String> {
+    let mut builder = common_builder(
+        "cuda_driver_bindings.h",
+        "#include <cuda.h>\n#include <cudaTypedefs.h>\n",
+    )?
+    .clang_arg(format!("-I{}", include_dir.display()));
     for function in FUNCTIONS {
         builder = builder
             .allowlist_function(format!("{function}(_v[0-9]+)?"))
@@ -264,11 +184,16 @@ fn generate(include_dir: &Path) -> Result<String, String> {
     let split = split_items(std::mem::take(&mut file.items), FUNCTIONS)?;
     file.items = split.items;
     let body = prettyplease::unparse(&file);
-    let mut text = header_comment(clang_major, clang_minor);
+    let mut text = header_comment(&clang_version()?);
     text.push('\n');
     text.push_str(&body);
     text.push('\n');
-    text.push_str(&result_names_table(&split.results));
+    text.push_str(&result_names_table(
+        "Every `CUresult` code cuda.h names, with its name, sorted by code (for binary search).",
+        "CURESULT_NAMES",
+        "CUresult",
+        &split.results,
+    ));
     text.push('\n');
     text.push_str(&entry_points_macro(&split.entry_points));
     Ok(text)
@@ -276,14 +201,14 @@ fn generate(include_dir: &Path) -> Result<String, String> {
 
 /// The first lines of the output. (lib.rs declares the module `#[rustfmt::skip]`, so the
 /// committed file stays byte for byte what this command writes.)
-fn header_comment(clang_major: u32, clang_minor: u32) -> String {
+fn header_comment(clang: &str) -> String {
     format!(
         "// @generated by `cargo xtask bindgen`: do not edit by hand.\n\
          //\n\
          // CUDA 13.0 driver API (cuda.h and cudaTypedefs.h from the PyPI wheel\n\
          // {WHEEL_PACKAGE}=={WHEEL_VERSION}, folder {WHEEL_INCLUDE_DIR}), parsed for {CLANG_TARGET}\n\
-         // by bindgen 0.73 with libclang {clang_major}.{clang_minor}. The allow-list and the options live in\n\
-         // xtask/src/bindgen_cuda.rs; `cargo xtask bindgen --check` compares this file with a fresh run.\n\
+         // by bindgen 0.73 with libclang {clang}. The allow-list and the options live in\n\
+         // xtask/src/bindgen/cuda.rs; `cargo xtask bindgen --check` compares this file with a fresh run.\n\
          //\n\
          // Functions are not declared as extern items (nothing links libcuda): each is a pointer type\n\
          // `PFN_<name>` with the signature cuda.h gives it, listed in `cuda_entry_points!` for the loader.\n"
@@ -302,31 +227,20 @@ struct EntryPoint {
 struct SplitItems {
     items: Vec<syn::Item>,
     entry_points: Vec<EntryPoint>,
-    results: Vec<(u32, String)>,
+    results: Vec<(i64, String)>,
 }
 
 /// Replaces each extern function with its pointer type and finds its ABI version, for the
 /// functions `bases` in that order; collects the CUresult constants in code order.
 fn split_items(bindgen_items: Vec<syn::Item>, bases: &[&str]) -> Result<SplitItems, String> {
+    let (bindgen_items, functions) = take_functions(bindgen_items)?;
     let mut items = Vec::new();
-    let mut functions = Vec::new();
     let mut abi_typedefs = Vec::new();
     let mut results = Vec::new();
     let mut aliases = TypeAliases::default();
     for item in bindgen_items {
         aliases.learn(&item);
         match item {
-            syn::Item::ForeignMod(block) => {
-                for foreign in block.items {
-                    let syn::ForeignItem::Fn(function) = foreign else {
-                        return Err(format!(
-                            "unexpected extern item in bindgen's output: {}",
-                            foreign.to_token_stream()
-                        ));
-                    };
-                    functions.push(function);
-                }
-            }
             syn::Item::Type(typedef) if abi_typedef_name(&typedef.ident.to_string()).is_some() => {
                 let keep = TYPES.contains(&typedef.ident.to_string().as_str());
                 if keep {
@@ -347,7 +261,10 @@ fn split_items(bindgen_items: Vec<syn::Item>, bases: &[&str]) -> Result<SplitIte
         let function = declaration_of(base, &functions)?;
         let declared = function.sig.ident.to_string();
         let abi_version = abi_version_of(base, function, &functions, &abi_typedefs, &aliases)?;
-        items.push(pointer_type(base, function, abi_version)?);
+        let doc = format!(
+            " `{declared}` as cuda.h declares it: cuGetProcAddress(\"{base}\", {abi_version})."
+        );
+        items.push(pointer_type(base, function, &doc)?);
         entry_points.push(EntryPoint {
             base: base.to_string(),
             declared,
@@ -355,17 +272,10 @@ fn split_items(bindgen_items: Vec<syn::Item>, bases: &[&str]) -> Result<SplitIte
         });
     }
 
-    results.sort();
-    if let Some(pair) = results.windows(2).find(|pair| pair[0].0 == pair[1].0) {
-        return Err(format!(
-            "CUresult code {} has two names ({} and {}); the name table needs one",
-            pair[0].0, pair[0].1, pair[1].1
-        ));
-    }
     Ok(SplitItems {
         items,
         entry_points,
-        results,
+        results: result_codes(results),
     })
 }
 
@@ -536,76 +446,9 @@ impl TypeAliases {
     }
 }
 
-/// The value of an integer constant.
-fn integer_value(constant: &syn::ItemConst) -> Result<u32, String> {
-    match constant.expr.as_ref() {
-        syn::Expr::Lit(syn::ExprLit {
-            lit: syn::Lit::Int(value),
-            ..
-        }) => value.base10_parse::<u32>().map_err(|e| e.to_string()),
-        other => Err(format!(
-            "constant {} is not an integer literal: {}",
-            constant.ident,
-            other.to_token_stream()
-        )),
-    }
-}
-
 /// `cuMemHostRegister_v2` -> `cuMemHostRegister`; names without a `_vN` suffix are kept.
 fn base_name(declared: &str) -> &str {
     split_version_suffix(declared).map_or(declared, |(base, _)| base)
-}
-
-/// Whether `ty` is the plain path `name`.
-fn is_path(ty: &syn::Type, name: &str) -> bool {
-    matches!(ty, syn::Type::Path(path) if path.qself.is_none() && path.path.is_ident(name))
-}
-
-/// `pub type PFN_<base> = unsafe extern "C" fn(<args>) -> <ret>;` for one declared function.
-fn pointer_type(
-    base: &str,
-    function: &syn::ForeignItemFn,
-    abi_version: u32,
-) -> Result<syn::Item, String> {
-    let signature = &function.sig;
-    if signature.variadic.is_some() {
-        return Err(format!("{} is variadic", signature.ident));
-    }
-    let mut arguments = Vec::new();
-    for input in &signature.inputs {
-        let syn::FnArg::Typed(argument) = input else {
-            return Err(format!("{} has a self argument", signature.ident));
-        };
-        arguments.push(format!(
-            "{}: {}",
-            argument.pat.to_token_stream(),
-            argument.ty.to_token_stream()
-        ));
-    }
-    let output = match &signature.output {
-        syn::ReturnType::Default => String::new(),
-        syn::ReturnType::Type(_, ty) => format!(" -> {}", ty.to_token_stream()),
-    };
-    let abi = &signature.ident;
-    let text = format!(
-        "#[doc = \" `{abi}` as cuda.h declares it: cuGetProcAddress(\\\"{base}\\\", {abi_version}).\"]\n\
-         pub type PFN_{base} = unsafe extern \"C\" fn({}){output};",
-        arguments.join(", ")
-    );
-    syn::parse_str(&text).map_err(|e| format!("cannot build the pointer type of {abi}: {e}"))
-}
-
-/// `CURESULT_NAMES`: every CUresult code with its name, sorted by code for binary search.
-fn result_names_table(results: &[(u32, String)]) -> String {
-    let mut text = String::from(
-        "/// Every `CUresult` code cuda.h names, with its name, sorted by code (for binary search).\n\
-         pub const CURESULT_NAMES: &[(CUresult, &str)] = &[\n",
-    );
-    for (code, name) in results {
-        let _ = writeln!(text, "    ({code}, \"{name}\"),");
-    }
-    text.push_str("];\n");
-    text
 }
 
 /// `cuda_entry_points!`: hands the table of entry points to a macro of the loader.
@@ -633,42 +476,6 @@ fn entry_points_macro(entry_points: &[EntryPoint]) -> String {
     }
     text.push_str("        }\n    };\n}\npub(crate) use cuda_entry_points;\n");
     text
-}
-
-/// `--check`: fails if a fresh run differs from the committed file; keeps the fresh output in
-/// target/ for a full diff.
-fn compare_with_committed(root: &Path, committed: &Path, generated: &str) -> Result<(), String> {
-    let current = std::fs::read_to_string(committed)
-        .map_err(|e| format!("cannot read {}: {e}", committed.display()))?;
-    if current == generated {
-        println!("bindgen --check: {OUTPUT_FILE} matches a fresh run");
-        return Ok(());
-    }
-    let fresh = root.join(HEADER_CACHE_DIR).join("sys.rs");
-    std::fs::write(&fresh, generated)
-        .map_err(|e| format!("cannot write {}: {e}", fresh.display()))?;
-    let mut report = format!(
-        "{OUTPUT_FILE} differs from a fresh run (kept in {HEADER_CACHE_DIR}/sys.rs); \
-         run `cargo xtask bindgen` and commit the result"
-    );
-    let mut committed_lines = current.lines();
-    let mut fresh_lines = generated.lines();
-    for line_number in 1.. {
-        match (committed_lines.next(), fresh_lines.next()) {
-            (None, None) => break,
-            (a, b) if a == b => continue,
-            (a, b) => {
-                let _ = write!(
-                    report,
-                    "\nfirst difference at line {line_number}:\n  committed: {}\n  fresh:     {}",
-                    a.unwrap_or("<end of file>"),
-                    b.unwrap_or("<end of file>")
-                );
-                break;
-            }
-        }
-    }
-    Err(report)
 }
 
 #[cfg(test)]

@@ -1,0 +1,426 @@
+// HIP on NVIDIA GPUs: exports, as real C symbols, the HIP functions the gpu-hip-ffi bindings
+// list (their allow-list in xtask/src/bindgen/rocm.rs, in the same order), so that the same Rust
+// HIP backend that loads ROCm's libamdhip64 on AMD GPUs loads this library on NVIDIA GPUs.
+//
+// HIP's NVIDIA platform is header-only: every hip* function is an inline wrapper over the CUDA
+// runtime (and a few over the driver API). Each name is renamed to hip_nv_<name> before the
+// headers are included, and an exported hip<name> calls that inline wrapper. `cargo xtask
+// hip-shim` compiles this file (as C++: the NVIDIA headers are C++) against HIP 5.2.3's headers
+// and CUDA 11.8's, from Debian's libamdhip64-dev and PyPI wheels, and links it to
+// libcudart.so.11.0 (found beside this library through its $ORIGIN run path).
+//
+// The driver API's functions (cu*) are left undefined here and bound lazily: the constructor
+// below opens libcuda.so.1 with RTLD_GLOBAL, and each cu* call binds at its first use. Where
+// libcuda is absent the functions that need it answer hipErrorInsufficientDriver instead of
+// reaching an unbound symbol. Those that need a context first bind the current device's primary
+// context (see bind_context).
+//
+// Three functions translate what the NVIDIA headers pass through unchanged or do not cover, so
+// callers see the AMD platform's values that the bindings declare:
+// - hipDrvPointerGetAttributes returns memory types as hipMemoryType (CUDA numbers them
+//   differently), and memory CUDA does not know (type 0) as hipErrorInvalidValue, as ROCm does;
+// - hipDeviceGetAttribute answers the attributes HIP 5.2.3's NVIDIA headers leave out
+//   (opt-in shared memory per block, reserved shared memory per block, unified addressing);
+// - hipFuncSetAttribute takes a module's function (a CUfunction), as the backend passes it.
+
+#include <dlfcn.h>
+
+#define hipInit hip_nv_hipInit
+#define hipDriverGetVersion hip_nv_hipDriverGetVersion
+#define hipRuntimeGetVersion hip_nv_hipRuntimeGetVersion
+#define hipGetErrorName hip_nv_hipGetErrorName
+#define hipGetErrorString hip_nv_hipGetErrorString
+#define hipGetDeviceCount hip_nv_hipGetDeviceCount
+#define hipDeviceGet hip_nv_hipDeviceGet
+#define hipDeviceGetName hip_nv_hipDeviceGetName
+#define hipDeviceGetAttribute hip_nv_hipDeviceGetAttribute
+#define hipDeviceTotalMem hip_nv_hipDeviceTotalMem
+#define hipSetDevice hip_nv_hipSetDevice
+#define hipGetDevice hip_nv_hipGetDevice
+#define hipDeviceSynchronize hip_nv_hipDeviceSynchronize
+#define hipMemGetInfo hip_nv_hipMemGetInfo
+#define hipMalloc hip_nv_hipMalloc
+#define hipFree hip_nv_hipFree
+#define hipMallocAsync hip_nv_hipMallocAsync
+#define hipFreeAsync hip_nv_hipFreeAsync
+#define hipDeviceGetDefaultMemPool hip_nv_hipDeviceGetDefaultMemPool
+#define hipMemPoolSetAttribute hip_nv_hipMemPoolSetAttribute
+#define hipMemPoolGetAttribute hip_nv_hipMemPoolGetAttribute
+#define hipMallocManaged hip_nv_hipMallocManaged
+#define hipHostMalloc hip_nv_hipHostMalloc
+#define hipHostFree hip_nv_hipHostFree
+#define hipHostRegister hip_nv_hipHostRegister
+#define hipHostUnregister hip_nv_hipHostUnregister
+#define hipHostGetDevicePointer hip_nv_hipHostGetDevicePointer
+#define hipPointerGetAttributes hip_nv_hipPointerGetAttributes
+#define hipDrvPointerGetAttributes hip_nv_hipDrvPointerGetAttributes
+#define hipStreamCreateWithFlags hip_nv_hipStreamCreateWithFlags
+#define hipStreamDestroy hip_nv_hipStreamDestroy
+#define hipStreamSynchronize hip_nv_hipStreamSynchronize
+#define hipStreamQuery hip_nv_hipStreamQuery
+#define hipStreamWaitEvent hip_nv_hipStreamWaitEvent
+#define hipEventCreateWithFlags hip_nv_hipEventCreateWithFlags
+#define hipEventDestroy hip_nv_hipEventDestroy
+#define hipEventRecord hip_nv_hipEventRecord
+#define hipEventQuery hip_nv_hipEventQuery
+#define hipEventSynchronize hip_nv_hipEventSynchronize
+#define hipMemcpyAsync hip_nv_hipMemcpyAsync
+#define hipMemsetD8Async hip_nv_hipMemsetD8Async
+#define hipMemsetD32Async hip_nv_hipMemsetD32Async
+#define hipModuleLoadData hip_nv_hipModuleLoadData
+#define hipModuleUnload hip_nv_hipModuleUnload
+#define hipModuleGetFunction hip_nv_hipModuleGetFunction
+#define hipFuncSetAttribute hip_nv_hipFuncSetAttribute
+#define hipFuncGetAttribute hip_nv_hipFuncGetAttribute
+#define hipModuleLaunchKernel hip_nv_hipModuleLaunchKernel
+#define __HIP_PLATFORM_NVIDIA__ 1
+#define __HIP_PLATFORM_NVCC__ 1
+#include <hip/hip_runtime_api.h>
+#include <cuda.h>
+
+#undef hipInit
+#undef hipDriverGetVersion
+#undef hipRuntimeGetVersion
+#undef hipGetErrorName
+#undef hipGetErrorString
+#undef hipGetDeviceCount
+#undef hipDeviceGet
+#undef hipDeviceGetName
+#undef hipDeviceGetAttribute
+#undef hipDeviceTotalMem
+#undef hipSetDevice
+#undef hipGetDevice
+#undef hipDeviceSynchronize
+#undef hipMemGetInfo
+#undef hipMalloc
+#undef hipFree
+#undef hipMallocAsync
+#undef hipFreeAsync
+#undef hipDeviceGetDefaultMemPool
+#undef hipMemPoolSetAttribute
+#undef hipMemPoolGetAttribute
+#undef hipMallocManaged
+#undef hipHostMalloc
+#undef hipHostFree
+#undef hipHostRegister
+#undef hipHostUnregister
+#undef hipHostGetDevicePointer
+#undef hipPointerGetAttributes
+#undef hipDrvPointerGetAttributes
+#undef hipStreamCreateWithFlags
+#undef hipStreamDestroy
+#undef hipStreamSynchronize
+#undef hipStreamQuery
+#undef hipStreamWaitEvent
+#undef hipEventCreateWithFlags
+#undef hipEventDestroy
+#undef hipEventRecord
+#undef hipEventQuery
+#undef hipEventSynchronize
+#undef hipMemcpyAsync
+#undef hipMemsetD8Async
+#undef hipMemsetD32Async
+#undef hipModuleLoadData
+#undef hipModuleUnload
+#undef hipModuleGetFunction
+#undef hipFuncSetAttribute
+#undef hipFuncGetAttribute
+#undef hipModuleLaunchKernel
+
+#define SHIM_EXPORT extern "C" __attribute__((visibility("default")))
+
+// The values the bindings were generated with (AMD platform headers); CUDA's must agree, as
+// the Rust side passes these numbers through unchanged.
+static_assert(hipHostRegisterPortable == 1 && hipHostRegisterMapped == 2, "host register flags");
+static_assert(hipHostMallocPortable == 1 && hipHostMallocMapped == 2, "host alloc flags");
+static_assert(hipStreamNonBlocking == 1 && hipEventDisableTiming == 2, "stream and event flags");
+static_assert(hipMemAttachGlobal == 1, "managed memory flag");
+static_assert(hipMemcpyDefault == 4, "copy kind");
+static_assert(cudaMemPoolAttrReleaseThreshold == 4, "pool attribute (hipMemPoolAttrReleaseThreshold)");
+static_assert(HIP_POINTER_ATTRIBUTE_MEMORY_TYPE == 2 && HIP_POINTER_ATTRIBUTE_RANGE_START_ADDR == 11
+              && HIP_POINTER_ATTRIBUTE_RANGE_SIZE == 12, "pointer attributes");
+
+// Whether the constructor found the driver library.
+static bool driver_loaded = false;
+
+__attribute__((constructor)) static void load_driver() {
+    driver_loaded = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL) != nullptr;
+}
+
+#define NEEDS_DRIVER()                         \
+    do {                                       \
+        if (!driver_loaded) {                  \
+            return hipErrorInsufficientDriver; \
+        }                                      \
+    } while (0)
+
+// Whether the calling thread's current device has its primary context bound for the driver
+// API. CUDA 11.8's cudaSetDevice defers that binding to the next runtime call, but the driver
+// API (modules, launches, memsets) uses whatever context is current; so after a device switch
+// through this shim, and on a new thread, the first driver call binds it with cudaFree(0).
+static thread_local bool context_bound = false;
+
+static hipError_t bind_context() {
+    if (context_bound) {
+        return hipSuccess;
+    }
+    cudaError_t status = cudaFree(nullptr);
+    if (status != cudaSuccess) {
+        return hipCUDAErrorTohipError(status);
+    }
+    context_bound = true;
+    return hipSuccess;
+}
+
+#define NEEDS_CONTEXT()                          \
+    do {                                         \
+        NEEDS_DRIVER();                          \
+        hipError_t bound = bind_context();       \
+        if (bound != hipSuccess) {               \
+            return bound;                        \
+        }                                        \
+    } while (0)
+
+SHIM_EXPORT hipError_t hipInit(unsigned int flags) {
+    NEEDS_DRIVER();
+    return hip_nv_hipInit(flags);
+}
+
+SHIM_EXPORT hipError_t hipDriverGetVersion(int* driverVersion) {
+    return hip_nv_hipDriverGetVersion(driverVersion);
+}
+
+SHIM_EXPORT hipError_t hipRuntimeGetVersion(int* runtimeVersion) {
+    return hip_nv_hipRuntimeGetVersion(runtimeVersion);
+}
+
+SHIM_EXPORT const char* hipGetErrorName(hipError_t hip_error) {
+    return hip_nv_hipGetErrorName(hip_error);
+}
+
+SHIM_EXPORT const char* hipGetErrorString(hipError_t hipError) {
+    return hip_nv_hipGetErrorString(hipError);
+}
+
+SHIM_EXPORT hipError_t hipGetDeviceCount(int* count) {
+    return hip_nv_hipGetDeviceCount(count);
+}
+
+SHIM_EXPORT hipError_t hipDeviceGet(hipDevice_t* device, int ordinal) {
+    NEEDS_DRIVER();
+    return hip_nv_hipDeviceGet(device, ordinal);
+}
+
+SHIM_EXPORT hipError_t hipDeviceGetName(char* name, int len, hipDevice_t device) {
+    NEEDS_DRIVER();
+    return hip_nv_hipDeviceGetName(name, len, device);
+}
+
+SHIM_EXPORT hipError_t hipDeviceTotalMem(size_t* bytes, hipDevice_t device) {
+    NEEDS_DRIVER();
+    return hip_nv_hipDeviceTotalMem(bytes, device);
+}
+
+SHIM_EXPORT hipError_t hipSetDevice(int deviceId) {
+    context_bound = false;
+    return hip_nv_hipSetDevice(deviceId);
+}
+
+SHIM_EXPORT hipError_t hipGetDevice(int* deviceId) {
+    return hip_nv_hipGetDevice(deviceId);
+}
+
+SHIM_EXPORT hipError_t hipDeviceSynchronize(void) {
+    return hip_nv_hipDeviceSynchronize();
+}
+
+SHIM_EXPORT hipError_t hipMemGetInfo(size_t* free, size_t* total) {
+    return hip_nv_hipMemGetInfo(free, total);
+}
+
+SHIM_EXPORT hipError_t hipMalloc(void** ptr, size_t size) {
+    return hip_nv_hipMalloc(ptr, size);
+}
+
+SHIM_EXPORT hipError_t hipFree(void* ptr) {
+    return hip_nv_hipFree(ptr);
+}
+
+SHIM_EXPORT hipError_t hipMallocAsync(void** dev_ptr, size_t size, hipStream_t stream) {
+    return hip_nv_hipMallocAsync(dev_ptr, size, stream);
+}
+
+SHIM_EXPORT hipError_t hipFreeAsync(void* dev_ptr, hipStream_t stream) {
+    return hip_nv_hipFreeAsync(dev_ptr, stream);
+}
+
+SHIM_EXPORT hipError_t hipDeviceGetDefaultMemPool(hipMemPool_t* mem_pool, int device) {
+    return hip_nv_hipDeviceGetDefaultMemPool(mem_pool, device);
+}
+
+SHIM_EXPORT hipError_t hipMemPoolSetAttribute(hipMemPool_t mem_pool, hipMemPoolAttr attr, void* value) {
+    return hip_nv_hipMemPoolSetAttribute(mem_pool, attr, value);
+}
+
+SHIM_EXPORT hipError_t hipMemPoolGetAttribute(hipMemPool_t mem_pool, hipMemPoolAttr attr, void* value) {
+    return hip_nv_hipMemPoolGetAttribute(mem_pool, attr, value);
+}
+
+SHIM_EXPORT hipError_t hipMallocManaged(void** dev_ptr, size_t size, unsigned int flags) {
+    return hip_nv_hipMallocManaged(dev_ptr, size, flags);
+}
+
+SHIM_EXPORT hipError_t hipHostMalloc(void** ptr, size_t size, unsigned int flags) {
+    return hip_nv_hipHostMalloc(ptr, size, flags);
+}
+
+SHIM_EXPORT hipError_t hipHostFree(void* ptr) {
+    return hip_nv_hipHostFree(ptr);
+}
+
+SHIM_EXPORT hipError_t hipHostRegister(void* hostPtr, size_t sizeBytes, unsigned int flags) {
+    return hip_nv_hipHostRegister(hostPtr, sizeBytes, flags);
+}
+
+SHIM_EXPORT hipError_t hipHostUnregister(void* hostPtr) {
+    return hip_nv_hipHostUnregister(hostPtr);
+}
+
+SHIM_EXPORT hipError_t hipHostGetDevicePointer(void** devPtr, void* hstPtr, unsigned int flags) {
+    return hip_nv_hipHostGetDevicePointer(devPtr, hstPtr, flags);
+}
+
+SHIM_EXPORT hipError_t hipPointerGetAttributes(hipPointerAttribute_t* attributes, const void* ptr) {
+    return hip_nv_hipPointerGetAttributes(attributes, ptr);
+}
+
+SHIM_EXPORT hipError_t hipStreamCreateWithFlags(hipStream_t* stream, unsigned int flags) {
+    return hip_nv_hipStreamCreateWithFlags(stream, flags);
+}
+
+SHIM_EXPORT hipError_t hipStreamDestroy(hipStream_t stream) {
+    return hip_nv_hipStreamDestroy(stream);
+}
+
+SHIM_EXPORT hipError_t hipStreamSynchronize(hipStream_t stream) {
+    return hip_nv_hipStreamSynchronize(stream);
+}
+
+SHIM_EXPORT hipError_t hipStreamQuery(hipStream_t stream) {
+    return hip_nv_hipStreamQuery(stream);
+}
+
+SHIM_EXPORT hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, unsigned int flags) {
+    return hip_nv_hipStreamWaitEvent(stream, event, flags);
+}
+
+SHIM_EXPORT hipError_t hipEventCreateWithFlags(hipEvent_t* event, unsigned flags) {
+    return hip_nv_hipEventCreateWithFlags(event, flags);
+}
+
+SHIM_EXPORT hipError_t hipEventDestroy(hipEvent_t event) {
+    return hip_nv_hipEventDestroy(event);
+}
+
+SHIM_EXPORT hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream) {
+    return hip_nv_hipEventRecord(event, stream);
+}
+
+SHIM_EXPORT hipError_t hipEventQuery(hipEvent_t event) {
+    return hip_nv_hipEventQuery(event);
+}
+
+SHIM_EXPORT hipError_t hipEventSynchronize(hipEvent_t event) {
+    return hip_nv_hipEventSynchronize(event);
+}
+
+SHIM_EXPORT hipError_t hipMemcpyAsync(void* dst, const void* src, size_t sizeBytes, hipMemcpyKind kind, hipStream_t stream) {
+    return hip_nv_hipMemcpyAsync(dst, src, sizeBytes, kind, stream);
+}
+
+SHIM_EXPORT hipError_t hipMemsetD8Async(hipDeviceptr_t dest, unsigned char value, size_t count, hipStream_t stream) {
+    NEEDS_CONTEXT();
+    return hip_nv_hipMemsetD8Async(dest, value, count, stream);
+}
+
+SHIM_EXPORT hipError_t hipMemsetD32Async(hipDeviceptr_t dst, int value, size_t count, hipStream_t stream) {
+    NEEDS_CONTEXT();
+    return hip_nv_hipMemsetD32Async(dst, value, count, stream);
+}
+
+SHIM_EXPORT hipError_t hipModuleLoadData(hipModule_t* module, const void* image) {
+    NEEDS_CONTEXT();
+    return hip_nv_hipModuleLoadData(module, image);
+}
+
+SHIM_EXPORT hipError_t hipModuleUnload(hipModule_t module) {
+    NEEDS_CONTEXT();
+    return hip_nv_hipModuleUnload(module);
+}
+
+SHIM_EXPORT hipError_t hipModuleGetFunction(hipFunction_t* function, hipModule_t module, const char* kname) {
+    NEEDS_CONTEXT();
+    return hip_nv_hipModuleGetFunction(function, module, kname);
+}
+
+SHIM_EXPORT hipError_t hipFuncGetAttribute(int* value, hipFunction_attribute attrib, hipFunction_t hfunc) {
+    NEEDS_CONTEXT();
+    return hip_nv_hipFuncGetAttribute(value, attrib, hfunc);
+}
+
+SHIM_EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, hipStream_t stream, void** kernelParams, void** extra) {
+    NEEDS_CONTEXT();
+    return hip_nv_hipModuleLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, stream, kernelParams, extra);
+}
+
+SHIM_EXPORT hipError_t hipDrvPointerGetAttributes(unsigned int numAttributes,
+                                                   hipPointer_attribute* attributes, void** data,
+                                                   hipDeviceptr_t ptr) {
+    NEEDS_CONTEXT();
+    hipError_t status = hip_nv_hipDrvPointerGetAttributes(numAttributes, attributes, data, ptr);
+    if (status != hipSuccess) {
+        return status;
+    }
+    for (unsigned int i = 0; i < numAttributes; ++i) {
+        if (attributes[i] != HIP_POINTER_ATTRIBUTE_MEMORY_TYPE) {
+            continue;
+        }
+        unsigned int* type = static_cast<unsigned int*>(data[i]);
+        switch (*type) {
+            case CU_MEMORYTYPE_HOST: *type = hipMemoryTypeHost; break;
+            case CU_MEMORYTYPE_DEVICE: *type = hipMemoryTypeDevice; break;
+            case CU_MEMORYTYPE_ARRAY: *type = hipMemoryTypeArray; break;
+            case CU_MEMORYTYPE_UNIFIED: *type = hipMemoryTypeUnified; break;
+            default: return hipErrorInvalidValue;  // memory CUDA does not know
+        }
+    }
+    return hipSuccess;
+}
+
+SHIM_EXPORT hipError_t hipDeviceGetAttribute(int* pi, hipDeviceAttribute_t attr, int deviceId) {
+    cudaDeviceAttr cuda;
+    switch (attr) {
+        case hipDeviceAttributeSharedMemPerBlockOptin:
+            cuda = cudaDevAttrMaxSharedMemoryPerBlockOptin;
+            break;
+        case hipDeviceAttributeReservedSharedMemPerBlock:
+            cuda = cudaDevAttrReservedSharedMemoryPerBlock;
+            break;
+        case hipDeviceAttributeUnifiedAddressing:
+            cuda = cudaDevAttrUnifiedAddressing;
+            break;
+        default:
+            return hip_nv_hipDeviceGetAttribute(pi, attr, deviceId);
+    }
+    return hipCUDAErrorTohipError(cudaDeviceGetAttribute(pi, cuda, deviceId));
+}
+
+SHIM_EXPORT hipError_t hipFuncSetAttribute(const void* func, hipFuncAttribute attr, int value) {
+    NEEDS_CONTEXT();
+    if (attr != hipFuncAttributeMaxDynamicSharedMemorySize) {
+        return hipErrorNotSupported;
+    }
+    CUfunction function = reinterpret_cast<CUfunction>(const_cast<void*>(func));
+    return hipCUResultTohipError(
+        cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, value));
+}

@@ -1,0 +1,983 @@
+//! The HIP backend: `gpu_core::backend::Backend` on the HIP runtime API, with every
+//! device-bound call made with its device current and the caller's device put back after.
+//!
+//! Every method that acts on a device runs inside a [`DeviceScope`]: if the device is already
+//! current (the runtime's device guard made it so) nothing changes; otherwise hipSetDevice
+//! switches to it and back around the HIP calls, so the calling thread's current device is the
+//! same after the call as before it, also on error paths (hipSetDevice is per thread: the IREE
+//! multi-device bug was a missing restore).
+
+mod caps;
+mod current;
+
+use core::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use core::ptr;
+use std::sync::Mutex;
+
+use gpu_core::allocator::MemoryKind;
+use gpu_core::backend::{Backend, DeviceInfo, KernelArg, LaunchDims, check_device_slots};
+use gpu_core::{ByteRange, DeviceId, Error, Result};
+use gpu_cuda_ffi::kernels::{ArgBuffer, LIBRARY, find_for};
+
+use crate::library::Hip;
+use crate::result::{BACKEND, check, driver_error};
+use crate::sys;
+
+use current::{DeviceScope, current_ordinal, no_device_chosen, set_no_device_chosen};
+
+/// Calls a HIP function through the loader and checks its result, naming the call.
+macro_rules! call {
+    ($hip:expr, $name:ident($($argument:expr),* $(,)?)) => {{
+        let function = $hip.$name()?;
+        // SAFETY: each call site passes handles the backend owns (or the caller vouched for
+        // through the trait contract) and out-parameters valid for writes.
+        check(stringify!($name), unsafe { function($($argument),*) })
+    }};
+}
+
+/// Like [`call!`], but returns the raw `hipError_t` for call sites that treat some codes as
+/// outcomes (out of memory, not ready).
+macro_rules! call_raw {
+    ($hip:expr, $name:ident($($argument:expr),* $(,)?)) => {{
+        let function = $hip.$name()?;
+        // SAFETY: as for `call!`.
+        unsafe { function($($argument),*) }
+    }};
+}
+
+/// The kernel images tried in order by hipModuleLoadData: on NVIDIA GPUs (feature `nvidia`)
+/// the CUDA crate's PTX, NUL-terminated as a text image must be.
+#[cfg(feature = "nvidia")]
+const KERNEL_IMAGES: &[&[u8]] = &[gpu_cuda_ffi::kernels::PTX.as_bytes()];
+
+/// The kernel images tried in order by hipModuleLoadData: on AMD GPUs the standard kernels'
+/// code objects, one per target; the first the device accepts is used.
+#[cfg(not(feature = "nvidia"))]
+const KERNEL_IMAGES: &[&[u8]] = crate::code_objects::CODE_OBJECTS;
+
+/// An in-order queue of work on one device: a non-blocking `hipStream_t` and its device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HipStream {
+    raw: sys::hipStream_t,
+    device: DeviceId,
+}
+
+/// A completion marker: a `hipEvent_t` created without timing, and its device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HipEvent {
+    raw: sys::hipEvent_t,
+    device: DeviceId,
+}
+
+/// A kernel of the standard library loaded on one device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HipKernel {
+    function: sys::hipFunction_t,
+    device: DeviceId,
+    /// Index into the library table (name and parameters).
+    library_index: usize,
+}
+
+// SAFETY (all three handles): the values are opaque HIP handles, never dereferenced by this
+// crate. The HIP runtime is thread-safe: a stream, event or function may be used from any
+// thread, and every method makes the handle's device current around its calls.
+unsafe impl Send for HipStream {}
+// SAFETY: see above.
+unsafe impl Sync for HipStream {}
+// SAFETY: see above.
+unsafe impl Send for HipEvent {}
+// SAFETY: see above.
+unsafe impl Sync for HipEvent {}
+// SAFETY: see above.
+unsafe impl Send for HipKernel {}
+// SAFETY: see above.
+unsafe impl Sync for HipKernel {}
+
+impl HipStream {
+    /// HIP's stream handle (valid until the stream is destroyed).
+    pub fn raw(&self) -> sys::hipStream_t {
+        self.raw
+    }
+
+    /// The device the stream belongs to.
+    pub fn device(&self) -> DeviceId {
+        self.device
+    }
+}
+
+impl HipEvent {
+    /// HIP's event handle (valid until the event is destroyed).
+    pub fn raw(&self) -> sys::hipEvent_t {
+        self.raw
+    }
+
+    /// The device the event belongs to.
+    pub fn device(&self) -> DeviceId {
+        self.device
+    }
+}
+
+impl HipKernel {
+    /// HIP's function handle (valid while the backend lives).
+    pub fn raw(&self) -> sys::hipFunction_t {
+        self.function
+    }
+
+    /// The device the kernel is loaded on.
+    pub fn device(&self) -> DeviceId {
+        self.device
+    }
+
+    /// The kernel's name in the standard library.
+    pub fn name(&self) -> &'static str {
+        LIBRARY[self.library_index].name
+    }
+}
+
+/// What was current on a thread: one of HIP's device ordinals, or `None` when the thread's
+/// last choice through this backend was "no device" (HIP itself always has one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SavedDevice(Option<c_int>);
+
+/// The kernel library loaded on one device: the module and one function per library entry.
+struct LoadedLibrary {
+    module: sys::hipModule_t,
+    functions: [sys::hipFunction_t; LIBRARY.len()],
+}
+
+/// One device as opened: its ordinal, default memory pool (where stream-ordered allocation is
+/// used), description, and kernel library once loaded.
+struct DeviceState {
+    ordinal: c_int,
+    /// The default pool, with its release threshold raised to the maximum at open; `None`
+    /// where the device has no stream-ordered allocation.
+    pool: Option<sys::hipMemPool_t>,
+    info: DeviceInfo,
+    /// Loaded at the first [`Backend::kernel`] call for the device.
+    library: Mutex<Option<LoadedLibrary>>,
+}
+
+/// The HIP backend over the HIP runtime API (ROCm's libamdhip64 on AMD GPUs; on NVIDIA GPUs
+/// the `nvidia` feature's shim, which exports the same functions over the CUDA runtime).
+pub struct HipBackend {
+    hip: &'static Hip,
+    devices: Vec<DeviceState>,
+}
+
+// SAFETY: the raw handles inside (pools, modules, functions) are opaque HIP handles, used only
+// through the thread-safe HIP runtime; the per-device library slot is behind a mutex.
+unsafe impl Send for HipBackend {}
+// SAFETY: see above.
+unsafe impl Sync for HipBackend {}
+
+impl core::fmt::Debug for HipBackend {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("HipBackend")
+            .field(
+                "devices",
+                &self
+                    .devices
+                    .iter()
+                    .map(|device| &device.info.name)
+                    .collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl HipBackend {
+    /// Opens every device of the process-wide HIP library ([`Hip::global`]).
+    ///
+    /// # Errors
+    /// As [`HipBackend::with_library`], and the loader's errors
+    /// ([`Error::DriverLibraryNotFound`], [`Error::DriverSymbolMissing`]) without the library.
+    pub fn new() -> Result<Self> {
+        Self::with_library(Hip::global()?)
+    }
+
+    /// Counts the devices (hipGetDeviceCount, which needs no hipInit and reports
+    /// `hipErrorNoDevice` on a machine without one; ROCm 5.2.3's hipInit says
+    /// `hipErrorInvalidDevice` there instead), initialises HIP, reads each device's
+    /// description, and raises each default memory pool's release threshold to the maximum so
+    /// that memory freed in stream order stays cached in the pool.
+    ///
+    /// # Errors
+    /// [`Error::Driver`] with `hipErrorNoDevice` when HIP reports no device, and any HIP
+    /// failure while opening.
+    pub fn with_library(hip: &'static Hip) -> Result<Self> {
+        let mut count: c_int = 0;
+        call!(hip, hipGetDeviceCount(&mut count))?;
+        if count <= 0 {
+            return Err(Error::Driver(driver_error(
+                "hipGetDeviceCount",
+                sys::hipErrorNoDevice,
+            )));
+        }
+        call!(hip, hipInit(0))?;
+        let pool_entry_points = hip.hipMallocAsync().is_ok()
+            && hip.hipFreeAsync().is_ok()
+            && hip.hipDeviceGetDefaultMemPool().is_ok()
+            && hip.hipMemPoolSetAttribute().is_ok();
+        let mut devices = Vec::with_capacity(count as usize);
+        for ordinal in 0..count {
+            let mut state = open_device(hip, ordinal, pool_entry_points)?;
+            if state.info.allocator.device.stream_ordered {
+                state.pool = Some(configure_default_pool(hip, ordinal)?);
+            }
+            devices.push(state);
+        }
+        Ok(Self { hip, devices })
+    }
+
+    /// The loaded HIP library.
+    pub fn library(&self) -> &'static Hip {
+        self.hip
+    }
+
+    /// The opened device `device`.
+    fn device(&self, device: DeviceId) -> Result<&DeviceState> {
+        self.devices
+            .get(device.index())
+            .ok_or(Error::UnknownDevice {
+                device,
+                device_count: self.devices.len(),
+            })
+    }
+
+    /// Makes `device` current until the returned scope ends.
+    fn enter(&self, device: DeviceId) -> Result<DeviceScope> {
+        DeviceScope::enter(self.hip, self.device(device)?.ordinal)
+    }
+
+    /// Writes each device's address for the pinned host address `host` into `device_ptrs`
+    /// (hipHostGetDevicePointer with each device current).
+    fn device_addresses(&self, host: usize, device_ptrs: &mut [usize]) -> Result<()> {
+        for (index, slot) in device_ptrs.iter_mut().enumerate() {
+            let _scope = self.enter(DeviceId(index as u32))?;
+            let mut address = ptr::null_mut();
+            call!(
+                self.hip,
+                hipHostGetDevicePointer(&mut address, host as *mut c_void, 0)
+            )?;
+            *slot = address as usize;
+        }
+        Ok(())
+    }
+
+    /// The library function `library_index` of `device`, loading the module on first use.
+    fn library_function(
+        &self,
+        device: DeviceId,
+        library_index: usize,
+    ) -> Result<sys::hipFunction_t> {
+        let state = self.device(device)?;
+        let mut slot = state
+            .library
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(loaded) = slot.as_ref() {
+            return Ok(loaded.functions[library_index]);
+        }
+        // Looked up before loading, so that unloading on an error path cannot fail for a missing
+        // symbol (which would leak the module and report the lookup instead of the error).
+        let unload = self.hip.hipModuleUnload()?;
+        let _scope = self.enter(device)?;
+        let module = self.load_module()?;
+        let mut functions = [ptr::null_mut(); LIBRARY.len()];
+        for (function, entry) in functions.iter_mut().zip(&LIBRARY) {
+            if let Err(error) = call!(
+                self.hip,
+                hipModuleGetFunction(function, module, entry.symbol.as_ptr())
+            ) {
+                // SAFETY: the module was just loaded and nothing else refers to it.
+                let _ = unsafe { unload(module) };
+                return Err(error);
+            }
+        }
+        let function = functions[library_index];
+        *slot = Some(LoadedLibrary { module, functions });
+        Ok(function)
+    }
+
+    /// Loads the first of [`KERNEL_IMAGES`] the current device accepts; the last refusal is
+    /// the error when none does.
+    fn load_module(&self) -> Result<sys::hipModule_t> {
+        let mut refusal = Error::Driver(driver_error(
+            "hipModuleLoadData",
+            sys::hipErrorNoBinaryForGpu,
+        ));
+        for image in KERNEL_IMAGES {
+            let mut module = ptr::null_mut();
+            match call!(
+                self.hip,
+                hipModuleLoadData(&mut module, image.as_ptr().cast())
+            ) {
+                Ok(()) => return Ok(module),
+                Err(error) => refusal = error,
+            }
+        }
+        Err(refusal)
+    }
+
+    /// Frees host-visible memory (`kind` managed or pinned host) once `after`'s work is done.
+    fn free_synchronously(
+        &self,
+        kind: MemoryKind,
+        address: usize,
+        after: Option<HipStream>,
+    ) -> Result<()> {
+        if let Some(stream) = after {
+            call!(self.hip, hipStreamSynchronize(stream.raw))?;
+        }
+        match kind {
+            MemoryKind::HostPinned => call!(self.hip, hipHostFree(address as *mut c_void)),
+            _ => call!(self.hip, hipFree(address as *mut c_void)),
+        }
+    }
+}
+
+/// Reads device `ordinal`'s description.
+fn open_device(hip: &Hip, ordinal: c_int, pool_entry_points: bool) -> Result<DeviceState> {
+    let mut device: sys::hipDevice_t = 0;
+    call!(hip, hipDeviceGet(&mut device, ordinal))?;
+    let mut name = [0 as c_char; 256];
+    call!(
+        hip,
+        hipDeviceGetName(name.as_mut_ptr(), name.len() as c_int, device)
+    )?;
+    // SAFETY: HIP wrote a NUL-terminated name into the buffer (it truncates to fit), and the
+    // last byte is still the zero it was initialised with.
+    let name = unsafe { CStr::from_ptr(name.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    let mut total_memory = 0usize;
+    call!(hip, hipDeviceTotalMem(&mut total_memory, device))?;
+    let info = caps::describe_device(name, total_memory, pool_entry_points, |attribute| {
+        let mut value: c_int = 0;
+        call!(hip, hipDeviceGetAttribute(&mut value, attribute, ordinal))?;
+        Ok(value)
+    })?;
+    Ok(DeviceState {
+        ordinal,
+        pool: None,
+        info,
+        library: Mutex::new(None),
+    })
+}
+
+/// The device's default memory pool, with its release threshold raised to the maximum so that
+/// memory freed in stream order stays in the pool instead of going back at each synchronisation.
+fn configure_default_pool(hip: &Hip, ordinal: c_int) -> Result<sys::hipMemPool_t> {
+    let mut pool = ptr::null_mut();
+    call!(hip, hipDeviceGetDefaultMemPool(&mut pool, ordinal))?;
+    let mut threshold: u64 = u64::MAX;
+    call!(
+        hip,
+        hipMemPoolSetAttribute(
+            pool,
+            sys::hipMemPoolAttrReleaseThreshold,
+            (&mut threshold as *mut u64).cast()
+        )
+    )?;
+    Ok(pool)
+}
+
+/// `Some(address)` for success, `None` for `hipErrorOutOfMemory`, else the HIP error.
+fn allocation_outcome(
+    call: &'static str,
+    code: sys::hipError_t,
+    address: *mut c_void,
+) -> Result<Option<usize>> {
+    match code {
+        sys::hipSuccess => Ok(Some(address as usize)),
+        sys::hipErrorOutOfMemory => Ok(None),
+        failed => Err(Error::Driver(driver_error(call, failed))),
+    }
+}
+
+impl Drop for HipBackend {
+    fn drop(&mut self) {
+        for (index, state) in self.devices.iter_mut().enumerate().rev() {
+            let loaded = state
+                .library
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            if let Some(loaded) = loaded
+                && let Ok(_scope) = DeviceScope::enter(self.hip, index as c_int)
+                && let Ok(unload) = self.hip.hipModuleUnload()
+            {
+                // SAFETY: the module was loaded on this device and its functions are not used
+                // after the backend is gone (the trait's handles do not outlive it).
+                let _ = unsafe { unload(loaded.module) };
+            }
+        }
+    }
+}
+
+impl Backend for HipBackend {
+    type Stream = HipStream;
+    type Event = HipEvent;
+    type Kernel = HipKernel;
+    // Every method makes its device current itself (`DeviceScope`) and puts the caller's back.
+    const SCOPES_ITS_CALLS: bool = true;
+    type SavedCurrent = SavedDevice;
+
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    fn device_info(&self, device: DeviceId) -> Result<DeviceInfo> {
+        Ok(self.device(device)?.info.clone())
+    }
+
+    /// hipGetDevice's device; `None` after `set_current_device(None)` on this thread, until a
+    /// device is chosen again.
+    fn current_device(&self) -> Result<Option<DeviceId>> {
+        self.save_current()
+            .map(|saved| saved.0.map(|ordinal| DeviceId(ordinal as u32)))
+    }
+
+    /// hipSetDevice (`None`: marks the thread as having chosen no device; HIP's device stays).
+    fn set_current_device(&self, device: Option<DeviceId>) -> Result<()> {
+        match device {
+            Some(device) => self.restore_current(SavedDevice(Some(self.device(device)?.ordinal))),
+            None => self.restore_current(SavedDevice(None)),
+        }
+    }
+
+    /// hipGetDevice, or `None` when the thread's last choice was "no device".
+    fn save_current(&self) -> Result<SavedDevice> {
+        if no_device_chosen() {
+            Ok(SavedDevice(None))
+        } else {
+            current_ordinal(self.hip).map(|ordinal| SavedDevice(Some(ordinal)))
+        }
+    }
+
+    /// hipSetDevice with the saved ordinal, or the "no device" mark.
+    fn restore_current(&self, saved: SavedDevice) -> Result<()> {
+        match saved.0 {
+            Some(ordinal) => {
+                call!(self.hip, hipSetDevice(ordinal))?;
+                set_no_device_chosen(false);
+            }
+            None => set_no_device_chosen(true),
+        }
+        Ok(())
+    }
+
+    fn is_current(&self, saved: SavedDevice, device: DeviceId) -> bool {
+        self.devices
+            .get(device.index())
+            .is_some_and(|state| saved.0 == Some(state.ordinal))
+    }
+
+    /// Device: hipMalloc; managed: hipMallocManaged with `hipMemAttachGlobal`; pinned host:
+    /// hipHostMalloc with `Portable | Mapped`. Host-registered memory is never allocated.
+    fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
+        let state = self.device(device)?;
+        if !state.info.allocator.support(kind).available {
+            return Err(Error::KindUnsupported { device, kind });
+        }
+        if bytes == 0 {
+            return Err(Error::ZeroSize {
+                what: "allocation size",
+            });
+        }
+        let _scope = self.enter(device)?;
+        let mut address = ptr::null_mut();
+        match kind {
+            MemoryKind::Device => {
+                let code = call_raw!(self.hip, hipMalloc(&mut address, bytes));
+                allocation_outcome("hipMalloc", code, address)
+            }
+            MemoryKind::Managed => {
+                let code = call_raw!(
+                    self.hip,
+                    hipMallocManaged(&mut address, bytes, sys::hipMemAttachGlobal)
+                );
+                allocation_outcome("hipMallocManaged", code, address)
+            }
+            MemoryKind::HostPinned => {
+                let flags = sys::hipHostMallocPortable | sys::hipHostMallocMapped;
+                let code = call_raw!(self.hip, hipHostMalloc(&mut address, bytes, flags));
+                allocation_outcome("hipHostMalloc", code, address)
+            }
+            MemoryKind::HostRegistered => Err(Error::KindUnsupported { device, kind }),
+        }
+    }
+
+    /// Device memory only: hipMallocAsync from the device's default pool (release threshold at
+    /// the maximum). Other kinds, and devices without pools, are [`Error::KindUnsupported`].
+    fn allocate_on_stream(
+        &self,
+        stream: HipStream,
+        kind: MemoryKind,
+        bytes: usize,
+    ) -> Result<Option<usize>> {
+        let state = self.device(stream.device)?;
+        if kind != MemoryKind::Device || state.pool.is_none() {
+            return Err(Error::KindUnsupported {
+                device: stream.device,
+                kind,
+            });
+        }
+        if bytes == 0 {
+            return Err(Error::ZeroSize {
+                what: "allocation size",
+            });
+        }
+        let _scope = self.enter(stream.device)?;
+        let mut address = ptr::null_mut();
+        let code = call_raw!(self.hip, hipMallocAsync(&mut address, bytes, stream.raw));
+        allocation_outcome("hipMallocAsync", code, address)
+    }
+
+    /// Device memory with `after`: hipFreeAsync on that stream; without: hipFree. Managed and
+    /// pinned host memory: synchronise `after`, then hipFree / hipHostFree.
+    fn free(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        after: Option<HipStream>,
+    ) -> Result<()> {
+        self.device(device)?;
+        if kind == MemoryKind::HostRegistered {
+            return Err(Error::KindUnsupported { device, kind });
+        }
+        if address == 0 {
+            return Err(Error::NullPointer {
+                what: "freed address",
+            });
+        }
+        let _scope = self.enter(device)?;
+        match (kind, after) {
+            (MemoryKind::Device, Some(stream)) => {
+                call!(self.hip, hipFreeAsync(address as *mut c_void, stream.raw))
+            }
+            (MemoryKind::Device, None) => call!(self.hip, hipFree(address as *mut c_void)),
+            _ => self.free_synchronously(kind, address, after),
+        }
+    }
+
+    /// hipHostRegister with `Portable | Mapped` (with device 0 current; registration is
+    /// process-wide), then hipHostGetDevicePointer with each device current for
+    /// `device_ptrs[d]`. If an address lookup fails, the range is unregistered again.
+    fn host_register(&self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
+        check_device_slots(self.devices.len(), device_ptrs)?;
+        let flags = sys::hipHostRegisterPortable | sys::hipHostRegisterMapped;
+        // Looked up, and device 0 made current, before registering: undoing the registration
+        // on the error path below can then fail neither for a missing symbol nor for the switch.
+        let unregister = self.hip.hipHostUnregister()?;
+        let _scope = self.enter(DeviceId(0))?;
+        call!(
+            self.hip,
+            hipHostRegister(range.start as *mut c_void, range.len, flags)
+        )?;
+        if let Err(error) = self.device_addresses(range.start, device_ptrs) {
+            // SAFETY: the range was registered just above; nothing else can unregister it
+            // meanwhile without breaking the trait's contract.
+            let _ = unsafe { unregister(range.start as *mut c_void) };
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    /// hipHostUnregister of exactly `start`.
+    fn host_unregister(&self, start: usize) -> Result<()> {
+        let _scope = self.enter(DeviceId(0))?;
+        call!(self.hip, hipHostUnregister(start as *mut c_void))
+    }
+
+    /// One hipDrvPointerGetAttributes for the memory type and the allocation's range: host
+    /// memory HIP knows is pinned (hipHostRegister or hipHostMalloc, by anyone). Unknown memory
+    /// (`hipErrorInvalidValue`), device and managed memory are `None`.
+    fn host_pinned_extent(
+        &self,
+        ptr: usize,
+        device_ptrs: &mut [usize],
+    ) -> Result<Option<ByteRange>> {
+        check_device_slots(self.devices.len(), device_ptrs)?;
+        let mut memory_type: c_uint = 0;
+        let mut start: usize = 0;
+        let mut size: usize = 0;
+        let mut attributes = [
+            sys::HIP_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            sys::HIP_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+            sys::HIP_POINTER_ATTRIBUTE_RANGE_SIZE,
+        ];
+        let mut values: [*mut c_void; 3] = [
+            (&mut memory_type as *mut c_uint).cast(),
+            (&mut start as *mut usize).cast(),
+            (&mut size as *mut usize).cast(),
+        ];
+        let code = {
+            let _scope = self.enter(DeviceId(0))?;
+            call_raw!(
+                self.hip,
+                hipDrvPointerGetAttributes(
+                    attributes.len() as c_uint,
+                    attributes.as_mut_ptr(),
+                    values.as_mut_ptr(),
+                    ptr as *mut c_void
+                )
+            )
+        };
+        match code {
+            sys::hipSuccess => {}
+            sys::hipErrorInvalidValue => return Ok(None),
+            failed => {
+                return Err(Error::Driver(driver_error(
+                    "hipDrvPointerGetAttributes",
+                    failed,
+                )));
+            }
+        }
+        if memory_type != sys::hipMemoryTypeHost {
+            return Ok(None);
+        }
+        let Some(extent) = ByteRange::new(start, size) else {
+            return Ok(None);
+        };
+        self.device_addresses(extent.start, device_ptrs)?;
+        Ok(Some(extent))
+    }
+
+    fn stream_create(&self, device: DeviceId) -> Result<HipStream> {
+        let _scope = self.enter(device)?;
+        let mut raw = ptr::null_mut();
+        call!(
+            self.hip,
+            hipStreamCreateWithFlags(&mut raw, sys::hipStreamNonBlocking)
+        )?;
+        Ok(HipStream { raw, device })
+    }
+
+    fn stream_destroy(&self, stream: HipStream) -> Result<()> {
+        let _scope = self.enter(stream.device)?;
+        call!(self.hip, hipStreamDestroy(stream.raw))
+    }
+
+    fn stream_synchronize(&self, stream: HipStream) -> Result<()> {
+        let _scope = self.enter(stream.device)?;
+        call!(self.hip, hipStreamSynchronize(stream.raw))
+    }
+
+    fn event_create(&self, device: DeviceId) -> Result<HipEvent> {
+        let _scope = self.enter(device)?;
+        let mut raw = ptr::null_mut();
+        call!(
+            self.hip,
+            hipEventCreateWithFlags(&mut raw, sys::hipEventDisableTiming)
+        )?;
+        Ok(HipEvent { raw, device })
+    }
+
+    fn event_destroy(&self, event: HipEvent) -> Result<()> {
+        let _scope = self.enter(event.device)?;
+        call!(self.hip, hipEventDestroy(event.raw))
+    }
+
+    /// hipEventRecord; an event of another device is [`Error::WrongDevice`] before HIP.
+    fn event_record(&self, event: HipEvent, stream: HipStream) -> Result<()> {
+        if event.device != stream.device {
+            return Err(Error::WrongDevice {
+                expected: stream.device,
+                found: event.device,
+            });
+        }
+        let _scope = self.enter(stream.device)?;
+        call!(self.hip, hipEventRecord(event.raw, stream.raw))
+    }
+
+    fn stream_wait_event(&self, stream: HipStream, event: HipEvent) -> Result<()> {
+        let _scope = self.enter(stream.device)?;
+        call!(self.hip, hipStreamWaitEvent(stream.raw, event.raw, 0))
+    }
+
+    /// hipEventQuery: `hipSuccess` is true, `hipErrorNotReady` false.
+    fn event_query(&self, event: HipEvent) -> Result<bool> {
+        let _scope = self.enter(event.device)?;
+        match call_raw!(self.hip, hipEventQuery(event.raw)) {
+            sys::hipSuccess => Ok(true),
+            sys::hipErrorNotReady => Ok(false),
+            failed => Err(Error::Driver(driver_error("hipEventQuery", failed))),
+        }
+    }
+
+    fn event_synchronize(&self, event: HipEvent) -> Result<()> {
+        let _scope = self.enter(event.device)?;
+        call!(self.hip, hipEventSynchronize(event.raw))
+    }
+
+    /// hipDeviceSynchronize with the device current.
+    fn device_synchronize(&self, device: DeviceId) -> Result<()> {
+        let _scope = self.enter(device)?;
+        call!(self.hip, hipDeviceSynchronize())
+    }
+
+    /// hipMemcpyAsync with `hipMemcpyDefault`: HIP finds each side's memory from its address
+    /// (unified addressing).
+    ///
+    /// # Safety
+    /// The trait's: HIP checks nothing about the caller's host memory.
+    unsafe fn copy(&self, stream: HipStream, dst: usize, src: usize, bytes: usize) -> Result<()> {
+        let _scope = self.enter(stream.device)?;
+        call!(
+            self.hip,
+            hipMemcpyAsync(
+                dst as *mut c_void,
+                src as *const c_void,
+                bytes,
+                sys::hipMemcpyDefault,
+                stream.raw
+            )
+        )
+    }
+
+    /// hipMemsetD8Async.
+    ///
+    /// # Safety
+    /// The trait's.
+    unsafe fn fill(&self, stream: HipStream, dst: usize, value: u8, bytes: usize) -> Result<()> {
+        let _scope = self.enter(stream.device)?;
+        call!(
+            self.hip,
+            hipMemsetD8Async(dst as *mut c_void, value, bytes, stream.raw)
+        )
+    }
+
+    /// The library module is loaded on the device at the first call (hipModuleLoadData of the
+    /// first image the device accepts) and kept; later calls only look it up.
+    fn kernel(&self, device: DeviceId, name: &str) -> Result<HipKernel> {
+        let library_index = find_for(BACKEND, name)?;
+        let function = self.library_function(device, library_index)?;
+        Ok(HipKernel {
+            function,
+            device,
+            library_index,
+        })
+    }
+
+    /// hipFuncSetAttribute(`hipFuncAttributeMaxDynamicSharedMemorySize`) on the module's
+    /// function; nothing at or below the device's default limit, which every kernel has.
+    fn kernel_allow_workgroup_bytes(&self, kernel: HipKernel, bytes: u32) -> Result<()> {
+        let state = self.device(kernel.device)?;
+        if bytes <= state.info.workgroup.default_per_block {
+            return Ok(());
+        }
+        let value = c_int::try_from(bytes).map_err(|_| Error::LimitExceeded {
+            what: "dynamic workgroup memory per workgroup",
+            required: bytes as usize,
+            limit: c_int::MAX as usize,
+            detail: vec![format!("kernel {}", kernel.name())],
+        })?;
+        let _scope = self.enter(kernel.device)?;
+        call!(
+            self.hip,
+            hipFuncSetAttribute(
+                kernel.function as *const c_void,
+                sys::hipFuncAttributeMaxDynamicSharedMemorySize,
+                value
+            )
+        )
+    }
+
+    /// hipModuleLaunchKernel, after checking the arguments against the kernel's parameters
+    /// ([`Error::KernelArgumentMismatch`]) and that kernel and stream share a device
+    /// ([`Error::WrongDevice`]).
+    ///
+    /// # Safety
+    /// The trait's: the standard library's kernels reach as far from each pointer argument as
+    /// their count arguments and the grid say, and nothing checks that against the memory.
+    unsafe fn launch(
+        &self,
+        stream: HipStream,
+        kernel: HipKernel,
+        dims: LaunchDims,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        if kernel.device != stream.device {
+            return Err(Error::WrongDevice {
+                expected: stream.device,
+                found: kernel.device,
+            });
+        }
+        let mut values = ArgBuffer::pack(&LIBRARY[kernel.library_index], args)?;
+        let mut pointers = values.pointers();
+        let _scope = self.enter(stream.device)?;
+        call!(
+            self.hip,
+            hipModuleLaunchKernel(
+                kernel.function,
+                dims.grid[0],
+                dims.grid[1],
+                dims.grid[2],
+                dims.block[0],
+                dims.block[1],
+                dims.block[2],
+                dims.dynamic_workgroup_bytes,
+                stream.raw,
+                pointers.as_mut_ptr(),
+                ptr::null_mut()
+            )
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_thread_safe<T: Send + Sync>() {}
+
+    /// A backend over the real library with no device opened (what a machine without a HIP
+    /// device would have if opening did not refuse); `None` where the library is absent.
+    fn deviceless() -> Option<HipBackend> {
+        Hip::global().ok().map(|hip| HipBackend {
+            hip,
+            devices: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn every_method_of_a_backend_without_devices_is_a_typed_error() {
+        let Some(backend) = deviceless() else {
+            eprintln!("skipped: the HIP library is not installed");
+            return;
+        };
+        let d0 = DeviceId(0);
+        let unknown = Error::UnknownDevice {
+            device: d0,
+            device_count: 0,
+        };
+        let stream = HipStream {
+            raw: ptr::null_mut(),
+            device: d0,
+        };
+        let event = HipEvent {
+            raw: ptr::null_mut(),
+            device: d0,
+        };
+        let kernel = HipKernel {
+            function: ptr::null_mut(),
+            device: d0,
+            library_index: 0,
+        };
+        let range = ByteRange::new(0x1000, 64).unwrap();
+        let mut one_slot = [0usize; 1];
+        assert_eq!(backend.device_count(), 0);
+        assert_eq!(backend.device_info(d0), Err(unknown.clone()));
+        assert_eq!(backend.set_current_device(Some(d0)), Err(unknown.clone()));
+        assert_eq!(
+            backend.allocate(d0, MemoryKind::Device, 64),
+            Err(unknown.clone())
+        );
+        assert_eq!(
+            backend.allocate_on_stream(stream, MemoryKind::Device, 64),
+            Err(unknown.clone())
+        );
+        assert_eq!(
+            backend.free(d0, MemoryKind::Device, 0x1000, None),
+            Err(unknown.clone())
+        );
+        assert_eq!(
+            backend.host_register(range, &mut one_slot),
+            Err(unknown.clone())
+        );
+        assert_eq!(backend.host_unregister(0x1000), Err(unknown.clone()));
+        assert_eq!(
+            backend.host_pinned_extent(0x1000, &mut one_slot),
+            Err(unknown.clone())
+        );
+        assert_eq!(backend.stream_create(d0), Err(unknown.clone()));
+        assert_eq!(backend.stream_destroy(stream), Err(unknown.clone()));
+        assert_eq!(backend.stream_synchronize(stream), Err(unknown.clone()));
+        assert_eq!(backend.event_create(d0), Err(unknown.clone()));
+        assert_eq!(backend.event_destroy(event), Err(unknown.clone()));
+        assert_eq!(backend.event_record(event, stream), Err(unknown.clone()));
+        assert_eq!(
+            backend.stream_wait_event(stream, event),
+            Err(unknown.clone())
+        );
+        assert_eq!(backend.event_query(event), Err(unknown.clone()));
+        assert_eq!(backend.event_synchronize(event), Err(unknown.clone()));
+        assert_eq!(backend.device_synchronize(d0), Err(unknown.clone()));
+        // SAFETY: refused before any address is used.
+        unsafe {
+            assert_eq!(
+                backend.copy(stream, 0x1000, 0x2000, 8),
+                Err(unknown.clone())
+            );
+            assert_eq!(backend.fill(stream, 0x1000, 0, 8), Err(unknown.clone()));
+            assert_eq!(
+                backend.launch(stream, kernel, LaunchDims::linear(1, 1), &[]),
+                Err(Error::KernelArgumentMismatch {
+                    kernel: "fill_u32",
+                    expected: "(Ptr dst, U32 value, U64 count)",
+                })
+            );
+            let args = [KernelArg::Ptr(0x1000), KernelArg::U32(1), KernelArg::U64(1)];
+            assert_eq!(
+                backend.launch(stream, kernel, LaunchDims::linear(1, 1), &args),
+                Err(unknown.clone())
+            );
+        }
+        assert_eq!(backend.kernel(d0, "fill_u32"), Err(unknown.clone()));
+        assert_eq!(
+            backend.kernel(d0, "no_such_kernel"),
+            Err(Error::UnknownKernel {
+                backend: "hip",
+                name: "no_such_kernel".into()
+            })
+        );
+        assert_eq!(
+            backend.kernel_allow_workgroup_bytes(kernel, 1 << 20),
+            Err(unknown.clone())
+        );
+        assert!(!backend.is_current(SavedDevice(Some(0)), d0));
+        // The thread's device: HIP reports its own error; "no device" is the backend's mark.
+        if let Err(error) = backend.current_device() {
+            assert!(matches!(error, Error::Driver(_)), "{error}");
+        }
+        assert_eq!(backend.set_current_device(None), Ok(()));
+        assert_eq!(backend.current_device(), Ok(None));
+        assert_eq!(backend.save_current(), Ok(SavedDevice(None)));
+        assert_eq!(backend.restore_current(SavedDevice(None)), Ok(()));
+    }
+
+    #[test]
+    fn handles_and_backend_are_send_and_sync() {
+        assert_thread_safe::<HipStream>();
+        assert_thread_safe::<HipEvent>();
+        assert_thread_safe::<HipKernel>();
+        assert_thread_safe::<HipBackend>();
+        assert_thread_safe::<SavedDevice>();
+    }
+
+    #[test]
+    fn out_of_memory_is_none_and_other_codes_are_hip_errors() {
+        let address = ptr::without_provenance_mut(0x1000);
+        assert_eq!(
+            allocation_outcome("hipMalloc", sys::hipSuccess, address),
+            Ok(Some(0x1000))
+        );
+        assert_eq!(
+            allocation_outcome("hipMalloc", sys::hipErrorOutOfMemory, ptr::null_mut()),
+            Ok(None)
+        );
+        assert_eq!(
+            allocation_outcome("hipHostMalloc", sys::hipErrorInvalidValue, ptr::null_mut()),
+            Err(Error::Driver(driver_error(
+                "hipHostMalloc",
+                sys::hipErrorInvalidValue
+            )))
+        );
+    }
+}
