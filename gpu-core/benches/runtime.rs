@@ -252,6 +252,9 @@ impl Backend for NullBackend {
     fn stream_create(&self, _: DeviceId) -> Result<usize> {
         Ok(self.next(1))
     }
+    unsafe fn adopt_stream(&self, _: DeviceId, raw: usize) -> Result<usize> {
+        Ok(raw)
+    }
     fn stream_destroy(&self, _: usize) -> Result<()> {
         Ok(())
     }

@@ -184,6 +184,19 @@ pub trait Backend: Send + Sync + 'static {
     /// Creates a stream on `device` that does not synchronise with any other stream.
     fn stream_create(&self, device: DeviceId) -> Result<Self::Stream>;
 
+    /// The backend's handle for a stream it did not create (a framework's, such as PyTorch's),
+    /// given as the driver's raw handle, to enqueue work and events on without owning it: the
+    /// runtime never destroys an adopted stream. CUDA: any `CUstream` of `device`'s primary
+    /// context, the legacy default stream (`0`) and the per-thread default stream included;
+    /// host backend: the number of a live stream of `device` ([`crate::host::HostStream::raw`]).
+    ///
+    /// # Safety
+    /// `raw` must be a live stream of `device` in the driver's sense (or one of the driver's
+    /// default-stream handles) and stay alive for as long as the runtime may enqueue on it:
+    /// until the runtime shuts down. Backends that cannot check a raw handle (CUDA: the driver
+    /// dereferences it) pass it on as it is.
+    unsafe fn adopt_stream(&self, device: DeviceId, raw: usize) -> Result<Self::Stream>;
+
     /// Destroys a stream; work already enqueued on it still runs.
     fn stream_destroy(&self, stream: Self::Stream) -> Result<()>;
 

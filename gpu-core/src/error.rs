@@ -216,6 +216,23 @@ pub enum Error {
         /// The handle's slot.
         slot: u32,
     },
+    /// An address given back to a free by address that is no live allocation of that device
+    /// (never allocated there, or freed already).
+    UnknownAddress {
+        /// The device named.
+        device: DeviceId,
+        /// The address given.
+        address: usize,
+    },
+    /// A free by address with another size than the allocation was made with.
+    FreeSizeMismatch {
+        /// The address given.
+        address: usize,
+        /// The size given.
+        given: usize,
+        /// The size the allocation was made with.
+        allocated: usize,
+    },
     /// A host-registered request or handle given to a call without the lock table.
     RegisteredNeedsLockTable,
     /// The driver handed back a segment whose address breaks its alignment contract.
@@ -461,6 +478,20 @@ impl fmt::Display for Error {
                 f,
                 "no live {kind} allocation has handle slot {slot}; it was already freed or \
                  comes from another allocator"
+            ),
+            Error::UnknownAddress { device, address } => write!(
+                f,
+                "{address:#x} is no live allocation of {device}: it was never allocated there, \
+                 or was freed already"
+            ),
+            Error::FreeSizeMismatch {
+                address,
+                given,
+                allocated,
+            } => write!(
+                f,
+                "the allocation at {address:#x} has {allocated} bytes, but its free gave \
+                 {given}; free with the size it was allocated with"
             ),
             Error::RegisteredNeedsLockTable => write!(
                 f,

@@ -687,6 +687,20 @@ impl Backend for HostBackend {
         Ok(handle)
     }
 
+    /// Checks that `raw` numbers a live stream of `device` (else `HOST_INVALID_HANDLE`); not a
+    /// driver call (no call is counted and no current device is needed), as wrapping a
+    /// `CUstream` is none.
+    unsafe fn adopt_stream(&self, device: DeviceId, raw: usize) -> Result<HostStream> {
+        check_device(self, device)?;
+        let stream = HostStream::from_raw(raw);
+        let shared = self.stream(stream, "adopt_stream")?;
+        if shared.device != device {
+            // What CUDA reports for a stream of another device's context.
+            return Err(HostErrorCode::InvalidHandle.error("adopt_stream"));
+        }
+        Ok(stream)
+    }
+
     fn stream_destroy(&self, stream: HostStream) -> Result<()> {
         let call = self.calls.enter(CallKind::StreamDestroy)?;
         let shared = self.current_stream(stream, call)?;

@@ -37,6 +37,17 @@ impl HostStream {
             id: NEXT_HANDLE.fetch_add(1, Ordering::Relaxed),
         }
     }
+
+    /// The stream's number, as a program that created it would hand it to another library
+    /// (what [`crate::backend::Backend::adopt_stream`] takes back). Never zero.
+    pub fn raw(&self) -> usize {
+        self.id as usize
+    }
+
+    /// The handle of raw number `raw` (checked against the live streams by the caller).
+    pub(super) fn from_raw(raw: usize) -> Self {
+        Self { id: raw as u64 }
+    }
 }
 
 impl HostEvent {

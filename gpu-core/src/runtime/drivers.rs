@@ -14,11 +14,14 @@ use crate::error::{ByteRange, Error, Result};
 use crate::id::{DeviceId, EventId, StreamId};
 use crate::lock_table::PinDriver;
 
-/// A stream the runtime knows: its device and, once created, its driver handle.
+/// A stream the runtime knows: its device and, once created (or adopted), its driver handle.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct StreamSlot<S> {
     pub(crate) device: DeviceId,
     pub(crate) handle: Option<S>,
+    /// Adopted from another program ([`super::Runtime::alloc_on_foreign_stream`]): used, never
+    /// destroyed.
+    pub(crate) adopted: bool,
 }
 
 /// The device and driver handle of a planner stream that must exist by now.

@@ -13,7 +13,7 @@ use crate::allocator::{
     MemoryKind, Release,
 };
 use crate::backend::{Backend, DeviceInfo};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::id::{DeviceId, StreamId};
 
 /// A device's memory, locked.
@@ -28,6 +28,12 @@ pub(crate) struct DeviceMemory<B: Backend> {
     /// Frees the driver failed, with the streams that used the memory: retried by `trim`
     /// (the buffer that held the handle is gone).
     deferred_frees: Vec<(BlockHandle, Vec<StreamId>)>,
+    /// Streams of other programs adopted on this device: (raw driver handle, id). A program
+    /// uses a few (PyTorch: its default stream and its pools), so a scan is the fastest lookup.
+    adopted: Vec<(usize, StreamId)>,
+    /// Live allocations handed out by address (to programs that free by address, such as
+    /// PyTorch): address -> (handle, size asked for).
+    by_address: hashbrown::HashMap<usize, (BlockHandle, usize)>,
 }
 
 impl<B: Backend> DeviceMemory<B> {
@@ -44,6 +50,8 @@ impl<B: Backend> DeviceMemory<B> {
                     allocator: DeviceAllocator::new(DeviceId(index as u32), info.allocator, config),
                     events: AllocatorEvents::new(infos.len()),
                     deferred_frees: Vec::new(),
+                    adopted: Vec::new(),
+                    by_address: hashbrown::HashMap::new(),
                 })
             })
             .collect()
@@ -108,6 +116,72 @@ impl<B: Backend> DeviceMemory<B> {
             }
         };
         allocator.free(&mut driver, handle, release)
+    }
+
+    /// The id of the adopted stream with raw handle `raw`, if adopted.
+    #[inline]
+    pub(crate) fn adopted_stream(&self, raw: usize) -> Option<StreamId> {
+        self.adopted
+            .iter()
+            .find(|&&(adopted, _)| adopted == raw)
+            .map(|&(_, stream)| stream)
+    }
+
+    /// Remembers that raw handle `raw` is adopted as `stream`.
+    pub(crate) fn note_adopted(&mut self, raw: usize, stream: StreamId) {
+        self.adopted.push((raw, stream));
+    }
+
+    /// Serves `request` and remembers the allocation by its address.
+    #[inline]
+    pub(crate) fn allocate_by_address(
+        &mut self,
+        backend: &B,
+        streams: Streams<'_, B>,
+        request: &AllocRequest<'_>,
+    ) -> Result<usize> {
+        let allocation = self.allocate(backend, streams, request)?;
+        self.by_address
+            .insert(allocation.address, (allocation.handle, request.size));
+        Ok(allocation.address)
+    }
+
+    /// Frees the allocation at `address` (made with `size` bytes) in the order of `stream`.
+    /// An unknown address or another size is refused with nothing changed; once checked, the
+    /// address is no longer the caller's, even if the driver fails the free (it is retried by
+    /// the next trim).
+    #[inline]
+    pub(crate) fn free_by_address(
+        &mut self,
+        backend: &B,
+        streams: Streams<'_, B>,
+        device: DeviceId,
+        (address, size): (usize, usize),
+        stream: StreamId,
+    ) -> Result<()> {
+        let &(handle, allocated) = self
+            .by_address
+            .get(&address)
+            .ok_or(Error::UnknownAddress { device, address })?;
+        if size != allocated {
+            return Err(Error::FreeSizeMismatch {
+                address,
+                given: size,
+                allocated,
+            });
+        }
+        self.by_address.remove(&address);
+        self.free(backend, streams, handle, &[stream])
+    }
+
+    /// Frees every allocation still held by address, as if no work used it: for teardown,
+    /// once every stream has been synchronised (the next trim carries the frees out).
+    pub(crate) fn release_by_address(&mut self) {
+        let live = self
+            .by_address
+            .drain()
+            .map(|(_, (handle, _))| (handle, Vec::new()));
+        self.deferred_frees.extend(live);
     }
 
     /// Retries the frees that failed, then gives cached memory back to the driver; returns

@@ -217,6 +217,13 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.inner.is_current(saved, device)
     }
 
+    /// Forwarded, neither counted nor failed: wrapping a handle, not a driver call; the
+    /// adopted stream is not counted as live (the runtime never destroys it).
+    unsafe fn adopt_stream(&self, device: DeviceId, raw: usize) -> Result<B::Stream> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.inner.adopt_stream(device, raw) }
+    }
+
     fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
         self.enter("allocate")?;
         let result = self.inner.allocate(device, kind, bytes);

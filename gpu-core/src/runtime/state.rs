@@ -221,6 +221,19 @@ impl<B: Backend> State<B> {
         device: DeviceId,
         stream: StreamId,
     ) -> Result<B::Stream> {
+        let slot = self.slot(device, stream);
+        slot.device = device;
+        if let Some(handle) = slot.handle {
+            return Ok(handle);
+        }
+        let handle = with_device(backend, device, || backend.stream_create(device))?;
+        self.counts.streams_created += 1;
+        self.slot(device, stream).handle = Some(handle);
+        Ok(handle)
+    }
+
+    /// The slot of `stream`, made room for (new slots: of `device`, no handle yet).
+    fn slot(&mut self, device: DeviceId, stream: StreamId) -> &mut StreamSlot<B::Stream> {
         let index = stream.index();
         if self.streams.len() <= index {
             self.streams.resize(
@@ -228,18 +241,11 @@ impl<B: Backend> State<B> {
                 StreamSlot {
                     device,
                     handle: None,
+                    adopted: false,
                 },
             );
         }
-        let slot = &mut self.streams[index];
-        slot.device = device;
-        if let Some(handle) = slot.handle {
-            return Ok(handle);
-        }
-        let handle = with_device(backend, device, || backend.stream_create(device))?;
-        self.counts.streams_created += 1;
-        self.streams[index].handle = Some(handle);
-        Ok(handle)
+        &mut self.streams[index]
     }
 
     /// The driver event of `event`, created now if it has none yet.
@@ -257,9 +263,23 @@ impl<B: Backend> State<B> {
         Ok(handle)
     }
 
-    /// Destroys the driver stream at `index`, if any; a failed destroy keeps the handle.
+    /// A stream id for `handle`, a stream of `device` that another program created: used like
+    /// the runtime's own streams (the allocator's lanes, events recorded and waited on), never
+    /// destroyed.
+    pub(crate) fn adopt_stream(&mut self, device: DeviceId, handle: B::Stream) -> Result<StreamId> {
+        let stream = self.planner.reserve_stream(device)?;
+        *self.slot(device, stream) = StreamSlot {
+            device,
+            handle: Some(handle),
+            adopted: true,
+        };
+        Ok(stream)
+    }
+
+    /// Destroys the driver stream at `index`, if any and not adopted; a failed destroy keeps
+    /// the handle.
     fn destroy_stream(&mut self, backend: &B, index: usize) -> Result<()> {
-        let Some(slot) = self.streams.get_mut(index) else {
+        let Some(slot) = self.streams.get_mut(index).filter(|slot| !slot.adopted) else {
             return Ok(());
         };
         let (device, Some(handle)) = (slot.device, slot.handle.take()) else {
@@ -412,6 +432,7 @@ impl<B: Backend> State<B> {
                 note(self.synchronize_stream(backend, StreamId(index as u32)));
             }
             for device in memory.iter_mut().map(BackoffMutex::get_mut) {
+                device.release_by_address();
                 trimmed += device
                     .trim(backend, Streams::Held(&self.streams))
                     .unwrap_or_else(|e| {

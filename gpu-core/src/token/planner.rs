@@ -628,6 +628,20 @@ impl Planner {
         }
     }
 
+    /// A stream id of `device` for a stream the planner never plans on (one the runtime adopts
+    /// from another program): it is in no pool, no step names it, and no id the planner hands
+    /// out later equals it, so the runtime and the allocator can key such streams by the same
+    /// ids as the planner's. Fails only for a device the planner does not have.
+    pub fn reserve_stream(&mut self, device: DeviceId) -> Result<StreamId> {
+        if device.index() >= self.device_count {
+            return Err(Error::UnknownDevice {
+                device,
+                device_count: self.device_count,
+            });
+        }
+        Ok(self.new_stream(device))
+    }
+
     /// Destroys every pooled stream and event (streams and events held by live tokens stay).
     /// Destroyed ids are never handed out again.
     pub fn drain_pools(&mut self) {
@@ -826,21 +840,24 @@ impl Planner {
     fn acquire_stream(&mut self, device: DeviceId) -> StreamId {
         let (stream, fresh) = match self.stream_pools[device.index()].pop() {
             Some(stream) => (stream, false),
-            None => {
-                let stream = StreamId(self.streams.len() as u32);
-                let clock = Clock::new(stream.index() + 1);
-                self.streams.push(StreamState {
-                    device,
-                    tail_time: 0,
-                    clock,
-                });
-                (stream, true)
-            }
+            None => (self.new_stream(device), true),
         };
         self.steps.push(PlanStep::AcquireStream {
             device,
             stream,
             fresh,
+        });
+        stream
+    }
+
+    /// A stream id never handed out before, on `device`.
+    fn new_stream(&mut self, device: DeviceId) -> StreamId {
+        let stream = StreamId(self.streams.len() as u32);
+        let clock = Clock::new(stream.index() + 1);
+        self.streams.push(StreamState {
+            device,
+            tail_time: 0,
+            clock,
         });
         stream
     }
@@ -1105,6 +1122,39 @@ mod tests {
         }
         let report = finish_clean(&mut p, &mut plan);
         assert_eq!(report.unwaited, vec![]);
+    }
+
+    #[test]
+    fn a_reserved_stream_is_never_planned_on_and_its_id_never_handed_out() {
+        let mut p = Planner::new(2);
+        let reserved = p.reserve_stream(D0).unwrap();
+        assert_eq!(p.steps(), &[], "reserving plans nothing");
+        let mut plan = Vec::new();
+        let a = start(&mut p, 0, D0);
+        let b = then(&mut p, 1, D0, vec![a]);
+        p.wait(b).unwrap();
+        p.drain_pools();
+        let steps = take(&mut p, &mut plan);
+        let named: Vec<StreamId> = steps
+            .iter()
+            .filter_map(|step| match *step {
+                PlanStep::AcquireStream { stream, .. }
+                | PlanStep::ReleaseStream { stream, .. }
+                | PlanStep::DestroyStream { stream, .. }
+                | PlanStep::Run { stream, .. }
+                | PlanStep::SynchronizeStream { stream } => Some(stream),
+                _ => None,
+            })
+            .collect();
+        assert!(!named.is_empty());
+        assert!(!named.contains(&reserved), "{steps:?}");
+        assert_eq!(
+            p.reserve_stream(DeviceId(2)),
+            Err(Error::UnknownDevice {
+                device: DeviceId(2),
+                device_count: 2
+            })
+        );
     }
 
     #[test]

@@ -687,6 +687,18 @@ impl Backend for CudaBackend {
         Ok(CudaStream { raw, device })
     }
 
+    /// Wraps the raw `CUstream` with its device, with no driver call: the driver cannot check
+    /// a handle without dereferencing it. `0` (the legacy default stream), `CU_STREAM_LEGACY`
+    /// and `CU_STREAM_PER_THREAD` name the default streams of whichever context is current
+    /// at each call, which every method makes `device`'s primary context.
+    unsafe fn adopt_stream(&self, device: DeviceId, raw: usize) -> Result<CudaStream> {
+        self.device(device)?;
+        Ok(CudaStream {
+            raw: raw as sys::CUstream,
+            device,
+        })
+    }
+
     fn stream_destroy(&self, stream: CudaStream) -> Result<()> {
         let _scope = self.enter(stream.device)?;
         call!(self.driver, cuStreamDestroy(stream.raw))

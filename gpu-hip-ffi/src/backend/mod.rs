@@ -659,6 +659,17 @@ impl Backend for HipBackend {
         Ok(HipStream { raw, device })
     }
 
+    /// Wraps the raw `hipStream_t` with its device, with no HIP call: HIP cannot check a
+    /// handle without dereferencing it. `0` (the null stream) and `hipStreamPerThread` name the
+    /// default streams of `device`, which every method makes current.
+    unsafe fn adopt_stream(&self, device: DeviceId, raw: usize) -> Result<HipStream> {
+        self.device(device)?;
+        Ok(HipStream {
+            raw: raw as sys::hipStream_t,
+            device,
+        })
+    }
+
     fn stream_destroy(&self, stream: HipStream) -> Result<()> {
         let _scope = self.enter(stream.device)?;
         call!(self.hip, hipStreamDestroy(stream.raw))
