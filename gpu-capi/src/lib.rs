@@ -10,3 +10,5 @@
 
 pub mod capi;
 pub mod shared;
+#[cfg(feature = "cuda")]
+pub mod torch;

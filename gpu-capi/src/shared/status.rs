@@ -151,11 +151,13 @@ fn core_status(error: &Error) -> GpurtStatus {
         | Error::WorkgroupAlignment { .. }
         | Error::WorkgroupLiveRange { .. }
         | Error::PrivateBufferInWorkgroup { .. }
-        | Error::TraceSyntax { .. } => S::InvalidArgument,
+        | Error::TraceSyntax { .. }
+        | Error::FreeSizeMismatch { .. } => S::InvalidArgument,
         Error::OutOfBounds { .. } => S::OutOfBounds,
         Error::UnknownDevice { .. } => S::UnknownDevice,
         Error::WrongDevice { .. } => S::WrongDevice,
         Error::UnknownAllocation { .. }
+        | Error::UnknownAddress { .. }
         | Error::TokenConsumed { .. }
         | Error::TokenUnknown { .. }
         | Error::TokenForeign { .. }

@@ -202,7 +202,12 @@ impl<B: Backend> DeviceMemory<B> {
     pub(crate) fn stats(&self) -> impl Iterator<Item = (MemoryKind, AllocatorStats)> + '_ {
         MemoryKind::CACHED
             .into_iter()
-            .map(|kind| (kind, self.allocator.stats(kind)))
+            .map(|kind| (kind, self.allocator_stats(kind)))
+    }
+
+    /// The allocator's figures for `kind`.
+    pub(crate) fn allocator_stats(&self, kind: MemoryKind) -> AllocatorStats {
+        self.allocator.stats(kind)
     }
 }
 

@@ -767,6 +767,13 @@ impl<B: Backend> Runtime<B> {
         Ok(cell.get_or_init(|| worker))
     }
 
+    /// The allocator's figures for `kind` on `device`, taking only that device's memory lock
+    /// (host-registered memory: the bytes pinned through the lock table are in
+    /// [`RuntimeStats::locks`]).
+    pub fn allocator_stats(&self, device: DeviceId, kind: MemoryKind) -> Result<AllocatorStats> {
+        Ok(self.memory(device)?.allocator_stats(kind))
+    }
+
     /// The runtime's counters.
     pub fn stats(&self) -> RuntimeStats {
         let mut stats = self
