@@ -1,0 +1,130 @@
+"""What every workload shares: the command line, choosing the allocator before CUDA allocates
+anything, deterministic settings, the memory figures of either allocator, and the JSON record
+each run writes for compare.py.
+
+A run uses PyTorch's own CUDACachingAllocator (--allocator torch) or this project's caching
+allocator through PyTorch's plug-in point (--allocator gpurt --lib libgpu_capi.so), which must
+be installed before the first CUDA allocation.
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import random
+import time
+
+# cuBLAS reads this when its first handle is created: set before torch touches CUDA.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+import torch  # noqa: E402  (after the cuBLAS setting)
+
+STATS_FIELDS = (
+    "allocated",
+    "peak_allocated",
+    "reserved",
+    "peak_reserved",
+    "hits",
+    "cross_stream_hits",
+    "misses",
+    "driver_calls",
+    "segment_allocations",
+    "segment_frees",
+    "oom_retries",
+    "oom_errors",
+)
+
+
+class GpurtTorchStats(ctypes.Structure):
+    """gpu-capi's `GpurtTorchStats`, field for field."""
+
+    _fields_ = [(name, ctypes.c_uint64) for name in STATS_FIELDS]
+
+
+def parser(description):
+    """The options every workload takes; workloads add their own."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--allocator", choices=("torch", "gpurt"), required=True)
+    p.add_argument("--lib", help="path of libgpu_capi.so (for --allocator gpurt)")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--out", required=True, help="file the JSON record is written to")
+    return p
+
+
+class Allocator:
+    """The allocator a run uses, installed before any CUDA allocation, and its figures."""
+
+    def __init__(self, args):
+        self.name = args.allocator
+        self.lib = None
+        if self.name == "gpurt":
+            if not args.lib:
+                raise SystemExit("--allocator gpurt needs --lib PATH of libgpu_capi.so")
+            # dlopen of the same path hands back the library PyTorch loads below: one runtime.
+            self.lib = ctypes.CDLL(args.lib)
+            self.lib.gpurt_torch_stats.argtypes = (ctypes.c_int, ctypes.POINTER(GpurtTorchStats))
+            self.lib.gpurt_torch_stats.restype = ctypes.c_int
+            self.lib.gpurt_last_error.restype = ctypes.c_char_p
+            # Open the runtime on CUDA now: without a GPU the library would fall back to its
+            # host backend, whose memory no CUDA kernel can use.
+            if self.lib.gpurt_open(b"cuda") != 0:
+                raise SystemExit(f"gpurt_open(cuda): {self.lib.gpurt_last_error().decode()}")
+            plugin = torch.cuda.memory.CUDAPluggableAllocator(
+                args.lib, "gpurt_torch_alloc", "gpurt_torch_free"
+            )
+            torch.cuda.memory.change_current_allocator(plugin)
+        self.device_used_peak = 0
+
+    def figures(self, device=0):
+        """Reserved and allocated bytes (now and peak) and driver allocations so far."""
+        if self.lib is None:
+            stats = torch.cuda.memory_stats(device)
+            return {
+                "allocated": stats.get("allocated_bytes.all.current", 0),
+                "peak_allocated": stats.get("allocated_bytes.all.peak", 0),
+                "reserved": stats.get("reserved_bytes.all.current", 0),
+                "peak_reserved": stats.get("reserved_bytes.all.peak", 0),
+                "driver_allocations": stats.get("segment.all.allocated", 0),
+                "driver_frees": stats.get("segment.all.freed", 0),
+            }
+        out = GpurtTorchStats()
+        status = self.lib.gpurt_torch_stats(device, ctypes.byref(out))
+        if status != 0:
+            raise RuntimeError(f"gpurt_torch_stats: {self.lib.gpurt_last_error().decode()}")
+        figures = {name: getattr(out, name) for name in STATS_FIELDS}
+        figures["driver_allocations"] = figures["segment_allocations"]
+        figures["driver_frees"] = figures["segment_frees"]
+        return figures
+
+    def sample_device(self, device=0):
+        """Notes the device memory in use (cudaMemGetInfo), whoever holds it: the fair
+        comparison when a driver pool keeps memory our figures no longer count."""
+        free, total = torch.cuda.mem_get_info(device)
+        self.device_used_peak = max(self.device_used_peak, total - free)
+
+
+def deterministic(seed):
+    """Same seed, same kernels: a run's numbers depend on nothing but the seed."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def write_record(args, allocator, record):
+    """Writes the run's JSON record with the allocator's final figures."""
+    torch.cuda.synchronize()
+    allocator.sample_device()
+    record.update(
+        allocator=allocator.name,
+        seed=args.seed,
+        figures=allocator.figures(),
+        device_used_peak=allocator.device_used_peak,
+        device=torch.cuda.get_device_name(0),
+        torch=torch.__version__,
+        finished=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+    )
+    with open(args.out, "w") as f:
+        json.dump(record, f)
