@@ -53,7 +53,30 @@ for bench in "$here"/benches/*; do
   if [ "$rc" -ne 0 ]; then say "bench $name: FAILED (exit $rc), see bench-$name.out"; status=1; fi
 done
 
+# The PyTorch workloads (issue 12): each with PyTorch's allocator and with ours, compared.
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)
+if [ -d "$here/torch" ]; then
+  if python3 -c "import torch" >/dev/null 2>&1; then
+    bounded python3 "$here/torch/compare.py" --lib "$here/torch/libgpu_capi.so" --out "$out/torch" >"$out/torch.out" 2>&1
+    rc=$?
+    grep -E '^(\||FAILED|ddp)' "$out/torch.out" | sed 's/^/torch: /' | tee -a "$log"
+    if [ "$rc" -ne 0 ]; then say "torch: FAILED (exit $rc), see torch.out"; status=1; fi
+    if [ -n "$sanitizer" ] && [ -z "${NO_SANITIZER:-}" ]; then
+      # A short run of the training workload (a small model) under memcheck.
+      bounded "$sanitizer" --tool memcheck --report-api-errors no --error-exitcode 99 \
+        python3 "$here/torch/train.py" --allocator gpurt --lib "$here/torch/libgpu_capi.so" \
+        --out "$out/torch-sanitizer.json" --steps 3 --warmup 1 --batch 2 --layers 2 \
+        --max-length 128 --min-length 64 >"$out/torch.sanitizer.out" 2>&1
+      rc=$?
+      say "sanitizer torch train: exit $rc; $(grep -E 'ERROR SUMMARY' "$out/torch.sanitizer.out" | tr '\n' ' ')"
+      if [ "$rc" -ne 0 ]; then status=1; fi
+    fi
+  else
+    say "torch: skipped: torch not installed"
+  fi
+fi
+
+
 if [ -n "$sanitizer" ] && [ -z "${NO_SANITIZER:-}" ]; then
   for test in "$here"/tests/*; do
     name=$(basename "$test")

@@ -50,12 +50,14 @@ pub fn test_hw(args: &[String]) -> Result<(), String> {
     let tests = build_tests()?;
     let benches = build_benches()?;
     let examples = build_examples()?;
+    let torch = build_torch_client()?;
     write_bundle(
         &options,
         &[
             ("tests", &tests),
             ("benches", &benches),
             ("examples", &examples),
+            ("torch", &torch),
         ],
     )?;
     println!(
@@ -139,12 +141,35 @@ fn build_examples() -> Result<Vec<PathBuf>, String> {
         command.args(["--example", example]);
     }
     run(&mut command)?;
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
+    let release = release_dir();
     Ok(EXAMPLES
         .iter()
-        .map(|e| target.join("release/examples").join(e))
+        .map(|e| release.join("examples").join(e))
         .collect())
+}
+
+/// The PyTorch workloads (`clients/torch/*.py`, run where torch is installed) and the C
+/// library they plug into PyTorch (gpu-capi's cdylib, release build).
+fn build_torch_client() -> Result<Vec<PathBuf>, String> {
+    run(Command::new("cargo")
+        .current_dir(root())
+        .args(["build", "--release", "-p", "gpu-capi"]))?;
+    let scripts = root().join("clients/torch");
+    let mut files: Vec<PathBuf> = fs::read_dir(&scripts)
+        .map_err(|e| format!("cannot list {}: {e}", scripts.display()))?
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "py"))
+        .collect();
+    files.sort();
+    files.push(release_dir().join("libgpu_capi.so"));
+    Ok(files)
+}
+
+/// Cargo's release output folder (`CARGO_TARGET_DIR` respected).
+fn release_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root().join("target"), PathBuf::from)
+        .join("release")
 }
 
 fn write_bundle(options: &Options, folders: &[(&str, &[PathBuf])]) -> Result<(), String> {
@@ -194,8 +219,11 @@ fn bundle_name(path: &Path) -> String {
 
 fn copy_stripped(from: &Path, to: &Path) -> Result<(), String> {
     fs::copy(from, to).map_err(|e| format!("cannot copy {}: {e}", from.display()))?;
-    // Symbols only make the bundle larger; a machine without `strip` keeps them.
-    let _ = Command::new("strip").arg(to).status();
+    // Symbols only make the bundle larger; a machine without `strip` keeps them. Scripts
+    // are copied as they are.
+    if from.extension().is_none_or(|ext| ext != "py") {
+        let _ = Command::new("strip").arg(to).status();
+    }
     Ok(())
 }
 
