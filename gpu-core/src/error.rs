@@ -291,6 +291,14 @@ pub enum Error {
         /// The buffer's size.
         size: usize,
     },
+    /// A copy whose source and destination share bytes without being the same range (the
+    /// drivers' copies leave the result undefined then).
+    CopyOverlap {
+        /// The destination.
+        dst: ByteRange,
+        /// The source.
+        src: ByteRange,
+    },
     /// A buffer of one device was handed to an operation on another.
     WrongDevice {
         /// The device the operation runs on.
@@ -536,6 +544,11 @@ impl fmt::Display for Error {
             Error::OutOfBounds { offset, len, size } => write!(
                 f,
                 "{len} bytes at offset {offset} run past the end of a {size}-byte buffer"
+            ),
+            Error::CopyOverlap { dst, src } => write!(
+                f,
+                "copy destination {dst} overlaps its source {src}; copy through a separate \
+                 buffer"
             ),
             Error::WrongDevice { expected, found } => write!(
                 f,

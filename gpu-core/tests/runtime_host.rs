@@ -317,6 +317,89 @@ fn locked_host_memory_is_used_directly_and_unpinned_after_its_transfers() {
     assert!(back.iter().all(|&b| b == 5));
 }
 
+/// A copy whose source and destination share bytes is refused before anything is enqueued
+/// (cuMemcpyAsync leaves the result undefined); adjacent ranges, and a range onto itself, are
+/// fine.
+#[test]
+fn an_overlapping_copy_is_refused_and_adjacent_ranges_copy() {
+    let rt = runtime();
+    let buffer = rt.alloc(D0, MemoryKind::Device, 256).unwrap();
+    let operations = rt.stats().operations;
+    let err = rt
+        .copy(
+            D0,
+            buffer.span(64, 128).unwrap(),
+            buffer.span(0, 128).unwrap(),
+            &mut vec![],
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::CopyOverlap { dst, src } if dst.start == src.start + 64),
+        "{err}"
+    );
+    assert_eq!(rt.stats().operations, operations, "nothing was planned");
+    let copied = rt
+        .copy(
+            D0,
+            buffer.span(128, 128).unwrap(),
+            buffer.span(0, 128).unwrap(),
+            &mut vec![],
+        )
+        .unwrap();
+    let onto_itself = rt
+        .copy(
+            D0,
+            buffer.span(0, 128).unwrap(),
+            buffer.span(0, 128).unwrap(),
+            &mut vec![copied],
+        )
+        .unwrap();
+    rt.wait(onto_itself).unwrap();
+}
+
+/// Raw guards (memory the caller manages, e.g. a C program's) nest: a range inside a pinned
+/// one is counted, not pinned again; a partial overlap is refused; the last guard unpins, and
+/// each guard's transfers land in the caller's memory.
+#[test]
+fn raw_locked_host_guards_nest_and_carry_transfers() {
+    let rt = runtime();
+    let mut host = vec![0u8; 4096];
+    let base = host.as_mut_ptr();
+    let buffer = rt.alloc(D0, MemoryKind::Device, 1024).unwrap();
+    let filled = rt.fill(D0, buffer.all(), 7, &mut vec![]).unwrap();
+    // SAFETY: `host` outlives both guards and is not touched until they are dropped.
+    let (outer, inner) = unsafe {
+        (
+            rt.lock_host_raw(base, 4096).unwrap(),
+            rt.lock_host_raw(base.add(1024), 1024).unwrap(),
+        )
+    };
+    assert_eq!(rt.stats().locks.entries, 1);
+    assert_eq!(rt.stats().locks.driver_pins, 1);
+    // SAFETY: as above.
+    let overlap = unsafe { rt.lock_host_raw(base.add(3072), 2048) }.err();
+    assert!(
+        matches!(overlap, Some(Error::LockOverlap { .. })),
+        "{overlap:?}"
+    );
+    let copied = rt
+        .copy(
+            D0,
+            inner.span(0, 1024).unwrap(),
+            buffer.all(),
+            &mut vec![filled],
+        )
+        .unwrap();
+    rt.wait(copied).unwrap();
+    inner.unlock().unwrap();
+    assert_eq!(rt.stats().locks.entries, 1, "the outer guard still pins");
+    drop(outer);
+    assert_eq!(rt.stats().locks.entries, 0);
+    assert_eq!(rt.stats().locks.driver_unpins, 1);
+    assert!(host[1024..2048].iter().all(|&b| b == 7));
+    assert!(host[..1024].iter().chain(&host[2048..]).all(|&b| b == 0));
+}
+
 /// Pageable memory goes through the pinned staging buffers in chunks, each copied on the host
 /// by several threads (parts of 2 MiB): a 13 MiB round trip with odd sizes checks every byte.
 #[test]

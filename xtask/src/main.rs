@@ -3,6 +3,7 @@
 
 mod amdgpu_kernels;
 mod bindgen;
+mod capi_header;
 mod hip_shim;
 mod no_std;
 mod test_hw;
@@ -35,6 +36,8 @@ commands:
                               gfx942, gfx1100) in gpu-hip-ffi/kernels/code_objects/ (clang-19, lld)
   hip-shim                    build HIP for NVIDIA GPUs (gpu-hip-ffi's `nvidia` shim) into
                               target/hip-nvidia/ (needs pip, a C++ compiler, libamdhip64-dev)
+  capi-header [--check]       regenerate gpu-capi/include/gpu_runtime.h from gpu-capi's source
+                              (cbindgen); --check only compares a fresh run with the committed file
 ";
 
 fn main() -> ExitCode {
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
         Some("bindgen") => bindgen::bindgen(&args[1..]),
         Some("amdgpu-kernels") => amdgpu_kernels::amdgpu_kernels(&args[1..]),
         Some("hip-shim") => hip_shim::hip_shim(&args[1..]),
+        Some("capi-header") => capi_header::capi_header(&args[1..]),
         Some("test-hw") => test_hw::test_hw(&args[1..]),
         Some("fuzz-list") => run(Command::new("cargo")
             .args(["+nightly", "fuzz", "list"])
@@ -103,4 +107,61 @@ fn fuzz(args: &[String]) -> Result<(), String> {
         ])
         .arg(format!("-max_total_time={seconds}"))
         .current_dir(root().join("fuzz")))
+}
+
+/// Where `--check` of a generated file keeps the fresh output for a full diff.
+const FRESH_DIR: &str = "target/generated-fresh";
+
+/// Writes a generated file (`output`, relative to `root`), or (`check`) fails if it differs
+/// from the committed one, naming the first differing line and keeping the fresh output under
+/// [`FRESH_DIR`]; `command` is what regenerates it.
+fn write_or_check(
+    root: &Path,
+    output: &str,
+    text: &str,
+    check: bool,
+    command: &str,
+) -> Result<(), String> {
+    use std::fmt::Write as _;
+    let committed = root.join(output);
+    if !check {
+        std::fs::write(&committed, text)
+            .map_err(|e| format!("cannot write {}: {e}", committed.display()))?;
+        println!("{command}: wrote {output}");
+        return Ok(());
+    }
+    let current = std::fs::read_to_string(&committed)
+        .map_err(|e| format!("cannot read {}: {e}", committed.display()))?;
+    if current == text {
+        println!("{command} --check: {output} matches a fresh run");
+        return Ok(());
+    }
+    let fresh_name = output.replace('/', "_");
+    let fresh_dir = root.join(FRESH_DIR);
+    std::fs::create_dir_all(&fresh_dir)
+        .map_err(|e| format!("cannot create {}: {e}", fresh_dir.display()))?;
+    let fresh = fresh_dir.join(&fresh_name);
+    std::fs::write(&fresh, text).map_err(|e| format!("cannot write {}: {e}", fresh.display()))?;
+    let mut report = format!(
+        "{output} differs from a fresh run (kept in {FRESH_DIR}/{fresh_name}); run `{command}` \
+         and commit the result"
+    );
+    let differing = current
+        .lines()
+        .map(Some)
+        .chain(std::iter::repeat(None))
+        .zip(text.lines().map(Some).chain(std::iter::repeat(None)))
+        .take_while(|pair| pair != &(None, None))
+        .enumerate()
+        .find(|(_, (a, b))| a != b);
+    if let Some((index, (a, b))) = differing {
+        let _ = write!(
+            report,
+            "\nfirst difference at line {}:\n  committed: {}\n  fresh:     {}",
+            index + 1,
+            a.unwrap_or("<end of file>"),
+            b.unwrap_or("<end of file>")
+        );
+    }
+    Err(report)
 }

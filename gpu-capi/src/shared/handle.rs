@@ -1,5 +1,5 @@
-//! Opaque handles: the values C callers hold for objects that live in Rust (buffers,
-//! registrations, kernels), checked on every use so that a stale, foreign or double-released
+//! Opaque handles: the values C callers hold for objects that live in Rust (memory, kernels),
+//! checked on every use so that a stale, foreign or double-released
 //! handle is a typed error, never undefined behaviour.
 //!
 //! A handle is a 64-bit value: its top byte says the kind, the rest is a serial number from one
@@ -17,26 +17,19 @@ use super::status::CapiError;
 /// What kind of object a handle names (the top byte of its value says it; errors name it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HandleKind {
-    /// Memory from the runtime's allocator.
-    Buffer,
-    /// The caller's host memory registered (pinned) for transfers.
-    Registration,
+    /// Memory: from the runtime's allocator, or the caller's host memory registered with it.
+    Memory,
     /// A kernel of the backend's library loaded on one device.
     Kernel,
 }
 
 impl HandleKind {
-    const ALL: [HandleKind; 3] = [
-        HandleKind::Buffer,
-        HandleKind::Registration,
-        HandleKind::Kernel,
-    ];
+    const ALL: [HandleKind; 2] = [HandleKind::Memory, HandleKind::Kernel];
 
     /// The kind's name in messages.
     pub const fn name(self) -> &'static str {
         match self {
-            HandleKind::Buffer => "buffer",
-            HandleKind::Registration => "registration",
+            HandleKind::Memory => "memory",
             HandleKind::Kernel => "kernel",
         }
     }
@@ -44,8 +37,7 @@ impl HandleKind {
     /// What a null handle of this kind is called in a [`Error::NullPointer`].
     const fn null_name(self) -> &'static str {
         match self {
-            HandleKind::Buffer => "buffer handle",
-            HandleKind::Registration => "registration handle",
+            HandleKind::Memory => "memory handle",
             HandleKind::Kernel => "kernel handle",
         }
     }
@@ -54,9 +46,8 @@ impl HandleKind {
     /// address passed as a handle is recognised as foreign.
     const fn tag(self) -> u64 {
         match self {
-            HandleKind::Buffer => 0xB1,
-            HandleKind::Registration => 0xB2,
-            HandleKind::Kernel => 0xB3,
+            HandleKind::Memory => 0xB1,
+            HandleKind::Kernel => 0xB2,
         }
     }
 
@@ -174,7 +165,7 @@ mod tests {
 
     #[test]
     fn a_handle_names_its_object_until_removed_and_never_again() {
-        let table = HandleTable::new(HandleKind::Buffer);
+        let table = HandleTable::new(HandleKind::Memory);
         let a = table.insert("a").unwrap();
         let b = table.insert("b").unwrap();
         assert_ne!(a, b);
@@ -183,7 +174,7 @@ mod tests {
         assert_eq!(
             table.remove(a),
             Err(CapiError::StaleHandle {
-                kind: HandleKind::Buffer,
+                kind: HandleKind::Memory,
                 handle: a
             })
         );
@@ -199,17 +190,17 @@ mod tests {
 
     #[test]
     fn null_foreign_and_wrong_kind_handles_are_typed_errors() {
-        let buffers = HandleTable::new(HandleKind::Buffer);
+        let buffers = HandleTable::new(HandleKind::Memory);
         let kernels = HandleTable::new(HandleKind::Kernel);
         let kernel = kernels.insert(1).unwrap();
         buffers.insert(2).unwrap();
         let null = buffers.get(0).unwrap_err();
         assert_eq!(null.status(), GpurtStatus::NullPointer);
-        assert!(null.to_string().contains("buffer handle is a null pointer"));
+        assert!(null.to_string().contains("memory handle is a null pointer"));
         assert_eq!(
             buffers.get(kernel),
             Err(CapiError::WrongHandleKind {
-                expected: HandleKind::Buffer,
+                expected: HandleKind::Memory,
                 found: Some(HandleKind::Kernel),
                 handle: kernel
             })
@@ -219,7 +210,7 @@ mod tests {
         assert_eq!(
             foreign,
             CapiError::WrongHandleKind {
-                expected: HandleKind::Buffer,
+                expected: HandleKind::Memory,
                 found: None,
                 handle: pointer
             }
@@ -231,7 +222,7 @@ mod tests {
 
     #[test]
     fn concurrent_inserts_get_distinct_handles() {
-        let table = HandleTable::new(HandleKind::Registration);
+        let table = HandleTable::new(HandleKind::Kernel);
         let handles: Vec<u64> = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..4)
                 .map(|_| {

@@ -72,6 +72,8 @@ pub struct Session<B: ClientBackend> {
     backend: Arc<B>,
     runtime: Runtime<B>,
     trace_path: Option<PathBuf>,
+    /// The C API's objects.
+    pub capi: crate::capi::Objects<B>,
 }
 
 impl<B: ClientBackend> Session<B> {
@@ -82,6 +84,7 @@ impl<B: ClientBackend> Session<B> {
             backend,
             runtime,
             trace_path,
+            capi: crate::capi::Objects::new(),
         })
     }
 
@@ -93,7 +96,7 @@ impl<B: ClientBackend> Session<B> {
     /// Drops every object client ABIs hold in this session (each goes back to the runtime);
     /// returns how many there were.
     fn release_client_objects(&self) -> usize {
-        0
+        self.capi.release()
     }
 
     /// Shuts the runtime down and writes the trace, if one was asked for. Boxed: the client
@@ -104,12 +107,16 @@ impl<B: ClientBackend> Session<B> {
             backend,
             runtime,
             trace_path,
+            ..
         } = *self;
-        let shutdown = runtime.shutdown()?;
+        // The trace is written even when the shutdown reports a failure (work that failed and
+        // was never waited for): the runtime is closed either way.
+        let shutdown = runtime.shutdown();
         let trace = match (trace_path, backend.recorded_trace()) {
-            (Some(path), Some(ops)) => Some(TraceExport::write(path, &ops)?),
+            (Some(path), Some(ops)) => Some(TraceExport::write(path, &ops)),
             _ => None,
         };
+        let (shutdown, trace) = (shutdown?, trace.transpose()?);
         Ok(SessionReport {
             backend: backend.name(),
             released_objects,

@@ -42,8 +42,9 @@ pub enum GpurtStatus {
     /// A handle or token that is unknown, already released or consumed, of another kind, or
     /// from a runtime that was shut down.
     InvalidHandle = 7,
-    /// A lock or registration overlaps a locked range without lying inside it.
-    LockOverlap = 8,
+    /// Ranges that must not overlap do: a lock or registration overlapping a locked range
+    /// without lying inside it, or a copy whose source and destination share bytes.
+    Overlap = 8,
     /// An unlock or lookup names memory that no locked range contains.
     NotLocked = 9,
     /// The device's memory of that kind is exhausted even after every reclaim step.
@@ -71,6 +72,67 @@ pub enum GpurtStatus {
     Panic = 20,
     /// Any other failure; the message says what.
     Other = 21,
+}
+
+impl GpurtStatus {
+    /// Every status, in code order.
+    const ALL: [GpurtStatus; 22] = [
+        GpurtStatus::Ok,
+        GpurtStatus::NullPointer,
+        GpurtStatus::ZeroSize,
+        GpurtStatus::InvalidArgument,
+        GpurtStatus::OutOfBounds,
+        GpurtStatus::UnknownDevice,
+        GpurtStatus::WrongDevice,
+        GpurtStatus::InvalidHandle,
+        GpurtStatus::Overlap,
+        GpurtStatus::NotLocked,
+        GpurtStatus::OutOfMemory,
+        GpurtStatus::HostOutOfMemory,
+        GpurtStatus::Unsupported,
+        GpurtStatus::UnknownKernel,
+        GpurtStatus::KernelArguments,
+        GpurtStatus::LimitExceeded,
+        GpurtStatus::Driver,
+        GpurtStatus::BackendUnavailable,
+        GpurtStatus::RuntimePoisoned,
+        GpurtStatus::NotOpen,
+        GpurtStatus::Panic,
+        GpurtStatus::Other,
+    ];
+
+    /// The status with code `code`, if there is one.
+    pub fn from_code(code: i32) -> Option<Self> {
+        Self::ALL.into_iter().find(|status| *status as i32 == code)
+    }
+
+    /// The status's name as the header spells it.
+    pub fn name(self) -> &'static CStr {
+        match self {
+            GpurtStatus::Ok => c"GPURT_STATUS_OK",
+            GpurtStatus::NullPointer => c"GPURT_STATUS_NULL_POINTER",
+            GpurtStatus::ZeroSize => c"GPURT_STATUS_ZERO_SIZE",
+            GpurtStatus::InvalidArgument => c"GPURT_STATUS_INVALID_ARGUMENT",
+            GpurtStatus::OutOfBounds => c"GPURT_STATUS_OUT_OF_BOUNDS",
+            GpurtStatus::UnknownDevice => c"GPURT_STATUS_UNKNOWN_DEVICE",
+            GpurtStatus::WrongDevice => c"GPURT_STATUS_WRONG_DEVICE",
+            GpurtStatus::InvalidHandle => c"GPURT_STATUS_INVALID_HANDLE",
+            GpurtStatus::Overlap => c"GPURT_STATUS_OVERLAP",
+            GpurtStatus::NotLocked => c"GPURT_STATUS_NOT_LOCKED",
+            GpurtStatus::OutOfMemory => c"GPURT_STATUS_OUT_OF_MEMORY",
+            GpurtStatus::HostOutOfMemory => c"GPURT_STATUS_HOST_OUT_OF_MEMORY",
+            GpurtStatus::Unsupported => c"GPURT_STATUS_UNSUPPORTED",
+            GpurtStatus::UnknownKernel => c"GPURT_STATUS_UNKNOWN_KERNEL",
+            GpurtStatus::KernelArguments => c"GPURT_STATUS_KERNEL_ARGUMENTS",
+            GpurtStatus::LimitExceeded => c"GPURT_STATUS_LIMIT_EXCEEDED",
+            GpurtStatus::Driver => c"GPURT_STATUS_DRIVER",
+            GpurtStatus::BackendUnavailable => c"GPURT_STATUS_BACKEND_UNAVAILABLE",
+            GpurtStatus::RuntimePoisoned => c"GPURT_STATUS_RUNTIME_POISONED",
+            GpurtStatus::NotOpen => c"GPURT_STATUS_NOT_OPEN",
+            GpurtStatus::Panic => c"GPURT_STATUS_PANIC",
+            GpurtStatus::Other => c"GPURT_STATUS_OTHER",
+        }
+    }
 }
 
 /// Every failure of this crate's calls.
@@ -163,7 +225,9 @@ fn core_status(error: &Error) -> GpurtStatus {
         | Error::TokenForeign { .. }
         | Error::UnknownStream { .. }
         | Error::UnknownEvent { .. } => S::InvalidHandle,
-        Error::LockOverlap { .. } | Error::ExternalPinTooSmall { .. } => S::LockOverlap,
+        Error::LockOverlap { .. }
+        | Error::ExternalPinTooSmall { .. }
+        | Error::CopyOverlap { .. } => S::Overlap,
         Error::NotLocked { .. } | Error::NotEntryStart { .. } => S::NotLocked,
         Error::OutOfMemory { .. } => S::OutOfMemory,
         Error::HostOutOfMemory { .. } => S::HostOutOfMemory,
@@ -360,10 +424,10 @@ mod tests {
             assert_eq!(CapiError::from(error).status(), status);
         }
         let stale = CapiError::StaleHandle {
-            kind: HandleKind::Buffer,
+            kind: HandleKind::Memory,
             handle: 0x10,
         };
         assert_eq!(stale.status(), GpurtStatus::InvalidHandle);
-        assert!(stale.to_string().contains("buffer handle 0x10"));
+        assert!(stale.to_string().contains("memory handle 0x10"));
     }
 }

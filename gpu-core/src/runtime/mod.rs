@@ -25,7 +25,7 @@ use crate::allocator::{
     AllocRequest, Allocation, AllocatorConfig, AllocatorStats, BlockHandle, MemoryKind,
 };
 use crate::backend::{Backend, DeviceInfo, KernelArg, LaunchDims};
-use crate::error::{Error, Result};
+use crate::error::{ByteRange, Error, Result};
 use crate::id::{DeviceId, StreamId};
 use crate::lock_table::{LockStats, Locked, SharedLockTable, Unlocked};
 use crate::token::{ProgramReport, Token};
@@ -420,11 +420,31 @@ impl<B: Backend> Runtime<B> {
     /// inside one already pinned costs no driver call). Unpinned when the returned guard drops,
     /// after the transfers that used it have finished.
     pub fn lock_host<'m>(&self, memory: &'m mut [u8]) -> Result<LockedHost<'_, 'm, B>> {
-        let (ptr, len) = (memory.as_mut_ptr() as usize, memory.len());
-        self.pins.lock(ptr, len)?;
+        // SAFETY: the memory is borrowed mutably for as long as the guard lives.
+        unsafe { self.lock_host_raw(memory.as_mut_ptr(), memory.len()) }
+    }
+
+    /// Pins host memory `[ptr, ptr + len)` that the caller manages (a C program's, say) as
+    /// [`Runtime::lock_host`] does, without borrowing it: the guard's spans order transfers and
+    /// its drop waits for them before unpinning. Ranges inside a pinned one nest (counted).
+    ///
+    /// # Safety
+    /// The memory stays valid until the guard is dropped; the host neither writes it while a
+    /// transfer from it may run nor touches it while a transfer into it may run (both end once
+    /// [`LockedHost::memory`] or the unpin has waited for them); and while the slice
+    /// [`LockedHost::memory`] returns is borrowed, nothing else accesses those bytes (another
+    /// guard of an overlapping range included).
+    pub unsafe fn lock_host_raw<'m>(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<LockedHost<'_, 'm, B>> {
+        self.pins.lock(ptr as usize, len)?;
         Ok(LockedHost {
             runtime: self,
-            memory,
+            address: ptr,
+            len,
+            memory: core::marker::PhantomData,
             uses: UseList::new(Vec::new()),
         })
     }
@@ -432,7 +452,7 @@ impl<B: Backend> Runtime<B> {
     fn unlock_host(&self, locked: &LockedHost<'_, '_, B>) -> Result<()> {
         let uses = core::mem::take(&mut *locked.uses.lock());
         let waited = self.synchronize_streams(&uses);
-        let unlocked = self.pins.unlock(locked.memory.as_ptr() as usize);
+        let unlocked = self.pins.unlock(locked.address as usize);
         waited.and(unlocked.map(drop))
     }
 
@@ -468,7 +488,8 @@ impl<B: Backend> Runtime<B> {
 
     // ----- work -----
 
-    /// Enqueues a copy of `src` into `dst` (equal lengths) on a stream of `device`.
+    /// Enqueues a copy of `src` into `dst` (equal lengths) on a stream of `device`. Ranges that
+    /// share bytes are refused ([`Error::CopyOverlap`]) unless they are the same range.
     pub fn copy(
         &self,
         device: DeviceId,
@@ -482,6 +503,16 @@ impl<B: Backend> Runtime<B> {
                 len: src.len,
                 size: dst.len,
             });
+        }
+        // A range copied onto itself changes nothing (and is what a one-device run of a
+        // peer-copy program does); any other shared byte makes the driver's result undefined.
+        if let (Some(to), Some(from)) = (
+            ByteRange::new(dst.address, dst.len),
+            ByteRange::new(src.address, src.len),
+        ) && to.overlaps(&from)
+            && to != from
+        {
+            return Err(Error::CopyOverlap { dst: to, src: from });
         }
         let note = |stream| [dst, src].iter().for_each(|span| span.note_use(stream));
         self.submit(device, after, &note, |backend, stream| {
@@ -1200,16 +1231,27 @@ impl<B: Backend> Drop for Buffer<'_, B> {
 /// The caller's host memory, pinned for DMA while this guard lives.
 pub struct LockedHost<'rt, 'm, B: Backend> {
     runtime: &'rt Runtime<B>,
-    memory: &'m mut [u8],
+    /// The memory's first byte and length: held raw, since memory pinned through
+    /// [`Runtime::lock_host_raw`] is not borrowed (nested guards may cover the same bytes).
+    address: *mut u8,
+    len: usize,
+    memory: core::marker::PhantomData<&'m mut [u8]>,
     uses: UseList,
 }
+
+// SAFETY: the guard owns no memory and touches the pinned bytes only in `memory`, which needs
+// `&mut self`; it acts as the `&'m mut [u8]` it stands for, which is `Send` and `Sync`, and its
+// other fields (the runtime reference, the use list) are both.
+unsafe impl<B: Backend> Send for LockedHost<'_, '_, B> {}
+// SAFETY: as for `Send`: through `&self` the guard hands out only spans (addresses).
+unsafe impl<B: Backend> Sync for LockedHost<'_, '_, B> {}
 
 impl<B: Backend> LockedHost<'_, '_, B> {
     /// The part `[offset, offset + len)`, for transfers.
     pub fn span(&self, offset: usize, len: usize) -> Result<Span<'_>> {
-        check_bounds(offset, len, self.memory.len())?;
+        check_bounds(offset, len, self.len)?;
         Ok(Span {
-            address: self.memory.as_ptr() as usize + offset,
+            address: self.address as usize + offset,
             len,
             device: None,
             uses: Some(&self.uses),
@@ -1224,7 +1266,10 @@ impl<B: Backend> LockedHost<'_, '_, B> {
         let uses = self.uses.get_mut();
         self.runtime.synchronize_streams(uses)?;
         uses.clear();
-        Ok(self.memory)
+        // SAFETY: the memory was borrowed for `'m` (`lock_host`) or vouched for by the caller
+        // of `lock_host_raw` (valid, and not accessed elsewhere while this slice is borrowed);
+        // every transfer that used it has finished.
+        Ok(unsafe { core::slice::from_raw_parts_mut(self.address, self.len) })
     }
 
     /// Unpins now, reporting a failure (dropping the guard unpins too, silently).

@@ -23,7 +23,6 @@ use crate::root;
 pub(super) const CLANG_TARGET: &str = "x86_64-unknown-linux-gnu";
 
 /// Where a fresh output that differs from the committed file is kept by `--check`.
-const FRESH_DIR: &str = "target/bindgen-fresh";
 
 /// One library's generated bindings.
 struct Generated {
@@ -227,58 +226,15 @@ fn result_names_table(doc: &str, table: &str, code_type: &str, codes: &[(i64, St
     text
 }
 
-/// Writes the output, or (`check`) fails if it differs from the committed file, keeping the
-/// fresh output under target/ for a full diff.
+/// Writes the output, or (`check`) fails if it differs from the committed file.
 fn write_or_check(root: &Path, generated: &Generated, check: bool) -> Result<(), String> {
-    let committed = root.join(generated.output);
-    if !check {
-        std::fs::write(&committed, &generated.text)
-            .map_err(|e| format!("cannot write {}: {e}", committed.display()))?;
-        println!("bindgen: wrote {}", generated.output);
-        return Ok(());
-    }
-    let current = std::fs::read_to_string(&committed)
-        .map_err(|e| format!("cannot read {}: {e}", committed.display()))?;
-    if current == generated.text {
-        println!("bindgen --check: {} matches a fresh run", generated.output);
-        return Ok(());
-    }
-    let fresh_name = generated.output.replace('/', "_");
-    let fresh_dir = root.join(FRESH_DIR);
-    std::fs::create_dir_all(&fresh_dir)
-        .map_err(|e| format!("cannot create {}: {e}", fresh_dir.display()))?;
-    let fresh = fresh_dir.join(&fresh_name);
-    std::fs::write(&fresh, &generated.text)
-        .map_err(|e| format!("cannot write {}: {e}", fresh.display()))?;
-    let mut report = format!(
-        "{} differs from a fresh run (kept in {FRESH_DIR}/{fresh_name}); run `cargo xtask \
-         bindgen` and commit the result",
-        generated.output
-    );
-    let differing = current
-        .lines()
-        .map(Some)
-        .chain(std::iter::repeat(None))
-        .zip(
-            generated
-                .text
-                .lines()
-                .map(Some)
-                .chain(std::iter::repeat(None)),
-        )
-        .take_while(|pair| pair != &(None, None))
-        .enumerate()
-        .find(|(_, (a, b))| a != b);
-    if let Some((index, (a, b))) = differing {
-        let _ = write!(
-            report,
-            "\nfirst difference at line {}:\n  committed: {}\n  fresh:     {}",
-            index + 1,
-            a.unwrap_or("<end of file>"),
-            b.unwrap_or("<end of file>")
-        );
-    }
-    Err(report)
+    crate::write_or_check(
+        root,
+        generated.output,
+        &generated.text,
+        check,
+        "cargo xtask bindgen",
+    )
 }
 
 #[cfg(test)]
