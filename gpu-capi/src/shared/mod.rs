@@ -185,6 +185,12 @@ pub enum AnySession {
     /// The CUDA backend, its stream/event calls recorded.
     #[cfg(feature = "cuda")]
     CudaTraced(&'static Session<RecordingBackend<gpu_runtime::cuda::CudaBackend>>),
+    /// The HIP backend.
+    #[cfg(feature = "hip")]
+    Hip(&'static Session<gpu_runtime::hip::HipBackend>),
+    /// The HIP backend, its stream/event calls recorded.
+    #[cfg(feature = "hip")]
+    HipTraced(&'static Session<RecordingBackend<gpu_runtime::hip::HipBackend>>),
 }
 
 /// Runs `$body` with `$s` bound to the `&'static Session<B>` inside an [`AnySession`], for
@@ -202,6 +208,10 @@ macro_rules! dispatch {
             $crate::shared::AnySession::Cuda($s) => $body,
             #[cfg(feature = "cuda")]
             $crate::shared::AnySession::CudaTraced($s) => $body,
+            #[cfg(feature = "hip")]
+            $crate::shared::AnySession::Hip($s) => $body,
+            #[cfg(feature = "hip")]
+            $crate::shared::AnySession::HipTraced($s) => $body,
         }
     };
 }
@@ -241,10 +251,29 @@ impl ClientBackend for RecordingBackend<gpu_runtime::cuda::CudaBackend> {
     }
 }
 
+#[cfg(feature = "hip")]
+impl ClientBackend for gpu_runtime::hip::HipBackend {
+    fn into_any(session: &'static Session<Self>) -> AnySession {
+        AnySession::Hip(session)
+    }
+}
+
+#[cfg(feature = "hip")]
+impl ClientBackend for RecordingBackend<gpu_runtime::hip::HipBackend> {
+    fn into_any(session: &'static Session<Self>) -> AnySession {
+        AnySession::HipTraced(session)
+    }
+
+    fn recorded_trace(&self) -> Option<Vec<TraceOp>> {
+        Some(self.trace())
+    }
+}
+
 /// Which backend to open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendChoice {
-    /// The best present: CUDA when built in and a device is found, else the host backend.
+    /// The best present: CUDA, then HIP, when built in and a device is found; else the host
+    /// backend.
     Best,
     /// The CUDA backend.
     Cuda,
@@ -330,24 +359,11 @@ impl AnySession {
 fn open_session(choice: BackendChoice, trace: Option<PathBuf>) -> Result<AnySession, CapiError> {
     match choice {
         BackendChoice::Host => start(host_backend(), trace),
-        #[cfg(feature = "cuda")]
-        BackendChoice::Cuda => start(cuda_backend()?, trace),
-        #[cfg(feature = "cuda")]
-        BackendChoice::Best => match cuda_backend() {
-            Ok(cuda) => start(cuda, trace),
-            Err(_) => start(host_backend(), trace),
-        },
-        #[cfg(not(feature = "cuda"))]
-        BackendChoice::Best => start(host_backend(), trace),
-        #[cfg(not(feature = "cuda"))]
-        BackendChoice::Cuda => Err(CapiError::BackendUnavailable {
-            backend: "cuda",
-            reason: "this library was built without the `cuda` feature".into(),
-        }),
-        BackendChoice::Hip => Err(CapiError::BackendUnavailable {
-            backend: "hip",
-            reason: "the toolkit has no HIP backend yet (gpu-hip-ffi is a placeholder)".into(),
-        }),
+        BackendChoice::Cuda => open_cuda(trace),
+        BackendChoice::Hip => open_hip(trace),
+        BackendChoice::Best => open_cuda(trace.clone())
+            .or_else(|_| open_hip(trace.clone()))
+            .or_else(|_| start(host_backend(), trace)),
     }
 }
 
@@ -356,15 +372,48 @@ fn host_backend() -> HostBackend {
 }
 
 #[cfg(feature = "cuda")]
-fn cuda_backend() -> Result<gpu_runtime::cuda::CudaBackend, CapiError> {
-    let cuda = gpu_runtime::cuda::CudaBackend::new()?;
-    if cuda.device_count() == 0 {
-        return Err(CapiError::BackendUnavailable {
-            backend: "cuda",
-            reason: "the driver reports no device".into(),
-        });
+fn open_cuda(trace: Option<PathBuf>) -> Result<AnySession, CapiError> {
+    start(
+        usable(gpu_runtime::cuda::CudaBackend::new(), "cuda")?,
+        trace,
+    )
+}
+
+#[cfg(not(feature = "cuda"))]
+fn open_cuda(_trace: Option<PathBuf>) -> Result<AnySession, CapiError> {
+    Err(not_built("cuda"))
+}
+
+#[cfg(feature = "hip")]
+fn open_hip(trace: Option<PathBuf>) -> Result<AnySession, CapiError> {
+    start(usable(gpu_runtime::hip::HipBackend::new(), "hip")?, trace)
+}
+
+#[cfg(not(feature = "hip"))]
+fn open_hip(_trace: Option<PathBuf>) -> Result<AnySession, CapiError> {
+    Err(not_built("hip"))
+}
+
+/// A driver backend that opened and has a device, or why it is unavailable.
+#[cfg(any(feature = "cuda", feature = "hip"))]
+fn usable<B: Backend>(
+    opened: Result<B, gpu_runtime::error::Error>,
+    backend: &'static str,
+) -> Result<B, CapiError> {
+    let unavailable = |reason: String| CapiError::BackendUnavailable { backend, reason };
+    let opened = opened.map_err(|e| unavailable(e.to_string()))?;
+    if opened.device_count() == 0 {
+        return Err(unavailable("the driver reports no device".into()));
     }
-    Ok(cuda)
+    Ok(opened)
+}
+
+#[cfg(not(all(feature = "cuda", feature = "hip")))]
+fn not_built(backend: &'static str) -> CapiError {
+    CapiError::BackendUnavailable {
+        backend,
+        reason: format!("this library was built without the `{backend}` feature"),
+    }
 }
 
 /// Opens a session on `backend` (recorded when a trace file is named) and leaks it.

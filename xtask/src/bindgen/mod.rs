@@ -22,8 +22,6 @@ use crate::root;
 /// The target the headers are parsed for; the type layouts in the output are this target's.
 pub(super) const CLANG_TARGET: &str = "x86_64-unknown-linux-gnu";
 
-/// Where a fresh output that differs from the committed file is kept by `--check`.
-
 /// One library's generated bindings.
 struct Generated {
     /// The committed file, relative to the workspace root.
