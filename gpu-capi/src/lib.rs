@@ -7,8 +7,12 @@
 //! - One module per client ABI on top of it: `capi` (the C API of `include/gpu_runtime.h`),
 //!   `mlir` (MLIR's `mgpu*` runtime ABI) and `torch` (PyTorch's pluggable allocator) each
 //!   translate their callers' handles and errors and call the runtime; none decides policy.
+//!
+//! `include/gpu_runtime.h` is the C API's header: the modules of the other ABIs carry
+//! `cbindgen:ignore`, so `cargo xtask capi-header` leaves their symbols out of it.
 
 pub mod capi;
 pub mod shared;
+/// cbindgen:ignore
 #[cfg(feature = "cuda")]
 pub mod torch;
