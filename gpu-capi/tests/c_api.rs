@@ -5,19 +5,20 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The folder cargo puts this package's libraries in (the test binary lives in its `deps/`).
-fn library_dir() -> PathBuf {
+/// The staticlib cargo built with this test: `cargo test` leaves the library's artefacts in
+/// the `deps/` folder beside the test binary (it copies them up one level only for `cargo
+/// build`).
+fn staticlib() -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     exe.parent()
-        .and_then(Path::parent)
         .expect("the test binary lives in <target>/<profile>/deps")
-        .to_path_buf()
+        .join("libgpu_capi.a")
 }
 
 #[test]
 fn the_c_program_exercises_the_whole_api_on_the_host_backend() {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let staticlib = library_dir().join("libgpu_capi.a");
+    let staticlib = staticlib();
     assert!(
         staticlib.exists(),
         "{} is missing: cargo builds it with the library",
