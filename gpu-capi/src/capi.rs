@@ -105,7 +105,10 @@ pub unsafe extern "C" fn gpurt_open(backend: *const c_char) -> GpurtStatus {
 /// invalid), gives all memory, streams, events and pins back to the driver, writes the trace
 /// when `GPU_RUNTIME_TRACE` was set at open (printing the checker's verdict on stderr), and
 /// fills `*report` (which may be NULL). A later call opens a new runtime.
-/// `GPURT_STATUS_NOT_OPEN` when no runtime is open.
+/// `GPURT_STATUS_NOT_OPEN` when no runtime is open. A failure on the way (work that failed and
+/// was never waited for, a trace file that cannot be written) is returned, with `*report` still
+/// filled (its runtime figures zero when the runtime's own shutdown failed): the runtime is
+/// closed either way.
 ///
 /// Thread safety: any thread; waits for the calls other threads have in flight.
 ///
@@ -140,7 +143,7 @@ pub unsafe extern "C" fn gpurt_shutdown(report: *mut GpurtReport) -> GpurtStatus
             // SAFETY: the caller's promise: writable memory for a report.
             unsafe { report.write(out) };
         }
-        Ok(())
+        found.failure.map_or(Ok(()), Err)
     })
 }
 

@@ -99,9 +99,10 @@ impl<B: ClientBackend> Session<B> {
         self.capi.release()
     }
 
-    /// Shuts the runtime down and writes the trace, if one was asked for. Boxed: the client
-    /// objects borrow the runtime where it lies, so they go before it moves.
-    fn finish(self: Box<Self>) -> Result<SessionReport, CapiError> {
+    /// Shuts the runtime down and writes the trace, if one was asked for; a failure of either
+    /// is reported, the runtime is closed anyway. Boxed: the client objects borrow the runtime
+    /// where it lies, so they go before it moves.
+    fn finish(self: Box<Self>) -> SessionReport {
         let released_objects = self.release_client_objects();
         let Session {
             backend,
@@ -109,20 +110,23 @@ impl<B: ClientBackend> Session<B> {
             trace_path,
             ..
         } = *self;
-        // The trace is written even when the shutdown reports a failure (work that failed and
-        // was never waited for): the runtime is closed either way.
-        let shutdown = runtime.shutdown();
+        let (shutdown, mut failure) = match runtime.shutdown() {
+            Ok(report) => (report, None),
+            Err(e) => (ShutdownReport::default(), Some(CapiError::from(e))),
+        };
         let trace = match (trace_path, backend.recorded_trace()) {
-            (Some(path), Some(ops)) => Some(TraceExport::write(path, &ops)),
+            (Some(path), Some(ops)) => TraceExport::write(path, &ops)
+                .map_err(|e| failure = failure.take().or(Some(e)))
+                .ok(),
             _ => None,
         };
-        let (shutdown, trace) = (shutdown?, trace.transpose()?);
-        Ok(SessionReport {
+        SessionReport {
             backend: backend.name(),
             released_objects,
             shutdown,
             trace,
-        })
+            failure,
+        }
     }
 }
 
@@ -133,10 +137,14 @@ pub struct SessionReport {
     pub backend: &'static str,
     /// Objects callers still held handles to (buffers, registrations, kernels), released now.
     pub released_objects: usize,
-    /// The runtime's own report: unwaited tokens, bytes trimmed, ranges unpinned.
+    /// The runtime's own report: unwaited tokens, bytes trimmed, ranges unpinned (all zero when
+    /// the runtime's shutdown failed).
     pub shutdown: ShutdownReport,
     /// The trace written, when `GPU_RUNTIME_TRACE` was set at open.
     pub trace: Option<TraceExport>,
+    /// The first failure: the runtime's shutdown (work that failed and was never waited for,
+    /// say) or writing the trace. The runtime is closed all the same.
+    pub failure: Option<CapiError>,
 }
 
 /// A recorded trace written at shutdown, and the checker's verdict on it.
@@ -447,11 +455,12 @@ pub fn with_session<T>(
 
 /// Shuts the process-wide runtime down: waits for calls in flight, releases every object
 /// callers still hold, waits for all work, gives everything back to the driver, writes the
-/// trace if one was asked for, and reports. Fails with [`CapiError::NotOpen`] when none is open.
+/// trace if one was asked for, and reports (a failure on the way included: the runtime is
+/// closed either way). Fails with [`CapiError::NotOpen`] when none is open.
 pub fn shutdown() -> Result<SessionReport, CapiError> {
     let mut slot = PROCESS.write().unwrap_or_else(PoisonError::into_inner);
     let session = slot.take().ok_or(CapiError::NotOpen)?;
-    dispatch!(session, s => reclaim(s).finish())
+    Ok(dispatch!(session, s => reclaim(s).finish()))
 }
 
 /// Takes back ownership of a leaked session.
@@ -518,6 +527,7 @@ mod tests {
         assert_eq!(report.backend, "host");
         assert_eq!(report.shutdown.program.unwaited.len(), 1);
         assert_eq!(report.trace, None);
+        assert_eq!(report.failure, None);
         assert_eq!(shutdown().unwrap_err(), CapiError::NotOpen);
     }
 

@@ -439,7 +439,11 @@ static void failing_kernels_are_reported(void) {
     OK(gpurt_launch(fill, &LINEAR, past_end, 3, NULL, 0, &t));
     EXPECT(GPURT_STATUS_DRIVER, gpurt_wait(t));
     CHECK(strstr(gpurt_last_error(), "launch") != NULL);
-    EXPECT(GPURT_STATUS_DRIVER, gpurt_shutdown(NULL));
+    gpurt_report_t report;
+    memset(&report, 0xFF, sizeof report);
+    EXPECT(GPURT_STATUS_DRIVER, gpurt_shutdown(&report));
+    CHECK(report.released_objects == 2); /* the buffer and the kernel */
+    CHECK(report.trace_written == 1 && report.trace_calls > 0);
     EXPECT(GPURT_STATUS_NOT_OPEN, gpurt_shutdown(NULL));
 }
 
