@@ -2,9 +2,10 @@
 //! Each translates its arguments and handles, calls the runtime, and returns a status code.
 //!
 //! Every function returns a [`GpurtStatus`] (0 is success; `gpurt_last_error()` has the
-//! calling thread's last failure message) and never unwinds into the caller. Out-parameters are
-//! written only on success. All functions may be called from any thread at any time unless
-//! their documentation says otherwise.
+//! calling thread's last failure message) and never unwinds into the caller. Out-parameters
+//! are written only on success (`gpurt_shutdown`'s report excepted: the runtime is closed even
+//! when its shutdown reports a failure). All functions may be called from any thread at any
+//! time unless their documentation says otherwise.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_void};
