@@ -1,11 +1,15 @@
 //! The trace parser and checker on fuzzer input: text that may be anything (parse errors are
-//! fine, panics are not), and call sequences over a few streams, events and devices, which
-//! must read back from their text form as the same calls with the same defects.
+//! fine, panics are not; the streaming checker, fed in pieces, must report exactly what the
+//! in-memory one reports, and fail at the same line), and call sequences over a few streams,
+//! events and devices, which must read back from their text form as the same calls with the
+//! same defects.
 #![no_main]
 
 use arbitrary::Arbitrary;
 use gpu_core::id::{DeviceId, EventId, StreamId};
-use gpu_core::token::{TraceOp, check, parse_trace, write_trace};
+use gpu_core::token::{
+    Checker, DefectKind, Finding, StreamingChecker, TraceOp, check, parse_trace, write_trace,
+};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
@@ -21,6 +25,8 @@ enum Call {
     QueryStream(u8),
     QueryEvent(u8),
     Launch(u8, Option<u8>),
+    DefaultStream(u8, u8),
+    Exit,
 }
 
 impl Call {
@@ -55,26 +61,91 @@ impl Call {
                 stream: s(x),
                 device: dev.map(d),
             },
+            Call::DefaultStream(x, dev) => TraceOp::DefaultStream {
+                stream: s(x),
+                device: d(dev),
+            },
+            Call::Exit => TraceOp::Exit,
         }
     }
 }
 
 #[derive(Arbitrary, Debug)]
 enum Input<'a> {
-    Text(&'a str),
+    /// Text, checked in memory and streamed in pieces cut after every `piece`-th line break,
+    /// remembering `remembered` destroys of each kind.
+    Text {
+        text: &'a [u8],
+        piece: u8,
+        remembered: u8,
+    },
     Calls(Vec<Call>),
+}
+
+/// The streaming checker's findings on `text`, fed in pieces of `piece` lines (at least 1),
+/// and the error it stopped at, if any.
+fn streamed(
+    text: &[u8],
+    piece: usize,
+    remembered: usize,
+) -> (Vec<String>, Option<gpu_core::error::Error>) {
+    let mut checker = StreamingChecker::remembering(remembered);
+    let mut printed = Vec::new();
+    let mut pieces = text.split_inclusive(|&b| b == b'\n').peekable();
+    while pieces.peek().is_some() {
+        let piece: Vec<u8> = pieces.by_ref().take(piece).flatten().copied().collect();
+        let mut print = |report: gpu_core::token::Report<'_>| {
+            if let Finding::Defect(_) = report.finding() {
+                printed.push(report.to_string());
+            }
+        };
+        if let Err(e) = checker.check_text(&piece, &mut print) {
+            return (printed, Some(e));
+        }
+        assert_eq!(checker.names_held(), checker.tracked(), "a name for each object tracked");
+    }
+    checker.finish(&mut |report| {
+        if let Finding::Defect(_) = report.finding() {
+            printed.push(report.to_string());
+        }
+    });
+    (printed, None)
 }
 
 fuzz_target!(|input: Input| {
     match input {
-        Input::Text(text) => {
-            if let Ok(trace) = parse_trace(text) {
-                assert_eq!(trace.ops.len(), trace.lines.len());
-                for defect in trace.check() {
-                    let _ = trace.describe(&defect).to_string();
+        Input::Text {
+            text,
+            piece,
+            remembered,
+        } => {
+            let remembered = usize::from(remembered % 8);
+            let (printed, error) = streamed(text, usize::from(piece % 4) + 1, remembered);
+            let Ok(text) = std::str::from_utf8(text) else {
+                return;
+            };
+            match parse_trace(text) {
+                Ok(trace) => {
+                    assert_eq!(trace.ops.len(), trace.lines.len());
+                    assert_eq!(error, None);
+                    // The in-memory checker, with the same memory of destroys.
+                    let mut checker = Checker::remembering(remembered);
+                    let mut expected = Vec::new();
+                    let mut keep = |finding| {
+                        if let Finding::Defect(defect) = finding {
+                            expected.push(trace.describe(&defect).to_string());
+                        }
+                    };
+                    for (position, op) in trace.ops.iter().enumerate() {
+                        checker.step(position, op, &mut keep);
+                    }
+                    checker.finish(&mut keep);
+                    assert_eq!(printed, expected);
+                    let again =
+                        parse_trace(&write_trace(&trace.ops)).expect("written traces parse");
+                    assert_eq!(again.ops, trace.ops);
                 }
-                let again = parse_trace(&write_trace(&trace.ops)).expect("written traces parse");
-                assert_eq!(again.ops, trace.ops);
+                Err(e) => assert_eq!(error, Some(e)),
             }
         }
         Input::Calls(calls) => {
@@ -84,8 +155,23 @@ fuzz_target!(|input: Input| {
                 assert!(defect.position < ops.len());
                 let _ = defect.to_string();
             }
+            // Calls after an exit are reported one by one; the text format refuses them.
+            let end = ops
+                .iter()
+                .position(|op| *op == TraceOp::Exit)
+                .map_or(ops.len(), |exit| exit + 1);
+            let after_exit = defects
+                .iter()
+                .filter(|d| d.kind == DefectKind::CallAfterExit)
+                .count();
+            assert_eq!(after_exit, ops.len() - end);
+            let defects: Vec<_> = defects
+                .into_iter()
+                .filter(|d| d.kind != DefectKind::CallAfterExit)
+                .collect();
+            let ops = &ops[..end];
             // Ids renumber in order of first mention, so compare defect positions and counts.
-            let parsed = parse_trace(&write_trace(&ops)).expect("written traces parse");
+            let parsed = parse_trace(&write_trace(ops)).expect("written traces parse");
             let reread = parsed.check();
             let positions =
                 |d: &[gpu_core::token::Defect]| d.iter().map(|d| d.position).collect::<Vec<_>>();

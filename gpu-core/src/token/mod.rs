@@ -5,20 +5,25 @@
 //!   stream each operation runs on, the events recorded, the waits inserted, and the streams
 //!   and events taken from and given back to per-device pools.
 //! - [`check`] / [`Checker`] take a sequence of [`TraceOp`]s (from a plan via [`plan_trace`],
-//!   or parsed from text with [`parse_trace`]) and report every [`Defect`].
+//!   or parsed from text with [`parse_trace`]) and report every [`Defect`];
+//!   [`StreamingChecker`] checks text line by line, with memory bounded by the objects alive.
 
 mod checker;
 #[cfg(feature = "model")]
 pub mod model;
 mod planner;
+mod streaming;
+#[cfg(feature = "model")]
+pub mod synthetic;
 mod trace;
 
 use core::fmt;
 
-pub use checker::{Checker, Defect, DefectKind, TraceObject, check};
+pub use checker::{Checker, Defect, DefectKind, Finding, NameFn, TraceObject, check};
 #[cfg(feature = "std")]
 pub(crate) use planner::PendingWait;
 pub use planner::{PlanStep, Planner, ProgramReport, UnwaitedKind, UnwaitedToken};
+pub use streaming::{Report, StreamingChecker};
 pub use trace::{ParsedTrace, TraceOp, TraceView, parse_trace, plan_trace, write_trace};
 
 /// A caller's label for one operation, echoed in [`PlanStep::Run`] so the runtime knows which
