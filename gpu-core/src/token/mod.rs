@@ -22,7 +22,9 @@ use core::fmt;
 pub use checker::{Checker, Defect, DefectKind, Finding, NameFn, TraceObject, check};
 #[cfg(feature = "std")]
 pub(crate) use planner::PendingWait;
-pub use planner::{PlanStep, Planner, ProgramReport, UnwaitedKind, UnwaitedToken};
+pub use planner::{
+    PlanStep, Planner, PlannerFootprint, ProgramReport, UNWAITED_NAMED, UnwaitedKind, UnwaitedToken,
+};
 pub use streaming::{Report, StreamingChecker};
 pub use trace::{ParsedTrace, TraceOp, TraceView, parse_trace, plan_trace, write_trace};
 

@@ -418,7 +418,7 @@ impl Runner {
             .filter(|u| u.kind == UnwaitedKind::Outstanding)
             .map(|u| u.token)
             .collect();
-        let discarded = report.unwaited.len() - outstanding.len();
+        let discarded = report.unwaited_count() as usize - outstanding.len();
         if discarded != self.discarded_since_end {
             return Err(format!(
                 "report names {discarded} discarded tokens, {} were discarded",
@@ -436,7 +436,7 @@ impl Runner {
                 self.live.iter().map(|t| t.token.id()).collect::<Vec<_>>()
             ));
         }
-        self.summary.unwaited += report.unwaited.len();
+        self.summary.unwaited += report.unwaited_count() as usize;
         self.discarded_since_end = 0;
         for t in self.live.drain(..) {
             self.consumed.push(t.token.into_id());

@@ -117,11 +117,42 @@ pub struct UnwaitedToken {
     pub kind: UnwaitedKind,
 }
 
+/// How many unwaited tokens a [`ProgramReport`] names; the ones after them are only counted
+/// (a long-running program that discards tokens would otherwise grow the list without bound).
+pub const UNWAITED_NAMED: usize = 1024;
+
 /// What [`Planner::end_program`] reports: every token that ended without a synchronous wait.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProgramReport {
-    /// Discarded tokens (in discard order), then outstanding ones (in slot order).
+    /// Discarded tokens (in discard order), then outstanding ones (in slot order): the first
+    /// [`UNWAITED_NAMED`] of them.
     pub unwaited: Vec<UnwaitedToken>,
+    /// Unwaited tokens after the first [`UNWAITED_NAMED`], counted but not named.
+    pub unnamed: u64,
+}
+
+impl ProgramReport {
+    /// Every token that ended without a synchronous wait, named or not.
+    pub fn unwaited_count(&self) -> u64 {
+        self.unwaited.len() as u64 + self.unnamed
+    }
+}
+
+/// The sizes of a planner's bookkeeping, for soak tests that check nothing grows without bound.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlannerFootprint {
+    /// Token slots (live and free).
+    pub token_slots: usize,
+    /// Live tokens.
+    pub live_tokens: usize,
+    /// Streams the planner has named.
+    pub streams: usize,
+    /// Events the planner has named.
+    pub events: usize,
+    /// Unwaited tokens held for the next report (at most [`UNWAITED_NAMED`]).
+    pub unwaited_named: usize,
+    /// Unwaited tokens counted beyond those.
+    pub unwaited_unnamed: u64,
 }
 
 /// A wait begun with [`Planner::begin_wait`]: the stream or fork event to synchronise, held out
@@ -389,6 +420,7 @@ pub struct Planner {
     event_pools: Vec<Vec<EventId>>,
     steps: Vec<PlanStep>,
     unwaited: Vec<UnwaitedToken>,
+    unwaited_unnamed: u64,
     /// Counts emitted runs and waits.
     time: u64,
     scratch: Scratch,
@@ -410,6 +442,7 @@ impl Planner {
             event_pools: (0..device_count).map(|_| Vec::new()).collect(),
             steps: Vec::new(),
             unwaited: Vec::new(),
+            unwaited_unnamed: 0,
             time: 0,
             scratch: Scratch::default(),
         }
@@ -625,6 +658,19 @@ impl Planner {
         }
         ProgramReport {
             unwaited: core::mem::take(&mut self.unwaited),
+            unnamed: core::mem::take(&mut self.unwaited_unnamed),
+        }
+    }
+
+    /// The sizes of the planner's bookkeeping now.
+    pub fn footprint(&self) -> PlannerFootprint {
+        PlannerFootprint {
+            token_slots: self.tokens.len(),
+            live_tokens: self.tokens.len() - self.free_slots.len(),
+            streams: self.streams.len(),
+            events: self.events.len(),
+            unwaited_named: self.unwaited.len(),
+            unwaited_unnamed: self.unwaited_unnamed,
         }
     }
 
@@ -964,6 +1010,10 @@ impl Planner {
     }
 
     fn note_unwaited(&mut self, slot: u32, kind: UnwaitedKind) {
+        if self.unwaited.len() >= UNWAITED_NAMED {
+            self.unwaited_unnamed += 1;
+            return;
+        }
         let state = &self.tokens[slot as usize];
         self.unwaited.push(UnwaitedToken {
             token: TokenId::new(self.id, slot, state.generation),
@@ -1314,6 +1364,28 @@ mod tests {
         let report = finish_clean(&mut p, &mut plan);
         assert_eq!(report.unwaited.len(), 1);
         assert_eq!(report.unwaited[0].kind, UnwaitedKind::Discarded);
+    }
+
+    #[test]
+    fn the_unwaited_report_names_a_bounded_number_and_counts_the_rest() {
+        let mut p = Planner::new(1);
+        let extra = 5;
+        for op in 0..(UNWAITED_NAMED + extra) as u32 {
+            let t = start(&mut p, op, D0);
+            p.discard(t).unwrap();
+            p.drain_steps();
+        }
+        let footprint = p.footprint();
+        assert_eq!(footprint.unwaited_named, UNWAITED_NAMED);
+        assert_eq!(footprint.unwaited_unnamed, extra as u64);
+        assert_eq!(footprint.live_tokens, 0);
+        let report = p.end_program();
+        assert_eq!(report.unwaited.len(), UNWAITED_NAMED);
+        assert_eq!(report.unnamed, extra as u64);
+        assert_eq!(report.unwaited_count(), (UNWAITED_NAMED + extra) as u64);
+        assert_eq!(report.unwaited[0].producer, Some(OpId(0)));
+        // The next program's report starts from nothing.
+        assert_eq!(p.end_program(), ProgramReport::default());
     }
 
     #[test]
