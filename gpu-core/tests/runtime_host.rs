@@ -470,10 +470,10 @@ fn threads_sharing_a_runtime_get_their_data_back_and_leak_nothing() {
     assert_eq!(backend.defects(), vec![]);
 }
 
-/// A kernel handle loads once per device, opts in above the default workgroup limit once per
-/// larger size, and refuses spans of another device; unknown names are typed errors.
+/// A kernel handle loads once per device, opts in above the default workgroup limit once (to
+/// the device's whole opt-in limit), and refuses spans of another device; unknown names are typed errors.
 #[test]
-fn kernel_handles_load_once_and_opt_in_once_per_size() {
+fn kernel_handles_load_once_and_opt_in_once() {
     let rt = runtime();
     let unknown = rt.kernel(D0, "no_such_kernel").err().unwrap();
     assert!(
@@ -510,7 +510,8 @@ fn kernel_handles_load_once_and_opt_in_once_per_size() {
     assert!(back.chunks_exact(4).all(|word| word == last));
     let calls = rt.backend().calls().since(&before);
     assert_eq!(calls.of(CallKind::KernelLoad), 1);
-    assert_eq!(calls.of(CallKind::KernelAllowWorkgroupBytes), 2);
+    // One opt-in, to the device's whole limit, covers every larger size.
+    assert_eq!(calls.of(CallKind::KernelAllowWorkgroupBytes), 1);
     assert_eq!(calls.of(CallKind::Launch), 5);
 
     let elsewhere = rt.alloc(D1, MemoryKind::Device, 1024).unwrap();
@@ -636,4 +637,134 @@ fn a_transfer_failing_part_way_leaves_no_token_behind() {
         .filter(|token| token.kind == UnwaitedKind::Outstanding)
         .collect();
     assert_eq!(outstanding, Vec::<&gpu_core::token::UnwaitedToken>::new());
+}
+
+/// Found by the stress run: the allocator's events are created on the device of the stream
+/// they are recorded on, but went back to the pool of the memory's device. A buffer of device 0
+/// used by a stream of device 1 (a peer copy) then gave device 1's event to device 0, whose
+/// next multi-stream free recorded it on a device-0 stream: HOST_INVALID_HANDLE (CUDA's
+/// "invalid resource handle"). (A trim completes the pending frees, as memory pressure does.)
+#[test]
+fn a_free_after_a_peer_use_pools_each_event_with_its_own_device() {
+    let rt = runtime();
+    let on_d1 = rt.alloc(D1, MemoryKind::Device, 4096).unwrap();
+    for round in 0..6u8 {
+        let buffer = rt.alloc(D0, MemoryKind::Device, 4096).unwrap();
+        let filled = rt.fill(D0, buffer.all(), round, &mut vec![]).unwrap();
+        let mut branches = rt.fork(filled, 2).unwrap();
+        let (a, b) = (branches.pop().unwrap(), branches.pop().unwrap());
+        // Two streams of device 0 use the buffer, and (every other round) one of device 1.
+        let low = rt
+            .fill(D0, buffer.span(0, 2048).unwrap(), round, &mut vec![a])
+            .unwrap();
+        let high = if round % 2 == 0 {
+            rt.copy(D1, on_d1.all(), buffer.all(), &mut vec![b])
+                .unwrap()
+        } else {
+            rt.fill(D0, buffer.span(2048, 2048).unwrap(), round, &mut vec![b])
+                .unwrap()
+        };
+        rt.wait(low).unwrap();
+        rt.wait(high).unwrap();
+        rt.free(buffer).unwrap();
+        // Completes the free's fences, giving their events back to the pools.
+        rt.trim().unwrap();
+    }
+    drop(on_d1);
+    rt.shutdown().unwrap();
+}
+
+/// Found by the stress run with faults: one failed event record poisoned the runtime, so every
+/// thread's later work failed. The host now stands in for the record (it synchronises the
+/// stream) and the waits on that event are skipped: later work succeeds, in order, and the
+/// backend sees no wait on an unrecorded event.
+#[test]
+fn a_failed_event_record_is_replaced_by_a_host_synchronisation() {
+    let backend = Arc::new(RecordingBackend::new(HostBackend::new(
+        HostConfig::with_devices(2),
+    )));
+    let rt = Runtime::shared(Arc::clone(&backend), RuntimeConfig::default()).unwrap();
+    let buffer = rt.alloc(D0, MemoryKind::Device, 4096).unwrap();
+    let filled = rt.fill(D0, buffer.all(), 5, &mut vec![]).unwrap();
+    let records = backend.inner().calls().of(CallKind::EventRecord);
+    backend.inner().fail_nth(CallKind::EventRecord, 1);
+    let mut branches = rt.fork(filled, 2).unwrap();
+    assert_eq!(backend.inner().stats().faults_injected, 1);
+    assert_eq!(
+        backend.inner().calls().of(CallKind::EventRecord),
+        records + 1
+    );
+    let (a, b) = (branches.pop().unwrap(), branches.pop().unwrap());
+    // Branch `b` runs on another stream: ordered by the host's synchronisation.
+    let target = rt.alloc(D1, MemoryKind::Device, 4096).unwrap();
+    let copied = rt
+        .copy(D1, target.all(), buffer.all(), &mut vec![b])
+        .unwrap();
+    let mut back = vec![0u8; 4096];
+    rt.download(D1, &mut back, target.all(), &mut vec![copied])
+        .unwrap();
+    assert!(back.iter().all(|&byte| byte == 5));
+    rt.wait(a).unwrap();
+    // Not poisoned: the next fork records normally.
+    let again = rt.fill(D0, buffer.all(), 6, &mut vec![]).unwrap();
+    for branch in rt.fork(again, 3).unwrap() {
+        rt.wait(branch).unwrap();
+    }
+    drop((buffer, target));
+    let report = rt.shutdown().unwrap();
+    assert_eq!(report.program.unwaited_count(), 0);
+    assert_eq!(backend.live(), LiveObjects::default());
+    assert_eq!(backend.defects(), vec![], "{:#?}", backend.trace());
+}
+
+/// Launches `workgroup_reverse_u32` over `words` words in one group with `words * 4` bytes of
+/// dynamic workgroup memory, and waits for it.
+fn reverse_in_one_group<B: Backend>(rt: &Runtime<B>, words: u32) -> Result<(), Error> {
+    let buffer = rt.alloc(D0, MemoryKind::Device, words as usize * 4)?;
+    let dims = LaunchDims {
+        dynamic_workgroup_bytes: words * 4,
+        ..LaunchDims::linear(1, 128)
+    };
+    let args = [Arg::Span(buffer.all()), Arg::U32(words)];
+    // SAFETY: one group of `words` words: the whole buffer.
+    let token = unsafe { rt.launch(D0, "workgroup_reverse_u32", dims, &args, &mut vec![]) }?;
+    rt.wait(token)
+}
+
+/// Found by the scaling run (one runtime per thread over one backend): the kernel's opt-in
+/// lives in the driver's kernel object, which runtimes sharing a backend share. One runtime
+/// opting in exactly 50 KB lowered another's 64 KB opt-in, whose next 64 KB launch failed.
+/// The opt-in now asks for the device's whole limit; a driver that refuses it (a kernel with
+/// static workgroup memory) gets the exact size instead.
+#[test]
+fn runtimes_sharing_a_backend_never_lower_each_others_workgroup_opt_in() {
+    let backend = Arc::new(HostBackend::new(HostConfig::with_devices(1)));
+    let first = Runtime::shared(Arc::clone(&backend), RuntimeConfig::default()).unwrap();
+    let second = Runtime::shared(Arc::clone(&backend), RuntimeConfig::default()).unwrap();
+    reverse_in_one_group(&first, 16_384).unwrap();
+    reverse_in_one_group(&second, 12_800).unwrap();
+    reverse_in_one_group(&first, 16_384).unwrap();
+    assert_eq!(backend.calls().of(CallKind::KernelAllowWorkgroupBytes), 2);
+
+    let third = Runtime::shared(Arc::clone(&backend), RuntimeConfig::default()).unwrap();
+    backend.fail_nth(CallKind::KernelAllowWorkgroupBytes, 1);
+    reverse_in_one_group(&third, 12_800).unwrap();
+    assert_eq!(backend.calls().of(CallKind::KernelAllowWorkgroupBytes), 4);
+}
+
+/// Found by the stress run with faults (shutdown still found pins): a `LockedHost` whose unpin
+/// the driver refused was gone, and its memory stayed pinned after the caller freed it. A
+/// refused unpin changes nothing, so unlocking tries once more.
+#[test]
+fn a_refused_unpin_of_locked_host_memory_is_tried_again() {
+    let rt = runtime();
+    let mut memory = vec![3u8; 8192];
+    let locked = rt.lock_host(&mut memory).unwrap();
+    rt.backend().fail_nth(CallKind::HostUnregister, 1);
+    locked.unlock().unwrap();
+    assert_eq!(rt.stats().locks.entries, 0);
+    assert_eq!(rt.backend().stats().registered_ranges, 0);
+    assert_eq!(rt.backend().stats().faults_injected, 1);
+    let report = rt.shutdown().unwrap();
+    assert_eq!(report.unpinned_ranges, 0);
 }

@@ -203,7 +203,12 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
         self.backend.event_synchronize(self.event(event)?)
     }
 
-    fn release_event(&mut self, device: DeviceId, event: EventId) {
+    /// Pools `event` with its own device's events: the one it was recorded for may be another
+    /// (the memory's device), and reusing it there would record it on a foreign stream.
+    fn release_event(&mut self, _memory_device: DeviceId, event: EventId) {
+        let Some(&(device, _)) = self.events.slots.get(event.index()) else {
+            return;
+        };
         if let Some(pool) = self.events.free.get_mut(device.index()) {
             pool.push(event);
         }

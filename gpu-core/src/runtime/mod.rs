@@ -28,7 +28,7 @@ use crate::backend::{Backend, DeviceInfo, KernelArg, LaunchDims};
 use crate::error::{ByteRange, Error, Result};
 use crate::id::{DeviceId, StreamId};
 use crate::lock_table::{LockStats, Locked, SharedLockTable, Unlocked};
-use crate::token::{ProgramReport, Token};
+use crate::token::{PlannerFootprint, ProgramReport, Token};
 use drivers::{HostPins, Streams};
 use lock::BackoffMutex;
 use memory::{DeviceMemory, MemoryGuard};
@@ -80,6 +80,8 @@ pub struct RuntimeStats {
     pub allocator: Vec<(DeviceId, MemoryKind, AllocatorStats)>,
     /// The lock table's figures.
     pub locks: LockStats,
+    /// The sizes of the token planner's bookkeeping.
+    pub planner: PlannerFootprint,
 }
 
 impl RuntimeStats {
@@ -452,7 +454,10 @@ impl<B: Backend> Runtime<B> {
     fn unlock_host(&self, locked: &LockedHost<'_, '_, B>) -> Result<()> {
         let uses = core::mem::take(&mut *locked.uses.lock());
         let waited = self.synchronize_streams(&uses);
-        let unlocked = self.pins.unlock(locked.address as usize);
+        // The guard is gone after this call: an unpin the driver refuses (which changes
+        // nothing) is tried once more, or the memory would stay pinned after its owner frees it.
+        let ptr = locked.address as usize;
+        let unlocked = self.pins.unlock(ptr).or_else(|_| self.pins.unlock(ptr));
         waited.and(unlocked.map(drop))
     }
 

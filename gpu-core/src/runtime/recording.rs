@@ -55,6 +55,8 @@ struct Log<B: Backend> {
     calls: u64,
     /// The call number that fails, once.
     fail_at: Option<u64>,
+    /// Whether calls are recorded as a trace (else only counted).
+    tracing: bool,
 }
 
 /// Objects the wrapped backend holds for its caller right now.
@@ -79,6 +81,16 @@ pub struct RecordingBackend<B: Backend> {
 impl<B: Backend> RecordingBackend<B> {
     /// Records the calls made to `inner`.
     pub fn new(inner: B) -> Self {
+        Self::with_trace(inner, true)
+    }
+
+    /// Counts the calls made to `inner` and the objects it holds, keeping no trace: for long
+    /// runs, where a trace would grow with every call ([`RecordingBackend::trace`] stays empty).
+    pub fn counting(inner: B) -> Self {
+        Self::with_trace(inner, false)
+    }
+
+    fn with_trace(inner: B, tracing: bool) -> Self {
         Self {
             inner,
             log: Mutex::new(Log {
@@ -88,6 +100,7 @@ impl<B: Backend> RecordingBackend<B> {
                 live: LiveObjects::default(),
                 calls: 0,
                 fail_at: None,
+                tracing,
             }),
         }
     }
@@ -152,6 +165,9 @@ impl<B: Backend> RecordingBackend<B> {
     fn record(&self, result: &Result<impl Sized>, make: impl FnOnce(&mut Log<B>) -> TraceOp) {
         if result.is_ok() {
             let mut log = self.log();
+            if !log.tracing {
+                return;
+            }
             let op = make(&mut log);
             log.ops.push(op);
         }

@@ -52,11 +52,13 @@ impl<B: Backend> HostWait<B> {
     }
 }
 
-/// A loaded kernel and the dynamic workgroup bytes it has been allowed.
+/// A loaded kernel, the dynamic workgroup bytes it has been allowed, and the most its device
+/// allows after the opt-in.
 #[derive(Clone, Copy)]
 struct LoadedKernel<K> {
     kernel: K,
     allowed_bytes: u32,
+    opt_in_limit: u32,
 }
 
 /// Where a loaded kernel sits in the state: what a [`super::Kernel`] handle holds.
@@ -77,6 +79,9 @@ pub(crate) struct State<B: Backend> {
     /// Loaded kernels, in loading order.
     kernels: Vec<LoadedKernel<B::Kernel>>,
     next_op: u32,
+    /// Events whose last record failed and was replaced by synchronising its stream: the
+    /// work before that point has finished, so waits on them are skipped until the next record.
+    completed_on_host: Vec<EventId>,
     /// Set when a failed record or wait left stream ordering unknown.
     pub(crate) poisoned: Option<Error>,
     counts: Counts,
@@ -102,6 +107,7 @@ impl<B: Backend> State<B> {
             kernel_names: hashbrown::HashMap::new(),
             kernels: Vec::new(),
             next_op: 0,
+            completed_on_host: Vec::new(),
             poisoned: None,
             counts: Counts::default(),
         }
@@ -188,11 +194,24 @@ impl<B: Backend> State<B> {
             PlanStep::DestroyStream { stream, .. } => self.destroy_stream(backend, stream.index()),
             PlanStep::DestroyEvent { event, .. } => self.destroy_event(backend, event.index()),
             PlanStep::Record { event, stream } => {
+                let event_id = event;
                 let (device, stream) = self.stream(stream)?;
                 let (_, event) = self.event(event)?;
-                with_device(backend, device, || backend.event_record(event, stream))
-                    .inspect_err(|e| self.poisoned = Some(e.clone()))
+                let recorded = with_device(backend, device, || {
+                    backend
+                        .event_record(event, stream)
+                        .map(|()| true)
+                        .or_else(|_| {
+                            // The host stands in for the record: once the stream's work so far has
+                            // finished, waits on the event are already satisfied and are skipped.
+                            backend.stream_synchronize(stream).map(|()| false)
+                        })
+                })
+                .inspect_err(|e| self.poisoned = Some(e.clone()))?;
+                self.note_completed_on_host(event_id, !recorded);
+                Ok(())
             }
+            PlanStep::Wait { event, .. } if self.completed_on_host(event) => Ok(()),
             PlanStep::Wait { stream, event } => {
                 self.counts.waits += 1;
                 let (device, stream) = self.stream(stream)?;
@@ -207,9 +226,26 @@ impl<B: Backend> State<B> {
                 with_device(backend, device, || work(self, backend, stream, handle))
             }
             PlanStep::SynchronizeStream { stream } => self.synchronize_stream(backend, stream),
+            PlanStep::SynchronizeEvent { event } if self.completed_on_host(event) => Ok(()),
             PlanStep::SynchronizeEvent { event } => {
                 HostWait::Event(self.event(event)?.1).block(backend)
             }
+        }
+    }
+
+    /// Whether `event`'s last record was done by the host (see `completed_on_host`).
+    #[inline]
+    fn completed_on_host(&self, event: EventId) -> bool {
+        !self.completed_on_host.is_empty() && self.completed_on_host.contains(&event)
+    }
+
+    /// Notes whether `event`'s latest record was replaced by a host synchronisation.
+    #[inline]
+    fn note_completed_on_host(&mut self, event: EventId, on_host: bool) {
+        if on_host {
+            self.completed_on_host.push(event);
+        } else if !self.completed_on_host.is_empty() {
+            self.completed_on_host.retain(|&e| e != event);
         }
     }
 
@@ -294,6 +330,7 @@ impl<B: Backend> State<B> {
         let Some((device, handle)) = self.events.get_mut(index).and_then(Option::take) else {
             return Ok(());
         };
+        self.note_completed_on_host(EventId(index as u32), false);
         with_device(backend, device, || backend.event_destroy(handle))
             .inspect_err(|_| self.events[index] = Some((device, handle)))
     }
@@ -325,6 +362,7 @@ impl<B: Backend> State<B> {
     pub(crate) fn host_wait(&self, pending: &PendingWait) -> Result<HostWait<B>> {
         match *pending {
             PendingWait::Stream(stream) => self.stream_wait(stream),
+            PendingWait::Event(event) if self.completed_on_host(event) => Ok(HostWait::Nothing),
             PendingWait::Event(event) => Ok(HostWait::Event(self.event(event)?.1)),
         }
     }
@@ -359,6 +397,7 @@ impl<B: Backend> State<B> {
         self.kernels.push(LoadedKernel {
             kernel,
             allowed_bytes: info.workgroup.default_per_block,
+            opt_in_limit: info.workgroup.max_per_block(),
         });
         let by_device = self.kernel_names.entry(name.to_string()).or_default();
         if by_device.len() <= slot {
@@ -370,6 +409,13 @@ impl<B: Backend> State<B> {
 
     /// The loaded kernel at `index` (of `device`), allowed `bytes` of dynamic workgroup memory
     /// first if that is more than it has been (the opt-in above the default limit).
+    ///
+    /// The opt-in asks for the device's whole opt-in limit (the most a launch may then use;
+    /// it reserves nothing), so it happens once per kernel, and runtimes sharing a backend, and
+    /// with it the driver's kernel object, never lower each other's limit (opting in exact
+    /// sizes, one runtime's 50 KB undid another's 64 KB and failed its next launch). Where
+    /// the driver refuses the limit (a kernel with static workgroup memory counts it against
+    /// the same limit) the opt-in falls back to `bytes`.
     #[inline]
     pub(crate) fn kernel_for(
         &mut self,
@@ -388,10 +434,17 @@ impl<B: Backend> State<B> {
             })?;
         if bytes > loaded.allowed_bytes {
             let kernel = loaded.kernel;
-            with_device(backend, device, || {
-                backend.kernel_allow_workgroup_bytes(kernel, bytes)
+            let target = loaded.opt_in_limit.max(bytes);
+            loaded.allowed_bytes = with_device(backend, device, || {
+                backend
+                    .kernel_allow_workgroup_bytes(kernel, target)
+                    .map(|()| target)
+                    .or_else(|_| {
+                        backend
+                            .kernel_allow_workgroup_bytes(kernel, bytes)
+                            .map(|()| bytes)
+                    })
             })?;
-            loaded.allowed_bytes = bytes;
         }
         Ok(loaded.kernel)
     }
@@ -405,6 +458,7 @@ impl<B: Backend> State<B> {
             events_created: self.counts.events_created,
             operations: self.counts.operations,
             waits: self.counts.waits,
+            planner: self.planner.footprint(),
             ..RuntimeStats::default()
         }
     }
