@@ -11,28 +11,12 @@ use std::hint::black_box;
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, criterion_group, criterion_main};
 use gpu_core::lock_table::{LockTable, PinDriver, SharedLockTable};
+use gpu_core::stress::SplitMix64 as Rng;
 use gpu_core::{ByteRange, DeviceId, Result};
 
 const PAGE: usize = 4096;
 const QUERIES: usize = 1 << 14;
 const SIZES: [usize; 3] = [16, 4096, 65536];
-
-/// splitmix64: a seeded, repeatable stream of random numbers for the workload.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, bound: usize) -> usize {
-        (self.next() % bound as u64) as usize
-    }
-}
 
 /// A driver that pins nothing: the benchmarks measure the table, not the driver.
 struct NullDriver;
@@ -117,7 +101,7 @@ struct Workload {
 
 impl Workload {
     fn new(count: usize, seed: u64) -> Self {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         let mut next = 1 << 32;
         let (mut regions, mut gaps) = (Vec::new(), Vec::new());
         for _ in 0..count {
@@ -173,7 +157,7 @@ impl Workload {
 
     /// Ranges inside a region (for nested re-locks).
     fn inside(&self) -> Vec<(usize, usize)> {
-        let mut rng = Rng(7);
+        let mut rng = Rng::new(7);
         (0..QUERIES)
             .map(|_| {
                 let (start, len) = self.regions[rng.below(self.regions.len())];
@@ -185,7 +169,7 @@ impl Workload {
 
     /// Page ranges inside gaps (for new locks that overlap nothing).
     fn new_ranges(&self) -> Vec<(usize, usize)> {
-        let mut rng = Rng(11);
+        let mut rng = Rng::new(11);
         (0..QUERIES)
             .map(|_| {
                 let (start, len) = self.gaps[rng.below(self.gaps.len())];

@@ -26,6 +26,8 @@ pub mod id;
 pub mod lock_table;
 #[cfg(feature = "std")]
 pub mod runtime;
+#[cfg(feature = "std")]
+pub mod stress;
 pub mod token;
 pub mod workgroup;
 

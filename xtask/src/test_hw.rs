@@ -15,7 +15,7 @@ const PACKAGES: [&str; 1] = ["gpu-cuda-ffi"];
 /// Benchmark programs (harness-less, run with `--bench`) that go into the bundle.
 const BENCHES: [(&str, &str); 1] = [("gpu-cuda-ffi", "hw")];
 /// Examples of the facade, built with every driver feature, that run in the bundle.
-const EXAMPLES: [&str; 1] = ["pipeline"];
+const EXAMPLES: [&str; 2] = ["pipeline", "stress"];
 const FEATURES: &str = "cuda";
 
 struct Options {

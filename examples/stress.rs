@@ -1,0 +1,378 @@
+//! Stress, soak and scaling on the best backend present (`gpu_runtime::stress` is the driver):
+//!
+//! 1. scaling: the 16-thread mix's operations per second per thread at 1, 4 and 16 threads,
+//!    with one runtime shared by all threads and with one runtime per thread (separate
+//!    locking), so a lock that serialises threads shows up as lost efficiency;
+//! 2. two devices (skipped with one): peer copies through the runtime against the backend's own
+//!    copy call on a raw stream, and device 1's small-work latency while device 0 is busy;
+//! 3. soak: the mix for the whole time on one shared runtime, sampling resident memory, the
+//!    runtime's bookkeeping and the driver's live objects; shutdown must leave nothing.
+//!
+//! With `--faults N` it runs the soak on the host backend instead, with a fault injected about
+//! every N driver calls. Exits non-zero on a wrong byte, an unexpected error or a leak.
+//!
+//! Run: `cargo run --release --example stress [-- --seconds S --threads N --seed X
+//! --largest BYTES --scaling SECONDS --faults N --sample-ms MS]`
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gpu_runtime::allocator::MemoryKind;
+use gpu_runtime::backend::{Backend, LaunchDims};
+use gpu_runtime::host::{HostBackend, HostConfig};
+use gpu_runtime::runtime::{
+    Arg, LiveObjects, RecordingBackend, Runtime, RuntimeConfig, with_device,
+};
+use gpu_runtime::stress::{self, NoProbe, Probe, StressConfig, StressReport};
+use gpu_runtime::{DeviceId, Error, Result, WithBackend, with_best_backend};
+
+/// Command-line options.
+#[derive(Clone, Debug)]
+struct Options {
+    soak: StressConfig,
+    /// Seconds per scaling measurement (0: no scaling run).
+    scaling: f64,
+}
+
+fn parse() -> std::result::Result<Options, String> {
+    let mut options = Options {
+        soak: StressConfig {
+            duration: Duration::from_secs(10),
+            sample_every: Some(Duration::from_millis(500)),
+            ..StressConfig::default()
+        },
+        scaling: 2.0,
+    };
+    let mut args = std::env::args_os().skip(1);
+    while let Some(arg) = args.next() {
+        let arg = arg.to_string_lossy().into_owned();
+        let value = args
+            .next()
+            .and_then(|v| v.into_string().ok())
+            .ok_or(format!("{arg} needs a value"))?;
+        let number = |v: &str| v.parse::<f64>().map_err(|e| format!("{arg} {v}: {e}"));
+        let soak = &mut options.soak;
+        match arg.as_str() {
+            "--seconds" => soak.duration = Duration::from_secs_f64(number(&value)?),
+            "--threads" => soak.threads = number(&value)? as usize,
+            "--seed" => soak.seed = number(&value)? as u64,
+            "--largest" => soak.largest = number(&value)? as usize,
+            "--faults" => soak.fault_every = Some(number(&value)? as u64),
+            "--sample-ms" => {
+                soak.sample_every = Some(Duration::from_secs_f64(number(&value)? / 1e3))
+            }
+            "--scaling" => options.scaling = number(&value)?,
+            other => return Err(format!("unknown option {other}")),
+        }
+    }
+    Ok(options)
+}
+
+fn main() -> ExitCode {
+    let options = match parse() {
+        Ok(options) => options,
+        Err(why) => {
+            eprintln!("stress: {why}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = if options.soak.fault_every.is_some() {
+        faults_on_host(&options.soak)
+    } else {
+        with_best_backend(Stress(options))
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("stress: FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+struct Stress(Options);
+
+impl WithBackend for Stress {
+    type Output = Result<()>;
+
+    fn with<B: Backend>(self, backend: B) -> Result<()> {
+        let Stress(options) = self;
+        let backend = Arc::new(backend);
+        println!(
+            "stress: backend '{}', {} device(s), seed {}",
+            backend.name(),
+            backend.device_count(),
+            options.soak.seed
+        );
+        if options.scaling > 0.0 {
+            scaling(&backend, &options)?;
+        }
+        two_devices(&backend)?;
+        // The soak counts the driver's live objects through a recording wrapper (counting
+        // only, no trace), which needs the backend back from the scaling runtimes.
+        let backend = Arc::try_unwrap(backend).map_err(|_| Error::ZeroSize {
+            what: "backend still shared after the benchmarks",
+        })?;
+        let recorder = Arc::new(RecordingBackend::counting(backend));
+        soak(&recorder, &*recorder, &options.soak)
+    }
+}
+
+/// The soak with faults, on the host backend (the backend with fault injection).
+fn faults_on_host(config: &StressConfig) -> Result<()> {
+    let backend = Arc::new(HostBackend::new(HostConfig::with_devices(2)));
+    println!(
+        "stress: host backend, 2 devices, seed {}, a fault about every {} driver calls",
+        config.seed,
+        config.fault_every.unwrap_or(0)
+    );
+    soak(&backend, &*backend, config)
+}
+
+/// Runs the mix on one shared runtime, prints the counts, the footprint samples and what
+/// shutdown left, and fails on any failure or leak.
+fn soak<B: Backend>(backend: &Arc<B>, probe: &dyn Probe, config: &StressConfig) -> Result<()> {
+    let runtime = Runtime::shared(Arc::clone(backend), RuntimeConfig::default())?;
+    let report = stress::run(std::slice::from_ref(&runtime), probe, config)?;
+    let shutdown = runtime.shutdown()?;
+    let live = probe.live();
+    print_report("soak", config, &report);
+    println!(
+        "soak: shutdown: {} tokens unwaited (all discarded after injected faults), {} cached bytes \
+         returned, {} pins released; live driver objects: {live:?}",
+        shutdown.program.unwaited_count(),
+        shutdown.trimmed_bytes,
+        shutdown.unpinned_ranges
+    );
+    let leaked = live.is_some_and(|live| live != LiveObjects::default());
+    let unwaited = config.fault_every.is_none() && shutdown.program.unwaited_count() > 0;
+    if report.failure_count > 0 || leaked || unwaited {
+        return Err(Error::LimitExceeded {
+            what: "stress failures, leaked objects or unwaited tokens",
+            required: report.failure_count as usize + usize::from(leaked) + usize::from(unwaited),
+            limit: 0,
+            detail: Vec::new(),
+        });
+    }
+    println!("soak: passed");
+    Ok(())
+}
+
+fn print_report(name: &str, config: &StressConfig, report: &StressReport) {
+    let c = &report.counts;
+    println!(
+        "{name}: {} threads for {:.1} s: {} operations ({:.0} per thread per second), {} faults \
+         injected, {} calls failed with them, {} failures",
+        report.per_thread.len(),
+        report.elapsed.as_secs_f64(),
+        c.total(),
+        report.ops_per_thread_per_second(),
+        report.faults_injected,
+        c.faulted,
+        report.failure_count
+    );
+    println!("{name}: counts: {c:?}");
+    for failure in &report.failures {
+        println!("{name}: FAILURE: {failure}");
+    }
+    let (Some(first), Some(last)) = (report.samples.first(), report.samples.last()) else {
+        return;
+    };
+    println!(
+        "{name}: {} samples every {:?}; quantity: first / max of the first half / max of the \
+         second half / last",
+        report.samples.len(),
+        config.sample_every.unwrap_or_default()
+    );
+    let halves = report.halves();
+    for (index, (at_first, at_last)) in first.bounded().into_iter().zip(last.bounded()).enumerate()
+    {
+        let (early, late) = halves
+            .get(index)
+            .map_or((0, 0), |(early, late)| (early.value, *late));
+        println!(
+            "{name}:   {}: {} / {early} / {late} / {}",
+            at_first.name, at_first.value, at_last.value
+        );
+    }
+    let growth = report.growth();
+    if growth.is_empty() {
+        println!(
+            "{name}: growth: none (no second-half maximum above 1.5x the first-half one plus noise)"
+        );
+    }
+    for (early, late) in growth {
+        println!("{name}: growth: {} {} -> {late}", early.name, early.value);
+    }
+}
+
+/// Operations per second per thread at 1, 4 and 16 threads, one shared runtime against one
+/// runtime per thread, measured one after the other in this run.
+fn scaling<B: Backend>(backend: &Arc<B>, options: &Options) -> Result<()> {
+    println!(
+        "scaling: the mix for {:.1} s per point; ops/s per thread (efficiency against 1 thread)",
+        options.scaling
+    );
+    println!("| threads | shared runtime | runtime per thread | shared / separate |");
+    println!("|---|---|---|---|");
+    let mut single = [0.0f64; 2];
+    for threads in [1usize, 4, 16] {
+        let config = StressConfig {
+            threads,
+            duration: Duration::from_secs_f64(options.scaling),
+            sample_every: None,
+            fault_every: None,
+            ..options.soak.clone()
+        };
+        let mut rates = [0.0f64; 2];
+        for (mode, rate) in rates.iter_mut().enumerate() {
+            let runtimes = (0..if mode == 0 { 1 } else { threads })
+                .map(|_| Runtime::shared(Arc::clone(backend), RuntimeConfig::default()))
+                .collect::<Result<Vec<_>>>()?;
+            let report = stress::run(&runtimes, &NoProbe, &config)?;
+            if report.failure_count > 0 {
+                print_report("scaling", &config, &report);
+                return Err(Error::LimitExceeded {
+                    what: "failures in a scaling run",
+                    required: report.failure_count as usize,
+                    limit: 0,
+                    detail: Vec::new(),
+                });
+            }
+            *rate = report.ops_per_thread_per_second();
+        }
+        if threads == 1 {
+            single = rates;
+        }
+        println!(
+            "| {threads} | {:.0} ({:.2}) | {:.0} ({:.2}) | {:.2} |",
+            rates[0],
+            rates[0] / single[0],
+            rates[1],
+            rates[1] / single[1],
+            rates[0] / rates[1]
+        );
+    }
+    Ok(())
+}
+
+/// The two-device measurements; skipped cleanly with one device.
+fn two_devices<B: Backend>(backend: &Arc<B>) -> Result<()> {
+    if backend.device_count() < 2 {
+        println!("peer copies: skipped: one device");
+        println!("busy-device latency: skipped: one device");
+        return Ok(());
+    }
+    let runtime = Runtime::shared(Arc::clone(backend), RuntimeConfig::default())?;
+    peer_copies(&runtime)?;
+    busy_device_latency(&runtime)
+}
+
+const D0: DeviceId = DeviceId(0);
+const D1: DeviceId = DeviceId(1);
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+/// Device 0 to device 1 copies of 64 MiB: the runtime's copy + wait against the backend's own
+/// copy on a raw stream + stream synchronisation, interleaved, medians of 9.
+fn peer_copies<B: Backend>(rt: &Runtime<B>) -> Result<()> {
+    const BYTES: usize = 64 << 20;
+    let (src, dst) = (
+        rt.alloc(D0, MemoryKind::Device, BYTES)?,
+        rt.alloc(D1, MemoryKind::Device, BYTES)?,
+    );
+    rt.wait(rt.fill(D0, src.all(), 7, &mut vec![])?)?;
+    let backend = rt.backend();
+    let stream = with_device(backend, D1, || backend.stream_create(D1))?;
+    let (mut ours, mut raw) = (Vec::new(), Vec::new());
+    let mut measure = || -> Result<()> {
+        for round in 0..10 {
+            let started = Instant::now();
+            rt.wait(rt.copy(D1, dst.all(), src.all(), &mut vec![])?)?;
+            let ours_s = started.elapsed().as_secs_f64();
+            let started = Instant::now();
+            with_device(backend, D1, || {
+                // SAFETY: both buffers are live, BYTES long, and no other work uses them now.
+                unsafe { backend.copy(stream, dst.address(), src.address(), BYTES) }?;
+                backend.stream_synchronize(stream)
+            })?;
+            let raw_s = started.elapsed().as_secs_f64();
+            if round > 0 {
+                ours.push(BYTES as f64 / ours_s / 1e9);
+                raw.push(BYTES as f64 / raw_s / 1e9);
+            }
+        }
+        Ok(())
+    };
+    let measured = measure();
+    let destroyed = with_device(backend, D1, || backend.stream_destroy(stream));
+    measured.and(destroyed)?;
+    let (ours, raw) = (median(ours), median(raw));
+    println!(
+        "peer copies: 64 MiB device 0 -> device 1: runtime {ours:.2} GB/s, the backend's copy on a \
+         raw stream {raw:.2} GB/s, ratio {:.3}",
+        ours / raw
+    );
+    Ok(())
+}
+
+/// Device 1's latency for a small fill + wait, idle and while device 0 runs about 100 ms of
+/// fills queued by another thread (medians of 30).
+fn busy_device_latency<B: Backend>(rt: &Runtime<B>) -> Result<()> {
+    const BIG: usize = 256 << 20;
+    let busy = rt.alloc(D0, MemoryKind::Device, BIG)?;
+    let small = rt.alloc(D1, MemoryKind::Device, 4096)?;
+    let fill_u32 = rt.kernel(D0, "fill_u32")?;
+    let long_work = |launches: usize| -> Result<()> {
+        let mut chain = Vec::new();
+        for value in 0..launches {
+            let args = [
+                Arg::Span(busy.all()),
+                Arg::U32(value as u32),
+                Arg::U64((BIG / 4) as u64),
+            ];
+            // SAFETY: fill_u32 writes BIG / 4 words: the whole buffer.
+            let token = unsafe { fill_u32.launch(LaunchDims::linear(1, 32), &args, &mut chain) }?;
+            chain.push(token);
+        }
+        chain.into_iter().try_for_each(|token| rt.wait(token))
+    };
+    // Calibrate: how many launches of one-block fills make about 100 ms on device 0.
+    let started = Instant::now();
+    long_work(1)?;
+    let one = started.elapsed().as_secs_f64().max(1e-6);
+    let launches = ((0.1 / one).round() as usize).clamp(1, 10_000);
+    let latency = |count: usize| -> Result<Vec<f64>> {
+        (0..count)
+            .map(|_| {
+                let started = Instant::now();
+                rt.wait(rt.fill(D1, small.all(), 1, &mut vec![])?)?;
+                Ok(started.elapsed().as_secs_f64() * 1e6)
+            })
+            .collect()
+    };
+    let idle = median(latency(30)?);
+    let (busy_latency, long) = std::thread::scope(|scope| {
+        let started = Instant::now();
+        let long = scope.spawn(move || long_work(launches).map(|()| started.elapsed()));
+        std::thread::sleep(Duration::from_millis(5));
+        let measured = latency(30);
+        (measured, long.join())
+    });
+    let long = long.map_err(|_| Error::ZeroSize {
+        what: "long-work thread panicked",
+    })??;
+    let busy_latency = median(busy_latency?);
+    println!(
+        "busy-device latency: device 1 fill 4 KiB + wait: idle {idle:.1} us, while device 0 runs \
+         {:.0} ms of work ({launches} chained launches) {:.1} us, ratio {:.2}",
+        long.as_secs_f64() * 1e3,
+        busy_latency,
+        busy_latency / idle
+    );
+    Ok(())
+}
