@@ -6,7 +6,7 @@
 
 use alloc::vec::Vec;
 
-use super::drivers::{AllocatorEvents, Segments, Streams};
+use super::drivers::{AllocatorEvents, Segments, StreamSlot, Streams};
 use super::lock::{BackoffGuard, BackoffMutex};
 use crate::allocator::{
     AllocRequest, Allocation, AllocatorConfig, AllocatorStats, BlockHandle, DeviceAllocator,
@@ -196,6 +196,15 @@ impl<B: Backend> DeviceMemory<B> {
         first_error?;
         let (allocator, mut driver) = self.parts(backend, streams);
         allocator.trim(&mut driver)
+    }
+
+    /// Forgets every stream in `streams` (all idle, about to be destroyed): what was freed on
+    /// them is known complete and usable by every stream, and their fences' events go back.
+    pub(crate) fn retire_streams(&mut self, backend: &B, streams: &[StreamSlot<B::Stream>]) {
+        let (allocator, mut driver) = self.parts(backend, Streams::Held(streams));
+        for index in 0..streams.len() {
+            allocator.retire_stream(&mut driver, StreamId(index as u32));
+        }
     }
 
     /// The allocator's figures for each cached kind.

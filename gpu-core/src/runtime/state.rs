@@ -478,15 +478,22 @@ impl<B: Backend> State<B> {
             }
         };
         let program = self.planner.end_program();
-        // The first trim records fences on streams with recent frees; once the streams are
-        // idle again the second finds every free complete and releases every segment.
+        // Once every stream is idle, the first trim retries the frees the driver failed (they
+        // may wait for events recorded just now). The streams, synchronised again, are then
+        // retired in the allocator, which completes what was freed on them without asking the
+        // driver (a fence query that fails, or a fence recorded by the last trim, would
+        // otherwise leave blocks of one segment apart and the segment cached), and the second
+        // trim finds every free complete and releases every segment.
         let mut trimmed = 0;
-        for _ in 0..2 {
+        for round in 0..2 {
             for index in 0..self.streams.len() {
                 note(self.synchronize_stream(backend, StreamId(index as u32)));
             }
             for device in memory.iter_mut().map(BackoffMutex::get_mut) {
                 device.release_by_address();
+                if round == 1 {
+                    device.retire_streams(backend, &self.streams);
+                }
                 trimmed += device
                     .trim(backend, Streams::Held(&self.streams))
                     .unwrap_or_else(|e| {
