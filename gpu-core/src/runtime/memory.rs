@@ -159,6 +159,18 @@ impl<B: Backend> DeviceMemory<B> {
         (address, size): (usize, usize),
         stream: StreamId,
     ) -> Result<()> {
+        let handle = self.live_by_address(device, (address, size))?;
+        self.by_address.remove(&address);
+        self.free(backend, streams, handle, &[stream])
+    }
+
+    /// The block of the live allocation at `address`, made with `size` bytes; an unknown
+    /// address or another size is an error (nothing changes).
+    pub(crate) fn live_by_address(
+        &self,
+        device: DeviceId,
+        (address, size): (usize, usize),
+    ) -> Result<BlockHandle> {
         let &(handle, allocated) = self
             .by_address
             .get(&address)
@@ -170,8 +182,7 @@ impl<B: Backend> DeviceMemory<B> {
                 allocated,
             });
         }
-        self.by_address.remove(&address);
-        self.free(backend, streams, handle, &[stream])
+        Ok(handle)
     }
 
     /// Frees every allocation still held by address, as if no work used it: for teardown,

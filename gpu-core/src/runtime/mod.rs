@@ -369,6 +369,10 @@ impl<B: Backend> Runtime<B> {
         stream: usize,
     ) -> Result<()> {
         let mut memory = self.memory(device)?;
+        if memory.adopted_stream(stream).is_none() {
+            // A free refused for its address adopts no stream either: it changes nothing.
+            memory.live_by_address(device, (address, size))?;
+        }
         // SAFETY: the caller's promise, passed on.
         let stream = unsafe { self.adopted(&mut memory, device, stream) }?;
         memory.free_by_address(
