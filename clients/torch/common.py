@@ -51,15 +51,29 @@ def parser(description):
     return p
 
 
+# The allocator's tunables for a framework that frees and re-allocates its working set every
+# step (gpu-capi reads them when the runtime opens; set them beforehand to choose others): keep
+# cached segments until the out-of-memory ladder, and split blocks of any size, as PyTorch's
+# own allocator does by default.
+FRAMEWORK_TUNABLES = {
+    "GPU_RUNTIME_RELEASE_BEFORE_GROWING": "0",
+    "GPU_RUNTIME_MAX_SPLIT_SIZE": "none",
+}
+
+
 class Allocator:
     """The allocator a run uses, installed before any CUDA allocation, and its figures."""
 
     def __init__(self, args):
         self.name = args.allocator
         self.lib = None
+        self.tunables = {}
         if self.name == "gpurt":
             if not args.lib:
                 raise SystemExit("--allocator gpurt needs --lib PATH of libgpu_capi.so")
+            for name, value in FRAMEWORK_TUNABLES.items():
+                os.environ.setdefault(name, value)
+            self.tunables = {name: os.environ[name] for name in FRAMEWORK_TUNABLES}
             # dlopen of the same path hands back the library PyTorch loads below: one runtime.
             self.lib = ctypes.CDLL(args.lib)
             self.lib.gpurt_torch_stats.argtypes = (ctypes.c_int, ctypes.POINTER(GpurtTorchStats))
@@ -119,6 +133,7 @@ def write_record(args, allocator, record):
     allocator.sample_device()
     record.update(
         allocator=allocator.name,
+        tunables=allocator.tunables,
         seed=args.seed,
         figures=allocator.figures(),
         device_used_peak=allocator.device_used_peak,

@@ -27,8 +27,9 @@ def run(script, allocator, args, extra, out, launcher=()):
     command += ["--seed", str(args.seed), "--out", path, *extra]
     if not launcher:
         command.insert(0, sys.executable)
+    env = dict(os.environ, **(args.gpurt_env if allocator == "gpurt" else {}))
     started = time.monotonic()
-    done = subprocess.run(command, cwd=HERE, capture_output=True, text=True)
+    done = subprocess.run(command, cwd=HERE, capture_output=True, text=True, env=env)
     log = os.path.join(out, "runs.log")
     with open(log, "a") as f:
         f.write(f"$ {' '.join(command)}\nexit {done.returncode} in {time.monotonic() - started:.1f} s\n")
@@ -121,7 +122,11 @@ def main():
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--quick", action="store_true", help="a few steps of each (a smoke test)")
     p.add_argument("--only", default="micro,train,infer,ddp", help="workloads to run")
+    p.add_argument("--train-steps", type=int, help="training steps (default: train.py's)")
+    p.add_argument("--gpurt-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="environment of our allocator's runs (its tunables), repeatable")
     args = p.parse_args()
+    args.gpurt_env = dict(item.split("=", 1) for item in args.gpurt_env)
     args.lib = os.path.abspath(args.lib)
     os.makedirs(args.out, exist_ok=True)
     only = set(args.only.split(","))
@@ -138,6 +143,8 @@ def main():
                             lambda r: r["ns_per_op"], lambda v: f"{v:,.0f} ns")
 
     train_options = ["--steps", "6", "--warmup", "3"] if quick else []
+    if args.train_steps:
+        train_options = ["--steps", str(args.train_steps)]
     if "train" in only:
         records = paired(args, "train.py", train_options, args.out)
         raw["train"] = records
@@ -189,7 +196,10 @@ def main():
                                 lambda r: statistics.median(r["step_seconds"][r["warmup"]:]),
                                 lambda v: f"{v * 1e3:.2f} ms")
 
+    tunables = next((r["tunables"] for runs in raw.values() for r in runs["gpurt"] if r), {})
     text = table.markdown()
+    text += "\n\nOur allocator's tunables: " + (
+        ", ".join(f"{k}={v}" for k, v in sorted(tunables.items())) or "defaults")
     if table.failures:
         text += "\n\nFAILED: " + "; ".join(table.failures)
     print(text)

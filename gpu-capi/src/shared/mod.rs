@@ -27,6 +27,7 @@
 //! shutdown the next call opens a new runtime; handles of the old one stay invalid (handle
 //! values are never reissued; tokens carry their planner's id).
 
+pub mod config;
 pub mod handle;
 pub mod status;
 
@@ -35,7 +36,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use gpu_runtime::backend::Backend;
 use gpu_runtime::host::{HostBackend, HostConfig};
-use gpu_runtime::runtime::{RecordingBackend, Runtime, RuntimeConfig, ShutdownReport};
+use gpu_runtime::runtime::{RecordingBackend, Runtime, ShutdownReport};
 use gpu_runtime::token::{TraceOp, parse_trace, write_trace};
 
 pub use handle::{HandleKind, HandleTable};
@@ -79,7 +80,7 @@ pub struct Session<B: ClientBackend> {
 impl<B: ClientBackend> Session<B> {
     fn open(backend: B, trace_path: Option<PathBuf>) -> Result<Self, CapiError> {
         let backend = Arc::new(backend);
-        let runtime = Runtime::shared(Arc::clone(&backend), RuntimeConfig::default())?;
+        let runtime = Runtime::shared(Arc::clone(&backend), config::from_env()?)?;
         Ok(Self {
             backend,
             runtime,

@@ -1,0 +1,104 @@
+//! The process-wide runtime's tunables, read from the environment when it opens, so a program
+//! that only loads the library (PyTorch's plug-in point, say) can still choose them.
+//!
+//! - `GPU_RUNTIME_RELEASE_BEFORE_GROWING=0|1`: whether a cache miss returns wholly free cached
+//!   segments to the driver before growing (`AllocatorConfig::release_before_growing`; `0`
+//!   keeps them until the out-of-memory ladder, as PyTorch's own allocator does).
+//! - `GPU_RUNTIME_MAX_SPLIT_SIZE=BYTES|none`: blocks of at least this size are never split
+//!   (`AllocatorConfig::max_split_size`; `none`: any block may be split, PyTorch's default).
+//!
+//! Unset, each keeps the allocator's default.
+
+use std::ffi::OsStr;
+
+use gpu_runtime::allocator::AllocatorConfig;
+use gpu_runtime::runtime::RuntimeConfig;
+
+use super::CapiError;
+
+/// Environment variable for [`AllocatorConfig::release_before_growing`].
+pub const RELEASE_BEFORE_GROWING_VAR: &str = "GPU_RUNTIME_RELEASE_BEFORE_GROWING";
+/// Environment variable for [`AllocatorConfig::max_split_size`].
+pub const MAX_SPLIT_SIZE_VAR: &str = "GPU_RUNTIME_MAX_SPLIT_SIZE";
+
+/// The runtime's configuration as the environment sets it.
+pub fn from_env() -> Result<RuntimeConfig, CapiError> {
+    let allocator = allocator_config(
+        std::env::var_os(RELEASE_BEFORE_GROWING_VAR).as_deref(),
+        std::env::var_os(MAX_SPLIT_SIZE_VAR).as_deref(),
+    )?;
+    Ok(RuntimeConfig {
+        allocator,
+        ..RuntimeConfig::default()
+    })
+}
+
+/// The allocator's configuration for the two variables' values (`None`: unset).
+pub fn allocator_config(
+    release_before_growing: Option<&OsStr>,
+    max_split_size: Option<&OsStr>,
+) -> Result<AllocatorConfig, CapiError> {
+    let mut config = AllocatorConfig::default();
+    if let Some(value) = release_before_growing {
+        config.release_before_growing = match value.to_str() {
+            Some("0") => false,
+            Some("1") => true,
+            _ => return Err(invalid(RELEASE_BEFORE_GROWING_VAR, value, "`0` or `1`")),
+        };
+    }
+    if let Some(value) = max_split_size {
+        config.max_split_size = match value.to_str() {
+            Some("none") => usize::MAX,
+            Some(bytes) => match bytes.parse::<usize>() {
+                Ok(bytes) if bytes > 0 => bytes,
+                _ => return Err(invalid(MAX_SPLIT_SIZE_VAR, value, "a byte count or `none`")),
+            },
+            None => return Err(invalid(MAX_SPLIT_SIZE_VAR, value, "a byte count or `none`")),
+        };
+    }
+    Ok(config)
+}
+
+fn invalid(what: &'static str, value: &OsStr, accepted: &str) -> CapiError {
+    CapiError::InvalidArgument {
+        what,
+        detail: format!("{value:?} is not {accepted}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(release: Option<&str>, split: Option<&str>) -> Result<AllocatorConfig, CapiError> {
+        allocator_config(release.map(OsStr::new), split.map(OsStr::new))
+    }
+
+    #[test]
+    fn unset_keeps_the_defaults_and_each_value_sets_its_field() {
+        assert_eq!(config(None, None), Ok(AllocatorConfig::default()));
+        let kept = config(Some("0"), Some("none")).unwrap();
+        assert!(!kept.release_before_growing);
+        assert_eq!(kept.max_split_size, usize::MAX);
+        let set = config(Some("1"), Some("1048576")).unwrap();
+        assert!(set.release_before_growing);
+        assert_eq!(set.max_split_size, 1 << 20);
+        assert_eq!(set.max_streams, AllocatorConfig::default().max_streams);
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_variable_named() {
+        for (release, split, variable) in [
+            (Some("yes"), None, RELEASE_BEFORE_GROWING_VAR),
+            (None, Some("0"), MAX_SPLIT_SIZE_VAR),
+            (None, Some("-5"), MAX_SPLIT_SIZE_VAR),
+            (None, Some("64MiB"), MAX_SPLIT_SIZE_VAR),
+        ] {
+            let refused = config(release, split).unwrap_err();
+            assert!(
+                matches!(refused, CapiError::InvalidArgument { what, .. } if what == variable),
+                "{refused:?}"
+            );
+        }
+    }
+}
