@@ -8,7 +8,8 @@
 //! device 0 (a cross-device dependency for chunks of device 1). Every result is verified, and
 //! every stream/event call the backend saw is recorded and checked for defects.
 //!
-//! Run: `cargo run --release --example pipeline [-- FLOATS CHUNK_FLOATS]`
+//! Run: `cargo run --release --example pipeline [-- FLOATS CHUNK_FLOATS]`; with
+//! `PIPELINE_TRACE_OUT=FILE` it also writes the recorded calls there in the trace format.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use gpu_runtime::backend::{Backend, LaunchDims};
 use gpu_runtime::runtime::{
     Arg, Buffer, Kernel, RecordingBackend, Runtime, RuntimeConfig, RuntimeStats,
 };
-use gpu_runtime::token::Token;
+use gpu_runtime::token::{Token, write_trace};
 use gpu_runtime::{DeviceId, Error, Result, WithBackend, with_best_backend};
 
 const A: f32 = 2.0;
@@ -56,6 +57,12 @@ impl WithBackend for Pipeline {
             recorder.trace().len(),
             defects.len()
         );
+        // The backend's own trace, for comparing with what gpu-recorder records of this run.
+        if let Some(path) = std::env::var_os("PIPELINE_TRACE_OUT")
+            && let Err(e) = std::fs::write(&path, write_trace(&recorder.trace()))
+        {
+            eprintln!("pipeline: cannot write PIPELINE_TRACE_OUT: {e}");
+        }
         if defects.is_empty() {
             Ok(())
         } else {

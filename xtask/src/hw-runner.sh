@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs a test-hw bundle on a GPU machine (no Rust toolchain needed): every bundled test binary,
 # then the examples, then the benchmark programs (their tables go to bench-NAME.md), then the
-# test binaries again under compute-sanitizer (memcheck, leak check) where it is installed. Prints which backends ran and which were skipped, writes hw-log.txt
+# test binaries again under compute-sanitizer (memcheck, leak check) where it is installed, then
+# the recorder on real programs (recorder/run.sh, results in recorder/). Prints which backends ran and which were skipped, writes hw-log.txt
 # (and each program's full output) into $OUT_DIR (default: beside this script), and exits
 # non-zero if a test fails, the sanitizer reports an error or a leak, or a backend named in
 # EXPECT (default: the bundle's EXPECT file) did not run.
@@ -96,6 +97,15 @@ elif [ -n "${NO_SANITIZER:-}" ]; then
   say "sanitizer: not run (NO_SANITIZER is set)"
 else
   say "sanitizer: not run (compute-sanitizer not found)"
+fi
+
+if [ -f "$here/recorder/run.sh" ]; then
+  # The recorder on real programs (gpu-recorder/hw/run.sh): its log lines are copied here.
+  OUT="$out/recorder" PIPELINE="$here/examples/pipeline" COMMIT_FILE="$here/COMMIT" \
+    bounded bash "$here/recorder/run.sh" >"$out/recorder.out" 2>&1
+  rc=$?
+  grep -E '^(recorder|overhead|no_cupti|[a-z_]+: )' "$out/recorder/log.txt" 2>/dev/null | sed 's/^/recorder: /' >>"$log"
+  if [ "$rc" -ne 0 ]; then say "recorder: FAILED (exit $rc), see recorder.out"; status=1; fi
 fi
 
 for backend in cuda hip hsa; do

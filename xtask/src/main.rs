@@ -28,9 +28,9 @@ commands:
                               build the hardware tests and examples into a bundle with a runner
                               script and run it here; with --bundle only write it (for a GPU
                               machine without Rust: copy DIR there and run `bash DIR/run.sh`)
-  bindgen [cuda|hip|hsa]... [--check]
+  bindgen [cuda|cupti|hip|hsa]... [--check]
                               regenerate the FFI crates' src/sys.rs from the pinned headers (cuda.h
-                              from PyPI, ROCm 5.2.3 from Debian; needs pip, dpkg and libclang);
+                              and CUPTI from PyPI, ROCm 5.2.3 from Debian; needs pip, dpkg and libclang);
                               --check only compares a fresh run with the committed files
   amdgpu-kernels              compile the standard kernels into AMDGPU code objects (gfx90a,
                               gfx942, gfx1100) in gpu-hip-ffi/kernels/code_objects/ (clang-19, lld)

@@ -17,6 +17,9 @@ const BENCHES: [(&str, &str); 1] = [("gpu-cuda-ffi", "hw")];
 /// Examples of the facade, built with every driver feature, that run in the bundle.
 const EXAMPLES: [&str; 2] = ["pipeline", "stress"];
 const FEATURES: &str = "cuda";
+/// The recorder's programs (gpu-recorder/hw): copied into the bundle's `recorder/` folder
+/// beside the injection library and the checker, and run by its `run.sh`.
+const RECORDER_PROGRAMS: &str = "gpu-recorder/hw";
 
 struct Options {
     bundle: PathBuf,
@@ -51,6 +54,7 @@ pub fn test_hw(args: &[String]) -> Result<(), String> {
     let benches = build_benches()?;
     let examples = build_examples()?;
     let torch = build_torch_client()?;
+    let recorder = build_recorder()?;
     write_bundle(
         &options,
         &[
@@ -58,7 +62,12 @@ pub fn test_hw(args: &[String]) -> Result<(), String> {
             ("benches", &benches),
             ("examples", &examples),
             ("torch", &torch),
+            ("recorder", &recorder),
         ],
+    )?;
+    copy_programs(
+        &root().join(RECORDER_PROGRAMS),
+        &options.bundle.join("recorder"),
     )?;
     println!(
         "test-hw: bundle with {} test binaries, {} benchmarks and {} examples in {}",
@@ -163,6 +172,41 @@ fn build_torch_client() -> Result<Vec<PathBuf>, String> {
     files.sort();
     files.push(release_dir().join("libgpu_capi.so"));
     Ok(files)
+}
+
+/// The injection library and the checker, in release mode.
+fn build_recorder() -> Result<Vec<PathBuf>, String> {
+    run(Command::new("cargo").current_dir(root()).args([
+        "build",
+        "--release",
+        "-p",
+        "gpu-recorder",
+        "-p",
+        "gpu-runtime",
+        "--lib",
+        "--bin",
+        "gpu-trace-check",
+    ]))?;
+    let release = release_dir();
+    Ok(vec![
+        release.join("libgpu_recorder.so"),
+        release.join("gpu-trace-check"),
+    ])
+}
+
+/// Copies the files of `from` (scripts and sources, not stripped) into `to`.
+fn copy_programs(from: &Path, to: &Path) -> Result<(), String> {
+    let entries = fs::read_dir(from).map_err(|e| format!("cannot list {}: {e}", from.display()))?;
+    for entry in entries {
+        let path = entry
+            .map_err(|e| format!("cannot list {}: {e}", from.display()))?
+            .path();
+        if let Some(name) = path.file_name() {
+            fs::copy(&path, to.join(name))
+                .map_err(|e| format!("cannot copy {}: {e}", path.display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// Cargo's release output folder (`CARGO_TARGET_DIR` respected).

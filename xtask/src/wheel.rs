@@ -15,8 +15,9 @@ pub struct Wheel {
     pub probe: &'static str,
 }
 
-/// The platform tag every wheel is downloaded for.
-const PLATFORM: &str = "manylinux2014_x86_64";
+/// The platform tags a wheel is downloaded for (pip takes any of them): glibc 2.17 and later,
+/// and 2.25 (the tag of nvidia-cuda-cupti 13's wheel).
+const PLATFORMS: &[&str] = &["manylinux2014_x86_64", "manylinux_2_25_x86_64"];
 
 /// Where wheels are unpacked, relative to the workspace root.
 const CACHE_DIR: &str = "target/wheels";
@@ -37,7 +38,11 @@ impl Wheel {
         println!("downloading {}=={} with pip", self.package, self.version);
         run(Command::new("python3")
             .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:"])
-            .args(["--platform", PLATFORM])
+            .args(
+                PLATFORMS
+                    .iter()
+                    .flat_map(|platform| ["--platform", platform]),
+            )
             .arg(format!("{}=={}", self.package, self.version))
             .arg("--dest")
             .arg(&wheel_dir))

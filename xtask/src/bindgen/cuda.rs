@@ -147,9 +147,14 @@ const VARS: &[&str] = &[
 /// The C enum behind `CUresult`; its constants become the code-to-name table.
 const RESULT_ENUM: &str = "cudaError_enum";
 
+/// The folder holding the pinned cuda.h (fetched on first use).
+pub(super) fn include_dir(root: &Path) -> Result<std::path::PathBuf, String> {
+    Ok(WHEEL.fetch(root)?.join(WHEEL_INCLUDE_DIR))
+}
+
 /// Fetches the pinned header and generates the bindings' text.
 pub(super) fn generate(root: &Path) -> Result<Generated, String> {
-    let include_dir = WHEEL.fetch(root)?.join(WHEEL_INCLUDE_DIR);
+    let include_dir = include_dir(root)?;
     Ok(Generated {
         output: OUTPUT_FILE,
         text: generate_from(&include_dir)?,

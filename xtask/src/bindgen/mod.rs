@@ -5,9 +5,10 @@
 //! pointer types that replace extern declarations (nothing links a driver: the loaders find each
 //! function at run time), the sorted code-to-name table of a result enum, and `--check`. Each
 //! library's own parts (where its headers come from, its allow-list, how its loader finds a
-//! function) are in [`cuda`] and [`rocm`].
+//! function) are in [`cuda`], [`cupti`] (the recorder's CUPTI bindings) and [`rocm`].
 
 mod cuda;
+mod cupti;
 mod rocm;
 
 pub(crate) use rocm::hip_include_dir;
@@ -31,7 +32,7 @@ struct Generated {
 }
 
 /// The libraries `cargo xtask bindgen` knows, by the name the command line uses.
-const LIBRARIES: &[&str] = &["cuda", "hip", "hsa"];
+const LIBRARIES: &[&str] = &["cuda", "cupti", "hip", "hsa"];
 
 /// Runs `cargo xtask bindgen [LIBRARY ...] [--check]` (every library when none is named).
 pub fn bindgen(args: &[String]) -> Result<(), String> {
@@ -58,6 +59,7 @@ pub fn bindgen(args: &[String]) -> Result<(), String> {
     for library in chosen {
         let generated = match library {
             "cuda" => cuda::generate(&root)?,
+            "cupti" => cupti::generate(&root)?,
             "hip" => rocm::generate(&rocm::HIP)?,
             _ => rocm::generate(&rocm::HSA)?,
         };

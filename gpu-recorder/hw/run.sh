@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Runs the recorder on a GPU machine (no Rust needed): builds variants.cu with nvcc, records
+# each program (variants, our pipeline example, PyTorch eager and CUDA-graph training steps,
+# a JAX jit step, a Triton kernel) into $OUT/traces/NAME/ and checks each trace with
+# gpu-trace-check, checks that a missing libcupti leaves a program running, and times the
+# recorder's overhead (the same program alternately unrecorded, with CUPTI subscribed but no
+# callback enabled, and recorded). Writes $OUT/log.txt and $OUT/traces.tgz; exits non-zero if a
+# program fails or our own programs' traces have defects. Beside this script (or named by
+# PIPELINE, CHECKER, COMMIT_FILE): libgpu_recorder.so, gpu-trace-check, pipeline, COMMIT.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+pipeline=${PIPELINE:-$here/pipeline}
+checker=${CHECKER:-$here/gpu-trace-check}
+status=0
+out=${OUT:-$here/out}
+traces=$out/traces
+mkdir -p "$traces"
+log=$out/log.txt
+: > "$log"
+say() { printf '%s\n' "$*" | tee -a "$log"; }
+lib=$here/libgpu_recorder.so
+limit=${LIMIT:-150}
+
+# recorded NAME CALLS|- OWN|- -- COMMAND...: runs COMMAND with the recorder injected (CALLS:
+# also write the callbacks), then checks its trace (OWN: a defect fails the run).
+recorded() {
+  local name=$1 calls=${2#-} own=${3#-}
+  shift 4
+  local dir=$traces/$name
+  mkdir -p "$dir"
+  env CUDA_INJECTION64_PATH="$lib" GPU_TRACE_OUT="$dir" ${calls:+GPU_RECORDER_CALLS=1} \
+    timeout "$limit" "$@" >"$dir/stdout.txt" 2>&1
+  local rc=$?
+  say "$name: exit $rc; trace lines: $(cat "$dir"/*.trace 2>/dev/null | wc -l) in $(ls "$dir"/*.trace 2>/dev/null | wc -l) file(s); $(grep -v '^gpu-recorder' "$dir/stdout.txt" | tail -n 1)"
+  grep '^gpu-recorder' "$dir/stdout.txt" | sort | uniq -c | sed "s/^/$name: /" | tee -a "$log"
+  [ "$rc" -eq 0 ] || status=1
+  if [ -x "$checker" ]; then
+    "$checker" "$dir"/*.trace >"$dir/check.txt" 2>&1
+    local verdict=$?
+    grep -v '^ ' "$dir/check.txt" | grep -vE 'line [0-9]+: .* alive at exit' | sed "s/^/$name check: /" | tail -n 6 | tee -a "$log"
+    if [ -n "$own" ] && [ "$verdict" -ne 0 ]; then status=1; fi
+  fi
+}
+
+# timed NAME -- COMMAND...: the command unrecorded, with CUPTI subscribed and no callback
+# enabled, and recorded, in turn, REPS times each.
+timed() {
+  local name=$1
+  shift 2
+  for rep in $(seq "${REPS:-3}"); do
+    say "overhead $name plain #$rep: $(timeout "$limit" "$@" 2>&1 | tail -n 1)"
+    local dir=$out/overhead/$name.$rep
+    mkdir -p "$dir/cupti" "$dir/recorded"
+    say "overhead $name cupti-only #$rep: $(GPU_RECORDER_SUBSCRIBE_ONLY=1 CUDA_INJECTION64_PATH="$lib" GPU_TRACE_OUT="$dir/cupti" timeout "$limit" "$@" 2>&1 | tail -n 1)"
+    say "overhead $name recorded #$rep: $(CUDA_INJECTION64_PATH="$lib" GPU_TRACE_OUT="$dir/recorded" timeout "$limit" "$@" 2>&1 | tail -n 1); trace $(du -k "$dir/recorded" | cut -f1) KiB; $(grep -h '^# gpu-recorder:' "$dir"/recorded/*.trace | cut -c3-)"
+  done
+}
+
+say "commit: $(cat "${COMMIT_FILE:-$here/COMMIT}")"
+say "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+say "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n 1)"
+say "nvcc: $(command -v nvcc) CUDA_HOME=${CUDA_HOME:-unset}; libcupti: $(ls /usr/local/cuda*/targets/x86_64-linux/lib/libcupti.so.13 2>/dev/null | head -n 1)"
+
+nvcc -O2 -arch=sm_90 -o "$out/variants" "$here/variants.cu" 2>&1 | tee -a "$log" &
+nvcc -O2 -arch=sm_90 --default-stream per-thread -o "$out/variants_ptds" "$here/variants.cu" 2>&1 | tee -a "$log" &
+wait
+
+recorded variants calls own -- "$out/variants"
+recorded variants_ptds calls own -- "$out/variants_ptds"
+mkdir -p "$traces/pipeline"
+PIPELINE_TRACE_OUT="$traces/pipeline/backend.txt" recorded pipeline calls own -- "$pipeline"
+if [ -f "$traces/pipeline/backend.txt" ]; then
+  python3 "$here/same_calls.py" "$traces/pipeline/backend.txt" "$traces"/pipeline/*.trace | sed 's/^/pipeline: /' | tee -a "$log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+recorded torch_eager calls - -- python3 "$here/torch_step.py" eager 10
+recorded torch_graphs calls - -- python3 "$here/torch_step.py" graphs 10
+XLA_PYTHON_CLIENT_PREALLOCATE=false recorded jax calls - -- python3 "$here/jax_step.py" 10
+recorded triton calls - -- python3 "$here/triton_kernel.py"
+for program in ${MLIR_PROGRAMS:-}; do
+  recorded "mlir_$(basename "$program")" - - -- "$program"
+done
+
+# No libcupti: a message, and the program runs on.
+mkdir -p "$traces/no_cupti"
+GPU_RECORDER_CUPTI=/nonexistent/libcupti.so.13 CUDA_INJECTION64_PATH="$lib" GPU_TRACE_OUT="$traces/no_cupti" \
+  "$out/variants" loop 1000 >"$traces/no_cupti/stdout.txt" 2>&1
+say "no_cupti: exit $?; $(tr '\n' ' ' < "$traces/no_cupti/stdout.txt")"
+
+timed launch_loop -- "$out/variants" loop 200000
+timed torch_loop -- python3 "$here/torch_loop.py" 50000
+timed torch_step_4096 -- python3 "$here/torch_step.py" eager 50 4096
+timed torch_step_1024 -- python3 "$here/torch_step.py" eager 200 1024
+
+tar czf "$out/traces.tgz" -C "$out" traces
+rm -rf "$out/overhead" "$out/variants" "$out/variants_ptds"
+say "done: $(date -u '+%H:%M:%S'); $([ "$status" -eq 0 ] && echo passed || echo FAILED)"
+exit "$status"
