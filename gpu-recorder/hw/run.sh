@@ -77,9 +77,25 @@ recorded torch_eager calls - -- python3 "$here/torch_step.py" eager 10
 recorded torch_graphs calls - -- python3 "$here/torch_step.py" graphs 10
 XLA_PYTHON_CLIENT_PREALLOCATE=false recorded jax calls - -- python3 "$here/jax_step.py" 10
 recorded triton calls - -- python3 "$here/triton_kernel.py"
-for program in ${MLIR_PROGRAMS:-}; do
-  recorded "mlir_$(basename "$program")" - - -- "$program"
-done
+# MLIR programs (MLIR_DIR: bin/ with the programs and our library in bin/lib, upstream/ with
+# MLIR's CudaRuntimeWrappers.cpp), on upstream's wrappers and on ours, 3 and 6 executions.
+mlir=${MLIR_DIR:-$here/mlir}
+if [ -d "$mlir/bin" ] && [ -f "$mlir/upstream/CudaRuntimeWrappers.cpp" ]; then
+  cuda=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+  mkdir -p "$out/upstream"
+  g++ -O2 -shared -fPIC -o "$out/upstream/libmlir_cuda_runtime.so" "$mlir/upstream/CudaRuntimeWrappers.cpp" \
+    -I"$mlir/upstream" -I"$cuda/include" -L"$cuda/lib64/stubs" -lcuda 2>&1 | tail -n 3 | tee -a "$log"
+  for program in "$mlir"/bin/*; do
+    [ -f "$program" ] || continue
+    name=$(basename "$program")
+    for n in 3 6; do
+      LD_LIBRARY_PATH="$out/upstream" recorded "mlir_${name}_upstream_$n" - - -- "$program" "$n"
+      GPU_RUNTIME_BACKEND=cuda recorded "mlir_${name}_ours_$n" - own -- "$program" "$n"
+    done
+  done
+else
+  say "mlir: no programs in $mlir"
+fi
 
 # No libcupti: a message, and the program runs on.
 mkdir -p "$traces/no_cupti"

@@ -72,6 +72,8 @@ static RECORDER: OnceLock<Recorder> = OnceLock::new();
 
 thread_local! {
     static THREAD_ID: Cell<u64> = const { Cell::new(0) };
+    /// The last context this thread's calls ran in, and its device.
+    static LAST_CONTEXT: Cell<(u64, Option<u32>)> = const { Cell::new((0, None)) };
 }
 
 /// The driver calls this once when it initialises, if `CUDA_INJECTION64_PATH` names this
@@ -249,12 +251,24 @@ impl Recorder {
         self.output.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The device of a context, asked of CUPTI once per context (no driver call).
+    /// The device of a context, asked of CUPTI once per context (no driver call); a thread's
+    /// last context is remembered without a lock. (A context handle reused after
+    /// cuCtxDestroy for another device would keep its first device.)
     fn device_of(&self, context: sys::CUcontext) -> Option<u32> {
         if context.is_null() {
             return None;
         }
         let key = context as usize as u64;
+        let (last, device) = LAST_CONTEXT.get();
+        if last == key {
+            return device;
+        }
+        let device = self.device_of_new(context, key);
+        LAST_CONTEXT.set((key, device));
+        device
+    }
+
+    fn device_of_new(&self, context: sys::CUcontext, key: u64) -> Option<u32> {
         if let Some(&device) = self
             .devices
             .lock()
