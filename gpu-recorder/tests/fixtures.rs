@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use gpu_core::token::parse_trace;
+use gpu_core::token::{Checker, Finding, TraceObject, parse_trace};
 use gpu_recorder::{Call, Translator};
 
 fn fixture(name: &str) -> String {
@@ -43,6 +43,26 @@ fn assert_clean(name: &str, trace: &str) {
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+/// The streams and the events the checker reports alive at exit.
+fn alive_at_exit(trace: &str) -> (usize, usize) {
+    let parsed = parse_trace(trace).unwrap();
+    let mut checker = Checker::new();
+    let (mut streams, mut events) = (0, 0);
+    let mut count = |finding: Finding| {
+        if let Finding::AliveAtExit { object, .. } = finding {
+            match object {
+                TraceObject::Stream(_) => streams += 1,
+                TraceObject::Event(_) => events += 1,
+            }
+        }
+    };
+    for (position, op) in parsed.ops.iter().enumerate() {
+        checker.step(position, op, &mut count);
+    }
+    checker.finish(&mut count);
+    (streams, events)
 }
 
 /// The stream and event lines, names replaced by their order of first appearance per kind
@@ -111,10 +131,8 @@ fn variants_are_clean_with_one_stream_and_one_event_alive_at_exit() {
         count_lines(&trace, "launch "),
         4 + 100 + 3 + 5 + 1 + 3 + 4 * 51
     );
-    // Created, never destroyed: s1 and e1.
-    let created = count_lines(&trace, "stream_create ") + count_lines(&trace, "event_create ");
-    let destroyed = count_lines(&trace, "stream_destroy ") + count_lines(&trace, "event_destroy ");
-    assert_eq!(created - destroyed, 2);
+    // Created, never destroyed: s1 and e1, alive at exit (the default streams are not).
+    assert_eq!(alive_at_exit(&trace), (1, 1));
     assert_eq!(trace.lines().last(), Some("exit"));
 }
 
@@ -132,6 +150,7 @@ fn per_thread_default_streams_are_one_per_thread() {
 fn the_pipeline_example_records_the_calls_its_backend_saw() {
     let recorded = translate("pipeline.calls");
     assert_clean("pipeline", &recorded);
+    assert_eq!(alive_at_exit(&recorded), (0, 0));
     let backend = fixture("pipeline.backend.trace");
     let (recorded, backend) = (normalized(&recorded), normalized(&backend));
     assert_eq!(recorded.len(), 721);
@@ -148,11 +167,16 @@ fn pytorch_with_cuda_graphs_is_clean_and_its_capture_stays_out() {
     assert!(trace.contains("launch legacy.") && trace.contains("# cuGraphLaunch tid="));
     // cuEventRecordWithFlags (the probe missed it) records the events PyTorch waits on.
     assert!(trace.contains("# cuEventRecordWithFlags tid="));
+    // PyTorch's stream pool (128 streams) and its cached events live as long as the process.
+    assert_eq!(alive_at_exit(&trace), (128, 58));
 }
 
 #[test]
-fn pytorch_eager_and_triton_are_clean() {
-    for name in ["torch_eager.calls", "triton.calls"] {
-        assert_clean(name, &translate(name));
-    }
+fn pytorch_eager_and_triton_are_clean_with_pools_alive_at_exit() {
+    let eager = translate("torch_eager.calls");
+    assert_clean("torch_eager", &eager);
+    assert_eq!(alive_at_exit(&eager), (128, 40));
+    let triton = translate("triton.calls");
+    assert_clean("triton", &triton);
+    assert_eq!(alive_at_exit(&triton), (0, 0));
 }
