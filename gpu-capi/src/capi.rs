@@ -518,23 +518,35 @@ fn alloc_after<B: ClientBackend>(
 }
 
 fn free<B: ClientBackend>(s: &Session<B>, memory: GpurtMemory) -> Result<(), CapiError> {
-    let held = s.capi.memory.get(memory.id)?;
-    if let Memory::Registered { .. } = *held {
-        return Err(CapiError::InvalidArgument {
+    match take(s, memory, false)? {
+        Some(Memory::Buffer(buffer)) => Ok(s.runtime().free(buffer)?),
+        _ => Ok(()),
+    }
+}
+
+/// Takes allocated (or, with `registered`, registered) memory out of the table: the other
+/// kind is refused and left there. `None` when a call on another thread still holds the memory:
+/// it is released when that call ends.
+fn take<B: ClientBackend>(
+    s: &Session<B>,
+    memory: GpurtMemory,
+    registered: bool,
+) -> Result<Option<Memory<B>>, CapiError> {
+    let removed = s.capi.memory.remove_if(memory.id, |held| {
+        let release_with = match (&**held, registered) {
+            (Memory::Registered { .. }, false) => {
+                "registered host memory: release it with \
+                                                    gpurt_host_unregister"
+            }
+            (Memory::Buffer(_), true) => "allocated memory: release it with gpurt_free",
+            _ => return Ok(()),
+        };
+        Err(CapiError::InvalidArgument {
             what: "memory",
-            detail: format!(
-                "handle {:#x} is registered host memory: release it with gpurt_host_unregister",
-                memory.id
-            ),
-        });
-    }
-    drop(held);
-    let removed = s.capi.memory.remove(memory.id)?;
-    match Arc::try_unwrap(removed) {
-        Ok(Memory::Buffer(buffer)) => Ok(s.runtime().free(buffer)?),
-        // A call on another thread still holds it: it is freed when that call ends.
-        Ok(Memory::Registered { .. }) | Err(_) => Ok(()),
-    }
+            detail: format!("handle {:#x} is {release_with}", memory.id),
+        })
+    })?;
+    Ok(Arc::try_unwrap(removed).ok())
 }
 
 fn register<B: ClientBackend>(
@@ -556,22 +568,9 @@ fn register<B: ClientBackend>(
 }
 
 fn unregister<B: ClientBackend>(s: &Session<B>, memory: GpurtMemory) -> Result<(), CapiError> {
-    let held = s.capi.memory.get(memory.id)?;
-    if let Memory::Buffer(_) = *held {
-        return Err(CapiError::InvalidArgument {
-            what: "memory",
-            detail: format!(
-                "handle {:#x} is allocated memory: release it with gpurt_free",
-                memory.id
-            ),
-        });
-    }
-    drop(held);
-    let removed = s.capi.memory.remove(memory.id)?;
-    match Arc::try_unwrap(removed) {
-        Ok(Memory::Registered { guard, .. }) => Ok(guard.unlock()?),
-        // A call on another thread still holds it: it is unpinned when that call ends.
-        Ok(Memory::Buffer(_)) | Err(_) => Ok(()),
+    match take(s, memory, true)? {
+        Some(Memory::Registered { guard, .. }) => Ok(guard.unlock()?),
+        _ => Ok(()),
     }
 }
 

@@ -6,7 +6,7 @@
 //! process-wide counter, so no value is ever issued twice (not even by a runtime opened after
 //! a shutdown) and a released handle stays invalid for good. Zero is the null handle.
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -100,10 +100,20 @@ impl<T> HandleTable<T> {
 
     /// Takes the object `handle` names out of the table (a second remove of it fails).
     pub fn remove(&self, handle: u64) -> Result<T, CapiError> {
+        self.remove_if(handle, |_| Ok(()))
+    }
+
+    /// Takes the object `handle` names out of the table if `check` accepts it (in the same
+    /// lock, so no other thread's remove comes in between); a refusal leaves it there.
+    pub fn remove_if(
+        &self,
+        handle: u64,
+        check: impl FnOnce(&T) -> Result<(), CapiError>,
+    ) -> Result<T, CapiError> {
         self.check_kind(handle)?;
-        self.entries()
-            .remove(&handle)
-            .ok_or_else(|| self.stale(handle))
+        let mut entries = self.entries();
+        check(entries.get(&handle).ok_or_else(|| self.stale(handle))?)?;
+        entries.remove(&handle).ok_or_else(|| self.stale(handle))
     }
 
     /// A clone of the object `handle` names.
@@ -189,6 +199,23 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_conditional_remove_keeps_the_object() {
+        let table = HandleTable::new(HandleKind::Memory);
+        let handle = table.insert(7).unwrap();
+        let refused = table.remove_if(handle, |&value| {
+            if value == 7 {
+                Err(CapiError::NotOpen)
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!(refused, Err(CapiError::NotOpen));
+        assert_eq!(table.get(handle), Ok(7));
+        assert_eq!(table.remove_if(handle, |_| Ok(())), Ok(7));
+        assert!(table.is_empty());
+    }
+
+    #[test]
     fn null_foreign_and_wrong_kind_handles_are_typed_errors() {
         let buffers = HandleTable::new(HandleKind::Memory);
         let kernels = HandleTable::new(HandleKind::Kernel);
@@ -218,6 +245,85 @@ mod tests {
         assert_eq!(foreign.status(), GpurtStatus::InvalidHandle);
         assert_eq!(buffers.len(), 1, "failed calls change nothing");
         assert_eq!(kernels.len(), 1);
+    }
+
+    /// One step of a random program over a table and its model.
+    #[derive(Clone, Debug)]
+    enum Step {
+        Insert(u32),
+        /// Removes the `n`th handle ever issued (live or released), modulo their count.
+        Remove(usize),
+        /// Reads the `n`th handle ever issued.
+        Get(usize),
+        /// Uses a value that is no handle of this table: null, a kernel handle, a pointer.
+        Foreign(u64),
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            any::<u32>().prop_map(Step::Insert),
+            any::<usize>().prop_map(Step::Remove),
+            any::<usize>().prop_map(Step::Get),
+            prop_oneof![
+                Just(0_u64),
+                (1_u64..1 << 20).prop_map(|serial| (0xB2 << 56) | serial),
+                (1_u64..1 << 47),
+            ]
+            .prop_map(Step::Foreign),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Random programs against a plain model (a map of the live values, and every handle
+        /// ever issued): live handles give their values, released ones are stale for good,
+        /// values that are no handle of the table are refused by kind, and nothing else changes.
+        #[test]
+        fn the_table_matches_a_plain_model(steps in proptest::collection::vec(step(), 1..200)) {
+            let table = HandleTable::new(HandleKind::Memory);
+            let mut live: HashMap<u64, u32> = HashMap::new();
+            let mut issued: Vec<u64> = Vec::new();
+            for step in steps {
+                match step {
+                    Step::Insert(value) => {
+                        let handle = table.insert(value).unwrap();
+                        proptest::prop_assert!(!issued.contains(&handle));
+                        issued.push(handle);
+                        live.insert(handle, value);
+                    }
+                    Step::Remove(n) | Step::Get(n) if issued.is_empty() => {
+                        let _ = n;
+                    }
+                    Step::Remove(n) => {
+                        let handle = issued[n % issued.len()];
+                        let expected = live.remove(&handle).ok_or(CapiError::StaleHandle {
+                            kind: HandleKind::Memory,
+                            handle,
+                        });
+                        proptest::prop_assert_eq!(table.remove(handle), expected);
+                    }
+                    Step::Get(n) => {
+                        let handle = issued[n % issued.len()];
+                        let expected = live.get(&handle).copied().ok_or(CapiError::StaleHandle {
+                            kind: HandleKind::Memory,
+                            handle,
+                        });
+                        proptest::prop_assert_eq!(table.get(handle), expected);
+                    }
+                    Step::Foreign(value) => {
+                        let status = table.get(value).unwrap_err().status();
+                        let expected = if value == 0 {
+                            GpurtStatus::NullPointer
+                        } else {
+                            GpurtStatus::InvalidHandle
+                        };
+                        proptest::prop_assert_eq!(status, expected);
+                        proptest::prop_assert!(table.remove(value).is_err());
+                    }
+                }
+                proptest::prop_assert_eq!(table.len(), live.len());
+            }
+        }
     }
 
     #[test]
