@@ -41,6 +41,20 @@ class GpurtTorchStats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in STATS_FIELDS]
 
 
+class GpurtReport(ctypes.Structure):
+    """gpu-capi's `GpurtReport` (what `gpurt_shutdown` found), field for field."""
+
+    _fields_ = [
+        ("released_objects", ctypes.c_uint64),
+        ("unwaited_tokens", ctypes.c_uint64),
+        ("trimmed_bytes", ctypes.c_uint64),
+        ("unpinned_ranges", ctypes.c_uint64),
+        ("trace_written", ctypes.c_uint32),
+        ("trace_calls", ctypes.c_uint64),
+        ("trace_defects", ctypes.c_uint64),
+    ]
+
+
 def parser(description):
     """The options every workload takes; workloads add their own."""
     p = argparse.ArgumentParser(description=description)
@@ -110,6 +124,15 @@ class Allocator:
         figures["driver_frees"] = figures["segment_frees"]
         return figures
 
+    def shut_down(self):
+        """Shuts our runtime down, last thing in the run: it writes the GPU_RUNTIME_TRACE file
+        (written only at shutdown, which PyTorch never asks for) and gives every byte back.
+        Tensors PyTorch frees afterwards, at exit, are refused without opening a new runtime."""
+        report = GpurtReport()
+        if self.lib.gpurt_shutdown(ctypes.byref(report)) != 0:
+            raise RuntimeError(f"gpurt_shutdown: {self.lib.gpurt_last_error().decode()}")
+        return {name: getattr(report, name) for name, _ in GpurtReport._fields_}
+
     def sample_device(self, device=0):
         """Notes the device memory in use (cudaMemGetInfo), whoever holds it: the fair
         comparison when a driver pool keeps memory our figures no longer count."""
@@ -141,5 +164,7 @@ def write_record(args, allocator, record):
         torch=torch.__version__,
         finished=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
     )
+    if allocator.lib is not None and os.environ.get("GPU_RUNTIME_TRACE"):
+        record["trace"] = allocator.shut_down()
     with open(args.out, "w") as f:
         json.dump(record, f)

@@ -42,7 +42,7 @@ def main():
     lengths = [args.max_length] + [
         schedule.randint(args.min_length, args.max_length) for _ in range(args.steps - 1)
     ]
-    losses, times, warm = [], [], None
+    losses, times, warm, driver_allocations = [], [], None, []
     for step, length in enumerate(lengths):
         tokens = torch.randint(args.vocab, (args.batch, length + 1), generator=data)
         tokens = tokens.to(device)
@@ -56,8 +56,10 @@ def main():
         losses.append(loss.item())  # waits for the step's work
         times.append(time.perf_counter() - started)
         allocator.sample_device(device.index)
+        figures = allocator.figures(device.index)
+        driver_allocations.append(figures["driver_allocations"])
         if step + 1 == args.warmup:
-            warm = allocator.figures(device.index)
+            warm = figures
     if distributed:
         torch.distributed.destroy_process_group()
     record = {
@@ -69,6 +71,7 @@ def main():
         "step_seconds": times,
         "warmup": args.warmup,
         "figures_after_warmup": warm,
+        "driver_allocations_by_step": driver_allocations,
     }
     if rank != 0:
         args.out = f"{args.out}.rank{rank}"

@@ -24,7 +24,8 @@ use gpu_runtime::error::Error;
 use gpu_runtime::id::DeviceId;
 
 use crate::shared::{
-    CapiError, ClientBackend, GpurtStatus, Session, dispatch, guarded, status_of, with_session,
+    CapiError, ClientBackend, GpurtStatus, Session, dispatch, guarded, status_of,
+    with_open_session, with_session,
 };
 
 /// The device-memory figures of one device, as `gpurt_torch_stats` writes them.
@@ -129,7 +130,9 @@ pub unsafe extern "C" fn gpurt_torch_alloc(
 /// block is reusable on that stream at once, on others after an event. NULL is ignored (the
 /// allocation of 0 bytes). A refused free (an address that is no live allocation of `device`,
 /// a double free included, or another size) changes nothing and records its message in
-/// `gpurt_last_error()`: PyTorch's contract gives a free no way to fail.
+/// `gpurt_last_error()`: PyTorch's contract gives a free no way to fail. A free while no
+/// runtime is open (after `gpurt_shutdown`, which gave all memory back) opens none: it records
+/// `GPURT_STATUS_NOT_OPEN`'s message.
 ///
 /// Thread safety: any thread.
 ///
@@ -147,7 +150,7 @@ pub unsafe extern "C" fn gpurt_torch_free(
             return Ok(());
         }
         let (size, device) = (byte_count(size)?, device_id(device)?);
-        with_session(|s| dispatch!(s, s => release(s, device, ptr as usize, size, stream)))
+        with_open_session(|s| dispatch!(s, s => release(s, device, ptr as usize, size, stream)))
     })
 }
 
@@ -361,7 +364,16 @@ mod tests {
             last_error()
         );
         assert_eq!(stats(0).allocated, 0);
+        let kept = unsafe { gpurt_torch_alloc(1000, 0, s) };
         shutdown().unwrap();
+        // PyTorch frees what it still holds at exit, after a shutdown: refused, nothing opened.
+        unsafe { gpurt_torch_free(kept, 1000, 0, s) };
+        assert!(
+            last_error().contains("no runtime is open"),
+            "{}",
+            last_error()
+        );
+        assert_eq!(shutdown().unwrap_err(), CapiError::NotOpen);
     }
 
     /// Autograd's threads: four threads allocate and free through the C symbols, each on a

@@ -454,6 +454,16 @@ pub fn with_session<T>(
     }
 }
 
+/// Runs `call` on the process-wide session if one is open, else fails with
+/// [`CapiError::NotOpen`] without opening one: for calls that can only name objects of an open
+/// runtime (a free after a shutdown would otherwise open a new runtime just to refuse it).
+pub fn with_open_session<T>(
+    call: impl FnOnce(AnySession) -> Result<T, CapiError>,
+) -> Result<T, CapiError> {
+    let session = *PROCESS.read().unwrap_or_else(PoisonError::into_inner);
+    call(session.ok_or(CapiError::NotOpen)?)
+}
+
 /// Shuts the process-wide runtime down: waits for calls in flight, releases every object
 /// callers still hold, waits for all work, gives everything back to the driver, writes the
 /// trace if one was asked for, and reports (a failure on the way included: the runtime is
