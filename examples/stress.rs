@@ -139,7 +139,7 @@ fn soak<B: Backend>(backend: &Arc<B>, probe: &dyn Probe, config: &StressConfig) 
     let live = probe.live();
     print_report("soak", config, &report);
     println!(
-        "soak: shutdown: {} tokens unwaited (all discarded after injected faults), {} cached bytes \
+        "soak: shutdown: {} tokens ended unwaited (discarded after failed calls), {} cached bytes \
          returned, {} pins released; live driver objects: {live:?}",
         shutdown.program.unwaited_count(),
         shutdown.trimmed_bytes,
