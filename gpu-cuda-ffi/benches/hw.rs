@@ -36,7 +36,7 @@ use std::hint::black_box;
 use std::process::ExitCode;
 use std::ptr;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::{Backend, KernelArg, LaunchDims};
@@ -44,14 +44,11 @@ use gpu_core::runtime::{Arg, Runtime, RuntimeConfig};
 use gpu_core::token::Token;
 use gpu_core::{DeviceId, Error};
 use gpu_cuda_ffi::{CudaBackend, Driver, check, reports_no_device, sys};
-
-/// Any failure of a case: a toolkit error, a driver error, or a wrong answer.
-type Outcome<T> = Result<T, Box<dyn std::error::Error>>;
+use gpu_ffi_loader::hw_bench::{
+    KIB, MIB, Outcome, Plan, Report, Target, figure, size_text, today, whole,
+};
 
 const D0: DeviceId = DeviceId(0);
-const KIB: usize = 1 << 10;
-const MIB: usize = 1 << 20;
-
 /// Calls a driver entry point held in a local of the same name and checks its result.
 macro_rules! cu {
     ($function:ident($($argument:expr),* $(,)?)) => {
@@ -60,213 +57,6 @@ macro_rules! cu {
         // out-parameters valid for writes.
         check(stringify!($function), unsafe { $function($($argument),*) })
     };
-}
-
-/// How long to measure: the full run (`--bench`) or a smoke run.
-#[derive(Clone, Copy)]
-struct Plan {
-    full: bool,
-}
-
-/// One side of a measurement: runs M calls (and synchronises whatever GPU work they enqueued
-/// where the side says so) and returns the time it counts, usually the whole batch ([`whole`]).
-type Side<'a> = &'a mut dyn FnMut(usize) -> Outcome<Duration>;
-
-/// A batch timed from its first call until it returns.
-fn whole(mut batch: impl FnMut(usize) -> Outcome<()>) -> impl FnMut(usize) -> Outcome<Duration> {
-    move |calls| {
-        let start = Instant::now();
-        batch(calls)?;
-        Ok(start.elapsed())
-    }
-}
-
-impl Plan {
-    /// Median per-call nanoseconds of each side, measured interleaved: one untimed warm-up
-    /// batch of each side, then N rounds of one timed batch of M calls per side, the side that
-    /// goes first moving on by one each round. GPU clocks, the driver's state and the host's
-    /// load drift during a run; measured one after the other, the sides would see different
-    /// parts of that drift, interleaved they see the same. A smoke run times 1 round of at
-    /// most 2 calls.
-    fn interleaved<const SIDES: usize>(
-        &self,
-        rounds: usize,
-        calls_per_batch: usize,
-        mut sides: [Side<'_>; SIDES],
-    ) -> Outcome<[f64; SIDES]> {
-        let (rounds, calls) = if self.full {
-            (rounds, calls_per_batch)
-        } else {
-            (1, calls_per_batch.min(2))
-        };
-        for side in sides.iter_mut() {
-            side(calls)?;
-        }
-        let mut samples: [Vec<f64>; SIDES] = std::array::from_fn(|_| Vec::with_capacity(rounds));
-        for round in 0..rounds {
-            for turn in 0..SIDES {
-                let side = (round + turn) % SIDES;
-                let time = sides[side](calls)?;
-                samples[side].push(time.as_nanos() as f64 / calls as f64);
-            }
-        }
-        Ok(samples.map(|mut samples| {
-            samples.sort_by(f64::total_cmp);
-            samples[samples.len() / 2]
-        }))
-    }
-
-    /// Median per-call nanoseconds of `batch(M)` alone (a one-sided [`Plan::interleaved`]),
-    /// for figures with nothing measured beside them in the same case.
-    fn median_per_call(
-        &self,
-        batches: usize,
-        calls_per_batch: usize,
-        batch: impl FnMut(usize) -> Outcome<()>,
-    ) -> Outcome<f64> {
-        let [median] = self.interleaved(batches, calls_per_batch, [&mut whole(batch)])?;
-        Ok(median)
-    }
-
-    /// `full` in the full run, `smoke` in a smoke run.
-    fn pick<T>(&self, full: T, smoke: T) -> T {
-        if self.full { full } else { smoke }
-    }
-}
-
-/// What a row promises, as a bound on driver time / our time.
-#[derive(Clone, Copy)]
-enum Target {
-    /// No target was set: the figure is for information.
-    None,
-    /// At least this many times faster than the driver.
-    FasterBy(f64),
-    /// At most this many percent slower than the driver.
-    WithinPercent(f64),
-    /// Faster than the driver.
-    Faster,
-}
-
-impl Target {
-    fn text(self) -> String {
-        match self {
-            Target::None => "-".into(),
-            Target::FasterBy(factor) => format!(">= {factor}x faster"),
-            Target::WithinPercent(percent) => format!("within {percent}%"),
-            Target::Faster => "faster".into(),
-        }
-    }
-
-    /// Whether `speedup` (driver time / our time) meets the target; `None` without a target.
-    fn met(self, speedup: f64) -> Option<bool> {
-        match self {
-            Target::None => None,
-            Target::FasterBy(factor) => Some(speedup >= factor),
-            Target::WithinPercent(percent) => Some(speedup >= 1.0 / (1.0 + percent / 100.0)),
-            Target::Faster => Some(speedup > 1.0),
-        }
-    }
-}
-
-/// One line of the table.
-struct Row {
-    case: &'static str,
-    /// What "ours" timed, through the runtime.
-    ours_label: String,
-    /// Median nanoseconds per call.
-    ours_ns: f64,
-    /// What the driver side timed.
-    driver_label: String,
-    driver_ns: f64,
-    /// Bytes moved per call, for copies (shown as GB/s too).
-    bytes: Option<usize>,
-    target: Target,
-}
-
-/// The table and the notes under it, filled case by case.
-#[derive(Default)]
-struct Report {
-    rows: Vec<Row>,
-    notes: Vec<String>,
-    failed: bool,
-}
-
-impl Report {
-    #[allow(clippy::too_many_arguments)]
-    fn row(
-        &mut self,
-        case: &'static str,
-        ours_label: impl Into<String>,
-        ours_ns: f64,
-        driver_label: impl Into<String>,
-        driver_ns: f64,
-        bytes: Option<usize>,
-        target: Target,
-    ) {
-        self.rows.push(Row {
-            case,
-            ours_label: ours_label.into(),
-            ours_ns,
-            driver_label: driver_label.into(),
-            driver_ns,
-            bytes,
-            target,
-        });
-    }
-
-    /// The table in Markdown.
-    fn table(&self) -> String {
-        let mut out = String::from(
-            "| case | ours (runtime) | ours median | driver (same run) | driver median | \
-             speed-up (driver/ours) | target | met |\n|---|---|---|---|---|---|---|---|\n",
-        );
-        for row in &self.rows {
-            let speedup = row.driver_ns / row.ours_ns;
-            let met = match row.target.met(speedup) {
-                None => "-",
-                Some(true) => "yes",
-                Some(false) => "NO",
-            };
-            out.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {:.2}x | {} | {} |\n",
-                row.case,
-                row.ours_label,
-                figure(row.ours_ns, row.bytes),
-                row.driver_label,
-                figure(row.driver_ns, row.bytes),
-                speedup,
-                row.target.text(),
-                met,
-            ));
-        }
-        out
-    }
-}
-
-/// A median as text: nanoseconds, microseconds or milliseconds, and GB/s for a copy.
-fn figure(ns: f64, bytes: Option<usize>) -> String {
-    let time = if ns < 1e3 {
-        format!("{ns:.1} ns")
-    } else if ns < 1e6 {
-        format!("{:.2} us", ns / 1e3)
-    } else {
-        format!("{:.2} ms", ns / 1e6)
-    };
-    match bytes {
-        Some(bytes) => format!("{time} ({:.1} GB/s)", bytes as f64 / ns),
-        None => time,
-    }
-}
-
-/// A size as text (256 B, 64 KiB, 1 MiB).
-fn size_text(bytes: usize) -> String {
-    if bytes >= MIB && bytes.is_multiple_of(MIB) {
-        format!("{} MiB", bytes / MIB)
-    } else if bytes >= KIB && bytes.is_multiple_of(KIB) {
-        format!("{} KiB", bytes / KIB)
-    } else {
-        format!("{bytes} B")
-    }
 }
 
 /// A non-blocking stream of the current context, destroyed on drop.
@@ -1316,29 +1106,6 @@ fn kernel_launch(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
     Ok(())
 }
 
-/// Today's date (UTC) as YYYY-MM-DD, from the system clock.
-fn today() -> String {
-    let seconds = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs());
-    // Days since 1970-01-01 to a civil date (H. Hinnant's days_from_civil, inverted).
-    let z = (seconds / 86_400) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let shifted_month = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
-    let month = if shifted_month < 10 {
-        shifted_month + 3
-    } else {
-        shifted_month - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
-}
-
 /// Whether opening the backend failed for want of a driver or of a device.
 fn no_driver_or_device(error: &Error) -> bool {
     match error {
@@ -1424,17 +1191,7 @@ fn run(backend: CudaBackend, plan: Plan) -> Outcome<bool> {
     // The backend releases the primary context when it drops: leave none current.
     cu!(cuCtxSetCurrent(ptr::null_mut()))?;
     eprintln!("[hw {:6.1}s] done", started.elapsed().as_secs_f64());
-    let notes: String = report
-        .notes
-        .iter()
-        .map(|note| format!("- {note}\n"))
-        .collect();
-    let text = format!("{header}\n{}\n{notes}", report.table());
-    print!("{text}");
-    if let Ok(path) = std::env::var("HW_BENCH_OUT") {
-        std::fs::write(&path, &text).map_err(|error| format!("writing {path}: {error}"))?;
-    }
-    Ok(!report.failed)
+    report.publish(&header)
 }
 
 fn main() -> ExitCode {

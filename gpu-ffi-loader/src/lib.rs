@@ -7,9 +7,11 @@
 //! version; HIP and HSA export plain symbols, which [`DynamicLibrary`] finds with dlsym, and
 //! [`dlsym_library!`] turns a generated entry-point table into a library type with one typed
 //! accessor per function.
-//! [`ResultCodes`] names a driver's result codes from its generated table.
+//! [`ResultCodes`] names a driver's result codes from its generated table, and [`hw_bench`]
+//! measures and reports the hardware benchmarks.
 #![warn(missing_docs)]
 
+pub mod hw_bench;
 mod result;
 
 use core::ffi::{CStr, c_void};

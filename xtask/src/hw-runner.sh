@@ -14,6 +14,8 @@ expect=${EXPECT:-$(cat "$here/EXPECT" 2>/dev/null)}
 log="$out/hw-log.txt"
 status=0
 say() { printf '%s\n' "$*" | tee -a "$log"; }
+# HIP on NVIDIA: the shim and the CUDA 11.8 runtime it needs travel in lib/.
+export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # Each program gets at most this many seconds (a hang must not eat a GPU lease).
 limit=${HW_TIMEOUT:-600}
 bounded() { if command -v timeout >/dev/null 2>&1; then timeout "$limit" "$@"; else "$@"; fi; }
@@ -43,6 +45,13 @@ for example in "$here"/examples/*; do
   rc=$?
   tail -n 4 "$out/example-$name.out" | sed "s/^/example $name: /" | tee -a "$log"
   if [ "$rc" -ne 0 ]; then say "example $name: FAILED (exit $rc)"; status=1; fi
+done
+# The examples named in HIP_EXAMPLES run again on the HIP backend (through the shim on NVIDIA).
+for name in $(cat "$here/HIP_EXAMPLES" 2>/dev/null); do
+  GPU_RUNTIME_BACKEND=hip bounded "$here/examples/$name" >"$out/example-$name-hip.out" 2>&1
+  rc=$?
+  tail -n 4 "$out/example-$name-hip.out" | sed "s/^/example $name-hip: /" | tee -a "$log"
+  if [ "$rc" -ne 0 ]; then say "example $name-hip: FAILED (exit $rc)"; status=1; fi
 done
 
 for bench in "$here"/benches/*; do

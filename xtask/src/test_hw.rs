@@ -6,17 +6,24 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::{root, run};
+use crate::{hip_shim, root, run};
 
 const RUNNER: &str = include_str!("hw-runner.sh");
 
-/// Packages whose test binaries go into the bundle (each skips cleanly without its driver).
-const PACKAGES: [&str; 1] = ["gpu-cuda-ffi"];
-/// Benchmark programs (harness-less, run with `--bench`) that go into the bundle.
-const BENCHES: [(&str, &str); 1] = [("gpu-cuda-ffi", "hw")];
+/// Packages whose test binaries go into the bundle (each skips cleanly without its driver),
+/// with the features they are built with: HIP as it runs on NVIDIA GPUs, through the shim.
+const PACKAGES: [(&str, &str); 2] = [("gpu-cuda-ffi", ""), ("gpu-hip-ffi", "nvidia")];
+/// Benchmark programs (harness-less, run with `--bench`) that go into the bundle: package,
+/// bench, features.
+const BENCHES: [(&str, &str, &str); 2] = [
+    ("gpu-cuda-ffi", "hw", ""),
+    ("gpu-hip-ffi", "hw_hip", "nvidia"),
+];
 /// Examples of the facade, built with every driver feature, that run in the bundle.
 const EXAMPLES: [&str; 2] = ["pipeline", "stress"];
-const FEATURES: &str = "cuda";
+const FEATURES: &str = "cuda,hip-nvidia";
+/// Examples that run a second time on HIP (the runner sets `GPU_RUNTIME_BACKEND=hip`).
+const HIP_EXAMPLES: &str = "pipeline";
 /// The recorder's programs (gpu-recorder/hw): copied into the bundle's `recorder/` folder
 /// beside the injection library and the checker, and run by its `run.sh`.
 const RECORDER_PROGRAMS: &str = "gpu-recorder/hw";
@@ -55,6 +62,13 @@ pub fn test_hw(args: &[String]) -> Result<(), String> {
     let examples = build_examples()?;
     let torch = build_torch_client()?;
     let recorder = build_recorder()?;
+    // HIP on NVIDIA: the shim and the CUDA 11.8 runtime beside it (the runner puts `lib/` on
+    // the loader's path).
+    let shim_dir = hip_shim::build()?;
+    let libraries = [
+        shim_dir.join(hip_shim::SHIM_FILE),
+        shim_dir.join(hip_shim::CUDART_FILE),
+    ];
     write_bundle(
         &options,
         &[
@@ -63,6 +77,7 @@ pub fn test_hw(args: &[String]) -> Result<(), String> {
             ("examples", &examples),
             ("torch", &torch),
             ("recorder", &recorder),
+            ("lib", &libraries),
         ],
     )?;
     copy_programs(
@@ -86,22 +101,24 @@ pub fn test_hw(args: &[String]) -> Result<(), String> {
 
 /// Release test binaries of `PACKAGES`, from cargo's JSON messages.
 fn build_tests() -> Result<Vec<PathBuf>, String> {
-    let mut command = Command::new("cargo");
-    command
-        .current_dir(root())
-        .args(["test", "--release", "--no-run", "--message-format=json"]);
-    for package in PACKAGES {
-        command.args(["-p", package]);
+    let mut all = Vec::new();
+    for (package, features) in PACKAGES {
+        let mut command = Command::new("cargo");
+        command
+            .current_dir(root())
+            .args(["test", "--release", "--no-run", "--message-format=json"])
+            .args(["-p", package, "--features", features])
+            // Benchmarks are built by `build_benches`; only test targets here.
+            .args(["--lib", "--tests"]);
+        all.extend(executables(command)?);
     }
-    // Benchmarks are built by `build_benches`; only test targets here.
-    command.args(["--lib", "--tests"]);
-    executables(command)
+    Ok(all)
 }
 
 /// Release benchmark programs of `BENCHES`.
 fn build_benches() -> Result<Vec<PathBuf>, String> {
     let mut all = Vec::new();
-    for (package, bench) in BENCHES {
+    for (package, bench, features) in BENCHES {
         let mut command = Command::new("cargo");
         command.current_dir(root()).args([
             "bench",
@@ -111,6 +128,8 @@ fn build_benches() -> Result<Vec<PathBuf>, String> {
             package,
             "--bench",
             bench,
+            "--features",
+            features,
         ]);
         all.extend(executables(command)?);
     }
@@ -244,6 +263,7 @@ fn write_bundle(options: &Options, folders: &[(&str, &[PathBuf])]) -> Result<(),
     };
     write(&bundle.join("COMMIT"), &format!("{commit}{dirty}\n"))?;
     write(&bundle.join("EXPECT"), &format!("{}\n", options.expect))?;
+    write(&bundle.join("HIP_EXAMPLES"), &format!("{HIP_EXAMPLES}\n"))?;
     write(&bundle.join("run.sh"), RUNNER)
 }
 
