@@ -17,11 +17,12 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use gpu_core::allocator::model::{FakeDriver, capabilities};
 use gpu_core::allocator::{AllocRequest, AllocatorConfig, DeviceAllocator, MemoryKind, Release};
-use gpu_core::backend::{Backend, DeviceInfo, KernelArg, LaunchDims};
+use gpu_core::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims};
 use gpu_core::host::{HostBackend, HostConfig};
 use gpu_core::runtime::{Arg, Runtime, with_device};
 use gpu_core::token::Token;
 use gpu_core::{ByteRange, DeviceId, Result};
+use std::ffi::{CStr, c_void};
 
 const D0: DeviceId = DeviceId(0);
 const D1: DeviceId = DeviceId(1);
@@ -204,6 +205,7 @@ impl Backend for NullBackend {
     type Stream = usize;
     type Event = usize;
     type Kernel = usize;
+    type Module = usize;
     type SavedCurrent = ();
     const SCOPES_ITS_CALLS: bool = true;
 
@@ -288,6 +290,18 @@ impl Backend for NullBackend {
     unsafe fn fill(&self, _: usize, _: usize, _: u8, _: usize) -> Result<()> {
         Ok(())
     }
+    unsafe fn fill_elements(&self, _: usize, _: usize, _: FillValue, _: usize) -> Result<()> {
+        Ok(())
+    }
+    unsafe fn module_load(&self, _: DeviceId, _: *const c_void) -> Result<usize> {
+        Ok(self.next(1))
+    }
+    fn module_unload(&self, _: usize) -> Result<()> {
+        Ok(())
+    }
+    fn module_kernel(&self, _: usize, _: &CStr) -> Result<usize> {
+        Ok(self.next(1))
+    }
     fn kernel(&self, _: DeviceId, _: &str) -> Result<usize> {
         Ok(self.next(1))
     }
@@ -302,6 +316,16 @@ impl Backend for NullBackend {
         args: &[KernelArg],
     ) -> Result<()> {
         black_box((stream, kernel, args));
+        Ok(())
+    }
+    unsafe fn launch_packed(
+        &self,
+        stream: usize,
+        kernel: usize,
+        _: LaunchDims,
+        params: *mut *mut c_void,
+    ) -> Result<()> {
+        black_box((stream, kernel, params));
         Ok(())
     }
 }

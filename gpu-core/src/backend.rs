@@ -19,6 +19,7 @@
 //! them with spans of memory it owns or borrows for as long as the work runs.
 
 use alloc::string::String;
+use core::ffi::{CStr, c_void};
 use core::fmt::Debug;
 
 use crate::allocator::{AllocatorCapabilities, MemoryKind};
@@ -55,6 +56,28 @@ pub enum KernelArg {
     U64(u64),
     /// A 32-bit float.
     F32(f32),
+}
+
+/// The value of a fill and the width of the elements it sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FillValue {
+    /// Every byte.
+    U8(u8),
+    /// Every 16-bit element (2-byte aligned).
+    U16(u16),
+    /// Every 32-bit element (4-byte aligned).
+    U32(u32),
+}
+
+impl FillValue {
+    /// Bytes per element.
+    pub const fn width(self) -> usize {
+        match self {
+            FillValue::U8(_) => 1,
+            FillValue::U16(_) => 2,
+            FillValue::U32(_) => 4,
+        }
+    }
 }
 
 /// The shape of a kernel launch.
@@ -99,6 +122,8 @@ pub trait Backend: Send + Sync + 'static {
     type Event: Copy + Eq + Send + Sync + Debug + 'static;
     /// A kernel loaded on one device, ready to launch.
     type Kernel: Copy + Eq + Send + Sync + Debug + 'static;
+    /// A module image (a program's own kernels, compiled elsewhere) loaded on one device.
+    type Module: Copy + Eq + Send + Sync + Debug + 'static;
     /// Whatever was current on a thread when [`Backend::save_current`] looked: one of the
     /// backend's devices, nothing, or (CUDA) a context the program created itself, which no
     /// [`DeviceId`] can name. Only [`Backend::restore_current`] and [`Backend::is_current`]
@@ -246,6 +271,33 @@ pub trait Backend: Send + Sync + 'static {
     /// from this call until the fill has completed, and the host must not touch it meanwhile.
     unsafe fn fill(&self, stream: Self::Stream, dst: usize, value: u8, bytes: usize) -> Result<()>;
 
+    /// Enqueues setting `count` elements of `value`'s width at `dst` to `value` on `stream`.
+    ///
+    /// # Safety
+    /// `[dst, dst + count * value.width())` must be valid for writes, as for [`Backend::fill`].
+    unsafe fn fill_elements(
+        &self,
+        stream: Self::Stream,
+        dst: usize,
+        value: FillValue,
+        count: usize,
+    ) -> Result<()>;
+
+    /// Loads a module image on `device`: a program's own kernels, as a compiler embedded them
+    /// (CUDA: PTX text, a cubin or a fatbin, JIT-compiled by the driver where it is PTX). A
+    /// backend that cannot run such images fails with [`Error::Unsupported`].
+    ///
+    /// # Safety
+    /// `image` points to a complete image in a format the driver reads (PTX text ends with a
+    /// NUL), readable for the duration of the call.
+    unsafe fn module_load(&self, device: DeviceId, image: *const c_void) -> Result<Self::Module>;
+
+    /// Unloads a module from [`Backend::module_load`]; its kernels become invalid.
+    fn module_unload(&self, module: Self::Module) -> Result<()>;
+
+    /// The kernel called `name` in `module`, on the module's device.
+    fn module_kernel(&self, module: Self::Module, name: &CStr) -> Result<Self::Kernel>;
+
     /// The kernel called `name` from the backend's kernel library, loaded on `device`.
     fn kernel(&self, device: DeviceId, name: &str) -> Result<Self::Kernel>;
 
@@ -267,6 +319,21 @@ pub trait Backend: Send + Sync + 'static {
         kernel: Self::Kernel,
         dims: LaunchDims,
         args: &[KernelArg],
+    ) -> Result<()>;
+
+    /// Enqueues `kernel` on `stream` with `dims` and the program's own parameter array, as a
+    /// compiler lays it out (CUDA's `void **kernelParams`: one pointer per parameter, to a value
+    /// of the parameter's type). Nothing can check the values against the kernel here.
+    ///
+    /// # Safety
+    /// As for [`Backend::launch`]; in addition `params` points to one valid pointer per kernel
+    /// parameter, each to a value of that parameter's type, readable during the call.
+    unsafe fn launch_packed(
+        &self,
+        stream: Self::Stream,
+        kernel: Self::Kernel,
+        dims: LaunchDims,
+        params: *mut *mut c_void,
     ) -> Result<()>;
 }
 

@@ -371,6 +371,14 @@ pub enum Error {
         /// The entry point's name, e.g. `"cuMemAllocAsync"`.
         symbol: &'static str,
     },
+    /// The backend cannot do this at all (not a failure of the driver): the host backend,
+    /// for one, cannot run foreign module images, which only a GPU driver can compile.
+    Unsupported {
+        /// The backend asked (`"cuda"`, `"host"`, ...).
+        backend: &'static str,
+        /// What it cannot do, e.g. `"loading a module image"`.
+        what: &'static str,
+    },
 
     // ----- free-form detail for errors that carry several names -----
     /// A limit was exceeded; `detail` names the items involved.
@@ -606,6 +614,9 @@ impl fmt::Display for Error {
                 "the installed {backend} driver has no entry point {symbol}; it is older than \
                  this call needs: update the driver, or avoid the feature that uses {symbol}"
             ),
+            Error::Unsupported { backend, what } => {
+                write!(f, "the {backend} backend does not support {what}")
+            }
             Error::LimitExceeded {
                 what,
                 required,

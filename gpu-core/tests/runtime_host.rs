@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
 use gpu_core::allocator::MemoryKind;
-use gpu_core::backend::{Backend, LaunchDims};
+use gpu_core::backend::{Backend, FillValue, LaunchDims};
 use gpu_core::host::{CallKind, HostBackend, HostConfig};
 use gpu_core::runtime::{
     Arg, DeviceGuard, LiveObjects, RecordingBackend, Runtime, RuntimeConfig, restore_failures,
@@ -797,4 +797,137 @@ fn teardown_gives_back_memory_freed_on_streams_whose_fences_it_never_saw_complet
     rt.shutdown().unwrap();
     backend.clear_faults();
     assert_eq!(backend.stats().allocations, 0, "{:?}", backend.stats());
+}
+
+#[test]
+fn a_launch_above_the_opt_in_limit_is_refused_before_the_driver() {
+    let rt = runtime();
+    let fill = rt.kernel(D0, "fill_u32").unwrap();
+    let limit = rt.device_info(D0).unwrap().workgroup.max_per_block_opt_in;
+    let buffer = rt.alloc(D0, MemoryKind::Device, 1024).unwrap();
+    let before = rt.backend().calls();
+    let dims = LaunchDims {
+        dynamic_workgroup_bytes: limit + 1,
+        ..LaunchDims::linear(1, 256)
+    };
+    let args = [Arg::Span(buffer.all()), Arg::U32(0), Arg::U64(256)];
+    let mut after = vec![];
+    // SAFETY: refused before anything runs.
+    let refused = unsafe { fill.launch(dims, &args, &mut after) }.unwrap_err();
+    assert!(
+        matches!(refused, Error::LimitExceeded { required, limit: l, .. }
+            if required == limit as usize + 1 && l == limit as usize),
+        "{refused}"
+    );
+    // SAFETY: refused before the (null) parameter array is read.
+    let packed = unsafe { fill.launch_packed(dims, std::ptr::null_mut(), &mut after) };
+    assert!(matches!(packed, Err(Error::LimitExceeded { .. })));
+    assert_eq!(rt.backend().calls().since(&before).total, 0);
+}
+
+#[test]
+fn module_images_are_refused_by_the_host_backend_through_the_runtime() {
+    let rt = runtime();
+    let image = c"// PTX";
+    // SAFETY: a NUL-terminated image that outlives the call (it is refused anyway).
+    let loaded = unsafe { rt.load_module(D0, image.as_ptr().cast()) };
+    assert!(
+        matches!(
+            loaded,
+            Err(Error::Unsupported {
+                backend: "host",
+                ..
+            })
+        ),
+        "{loaded:?}"
+    );
+    // SAFETY: as above.
+    let unknown = unsafe { rt.load_module(DeviceId(5), image.as_ptr().cast()) };
+    assert!(matches!(unknown, Err(Error::UnknownDevice { .. })));
+}
+
+#[test]
+fn fill_elements_writes_16_and_32_bit_words_through_raw_spans() {
+    let rt = runtime();
+    let buffer = rt.alloc(D0, MemoryKind::Device, 64).unwrap();
+    // SAFETY: a live buffer of this runtime, waited for below before it is freed.
+    let raw = unsafe { gpu_core::runtime::Span::from_raw(buffer.address(), 64) };
+    let words = rt
+        .fill_elements(
+            D0,
+            raw.sub(0, 32).unwrap(),
+            FillValue::U32(0xa1b2_c3d4),
+            &mut vec![],
+        )
+        .unwrap();
+    let halves = rt
+        .fill_elements(
+            D0,
+            raw.sub(32, 32).unwrap(),
+            FillValue::U16(0x0bad),
+            &mut vec![words],
+        )
+        .unwrap();
+    let mut back = vec![0u8; 64];
+    rt.download(D0, &mut back, buffer.all(), &mut vec![halves])
+        .unwrap();
+    assert!(
+        back[..32]
+            .chunks_exact(4)
+            .all(|w| w == 0xa1b2_c3d4u32.to_ne_bytes())
+    );
+    assert!(
+        back[32..]
+            .chunks_exact(2)
+            .all(|h| h == 0x0badu16.to_ne_bytes())
+    );
+    let ragged = rt.fill_elements(D0, raw.sub(0, 6).unwrap(), FillValue::U32(1), &mut vec![]);
+    assert!(matches!(
+        ragged,
+        Err(Error::OutOfBounds {
+            offset: 4,
+            len: 4,
+            size: 6
+        })
+    ));
+}
+
+/// A detached fork gives its stream back at once; a branch found done by `wait_if_done` ends
+/// without a synchronisation, a released one goes unreported, and a buffer can be freed after a
+/// branch (which names the stream its point was recorded on).
+#[test]
+fn detached_forks_polls_releases_and_frees_after_a_token() {
+    let rt = runtime();
+    let buffer = rt.alloc(D0, MemoryKind::Device, 256).unwrap();
+    let filled = rt.fill(D0, buffer.all(), 7, &mut vec![]).unwrap();
+    let streams_before = rt.stats().stream_acquires;
+    let [for_event, for_stream] =
+        <[gpu_core::token::Token; 2]>::try_from(rt.fork_detached(filled, 2).unwrap()).unwrap();
+    // The stream went back: new work with no dependency takes it from the pool again.
+    let other = rt.alloc(D0, MemoryKind::Device, 256).unwrap();
+    let next = rt.fill(D0, other.all(), 1, &mut vec![]).unwrap();
+    assert_eq!(
+        rt.stats().streams_created,
+        1,
+        "the pooled stream was reused"
+    );
+    assert!(rt.stats().stream_acquires > streams_before);
+    rt.wait(next).unwrap();
+    // Done by now (the same in-order stream ran the fill): ended without a wait.
+    let synchronizes = rt.backend().calls().of(CallKind::EventSynchronize);
+    let for_event_id = for_event.id();
+    assert!(rt.wait_if_done(for_event).unwrap().is_none());
+    assert_eq!(
+        rt.backend().calls().of(CallKind::EventSynchronize),
+        synchronizes
+    );
+    rt.free_after(buffer, &for_stream).unwrap();
+    rt.release(for_stream).unwrap();
+    assert!(matches!(
+        rt.release(gpu_core::token::Token::from_id(for_event_id)),
+        Err(Error::TokenConsumed { .. })
+    ));
+    drop(other);
+    let report = rt.shutdown().unwrap();
+    assert_eq!(report.program.unwaited, vec![], "releases are not reported");
 }

@@ -975,6 +975,13 @@ pub type PFN_cuMemsetD8Async = unsafe extern "C" fn(
     N: usize,
     hStream: CUstream,
 ) -> CUresult;
+/// `cuMemsetD16Async` as cuda.h declares it: cuGetProcAddress("cuMemsetD16Async", 3020).
+pub type PFN_cuMemsetD16Async = unsafe extern "C" fn(
+    dstDevice: CUdeviceptr,
+    us: ::core::ffi::c_ushort,
+    N: usize,
+    hStream: CUstream,
+) -> CUresult;
 /// `cuMemsetD32Async` as cuda.h declares it: cuGetProcAddress("cuMemsetD32Async", 3020).
 pub type PFN_cuMemsetD32Async = unsafe extern "C" fn(
     dstDevice: CUdeviceptr,
@@ -1218,6 +1225,7 @@ macro_rules! cuda_entry_points {
             (cuMemcpyDtoDAsync, c"cuMemcpyDtoDAsync", cuMemcpyDtoDAsync_v2, 3020, PFN_cuMemcpyDtoDAsync),
             (cuMemcpyAsync, c"cuMemcpyAsync", cuMemcpyAsync, 4000, PFN_cuMemcpyAsync),
             (cuMemsetD8Async, c"cuMemsetD8Async", cuMemsetD8Async, 3020, PFN_cuMemsetD8Async),
+            (cuMemsetD16Async, c"cuMemsetD16Async", cuMemsetD16Async, 3020, PFN_cuMemsetD16Async),
             (cuMemsetD32Async, c"cuMemsetD32Async", cuMemsetD32Async, 3020, PFN_cuMemsetD32Async),
             (cuModuleLoadData, c"cuModuleLoadData", cuModuleLoadData, 2000, PFN_cuModuleLoadData),
             (cuModuleUnload, c"cuModuleUnload", cuModuleUnload, 2000, PFN_cuModuleUnload),

@@ -77,10 +77,11 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
 use crate::allocator::{AllocatorCapabilities, KindSupport, MemoryKind};
-use crate::backend::{Backend, DeviceInfo, KernelArg, LaunchDims, check_device};
+use crate::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device};
 use crate::error::{ByteRange, DriverError, Error, Result};
 use crate::id::DeviceId;
 use crate::workgroup::WorkgroupLimits;
+use core::ffi::{CStr, c_void};
 
 use current::CurrentDevice;
 use faults::CallLedger;
@@ -329,6 +330,11 @@ fn join_all(entries: Vec<StreamEntry>) {
     }
 }
 
+/// A module image on the host backend, which cannot load any ([`Backend::module_load`] is
+/// [`Error::Unsupported`] there): a type with no values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostModule {}
+
 /// The host backend. See the [module documentation](self).
 pub struct HostBackend {
     devices: Vec<HostDeviceConfig>,
@@ -555,6 +561,7 @@ impl Backend for HostBackend {
     type Stream = HostStream;
     type Event = HostEvent;
     type Kernel = HostKernel;
+    type Module = HostModule;
     type SavedCurrent = Option<DeviceId>;
 
     fn name(&self) -> &'static str {
@@ -828,14 +835,54 @@ impl Backend for HostBackend {
     /// As for `copy`: only a range outside this backend's allocations must be kept valid by
     /// the caller; the host must still not race with the fill.
     unsafe fn fill(&self, stream: HostStream, dst: usize, value: u8, bytes: usize) -> Result<()> {
+        // SAFETY: the caller's promise, for the same bytes.
+        unsafe { self.fill_elements(stream, dst, FillValue::U8(value), bytes) }
+    }
+
+    /// # Safety
+    /// As for `fill`. A destination not aligned to the element width is the driver's invalid
+    /// value, as on CUDA.
+    unsafe fn fill_elements(
+        &self,
+        stream: HostStream,
+        dst: usize,
+        value: FillValue,
+        count: usize,
+    ) -> Result<()> {
         let call = self.calls.enter(CallKind::Fill)?;
         let shared = self.current_stream(stream, call)?;
+        let width = value.width();
+        let bytes = count.checked_mul(width).ok_or(Error::AddressOverflow {
+            ptr: dst,
+            len: count,
+        })?;
+        if dst % width != 0 {
+            return Err(HostErrorCode::InvalidValue.error(call));
+        }
         let hold = Self::hold_range(&lock(&self.memory), dst, bytes, "fill destination", call)?;
         shared.enqueue(
             WorkOp::Fill { dst, value, bytes },
             Payload::Hold(hold.into_iter().collect()),
         );
         Ok(())
+    }
+
+    /// Unsupported: the host backend runs kernels written in Rust and registered by name, and
+    /// cannot compile a foreign module image (PTX, cubin), which only a GPU driver can.
+    unsafe fn module_load(&self, device: DeviceId, _image: *const c_void) -> Result<HostModule> {
+        check_device(self, device)?;
+        Err(Error::Unsupported {
+            backend: "host",
+            what: "loading a module image (PTX or cubin: only a GPU driver compiles those)",
+        })
+    }
+
+    fn module_unload(&self, module: HostModule) -> Result<()> {
+        match module {}
+    }
+
+    fn module_kernel(&self, module: HostModule, _name: &CStr) -> Result<HostKernel> {
+        match module {}
     }
 
     fn kernel(&self, device: DeviceId, name: &str) -> Result<HostKernel> {
@@ -910,5 +957,20 @@ impl Backend for HostBackend {
         };
         shared.enqueue(WorkOp::Launch { kernel }, Payload::Launch(Box::new(launch)));
         Ok(())
+    }
+
+    /// Unsupported: the host backend's kernels take typed arguments ([`KernelArg`]), which a
+    /// raw parameter array does not describe.
+    unsafe fn launch_packed(
+        &self,
+        _stream: HostStream,
+        _kernel: HostKernel,
+        _dims: LaunchDims,
+        _params: *mut *mut c_void,
+    ) -> Result<()> {
+        Err(Error::Unsupported {
+            backend: "host",
+            what: "launching with a raw parameter array (its kernels take typed arguments)",
+        })
     }
 }

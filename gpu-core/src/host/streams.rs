@@ -12,6 +12,7 @@ use std::sync::{Condvar, Mutex};
 use super::kernels::{HostKernel, Launch};
 use super::memory::Block;
 use super::{HostErrorCode, lock};
+use crate::backend::FillValue;
 use crate::error::{Error, Result};
 use crate::id::DeviceId;
 
@@ -70,13 +71,13 @@ pub enum WorkOp {
         /// Bytes copied.
         bytes: usize,
     },
-    /// Set `bytes` at `dst` to `value`.
+    /// Set `bytes` at `dst` to `value`, element by element.
     Fill {
         /// Destination address.
         dst: usize,
-        /// The byte written.
-        value: u8,
-        /// Bytes written.
+        /// The element written (a byte, or a 16- or 32-bit word).
+        value: FillValue,
+        /// Bytes written (a whole number of elements).
         bytes: usize,
     },
     /// Run a kernel.
@@ -365,8 +366,24 @@ fn execute(item: &WorkItem) -> Result<()> {
             Ok(())
         }
         (WorkOp::Fill { dst, value, bytes }, _) => {
-            // SAFETY: as for a copy's destination.
-            unsafe { core::ptr::write_bytes(*dst as *mut u8, *value, *bytes) };
+            let pattern = match *value {
+                FillValue::U8(v) => {
+                    // SAFETY: as for a copy's destination.
+                    unsafe { core::ptr::write_bytes(*dst as *mut u8, v, *bytes) };
+                    return Ok(());
+                }
+                FillValue::U16(v) => {
+                    let [a, b] = v.to_ne_bytes();
+                    [a, b, a, b]
+                }
+                FillValue::U32(v) => v.to_ne_bytes(),
+            };
+            // SAFETY: as for a copy's destination; the pattern repeats every element's bytes,
+            // so writing it byte by byte sets each element (whatever the alignment).
+            let dst = unsafe { core::slice::from_raw_parts_mut(*dst as *mut u8, *bytes) };
+            dst.iter_mut()
+                .zip(pattern.iter().cycle())
+                .for_each(|(byte, &value)| *byte = value);
             Ok(())
         }
         (WorkOp::Launch { .. }, Payload::Launch(launch)) => {

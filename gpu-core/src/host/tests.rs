@@ -306,7 +306,15 @@ fn a_stream_of_one_device_waits_for_an_event_of_another() {
     let log = b.work_log();
     let last_fill = log
         .iter()
-        .filter(|r| matches!(r.op, WorkOp::Fill { value: 8, .. }))
+        .filter(|r| {
+            matches!(
+                r.op,
+                WorkOp::Fill {
+                    value: FillValue::U8(8),
+                    ..
+                }
+            )
+        })
         .map(|r| r.finished)
         .max()
         .unwrap();
@@ -1244,7 +1252,10 @@ fn the_work_log_keeps_the_most_recent_items() {
         .work_log()
         .iter()
         .map(|r| match r.op {
-            WorkOp::Fill { value, .. } => value,
+            WorkOp::Fill {
+                value: FillValue::U8(value),
+                ..
+            } => value,
             _ => 0,
         })
         .collect();
@@ -1332,5 +1343,66 @@ fn registering_a_name_again_changes_later_loads_only() {
         "the old handle keeps its function"
     );
     assert_eq!(runs[1].load(Ordering::Relaxed), 2);
+    b.stream_destroy(s).unwrap();
+}
+
+#[test]
+fn fill_elements_sets_16_and_32_bit_values_and_refuses_misaligned_or_overflowing_ones() {
+    let b = backend();
+    b.set_current_device(Some(D0)).unwrap();
+    let s = b.stream_create(D0).unwrap();
+    let buffer = b.allocate(D0, MemoryKind::Device, 64).unwrap().unwrap();
+    // SAFETY (every fill and copy here): a live allocation of `b` (held by the backend while
+    // the work runs) and `host`, untouched until the synchronise.
+    unsafe { b.fill_elements(s, buffer, FillValue::U32(0x0102_0304), 8) }.unwrap();
+    unsafe { b.fill_elements(s, buffer + 32, FillValue::U16(0xbeef), 16) }.unwrap();
+    let mut host = [0u8; 64];
+    unsafe { b.copy(s, addr_mut(&mut host), buffer, 64) }.unwrap();
+    b.stream_synchronize(s).unwrap();
+    let words: Vec<u32> = host[..32]
+        .chunks(4)
+        .map(|c| u32::from_ne_bytes(c.try_into().unwrap()))
+        .collect();
+    let halves: Vec<u16> = host[32..]
+        .chunks(2)
+        .map(|c| u16::from_ne_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(words, [0x0102_0304; 8]);
+    assert_eq!(halves, [0xbeef; 16]);
+
+    let misaligned = unsafe { b.fill_elements(s, buffer + 2, FillValue::U32(1), 1) };
+    assert_eq!(code(misaligned), HostErrorCode::InvalidValue);
+    let overflowing = unsafe { b.fill_elements(s, buffer, FillValue::U16(1), usize::MAX) };
+    assert!(matches!(overflowing, Err(Error::AddressOverflow { .. })));
+    b.stream_destroy(s).unwrap();
+    b.free(D0, MemoryKind::Device, buffer, None).unwrap();
+}
+
+#[test]
+fn foreign_module_images_and_packed_launches_are_unsupported_on_the_host() {
+    let b = backend();
+    b.set_current_device(Some(D0)).unwrap();
+    let image = c"// PTX text";
+    // SAFETY: a NUL-terminated image, readable during the call.
+    let loaded = unsafe { b.module_load(D0, image.as_ptr().cast()) };
+    assert!(
+        matches!(
+            loaded,
+            Err(Error::Unsupported {
+                backend: "host",
+                ..
+            })
+        ),
+        "{loaded:?}"
+    );
+    // SAFETY: as above; the device does not exist, which is checked first.
+    let unknown = unsafe { b.module_load(DeviceId(7), image.as_ptr().cast()) };
+    assert!(matches!(unknown, Err(Error::UnknownDevice { .. })));
+    let s = b.stream_create(D0).unwrap();
+    let kernel = b.kernel(D0, "fill_u32").unwrap();
+    // SAFETY: refused before anything reads the (null) parameter array.
+    let launched =
+        unsafe { b.launch_packed(s, kernel, LaunchDims::linear(1, 1), core::ptr::null_mut()) };
+    assert!(matches!(launched, Err(Error::Unsupported { .. })));
     b.stream_destroy(s).unwrap();
 }

@@ -24,11 +24,12 @@ use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use crate::allocator::{
     AllocRequest, Allocation, AllocatorConfig, AllocatorStats, BlockHandle, MemoryKind,
 };
-use crate::backend::{Backend, DeviceInfo, KernelArg, LaunchDims};
+use crate::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims};
 use crate::error::{ByteRange, Error, Result};
 use crate::id::{DeviceId, StreamId};
 use crate::lock_table::{LockStats, Locked, SharedLockTable, Unlocked};
-use crate::token::{PlannerFootprint, ProgramReport, Token};
+use crate::token::{self, PlannerFootprint, ProgramReport, Token};
+use core::ffi::{CStr, c_void};
 use drivers::{HostPins, Streams};
 use lock::BackoffMutex;
 use memory::{DeviceMemory, MemoryGuard};
@@ -37,6 +38,10 @@ use state::{KernelIndex, State};
 pub use guard::{DeviceGuard, restore_failures, with_device};
 pub use recording::{LiveObjects, RecordingBackend};
 pub use worker::{DeviceWorker, Ticket};
+
+/// A module image a program loaded into a runtime ([`Runtime::load_module`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ModuleId(u32);
 
 /// Tunables of a [`Runtime`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -238,6 +243,52 @@ impl<B: Backend> Runtime<B> {
         }
     }
 
+    /// Forks `token` into `count` branches that share one event recorded now and gives its
+    /// stream back to the pool at once (no branch keeps it), for layers whose handles may be
+    /// abandoned without a word: such a handle then holds an event, never a stream.
+    pub fn fork_detached(&self, token: Token, count: usize) -> Result<Vec<Token>> {
+        let mut state = self.state()?;
+        let mut branches = Vec::with_capacity(count);
+        state.planner.fork_detached(token, count, &mut branches)?;
+        match state.execute(&self.backend, &mut state::no_work) {
+            Ok(()) => Ok(branches),
+            Err(e) => {
+                for branch in branches {
+                    state.abandon(&self.backend, branch);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Ends `token` without waiting and without reporting it at shutdown: for a token whose
+    /// work is observed through another one, or that its holder gave up on purpose (an MLIR
+    /// event destroyed). What it held goes back to the pools.
+    pub fn release(&self, token: Token) -> Result<()> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.planner.release(token)?;
+        state.execute(&self.backend, &mut state::no_work)
+    }
+
+    /// Ends `token` if its work has completed already, without blocking: `Ok(None)` then (one
+    /// event query, and no synchronisation: the query reported success, so there is no error
+    /// left to observe); otherwise the token comes back, unchanged. Only a fork branch can be
+    /// found done: a token that owns its stream is handed back unasked (the backend has no
+    /// stream query).
+    pub fn wait_if_done(&self, token: Token) -> Result<Option<Token>> {
+        let state = self.state()?;
+        let event = match state.planner.pending_of(&token)? {
+            token::PendingWait::Event(event) => state.event_handle(event)?,
+            token::PendingWait::Stream(_) => return Ok(Some(token)),
+        };
+        drop(state);
+        if self.backend.event_query(event)? {
+            self.release(token).map(|()| None)
+        } else {
+            Ok(Some(token))
+        }
+    }
+
     /// Blocks until the work behind `token` has completed, and reports its failure if any.
     /// The runtime's state is not locked while blocking: other threads go on submitting (the
     /// stream or event waited on stays out of the pools until the wait ends).
@@ -295,6 +346,19 @@ impl<B: Backend> Runtime<B> {
         // The memory exists in that stream's order: even unused, it is freed after that point.
         buffer.uses.get_mut().push(stream);
         Ok((buffer, token))
+    }
+
+    /// Frees `buffer` after the work behind `after` as well as every stream that used it: for
+    /// memory used through raw addresses ([`Span::from_raw`]), which the buffer cannot see.
+    pub fn free_after(&self, buffer: Buffer<'_, B>, after: &Token) -> Result<()> {
+        let stream = self
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .planner
+            .stream_of(after)?;
+        Span::note_stream(&buffer.uses, stream);
+        buffer.release()
     }
 
     /// Frees `buffer` now, reporting a failure (dropping it frees it too, silently). The memory
@@ -543,7 +607,29 @@ impl<B: Backend> Runtime<B> {
         value: u8,
         after: &mut Vec<Token>,
     ) -> Result<Token> {
+        self.fill_elements(device, dst, FillValue::U8(value), after)
+    }
+
+    /// Enqueues setting every element of `dst` to `value` (8, 16 or 32 bits wide) on a stream
+    /// of `device`. A span that is not a whole number of elements is refused
+    /// ([`Error::OutOfBounds`]: the last element would run past it).
+    pub fn fill_elements(
+        &self,
+        device: DeviceId,
+        dst: Span<'_>,
+        value: FillValue,
+        after: &mut Vec<Token>,
+    ) -> Result<Token> {
         dst.check_device(device)?;
+        let width = value.width();
+        if dst.len % width != 0 {
+            // The last element would run past the span.
+            return Err(Error::OutOfBounds {
+                offset: dst.len - dst.len % width,
+                len: width,
+                size: dst.len,
+            });
+        }
         self.submit(
             device,
             after,
@@ -551,9 +637,45 @@ impl<B: Backend> Runtime<B> {
             |backend, stream| {
                 // SAFETY: as in `copy`: the span is memory the runtime owns or borrows, kept until
                 // the stream noted on it by `submit` has finished with it.
-                unsafe { backend.fill(stream, dst.address, value, dst.len) }
+                unsafe { backend.fill_elements(stream, dst.address, value, dst.len / width) }
             },
         )
+    }
+
+    /// Loads a program's module image (CUDA: PTX, cubin or fatbin) on `device` now, so a bad
+    /// image fails here; other devices load it at their first [`Runtime::module_kernel`].
+    ///
+    /// # Safety
+    /// `image` points to a complete image in a format the backend's driver reads, and stays
+    /// readable until [`Runtime::unload_module`] or the runtime's shutdown.
+    pub unsafe fn load_module(&self, device: DeviceId, image: *const c_void) -> Result<ModuleId> {
+        self.device_info(device)?;
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.state()?.load_module(&self.backend, device, image) }
+    }
+
+    /// Unloads `module` on every device; its kernels are refused afterwards.
+    pub fn unload_module(&self, module: ModuleId) -> Result<()> {
+        self.state()?.unload_module(&self.backend, module)
+    }
+
+    /// Kernel `name` of `module` on `device` (the module is loaded there first if it is not):
+    /// a handle to launch it by, cached per module, name and device.
+    pub fn module_kernel(
+        &self,
+        module: ModuleId,
+        device: DeviceId,
+        name: &CStr,
+    ) -> Result<Kernel<'_, B>> {
+        let info = self.device_info(device)?;
+        let index = self
+            .state()?
+            .module_kernel(&self.backend, module, device, name, info)?;
+        Ok(Kernel {
+            runtime: self,
+            device,
+            index,
+        })
     }
 
     /// Kernel `name` of the backend's kernel library on `device`, loaded at the first call: a
@@ -893,6 +1015,18 @@ impl<'a> Span<'a> {
         }
     }
 
+    /// A span of memory the runtime neither owns nor borrows (a program's own pointers, as an
+    /// FFI layer receives them): nothing orders its release after the work that uses it, so
+    /// the caller does.
+    ///
+    /// # Safety
+    /// `[address, address + len)` stays valid, as memory the devices that use it can reach,
+    /// until every operation given this span has completed, and the host does not race with
+    /// those operations.
+    pub unsafe fn from_raw(address: usize, len: usize) -> Span<'static> {
+        Span::raw(address, len)
+    }
+
     /// The address of the span's first byte.
     pub fn address(&self) -> usize {
         self.address
@@ -930,10 +1064,14 @@ impl<'a> Span<'a> {
 
     fn note_use(&self, stream: StreamId) {
         if let Some(uses) = self.uses {
-            let mut uses = uses.lock();
-            if !uses.contains(&stream) {
-                uses.push(stream);
-            }
+            Self::note_stream(uses, stream);
+        }
+    }
+
+    fn note_stream(uses: &UseList, stream: StreamId) {
+        let mut uses = uses.lock();
+        if !uses.contains(&stream) {
+            uses.push(stream);
         }
     }
 }
@@ -1046,8 +1184,67 @@ impl<B: Backend> Kernel<'_, B> {
         self.device
     }
 
+    /// Enqueues the kernel on its device after `after` with the program's own parameter array
+    /// (CUDA's `void **kernelParams`), as a compiler lays it out: for kernels of a program's
+    /// module ([`Runtime::module_kernel`]). A dynamic workgroup size above the device's default
+    /// limit is opted in first (once per kernel and size); one above the device's opt-in limit
+    /// is refused with [`Error::LimitExceeded`] before the driver is asked.
+    ///
+    /// # Safety
+    /// `params` points to one valid pointer per kernel parameter, each to a value of that
+    /// parameter's type, readable during the call; every byte the kernel reaches stays valid
+    /// until it has completed, and the host does not race with it.
+    pub unsafe fn launch_packed(
+        &self,
+        dims: LaunchDims,
+        params: *mut *mut c_void,
+        after: &mut Vec<Token>,
+    ) -> Result<Token> {
+        let (runtime, device) = (self.runtime, self.device);
+        let mut state = self.prepare(dims)?;
+        let kernel = state.kernel_for(
+            &runtime.backend,
+            device,
+            self.index,
+            dims.dynamic_workgroup_bytes,
+        )?;
+        Runtime::run_planned(
+            &mut state,
+            &runtime.backend,
+            device,
+            after,
+            &|_| (),
+            |backend, stream| {
+                // SAFETY: this function's contract, passed on.
+                unsafe { backend.launch_packed(stream, kernel, dims, params) }
+            },
+        )
+    }
+
+    /// Refuses dynamic workgroup memory above the device's opt-in limit, then locks the state.
+    fn prepare(&self, dims: LaunchDims) -> Result<MutexGuard<'_, State<B>>> {
+        let limit = self
+            .runtime
+            .device_info(self.device)?
+            .workgroup
+            .max_per_block_opt_in;
+        if dims.dynamic_workgroup_bytes > limit {
+            return Err(Error::LimitExceeded {
+                what: "dynamic workgroup memory per workgroup",
+                required: dims.dynamic_workgroup_bytes as usize,
+                limit: limit as usize,
+                detail: alloc::vec![alloc::format!(
+                    "{} with opt-in; less, or split the work",
+                    self.device
+                )],
+            });
+        }
+        self.runtime.state()
+    }
+
     /// Enqueues the kernel on its device after `after`. A dynamic workgroup size above the
-    /// device's default limit is opted in first (once per kernel and size).
+    /// device's default limit is opted in first (once per kernel and size); one above the
+    /// device's opt-in limit is refused with [`Error::LimitExceeded`].
     ///
     /// # Safety
     /// The runtime keeps every span argument alive and ordered until the kernel has finished,
@@ -1077,7 +1274,7 @@ impl<B: Backend> Kernel<'_, B> {
             on_heap = args.iter().map(Arg::value).collect();
             &on_heap
         };
-        let mut state = runtime.state()?;
+        let mut state = self.prepare(dims)?;
         let kernel = state.kernel_for(
             &runtime.backend,
             device,

@@ -10,10 +10,11 @@ use alloc::vec::Vec;
 use std::sync::{Mutex, PoisonError};
 
 use crate::allocator::MemoryKind;
-use crate::backend::{Backend, DeviceInfo, KernelArg, LaunchDims};
+use crate::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims};
 use crate::error::{ByteRange, DriverError, Error, Result};
 use crate::id::{DeviceId, EventId, StreamId};
 use crate::token::{Defect, TraceOp, check};
+use core::ffi::{CStr, c_void};
 
 /// Trace ids given to raw handles, newest last.
 struct Names<H> {
@@ -193,6 +194,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     type Stream = B::Stream;
     type Event = B::Event;
     type Kernel = B::Kernel;
+    type Module = B::Module;
     const SCOPES_ITS_CALLS: bool = B::SCOPES_ITS_CALLS;
     type SavedCurrent = B::SavedCurrent;
 
@@ -431,6 +433,40 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         result
     }
 
+    /// # Safety
+    /// The wrapped backend's: the arguments reach it unchanged.
+    unsafe fn fill_elements(
+        &self,
+        stream: B::Stream,
+        dst: usize,
+        value: FillValue,
+        count: usize,
+    ) -> Result<()> {
+        self.enter("fill_elements")?;
+        // SAFETY: the caller upholds `fill_elements`'s contract for these very arguments.
+        let result = unsafe { self.inner.fill_elements(stream, dst, value, count) };
+        self.launch_on(&result, stream);
+        result
+    }
+
+    /// # Safety
+    /// The wrapped backend's: the arguments reach it unchanged.
+    unsafe fn module_load(&self, device: DeviceId, image: *const c_void) -> Result<B::Module> {
+        self.enter("module_load")?;
+        // SAFETY: the caller upholds `module_load`'s contract for this very image.
+        unsafe { self.inner.module_load(device, image) }
+    }
+
+    fn module_unload(&self, module: B::Module) -> Result<()> {
+        self.enter("module_unload")?;
+        self.inner.module_unload(module)
+    }
+
+    fn module_kernel(&self, module: B::Module, name: &CStr) -> Result<B::Kernel> {
+        self.enter("module_kernel")?;
+        self.inner.module_kernel(module, name)
+    }
+
     fn kernel(&self, device: DeviceId, name: &str) -> Result<B::Kernel> {
         self.enter("kernel")?;
         self.inner.kernel(device, name)
@@ -453,6 +489,22 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.enter("launch")?;
         // SAFETY: the caller upholds `launch`'s contract for these very arguments.
         let result = unsafe { self.inner.launch(stream, kernel, dims, args) };
+        self.launch_on(&result, stream);
+        result
+    }
+
+    /// # Safety
+    /// The wrapped backend's: the arguments reach it unchanged.
+    unsafe fn launch_packed(
+        &self,
+        stream: B::Stream,
+        kernel: B::Kernel,
+        dims: LaunchDims,
+        params: *mut *mut c_void,
+    ) -> Result<()> {
+        self.enter("launch_packed")?;
+        // SAFETY: the caller upholds `launch_packed`'s contract for these very arguments.
+        let result = unsafe { self.inner.launch_packed(stream, kernel, dims, params) };
         self.launch_on(&result, stream);
         result
     }

@@ -2,14 +2,16 @@
 //! the planner's streams and events, the kernel cache; and the code that carries a plan out on
 //! the backend, step by step, each under the device guard. (Memory has a lock per device.)
 
+use alloc::ffi::CString;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
+use core::ffi::{CStr, c_void};
 
-use super::RuntimeStats;
 use super::drivers::{StreamSlot, Streams, find_stream};
 use super::guard::with_device;
 use super::lock::BackoffMutex;
 use super::memory::DeviceMemory;
+use super::{ModuleId, RuntimeStats};
 use crate::backend::{Backend, DeviceInfo};
 use crate::error::{Error, Result};
 use crate::id::{DeviceId, EventId, StreamId};
@@ -59,6 +61,20 @@ struct LoadedKernel<K> {
     kernel: K,
     allowed_bytes: u32,
     opt_in_limit: u32,
+    /// The program's module it came from (`None`: the backend's library).
+    module: Option<ModuleId>,
+}
+
+/// A program's module image: loaded on a device at the first kernel asked of it there.
+struct ModuleSlot<M> {
+    /// The image's address (the loader keeps it readable until the module is unloaded).
+    image: usize,
+    /// The module as loaded on each device, by device index.
+    loaded: Vec<Option<M>>,
+    /// Indices of its kernels by name, then by device.
+    kernels: hashbrown::HashMap<CString, Vec<Option<KernelIndex>>>,
+    /// Set by unloading: its kernels are refused from then on.
+    unloaded: bool,
 }
 
 /// Where a loaded kernel sits in the state: what a [`super::Kernel`] handle holds.
@@ -78,6 +94,8 @@ pub(crate) struct State<B: Backend> {
     kernel_names: hashbrown::HashMap<String, Vec<Option<KernelIndex>>>,
     /// Loaded kernels, in loading order.
     kernels: Vec<LoadedKernel<B::Kernel>>,
+    /// Module images programs loaded, by [`ModuleId`].
+    modules: Vec<ModuleSlot<B::Module>>,
     next_op: u32,
     /// Events whose last record failed and was replaced by synchronising its stream: the
     /// work before that point has finished, so waits on them are skipped until the next record.
@@ -106,6 +124,7 @@ impl<B: Backend> State<B> {
             events: Vec::new(),
             kernel_names: hashbrown::HashMap::new(),
             kernels: Vec::new(),
+            modules: Vec::new(),
             next_op: 0,
             completed_on_host: Vec::new(),
             poisoned: None,
@@ -344,6 +363,11 @@ impl<B: Backend> State<B> {
         &self.streams
     }
 
+    /// The driver event of `event`.
+    pub(crate) fn event_handle(&self, event: EventId) -> Result<B::Event> {
+        Ok(self.event(event)?.1)
+    }
+
     fn event(&self, event: EventId) -> Result<(DeviceId, B::Event)> {
         self.events
             .get(event.index())
@@ -393,18 +417,125 @@ impl<B: Backend> State<B> {
             return Ok(index);
         }
         let kernel = with_device(backend, device, || backend.kernel(device, name))?;
-        let index = KernelIndex(self.kernels.len() as u32);
-        self.kernels.push(LoadedKernel {
-            kernel,
-            allowed_bytes: info.workgroup.default_per_block,
-            opt_in_limit: info.workgroup.max_per_block(),
-        });
+        let index = self.push_kernel(kernel, info, None);
         let by_device = self.kernel_names.entry(name.to_string()).or_default();
         if by_device.len() <= slot {
             by_device.resize(slot + 1, None);
         }
         by_device[slot] = Some(index);
         Ok(index)
+    }
+
+    fn push_kernel(
+        &mut self,
+        kernel: B::Kernel,
+        info: &DeviceInfo,
+        module: Option<ModuleId>,
+    ) -> KernelIndex {
+        let index = KernelIndex(self.kernels.len() as u32);
+        self.kernels.push(LoadedKernel {
+            kernel,
+            allowed_bytes: info.workgroup.default_per_block,
+            opt_in_limit: info.workgroup.max_per_block(),
+            module,
+        });
+        index
+    }
+
+    /// Loads the module image at `image` on `device` now (so a bad image fails here) and
+    /// registers it; other devices load it at their first kernel.
+    ///
+    /// # Safety
+    /// As [`super::Runtime::load_module`].
+    pub(crate) unsafe fn load_module(
+        &mut self,
+        backend: &B,
+        device: DeviceId,
+        image: *const c_void,
+    ) -> Result<ModuleId> {
+        // SAFETY: the caller's promise for the image.
+        let module = with_device(backend, device, || unsafe {
+            backend.module_load(device, image)
+        })?;
+        let mut loaded = Vec::new();
+        loaded.resize(self.planner.device_count(), None);
+        loaded[device.index()] = Some(module);
+        let id = ModuleId(self.modules.len() as u32);
+        self.modules.push(ModuleSlot {
+            image: image as usize,
+            loaded,
+            kernels: hashbrown::HashMap::new(),
+            unloaded: false,
+        });
+        Ok(id)
+    }
+
+    fn module(&mut self, module: ModuleId) -> Result<&mut ModuleSlot<B::Module>> {
+        match self.modules.get_mut(module.0 as usize) {
+            Some(slot) if !slot.unloaded => Ok(slot),
+            _ => Err(Error::UnknownKernel {
+                backend: "runtime",
+                name: alloc::format!("(module {} was unloaded or never loaded)", module.0),
+            }),
+        }
+    }
+
+    /// Kernel `name` of `module` on `device`, loading the module there first if needed.
+    pub(crate) fn module_kernel(
+        &mut self,
+        backend: &B,
+        module: ModuleId,
+        device: DeviceId,
+        name: &CStr,
+        info: &DeviceInfo,
+    ) -> Result<KernelIndex> {
+        let slot = device.index();
+        let entry = self.module(module)?;
+        if let Some(index) = entry
+            .kernels
+            .get(name)
+            .and_then(|by_device| by_device.get(slot).copied().flatten())
+        {
+            return Ok(index);
+        }
+        let loaded = match entry.loaded.get(slot).copied().flatten() {
+            Some(loaded) => loaded,
+            None => {
+                let image = entry.image as *const c_void;
+                // SAFETY: the image stays readable until the module is unloaded (the
+                // promise `load_module` took), and it is not unloaded yet.
+                let loaded = with_device(backend, device, || unsafe {
+                    backend.module_load(device, image)
+                })?;
+                self.module(module)?.loaded[slot] = Some(loaded);
+                loaded
+            }
+        };
+        let kernel = with_device(backend, device, || backend.module_kernel(loaded, name))?;
+        let index = self.push_kernel(kernel, info, Some(module));
+        let by_device = self.module(module)?.kernels.entry(name.into()).or_default();
+        if by_device.len() <= slot {
+            by_device.resize(slot + 1, None);
+        }
+        by_device[slot] = Some(index);
+        Ok(index)
+    }
+
+    /// Unloads `module` on every device it was loaded on; its kernels are refused afterwards.
+    /// Every device is tried; the first failure is returned.
+    pub(crate) fn unload_module(&mut self, backend: &B, module: ModuleId) -> Result<()> {
+        let entry = self.module(module)?;
+        entry.unloaded = true;
+        let loaded: Vec<(usize, B::Module)> = entry
+            .loaded
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(device, slot)| slot.take().map(|m| (device, m)))
+            .collect();
+        loaded.into_iter().fold(Ok(()), |result, (device, m)| {
+            let device = DeviceId(device as u32);
+            result.and(with_device(backend, device, || backend.module_unload(m)))
+        })
     }
 
     /// The loaded kernel at `index` (of `device`), allowed `bytes` of dynamic workgroup memory
@@ -432,6 +563,14 @@ impl<B: Backend> State<B> {
                 backend: backend.name(),
                 name: String::from("(a handle this runtime did not make)"),
             })?;
+        if let Some(module) = loaded.module
+            && self.modules[module.0 as usize].unloaded
+        {
+            return Err(Error::UnknownKernel {
+                backend: backend.name(),
+                name: alloc::format!("(a kernel of module {}, unloaded)", module.0),
+            });
+        }
         if bytes > loaded.allowed_bytes {
             let kernel = loaded.kernel;
             let target = loaded.opt_in_limit.max(bytes);
@@ -500,6 +639,11 @@ impl<B: Backend> State<B> {
                         note(Err(e));
                         0
                     });
+            }
+        }
+        for module in 0..self.modules.len() {
+            if !self.modules[module].unloaded {
+                note(self.unload_module(backend, ModuleId(module as u32)));
             }
         }
         self.planner.drain_pools();

@@ -448,6 +448,11 @@ impl Planner {
         }
     }
 
+    /// How many devices the planner plans for.
+    pub fn device_count(&self) -> usize {
+        self.device_count
+    }
+
     /// This planner's id, carried in every [`TokenId`] it issues.
     pub fn id(&self) -> u16 {
         self.id
@@ -633,6 +638,44 @@ impl Planner {
             PendingWait::Stream(stream) => self.release_stream(stream),
             PendingWait::Event(event) => self.release_event_share(event),
         }
+    }
+
+    /// Forks `token` into `count` branches that each hold a share of one event recorded now,
+    /// and gives the stream back to its pool at once: unlike [`Planner::fork`], no branch keeps
+    /// the stream. For layers whose handles may be abandoned without a word (MLIR's lowering
+    /// never destroys the input streams of a join): a branch held by such a handle keeps an
+    /// event from its pool, never a stream. On error nothing changes.
+    pub fn fork_detached(
+        &mut self,
+        token: Token,
+        count: usize,
+        branches: &mut Vec<Token>,
+    ) -> Result<()> {
+        if count == 0 {
+            return Err(Error::ZeroSize {
+                what: "fork branch count",
+            });
+        }
+        let first = branches.len();
+        self.fork(token, count + 1, branches)?;
+        let owner = branches.remove(first);
+        self.release(owner)
+    }
+
+    /// Ends `token` without waiting and without noting it in the program's report: for a
+    /// token whose work is observed through another token (a fork branch of the same point)
+    /// or that its holder gave up on purpose (an MLIR event destroyed). What it held goes back
+    /// to the pools.
+    pub fn release(&mut self, token: Token) -> Result<()> {
+        let slot = self.validate(token.id())?;
+        self.release_hold(slot);
+        self.free_slot(slot);
+        Ok(())
+    }
+
+    /// What a live token would have the host synchronise, without consuming it.
+    pub(crate) fn pending_of(&self, token: &Token) -> Result<PendingWait> {
+        Ok(self.held_by(self.validate(token.id())?))
     }
 
     /// Ends `token` without waiting: releases what it held and notes it in the program's
@@ -1386,6 +1429,45 @@ mod tests {
         assert_eq!(report.unwaited[0].producer, Some(OpId(0)));
         // The next program's report starts from nothing.
         assert_eq!(p.end_program(), ProgramReport::default());
+    }
+
+    #[test]
+    fn a_detached_fork_gives_the_stream_back_and_its_releases_go_unreported() {
+        let mut p = Planner::new(1);
+        let mut plan = Vec::new();
+        let a = start(&mut p, 0, D0);
+        let stream = p.stream_of(&a).unwrap();
+        take(&mut p, &mut plan);
+        let mut branches = Vec::new();
+        p.fork_detached(a, 2, &mut branches).unwrap();
+        let at_fork = take(&mut p, &mut plan);
+        assert_eq!(records(&at_fork), 1);
+        assert!(
+            at_fork
+                .iter()
+                .any(|s| matches!(s, PlanStep::ReleaseStream { stream: s, .. } if *s == stream)),
+            "{at_fork:?}"
+        );
+        let [b1, b2] = <[Token; 2]>::try_from(branches).unwrap();
+        // The stream is free: new work after a branch runs on it, and its order implies the
+        // fork event, so nothing waits.
+        let next = then(&mut p, 1, D0, vec![b1]);
+        assert_eq!(p.stream_of(&next).unwrap(), stream);
+        assert_eq!(waits(&take(&mut p, &mut plan)), 0);
+        p.release(b2).unwrap();
+        assert!(matches!(p.release(Token::from_id(next.id())), Ok(())));
+        assert!(matches!(p.wait(next), Err(Error::TokenConsumed { .. })));
+        let mut none = Vec::new();
+        let c = start(&mut p, 2, D0);
+        assert!(matches!(
+            p.fork_detached(c, 0, &mut none),
+            Err(Error::ZeroSize { .. })
+        ));
+        assert_eq!(
+            finish_clean(&mut p, &mut plan).unwaited.len(),
+            1,
+            "only `c`"
+        );
     }
 
     #[test]

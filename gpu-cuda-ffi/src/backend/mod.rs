@@ -16,7 +16,9 @@ use core::ptr;
 use std::sync::Mutex;
 
 use gpu_core::allocator::MemoryKind;
-use gpu_core::backend::{Backend, DeviceInfo, KernelArg, LaunchDims, check_device_slots};
+use gpu_core::backend::{
+    Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device_slots,
+};
 use gpu_core::{ByteRange, DeviceId, Error, Result};
 
 use crate::driver::Driver;
@@ -50,6 +52,9 @@ macro_rules! call_raw {
     }};
 }
 
+/// What [`CudaKernel::name`] says for a kernel of a program's own module.
+const MODULE_KERNEL: &str = "(a kernel of a loaded module)";
+
 /// An in-order queue of work on one device: a non-blocking `CUstream` and its device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CudaStream {
@@ -64,13 +69,21 @@ pub struct CudaEvent {
     device: DeviceId,
 }
 
-/// A kernel of the standard library loaded on one device.
+/// A kernel loaded on one device: of the standard library, or of a module the program loaded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CudaKernel {
     function: sys::CUfunction,
     device: DeviceId,
-    /// Index into the library table (name and parameters).
-    library_index: usize,
+    /// Index into the library table (name and parameters); `None` for a module's kernel,
+    /// whose parameters nothing here knows.
+    library_index: Option<usize>,
+}
+
+/// A module image loaded on one device (`CUmodule`), from [`Backend::module_load`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CudaModule {
+    raw: sys::CUmodule,
+    device: DeviceId,
 }
 
 // SAFETY (all three handles): the values are opaque driver handles, never dereferenced by this
@@ -88,6 +101,10 @@ unsafe impl Sync for CudaEvent {}
 unsafe impl Send for CudaKernel {}
 // SAFETY: see above.
 unsafe impl Sync for CudaKernel {}
+// SAFETY: see above (a module is a handle like the others).
+unsafe impl Send for CudaModule {}
+// SAFETY: see above.
+unsafe impl Sync for CudaModule {}
 
 /// Whatever context was current on a thread when [`Backend::save_current`] looked: a device's
 /// primary context, none (null), or a context the program created itself, which the backend
@@ -144,9 +161,10 @@ impl CudaKernel {
         self.device
     }
 
-    /// The kernel's name in the standard library.
+    /// The kernel's name in the standard library (a module's kernel says so instead).
     pub fn name(&self) -> &'static str {
-        LIBRARY[self.library_index].name
+        self.library_index
+            .map_or(MODULE_KERNEL, |index| LIBRARY[index].name)
     }
 }
 
@@ -436,6 +454,7 @@ impl Backend for CudaBackend {
     type Stream = CudaStream;
     type Event = CudaEvent;
     type Kernel = CudaKernel;
+    type Module = CudaModule;
     // Every method enters its device's context itself (`ContextScope`) and leaves the
     // caller's current again.
     const SCOPES_ITS_CALLS: bool = true;
@@ -801,7 +820,65 @@ impl Backend for CudaBackend {
         Ok(CudaKernel {
             function,
             device,
-            library_index,
+            library_index: Some(library_index),
+        })
+    }
+
+    /// cuMemsetD8Async, cuMemsetD16Async or cuMemsetD32Async, by the value's width.
+    ///
+    /// # Safety
+    /// The trait's.
+    unsafe fn fill_elements(
+        &self,
+        stream: CudaStream,
+        dst: usize,
+        value: FillValue,
+        count: usize,
+    ) -> Result<()> {
+        let _scope = self.enter(stream.device)?;
+        let dst = dst as sys::CUdeviceptr;
+        match value {
+            FillValue::U8(v) => call!(self.driver, cuMemsetD8Async(dst, v, count, stream.raw)),
+            FillValue::U16(v) => call!(self.driver, cuMemsetD16Async(dst, v, count, stream.raw)),
+            FillValue::U32(v) => call!(self.driver, cuMemsetD32Async(dst, v, count, stream.raw)),
+        }
+    }
+
+    /// cuModuleLoadData in the device's primary context (PTX is JIT-compiled by the driver at
+    /// its default, highest, optimisation level).
+    ///
+    /// # Safety
+    /// The trait's.
+    unsafe fn module_load(&self, device: DeviceId, image: *const c_void) -> Result<CudaModule> {
+        if image.is_null() {
+            return Err(Error::NullPointer {
+                what: "module image",
+            });
+        }
+        let _scope = self.enter(device)?;
+        let mut raw = ptr::null_mut();
+        call!(self.driver, cuModuleLoadData(&mut raw, image))?;
+        Ok(CudaModule { raw, device })
+    }
+
+    /// cuModuleUnload.
+    fn module_unload(&self, module: CudaModule) -> Result<()> {
+        let _scope = self.enter(module.device)?;
+        call!(self.driver, cuModuleUnload(module.raw))
+    }
+
+    /// cuModuleGetFunction; a name the module lacks is the driver's `CUDA_ERROR_NOT_FOUND`.
+    fn module_kernel(&self, module: CudaModule, name: &CStr) -> Result<CudaKernel> {
+        let _scope = self.enter(module.device)?;
+        let mut function = ptr::null_mut();
+        call!(
+            self.driver,
+            cuModuleGetFunction(&mut function, module.raw, name.as_ptr())
+        )?;
+        Ok(CudaKernel {
+            function,
+            device: module.device,
+            library_index: None,
         })
     }
 
@@ -825,8 +902,9 @@ impl Backend for CudaBackend {
     }
 
     /// cuLaunchKernel, after checking the arguments against the kernel's parameters
-    /// ([`Error::KernelArgumentMismatch`]) and that kernel and stream share a device
-    /// ([`Error::WrongDevice`]).
+    /// ([`Error::KernelArgumentMismatch`]; a module's kernel has no table to check against and
+    /// is refused: launch it with [`Backend::launch_packed`]) and that kernel and stream share
+    /// a device ([`Error::WrongDevice`]).
     ///
     /// # Safety
     /// The trait's: the standard library's kernels reach as far from each pointer argument as
@@ -838,14 +916,54 @@ impl Backend for CudaBackend {
         dims: LaunchDims,
         args: &[KernelArg],
     ) -> Result<()> {
+        let Some(library_index) = kernel.library_index else {
+            return Err(Error::KernelArgumentMismatch {
+                kernel: MODULE_KERNEL,
+                expected: "the module's own parameter array (launch_packed)",
+            });
+        };
+        let mut values = ArgBuffer::pack(&LIBRARY[library_index], args)?;
+        let mut pointers = values.pointers();
+        // SAFETY: the caller's promise for the memory; the parameter array was just packed
+        // from arguments checked against the kernel's parameters.
+        unsafe { self.launch_with(stream, kernel, dims, pointers.as_mut_ptr()) }
+    }
+
+    /// cuLaunchKernel with the caller's parameter array, after checking that kernel and stream
+    /// share a device ([`Error::WrongDevice`]).
+    ///
+    /// # Safety
+    /// The trait's.
+    unsafe fn launch_packed(
+        &self,
+        stream: CudaStream,
+        kernel: CudaKernel,
+        dims: LaunchDims,
+        params: *mut *mut c_void,
+    ) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.launch_with(stream, kernel, dims, params) }
+    }
+}
+
+impl CudaBackend {
+    /// The one cuLaunchKernel of both launch forms.
+    ///
+    /// # Safety
+    /// As [`Backend::launch_packed`].
+    unsafe fn launch_with(
+        &self,
+        stream: CudaStream,
+        kernel: CudaKernel,
+        dims: LaunchDims,
+        params: *mut *mut c_void,
+    ) -> Result<()> {
         if kernel.device != stream.device {
             return Err(Error::WrongDevice {
                 expected: stream.device,
                 found: kernel.device,
             });
         }
-        let mut values = ArgBuffer::pack(&LIBRARY[kernel.library_index], args)?;
-        let mut pointers = values.pointers();
         // The launch keeps its scope. cuda.h (13.0) lets cuLaunchKernel take the context from
         // the stream only for a context-less CUkernel: "the context to launch the kernel on
         // will either be taken from the specified stream \p hStream or the current context in
@@ -867,7 +985,7 @@ impl Backend for CudaBackend {
                 dims.block[2],
                 dims.dynamic_workgroup_bytes,
                 stream.raw,
-                pointers.as_mut_ptr(),
+                params,
                 ptr::null_mut()
             )
         )

@@ -102,6 +102,7 @@ const FUNCTIONS: &[&str] = &[
     "cuMemcpyDtoDAsync",
     "cuMemcpyAsync",
     "cuMemsetD8Async",
+    "cuMemsetD16Async",
     "cuMemsetD32Async",
     // Modules and kernels.
     "cuModuleLoadData",
