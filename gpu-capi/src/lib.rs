@@ -12,6 +12,8 @@
 //! `cbindgen:ignore`, so `cargo xtask capi-header` leaves their symbols out of it.
 
 pub mod capi;
+/// cbindgen:ignore
+pub mod mlir;
 pub mod shared;
 /// cbindgen:ignore
 #[cfg(feature = "cuda")]

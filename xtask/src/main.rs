@@ -5,6 +5,7 @@ mod amdgpu_kernels;
 mod bindgen;
 mod capi_header;
 mod hip_shim;
+mod mlir;
 mod no_std;
 mod test_hw;
 mod wheel;
@@ -38,6 +39,9 @@ commands:
                               target/hip-nvidia/ (needs pip, a C++ compiler, libamdhip64-dev)
   capi-header [--check]       regenerate gpu-capi/include/gpu_runtime.h from gpu-capi's source
                               (cbindgen); --check only compares a fresh run with the committed file
+  mlir [--runtime LIB] [--out DIR] [--llvm-bindir DIR]
+                              compile clients/mlir/ with LLVM 22 (mlir-22-tools, llvm-22) and
+                              link each program against LIB (default: gpu-capi, built here)
 ";
 
 fn main() -> ExitCode {
@@ -50,6 +54,7 @@ fn main() -> ExitCode {
         Some("amdgpu-kernels") => amdgpu_kernels::amdgpu_kernels(&args[1..]),
         Some("hip-shim") => hip_shim::hip_shim(&args[1..]),
         Some("capi-header") => capi_header::capi_header(&args[1..]),
+        Some("mlir") => mlir::mlir(&args[1..]),
         Some("test-hw") => test_hw::test_hw(&args[1..]),
         Some("fuzz-list") => run(Command::new("cargo")
             .args(["+nightly", "fuzz", "list"])

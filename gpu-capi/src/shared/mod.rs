@@ -75,6 +75,8 @@ pub struct Session<B: ClientBackend> {
     trace_path: Option<PathBuf>,
     /// The C API's objects.
     pub capi: crate::capi::Objects<B>,
+    /// What the MLIR ABI's callers hold (streams, events, modules, allocations).
+    pub(crate) mlir: crate::mlir::MlirObjects<B>,
 }
 
 impl<B: ClientBackend> Session<B> {
@@ -84,6 +86,7 @@ impl<B: ClientBackend> Session<B> {
         Ok(Self {
             backend,
             runtime,
+            mlir: crate::mlir::MlirObjects::new(trace_path.as_deref()),
             trace_path,
             capi: crate::capi::Objects::new(),
         })
@@ -97,7 +100,7 @@ impl<B: ClientBackend> Session<B> {
     /// Drops every object client ABIs hold in this session (each goes back to the runtime);
     /// returns how many there were.
     fn release_client_objects(&self) -> usize {
-        self.capi.release()
+        self.capi.release() + self.mlir.release(self)
     }
 
     /// Shuts the runtime down and writes the trace, if one was asked for; a failure of either
@@ -160,7 +163,8 @@ pub struct TraceExport {
 }
 
 impl TraceExport {
-    fn write(path: PathBuf, ops: &[TraceOp]) -> Result<Self, CapiError> {
+    /// Writes `ops` to `path` in the trace format and checks the written text.
+    pub(crate) fn write(path: PathBuf, ops: &[TraceOp]) -> Result<Self, CapiError> {
         let text = write_trace(ops);
         std::fs::write(&path, &text).map_err(|e| CapiError::InvalidArgument {
             what: "GPU_RUNTIME_TRACE",

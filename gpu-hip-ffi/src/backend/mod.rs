@@ -15,7 +15,9 @@ use core::ptr;
 use std::sync::Mutex;
 
 use gpu_core::allocator::MemoryKind;
-use gpu_core::backend::{Backend, DeviceInfo, KernelArg, LaunchDims, check_device_slots};
+use gpu_core::backend::{
+    Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device_slots,
+};
 use gpu_core::{ByteRange, DeviceId, Error, Result};
 use gpu_cuda_ffi::kernels::{ArgBuffer, LIBRARY, find_for};
 
@@ -69,14 +71,25 @@ pub struct HipEvent {
     device: DeviceId,
 }
 
-/// A kernel of the standard library loaded on one device.
+/// A kernel loaded on one device: of the standard library, or of a module the program loaded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HipKernel {
     function: sys::hipFunction_t,
     device: DeviceId,
-    /// Index into the library table (name and parameters).
-    library_index: usize,
+    /// Index into the library table (name and parameters); `None` for a module's kernel,
+    /// whose parameters nothing here knows.
+    library_index: Option<usize>,
 }
+
+/// A module image loaded on one device (`hipModule_t`), from [`Backend::module_load`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HipModule {
+    raw: sys::hipModule_t,
+    device: DeviceId,
+}
+
+/// What [`HipKernel::name`] says for a kernel of a program's own module.
+const MODULE_KERNEL: &str = "(a kernel of a loaded module)";
 
 // SAFETY (all three handles): the values are opaque HIP handles, never dereferenced by this
 // crate. The HIP runtime is thread-safe: a stream, event or function may be used from any
@@ -92,6 +105,10 @@ unsafe impl Sync for HipEvent {}
 unsafe impl Send for HipKernel {}
 // SAFETY: see above.
 unsafe impl Sync for HipKernel {}
+// SAFETY: see above (a module is a handle like the others).
+unsafe impl Send for HipModule {}
+// SAFETY: see above.
+unsafe impl Sync for HipModule {}
 
 impl HipStream {
     /// HIP's stream handle (valid until the stream is destroyed).
@@ -128,9 +145,10 @@ impl HipKernel {
         self.device
     }
 
-    /// The kernel's name in the standard library.
+    /// The kernel's name in the standard library (a module's kernel says so instead).
     pub fn name(&self) -> &'static str {
-        LIBRARY[self.library_index].name
+        self.library_index
+            .map_or(MODULE_KERNEL, |index| LIBRARY[index].name)
     }
 }
 
@@ -419,6 +437,7 @@ impl Backend for HipBackend {
     type Stream = HipStream;
     type Event = HipEvent;
     type Kernel = HipKernel;
+    type Module = HipModule;
     // Every method makes its device current itself (`DeviceScope`) and puts the caller's back.
     const SCOPES_ITS_CALLS: bool = true;
     type SavedCurrent = SavedDevice;
@@ -772,7 +791,69 @@ impl Backend for HipBackend {
         Ok(HipKernel {
             function,
             device,
-            library_index,
+            library_index: Some(library_index),
+        })
+    }
+
+    /// hipMemsetD8Async, hipMemsetD16Async or hipMemsetD32Async, by the value's width.
+    ///
+    /// # Safety
+    /// The trait's.
+    unsafe fn fill_elements(
+        &self,
+        stream: HipStream,
+        dst: usize,
+        value: FillValue,
+        count: usize,
+    ) -> Result<()> {
+        let _scope = self.enter(stream.device)?;
+        let dst = dst as *mut c_void;
+        match value {
+            FillValue::U8(v) => call!(self.hip, hipMemsetD8Async(dst, v, count, stream.raw)),
+            FillValue::U16(v) => call!(self.hip, hipMemsetD16Async(dst, v, count, stream.raw)),
+            FillValue::U32(v) => {
+                call!(
+                    self.hip,
+                    hipMemsetD32Async(dst, v as c_int, count, stream.raw)
+                )
+            }
+        }
+    }
+
+    /// hipModuleLoadData with the device current (a code object for its architecture).
+    ///
+    /// # Safety
+    /// The trait's.
+    unsafe fn module_load(&self, device: DeviceId, image: *const c_void) -> Result<HipModule> {
+        if image.is_null() {
+            return Err(Error::NullPointer {
+                what: "module image",
+            });
+        }
+        let _scope = self.enter(device)?;
+        let mut raw = ptr::null_mut();
+        call!(self.hip, hipModuleLoadData(&mut raw, image))?;
+        Ok(HipModule { raw, device })
+    }
+
+    /// hipModuleUnload.
+    fn module_unload(&self, module: HipModule) -> Result<()> {
+        let _scope = self.enter(module.device)?;
+        call!(self.hip, hipModuleUnload(module.raw))
+    }
+
+    /// hipModuleGetFunction.
+    fn module_kernel(&self, module: HipModule, name: &CStr) -> Result<HipKernel> {
+        let _scope = self.enter(module.device)?;
+        let mut function = ptr::null_mut();
+        call!(
+            self.hip,
+            hipModuleGetFunction(&mut function, module.raw, name.as_ptr())
+        )?;
+        Ok(HipKernel {
+            function,
+            device: module.device,
+            library_index: None,
         })
     }
 
@@ -801,8 +882,9 @@ impl Backend for HipBackend {
     }
 
     /// hipModuleLaunchKernel, after checking the arguments against the kernel's parameters
-    /// ([`Error::KernelArgumentMismatch`]) and that kernel and stream share a device
-    /// ([`Error::WrongDevice`]).
+    /// ([`Error::KernelArgumentMismatch`]; a module's kernel has no table to check against and
+    /// is refused: launch it with [`Backend::launch_packed`]) and that kernel and stream share
+    /// a device ([`Error::WrongDevice`]).
     ///
     /// # Safety
     /// The trait's: the standard library's kernels reach as far from each pointer argument as
@@ -814,14 +896,54 @@ impl Backend for HipBackend {
         dims: LaunchDims,
         args: &[KernelArg],
     ) -> Result<()> {
+        let Some(library_index) = kernel.library_index else {
+            return Err(Error::KernelArgumentMismatch {
+                kernel: MODULE_KERNEL,
+                expected: "the module's own parameter array (launch_packed)",
+            });
+        };
+        let mut values = ArgBuffer::pack(&LIBRARY[library_index], args)?;
+        let mut pointers = values.pointers();
+        // SAFETY: the caller's promise for the memory; the parameter array was just packed
+        // from arguments checked against the kernel's parameters.
+        unsafe { self.launch_with(stream, kernel, dims, pointers.as_mut_ptr()) }
+    }
+
+    /// hipModuleLaunchKernel with the caller's parameter array, after checking that kernel and
+    /// stream share a device ([`Error::WrongDevice`]).
+    ///
+    /// # Safety
+    /// The trait's.
+    unsafe fn launch_packed(
+        &self,
+        stream: HipStream,
+        kernel: HipKernel,
+        dims: LaunchDims,
+        params: *mut *mut c_void,
+    ) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.launch_with(stream, kernel, dims, params) }
+    }
+}
+
+impl HipBackend {
+    /// The one hipModuleLaunchKernel of both launch forms.
+    ///
+    /// # Safety
+    /// As [`Backend::launch_packed`].
+    unsafe fn launch_with(
+        &self,
+        stream: HipStream,
+        kernel: HipKernel,
+        dims: LaunchDims,
+        params: *mut *mut c_void,
+    ) -> Result<()> {
         if kernel.device != stream.device {
             return Err(Error::WrongDevice {
                 expected: stream.device,
                 found: kernel.device,
             });
         }
-        let mut values = ArgBuffer::pack(&LIBRARY[kernel.library_index], args)?;
-        let mut pointers = values.pointers();
         let _scope = self.enter(stream.device)?;
         call!(
             self.hip,
@@ -835,7 +957,7 @@ impl Backend for HipBackend {
                 dims.block[2],
                 dims.dynamic_workgroup_bytes,
                 stream.raw,
-                pointers.as_mut_ptr(),
+                params,
                 ptr::null_mut()
             )
         )
@@ -879,7 +1001,7 @@ mod tests {
         let kernel = HipKernel {
             function: ptr::null_mut(),
             device: d0,
-            library_index: 0,
+            library_index: Some(0),
         };
         let range = ByteRange::new(0x1000, 64).unwrap();
         let mut one_slot = [0usize; 1];

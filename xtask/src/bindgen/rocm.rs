@@ -99,6 +99,7 @@ pub(super) const HIP: RocmLibrary = RocmLibrary {
         // Copies and fills.
         "hipMemcpyAsync",
         "hipMemsetD8Async",
+        "hipMemsetD16Async",
         "hipMemsetD32Async",
         // Modules and kernels.
         "hipModuleLoadData",
