@@ -86,6 +86,27 @@ if [ -d "$here/torch" ]; then
   fi
 fi
 
+# The MLIR programs (issue 11), each against our library (its lib/ folder), then under
+# memcheck; `hw-results/*-mlir-*` has the comparison with upstream's wrappers.
+if [ -d "$here/mlir" ]; then
+  for program in "$here"/mlir/*; do
+    [ -f "$program" ] && [ -x "$program" ] || continue
+    name=$(basename "$program")
+    GPU_RUNTIME_BACKEND=cuda bounded "$program" 20 >"$out/mlir-$name.out" 2>&1
+    rc=$?
+    grep -E "^$name:" "$out/mlir-$name.out" | sed 's/^/mlir: /' | tee -a "$log"
+    if [ "$rc" -ne 0 ]; then say "mlir $name: FAILED (exit $rc), see mlir-$name.out"; status=1; fi
+    if [ -n "$sanitizer" ] && [ -z "${NO_SANITIZER:-}" ]; then
+      GPU_RUNTIME_BACKEND=cuda bounded "$sanitizer" --tool memcheck --leak-check full \
+        --error-exitcode 99 "$program" 3 >"$out/mlir-$name.sanitizer.out" 2>&1
+      rc=$?
+      say "sanitizer mlir $name: exit $rc; $(grep -E 'ERROR SUMMARY' "$out/mlir-$name.sanitizer.out" | tr '\n' ' ')"
+      if [ "$rc" -ne 0 ]; then status=1; fi
+    fi
+  done
+else
+  say "mlir: skipped: no MLIR programs in the bundle (LLVM 22 was not installed where it was built)"
+fi
 
 if [ -n "$sanitizer" ] && [ -z "${NO_SANITIZER:-}" ]; then
   for test in "$here"/tests/*; do

@@ -30,7 +30,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
     let mut options = Options {
         out: root().join("target/mlir"),
         runtime: None,
-        bindir: std::env::var_os("LLVM_BINDIR").map(PathBuf::from),
+        bindir: None,
     };
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -71,10 +71,11 @@ pub fn mlir(args: &[String]) -> Result<(), String> {
 }
 
 /// Lowers, compiles and links every program of `clients/mlir/` into `out`, with `runtime`
-/// copied to `out/lib/libmlir_cuda_runtime.so`. Returns the program names.
+/// copied to `out/lib/libmlir_cuda_runtime.so` (the intermediate files go to
+/// `target/mlir-build/`). Returns the program names.
 pub fn build_programs(bindir: &Path, runtime: &Path, out: &Path) -> Result<Vec<String>, String> {
     let sources = root().join("clients/mlir");
-    let work = out.join("build");
+    let work = root().join("target/mlir-build");
     let lib = out.join("lib");
     for dir in [&work, &lib] {
         fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -177,8 +178,11 @@ fn expand_repeats(text: &str) -> Result<String, String> {
     Ok(out)
 }
 
-/// LLVM 22's binary folder, from `llvm-config-22` (Debian's `llvm-22` package).
-fn llvm_bindir() -> Result<PathBuf, String> {
+/// LLVM 22's binary folder: `LLVM_BINDIR`, else from `llvm-config-22` (Debian's `llvm-22`).
+pub fn llvm_bindir() -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os("LLVM_BINDIR") {
+        return Ok(PathBuf::from(dir));
+    }
     let output = Command::new("llvm-config-22")
         .arg("--bindir")
         .output()

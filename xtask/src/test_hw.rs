@@ -84,8 +84,21 @@ pub fn test_hw(args: &[String]) -> Result<(), String> {
         &root().join(RECORDER_PROGRAMS),
         &options.bundle.join("recorder"),
     )?;
+    let mlir = match crate::mlir::llvm_bindir() {
+        Ok(bindir) => crate::mlir::build_programs(
+            &bindir,
+            &release_dir().join("libgpu_capi.so"),
+            &options.bundle.join("mlir"),
+        )?
+        .len(),
+        Err(why) => {
+            println!("test-hw: no MLIR programs in the bundle: {why}");
+            0
+        }
+    };
     println!(
-        "test-hw: bundle with {} test binaries, {} benchmarks and {} examples in {}",
+        "test-hw: bundle with {} test binaries, {} benchmarks, {} examples and {mlir} MLIR \
+         programs in {}",
         tests.len(),
         benches.len(),
         examples.len(),

@@ -856,7 +856,7 @@ impl Backend for HostBackend {
             ptr: dst,
             len: count,
         })?;
-        if dst % width != 0 {
+        if !dst.is_multiple_of(width) {
             return Err(HostErrorCode::InvalidValue.error(call));
         }
         let hold = Self::hold_range(&lock(&self.memory), dst, bytes, "fill destination", call)?;

@@ -622,7 +622,7 @@ impl<B: Backend> Runtime<B> {
     ) -> Result<Token> {
         dst.check_device(device)?;
         let width = value.width();
-        if dst.len % width != 0 {
+        if !dst.len.is_multiple_of(width) {
             // The last element would run past the span.
             return Err(Error::OutOfBounds {
                 offset: dst.len - dst.len % width,

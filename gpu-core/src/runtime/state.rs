@@ -532,10 +532,15 @@ impl<B: Backend> State<B> {
             .enumerate()
             .filter_map(|(device, slot)| slot.take().map(|m| (device, m)))
             .collect();
-        loaded.into_iter().fold(Ok(()), |result, (device, m)| {
+        let mut first = Ok(());
+        for (device, module) in loaded {
             let device = DeviceId(device as u32);
-            result.and(with_device(backend, device, || backend.module_unload(m)))
-        })
+            let unloaded = with_device(backend, device, || backend.module_unload(module));
+            if first.is_ok() {
+                first = unloaded;
+            }
+        }
+        first
     }
 
     /// The loaded kernel at `index` (of `device`), allowed `bytes` of dynamic workgroup memory
