@@ -12,14 +12,14 @@
 //! every N driver calls. Exits non-zero on a wrong byte, an unexpected error or a leak.
 //!
 //! Run: `cargo run --release --example stress [-- --seconds S --threads N --seed X
-//! --largest BYTES --scaling SECONDS --faults N --sample-ms MS]`
+//! --largest BYTES --scaling SECONDS --faults N --sample-ms MS --trims 0|1]`
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpu_runtime::allocator::MemoryKind;
-use gpu_runtime::backend::{Backend, LaunchDims};
+use gpu_runtime::backend::{Backend, KernelArg, LaunchDims};
 use gpu_runtime::host::{HostBackend, HostConfig};
 use gpu_runtime::runtime::{
     Arg, LiveObjects, RecordingBackend, Runtime, RuntimeConfig, with_device,
@@ -63,6 +63,7 @@ fn parse() -> std::result::Result<Options, String> {
                 soak.sample_every = Some(Duration::from_secs_f64(number(&value)? / 1e3))
             }
             "--scaling" => options.scaling = number(&value)?,
+            "--trims" => soak.trims = number(&value)? != 0.0,
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -208,39 +209,47 @@ fn print_report(name: &str, config: &StressConfig, report: &StressReport) {
 }
 
 /// Operations per second per thread at 1, 4 and 16 threads, one shared runtime against one
-/// runtime per thread, measured one after the other in this run.
+/// runtime per thread, in this run: after an untimed warm-up, each side runs twice per point in
+/// the order shared, separate, separate, shared (so drift reaches both alike), half the time
+/// each, and its two rates are averaged.
 fn scaling<B: Backend>(backend: &Arc<B>, options: &Options) -> Result<()> {
     println!(
-        "scaling: the mix for {:.1} s per point; ops/s per thread (efficiency against 1 thread)",
+        "scaling: the mix for {:.1} s per point and side; ops/s per thread (efficiency against 1 \
+         thread)",
         options.scaling
     );
+    let config = |threads: usize, seconds: f64| StressConfig {
+        threads,
+        duration: Duration::from_secs_f64(seconds),
+        sample_every: None,
+        fault_every: None,
+        ..options.soak.clone()
+    };
+    let rate = |config: &StressConfig, separate: bool| -> Result<f64> {
+        let runtimes = (0..if separate { config.threads } else { 1 })
+            .map(|_| Runtime::shared(Arc::clone(backend), RuntimeConfig::default()))
+            .collect::<Result<Vec<_>>>()?;
+        let report = stress::run(&runtimes, &NoProbe, config)?;
+        if report.failure_count > 0 {
+            print_report("scaling", config, &report);
+            return Err(Error::LimitExceeded {
+                what: "failures in a scaling run",
+                required: report.failure_count as usize,
+                limit: 0,
+                detail: Vec::new(),
+            });
+        }
+        Ok(report.ops_per_thread_per_second())
+    };
+    rate(&config(1, options.scaling.min(1.0)), false)?;
     println!("| threads | shared runtime | runtime per thread | shared / separate |");
     println!("|---|---|---|---|");
     let mut single = [0.0f64; 2];
     for threads in [1usize, 4, 16] {
-        let config = StressConfig {
-            threads,
-            duration: Duration::from_secs_f64(options.scaling),
-            sample_every: None,
-            fault_every: None,
-            ..options.soak.clone()
-        };
+        let half = config(threads, options.scaling / 2.0);
         let mut rates = [0.0f64; 2];
-        for (mode, rate) in rates.iter_mut().enumerate() {
-            let runtimes = (0..if mode == 0 { 1 } else { threads })
-                .map(|_| Runtime::shared(Arc::clone(backend), RuntimeConfig::default()))
-                .collect::<Result<Vec<_>>>()?;
-            let report = stress::run(&runtimes, &NoProbe, &config)?;
-            if report.failure_count > 0 {
-                print_report("scaling", &config, &report);
-                return Err(Error::LimitExceeded {
-                    what: "failures in a scaling run",
-                    required: report.failure_count as usize,
-                    limit: 0,
-                    detail: Vec::new(),
-                });
-            }
-            *rate = report.ops_per_thread_per_second();
+        for separate in [false, true, true, false] {
+            rates[usize::from(separate)] += rate(&half, separate)? / 2.0;
         }
         if threads == 1 {
             single = rates;
@@ -321,7 +330,7 @@ fn peer_copies<B: Backend>(rt: &Runtime<B>) -> Result<()> {
 }
 
 /// Device 1's latency for a small fill + wait, idle and while device 0 runs about 100 ms of
-/// fills queued by another thread (medians of 30).
+/// fills, queued by another thread through the runtime, or to device 0's worker (medians of 30).
 fn busy_device_latency<B: Backend>(rt: &Runtime<B>) -> Result<()> {
     const BIG: usize = 256 << 20;
     let busy = rt.alloc(D0, MemoryKind::Device, BIG)?;
@@ -356,6 +365,7 @@ fn busy_device_latency<B: Backend>(rt: &Runtime<B>) -> Result<()> {
             .collect()
     };
     let idle = median(latency(30)?);
+    // Device 0's work queued by another user thread through the runtime.
     let (busy_latency, long) = std::thread::scope(|scope| {
         let started = Instant::now();
         let long = scope.spawn(move || long_work(launches).map(|()| started.elapsed()));
@@ -367,12 +377,42 @@ fn busy_device_latency<B: Backend>(rt: &Runtime<B>) -> Result<()> {
         what: "long-work thread panicked",
     })??;
     let busy_latency = median(busy_latency?);
+    // The same work handed to device 0's worker (raw launches on a stream of its own).
+    let (address, words) = (busy.address(), (BIG / 4) as u64);
+    let started = Instant::now();
+    let ticket = rt.worker(D0)?.submit(move |backend: &B| {
+        let kernel = backend.kernel(D0, "fill_u32")?;
+        let stream = backend.stream_create(D0)?;
+        let launched = (0..launches).try_for_each(|value| {
+            let args = [
+                KernelArg::Ptr(address),
+                KernelArg::U32(value as u32),
+                KernelArg::U64(words),
+            ];
+            // SAFETY: fill_u32 writes `words` words of the busy buffer, which outlives the
+            // ticket (waited for below).
+            unsafe { backend.launch(stream, kernel, LaunchDims::linear(1, 32), &args) }
+        });
+        let synchronized = backend.stream_synchronize(stream);
+        launched
+            .and(synchronized)
+            .and(backend.stream_destroy(stream))
+    });
+    std::thread::sleep(Duration::from_millis(5));
+    let measured = latency(30);
+    ticket.wait()?;
+    let on_worker = started.elapsed();
+    let worker_latency = median(measured?);
     println!(
-        "busy-device latency: device 1 fill 4 KiB + wait: idle {idle:.1} us, while device 0 runs \
-         {:.0} ms of work ({launches} chained launches) {:.1} us, ratio {:.2}",
+        "busy-device latency: device 1 fill 4 KiB + wait: idle {idle:.1} us; while device 0 runs \
+         {:.0} ms of work ({launches} chained launches) queued by another thread {:.1} us (ratio \
+         {:.2}), queued to device 0's worker ({:.0} ms) {:.1} us (ratio {:.2})",
         long.as_secs_f64() * 1e3,
         busy_latency,
-        busy_latency / idle
+        busy_latency / idle,
+        on_worker.as_secs_f64() * 1e3,
+        worker_latency,
+        worker_latency / idle
     );
     Ok(())
 }

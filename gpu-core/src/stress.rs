@@ -51,6 +51,9 @@ pub struct StressConfig {
     /// Arms a fault about every this many driver calls, where the backend can inject them
     /// (`None`: no faults).
     pub fault_every: Option<u64>,
+    /// Whether threads sometimes trim the caches (a program that never does is the harder soak:
+    /// only the allocator's own reclaiming keeps its memory and events bounded).
+    pub trims: bool,
 }
 
 impl Default for StressConfig {
@@ -63,6 +66,7 @@ impl Default for StressConfig {
             largest: 1 << 20,
             sample_every: Some(Duration::from_millis(100)),
             fault_every: None,
+            trims: true,
         }
     }
 }
@@ -1126,7 +1130,7 @@ impl<'a, B: Backend> Thread<'a, B> {
     }
 
     fn trim(&mut self) {
-        if self.rng.chance(8) {
+        if self.config.trims && self.rng.chance(8) {
             let trimmed = self.rt.trim();
             if self.ok("trim", trimmed).is_some() {
                 self.counts.trims += 1;

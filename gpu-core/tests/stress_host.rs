@@ -16,6 +16,7 @@ fn config(seconds: f64, faults: Option<u64>) -> StressConfig {
         largest: 256 << 10,
         sample_every: Some(Duration::from_millis(50)),
         fault_every: faults,
+        trims: true,
     }
 }
 
