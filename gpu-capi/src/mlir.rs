@@ -386,8 +386,8 @@ fn stream_destroy<B: ClientBackend>(
     objects.note(|| TraceOp::DestroyStream {
         stream: stream_id(stream),
     });
-    // Work still pending goes on; its tokens go back without a wait (CUDA allows destroying a
-    // busy stream), reported at shutdown as tokens nobody waited for.
+    // Work still pending goes on (CUDA allows destroying a busy stream); its tokens are
+    // released without a wait, as the program chose not to wait for them.
     for token in entry.tail.into_iter().chain(entry.waits) {
         session.runtime().release(token)?;
     }

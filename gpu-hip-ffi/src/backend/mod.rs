@@ -1061,7 +1061,48 @@ mod tests {
                 backend.launch(stream, kernel, LaunchDims::linear(1, 1), &args),
                 Err(unknown.clone())
             );
+            assert_eq!(
+                backend.fill_elements(stream, 0x1000, FillValue::U16(7), 4),
+                Err(unknown.clone())
+            );
+            let image = c"not an image";
+            assert_eq!(
+                backend.module_load(d0, image.as_ptr().cast()),
+                Err(unknown.clone())
+            );
+            assert_eq!(
+                backend.module_load(d0, ptr::null()),
+                Err(Error::NullPointer {
+                    what: "module image"
+                })
+            );
+            let module_kernel = HipKernel {
+                library_index: None,
+                ..kernel
+            };
+            assert_eq!(
+                backend.launch(stream, module_kernel, LaunchDims::linear(1, 1), &args),
+                Err(Error::KernelArgumentMismatch {
+                    kernel: MODULE_KERNEL,
+                    expected: "the module's own parameter array (launch_packed)",
+                })
+            );
+            assert_eq!(
+                backend.launch_packed(
+                    stream,
+                    module_kernel,
+                    LaunchDims::linear(1, 1),
+                    ptr::null_mut()
+                ),
+                Err(unknown.clone())
+            );
         }
+        let module = HipModule {
+            raw: ptr::null_mut(),
+            device: d0,
+        };
+        assert_eq!(backend.module_unload(module), Err(unknown.clone()));
+        assert_eq!(backend.module_kernel(module, c"k"), Err(unknown.clone()));
         assert_eq!(backend.kernel(d0, "fill_u32"), Err(unknown.clone()));
         assert_eq!(
             backend.kernel(d0, "no_such_kernel"),
