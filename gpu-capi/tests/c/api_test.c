@@ -226,6 +226,34 @@ static void kernels_by_handle(void) {
     OK(gpurt_free(xs));
 }
 
+/* Dynamic workgroup memory above the device's default limit: the runtime opts in once per
+ * kernel and size; a request above the device's opt-in limit is refused at launch. */
+static void workgroup_memory_above_the_default_limit(void) {
+    enum { W = 16384, GROUPS = 2 }; /* 64 KiB of workgroup memory per group */
+    static uint32_t words[W * GROUPS], back[W * GROUPS];
+    for (uint32_t i = 0; i < W * GROUPS; i++)
+        words[i] = i;
+    gpurt_kernel_t reverse;
+    gpurt_memory_t data;
+    gpurt_token_t in, done, t;
+    OK(gpurt_kernel(1, "workgroup_reverse_u32", &reverse));
+    OK(gpurt_alloc(1, GPURT_MEMORY_DEVICE, sizeof words, &data));
+    OK(gpurt_upload(1, gpurt_span_of(data, 0, sizeof words), words, NULL, 0, &in));
+    gpurt_dims_t dims = {{GROUPS, 1, 1}, {256, 1, 1}, W * 4};
+    gpurt_arg_t args[2] = {gpurt_arg_span(gpurt_span_of(data, 0, sizeof words)),
+                           gpurt_arg_u32(W)};
+    OK(gpurt_launch(reverse, &dims, args, 2, &in, 1, &done));
+    read_back(1, back, gpurt_span_of(data, 0, sizeof back), &done, 1);
+    int all_right = 1;
+    for (uint32_t g = 0; g < GROUPS; g++)
+        for (uint32_t i = 0; i < W; i++)
+            all_right &= back[g * W + i] == g * W + (W - 1 - i) + 1;
+    CHECK(all_right);
+    gpurt_dims_t too_big = {{1, 1, 1}, {256, 1, 1}, 1u << 24};
+    EXPECT(GPURT_STATUS_LIMIT_EXCEEDED, gpurt_launch(reverse, &too_big, args, 2, NULL, 0, &t));
+    OK(gpurt_free(data));
+}
+
 static void registered_memory_nests_and_carries_transfers(void) {
     enum { LEN = 1 << 16 };
     unsigned char *host = calloc(LEN, 1);
@@ -371,7 +399,7 @@ static void statistics(void) {
     CHECK(after.segment_allocations == before.segment_allocations);
     CHECK(after.live_memory == before.live_memory + 1);
     CHECK(after.operations > 0 && after.stream_acquires >= after.streams_created);
-    CHECK(after.live_kernels == 2);
+    CHECK(after.live_kernels == 3);
     EXPECT(GPURT_STATUS_NULL_POINTER, gpurt_stats(NULL));
     OK(gpurt_free(m));
 }
@@ -386,7 +414,7 @@ static void shutdown_reports_and_writes_the_trace(const char *trace_path) {
     gpurt_report_t report;
     memset(&report, 0xFF, sizeof report);
     OK(gpurt_shutdown(&report));
-    CHECK(report.released_objects == 3); /* the buffer and the two kernels */
+    CHECK(report.released_objects == 4); /* the buffer and the three kernels */
     CHECK(report.unwaited_tokens == 1);
     CHECK(report.trimmed_bytes > 0);
     CHECK(report.unpinned_ranges == 0);
@@ -459,6 +487,7 @@ int main(int argc, char **argv) {
     stream_ordered_allocation_upload_and_download();
     pinned_and_managed_memory_are_reached_from_the_host();
     kernels_by_handle();
+    workgroup_memory_above_the_default_limit();
     registered_memory_nests_and_carries_transfers();
     lock_unlock_lookup();
     tokens_fork_join_wait_and_misuse();
