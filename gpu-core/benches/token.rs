@@ -1,7 +1,9 @@
 //! Planning cost per operation for chains, wide fan-out/fan-in and random DAGs over two
 //! devices, on warm pools, against a naive baseline in the same run (a fresh stream per
 //! operation and a record+wait per dependency, no bookkeeping: the cost of emitting steps);
-//! and checker throughput (trace operations per second) against a plain pass over the trace.
+//! and checker throughput (trace operations per second) against a plain pass over the trace,
+//! and the streaming text checker against the in-memory one (read all, then check) on the
+//! same text: a plan's trace and a synthetic recorder-style trace.
 //! The spec's anchor: one cuEventRecord+cuStreamWaitEvent costs 370 ns on an H200.
 
 use std::collections::VecDeque;
@@ -9,8 +11,10 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use gpu_core::id::{DeviceId, EventId, StreamId};
+use gpu_core::token::synthetic::SyntheticTrace;
 use gpu_core::token::{
-    OpId, PlanStep, Planner, Token, TraceOp, TraceView, check, parse_trace, plan_trace, write_trace,
+    OpId, PlanStep, Planner, StreamingChecker, Token, TraceOp, TraceView, check, parse_trace,
+    plan_trace, write_trace,
 };
 
 /// One operation of a benchmark program: its device, the live tokens it consumes (each an
@@ -215,6 +219,7 @@ fn checking(c: &mut Criterion) {
     group.bench_function("parse_and_check", |b| {
         b.iter(|| black_box(parse_trace(black_box(&text)).expect("valid").check()))
     });
+    group.bench_function("streaming", |b| b.iter(|| stream_check(black_box(&text))));
     // Baseline: one pass that only looks at each operation.
     group.bench_function("plain_pass", |b| {
         b.iter(|| {
@@ -227,5 +232,35 @@ fn checking(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, planning, checking);
+/// Checks `text` with the streaming checker; the number of findings.
+fn stream_check(text: &str) -> usize {
+    let mut checker = StreamingChecker::new();
+    let mut findings = 0;
+    checker
+        .check_text(text.as_bytes(), &mut |_| findings += 1)
+        .expect("valid");
+    checker.finish(&mut |_| findings += 1);
+    findings
+}
+
+/// A recorder-style trace (hex handles, default streams, comments, pools alive at exit):
+/// the streaming checker against reading it all into memory, then checking.
+fn checking_recorded(c: &mut Criterion) {
+    let mut trace = SyntheticTrace::new(1, 100_000);
+    let (mut text, mut line) = (String::new(), String::new());
+    while trace.next_line(&mut line) {
+        text.push_str(&line);
+        text.push('\n');
+    }
+    let calls = parse_trace(&text).expect("valid").ops.len();
+    let mut group = c.benchmark_group("token_check_recorded");
+    group.throughput(Throughput::Elements(calls as u64));
+    group.bench_function("parse_and_check", |b| {
+        b.iter(|| black_box(parse_trace(black_box(&text)).expect("valid").check()))
+    });
+    group.bench_function("streaming", |b| b.iter(|| stream_check(black_box(&text))));
+    group.finish();
+}
+
+criterion_group!(benches, planning, checking, checking_recorded);
 criterion_main!(benches);

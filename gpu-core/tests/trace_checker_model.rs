@@ -14,8 +14,8 @@ use proptest::prelude::*;
 const NAMES: u32 = 4;
 const DEVICES: u32 = 2;
 
-/// A call with stream and event numbers (taken modulo [`NAMES`]) and devices (modulo
-/// [`DEVICES`]).
+/// A call with stream and event numbers (taken modulo [`NAMES`], each standing for an id) and
+/// devices (modulo [`DEVICES`]).
 #[derive(Clone, Debug)]
 enum Call {
     CreateStream(u32, u32),
@@ -35,8 +35,9 @@ enum Call {
 
 impl Call {
     fn op(&self) -> TraceOp {
-        let s = |n: u32| StreamId(n % NAMES);
-        let e = |n: u32| EventId(n % NAMES);
+        // Ids far apart: the checker keeps small ids in a vector and large ones in a map.
+        let s = |n: u32| StreamId(n % NAMES * 40_000);
+        let e = |n: u32| EventId(n % NAMES * 1_000_000_000);
         let d = |n: u32| DeviceId(n % DEVICES);
         match *self {
             Call::CreateStream(x, dev) => TraceOp::CreateStream {

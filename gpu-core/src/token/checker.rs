@@ -292,10 +292,77 @@ struct ObjectState {
     recorded: bool,
 }
 
+/// Object states by id: in a vector for ids below [`States::DENSE`] (the ids a text reader
+/// hands out, reused as names are released, stay there: a lookup is an index), in a map above.
+#[derive(Debug, Default)]
+struct States {
+    /// Grows to the highest id below `DENSE` seen (at most 2 MiB).
+    dense: Vec<Option<ObjectState>>,
+    sparse: HashMap<u32, ObjectState>,
+    dense_len: usize,
+}
+
+impl States {
+    const DENSE: u32 = 1 << 16;
+
+    fn get(&self, id: u32) -> Option<&ObjectState> {
+        if id < Self::DENSE {
+            self.dense.get(id as usize)?.as_ref()
+        } else {
+            self.sparse.get(&id)
+        }
+    }
+
+    fn get_mut(&mut self, id: u32) -> Option<&mut ObjectState> {
+        if id < Self::DENSE {
+            self.dense.get_mut(id as usize)?.as_mut()
+        } else {
+            self.sparse.get_mut(&id)
+        }
+    }
+
+    fn insert(&mut self, id: u32, state: ObjectState) {
+        if id < Self::DENSE {
+            let index = id as usize;
+            if self.dense.len() <= index {
+                self.dense.resize(index + 1, None);
+            }
+            if self.dense[index].replace(state).is_none() {
+                self.dense_len += 1;
+            }
+        } else {
+            self.sparse.insert(id, state);
+        }
+    }
+
+    fn remove(&mut self, id: u32) {
+        if id < Self::DENSE {
+            if let Some(slot) = self.dense.get_mut(id as usize)
+                && slot.take().is_some()
+            {
+                self.dense_len -= 1;
+            }
+        } else {
+            self.sparse.remove(&id);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.dense_len + self.sparse.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u32, &ObjectState)> {
+        let dense = (0..)
+            .zip(&self.dense)
+            .filter_map(|(id, state)| Some((id, state.as_ref()?)));
+        dense.chain(self.sparse.iter().map(|(&id, state)| (id, state)))
+    }
+}
+
 /// The objects of one kind the checker tracks: those alive, and the most recently destroyed.
 #[derive(Debug, Default)]
 struct Table {
-    states: HashMap<u32, ObjectState>,
+    states: States,
     /// Destroys in order, oldest first: (id, position). An entry whose object was created
     /// (and maybe destroyed) again since is stale and skipped when it leaves the ring.
     tombstones: VecDeque<(u32, usize)>,
@@ -412,7 +479,7 @@ impl Checker {
                 table
                     .states
                     .iter()
-                    .filter_map(|(&id, state)| match state.life {
+                    .filter_map(|(id, state)| match state.life {
                         Life::Alive { created_at } => Some((object(id), created_at)),
                         Life::Default { .. } | Life::Destroyed { .. } => None,
                     }),
@@ -469,7 +536,7 @@ impl<F: FnMut(Finding)> Step<'_, F> {
                     });
                 }
                 if event_state.is_some()
-                    && let Some(state) = self.checker.events.states.get_mut(&event.0)
+                    && let Some(state) = self.checker.events.states.get_mut(event.0)
                 {
                     state.recorded = true;
                 }
@@ -516,7 +583,7 @@ impl<F: FnMut(Finding)> Step<'_, F> {
     fn create(&mut self, object: TraceObject, device: DeviceId, default: bool) {
         let position = self.position;
         let (table, id) = self.checker.table(object);
-        let earlier = match table.states.get(&id).map(|state| state.life) {
+        let earlier = match table.states.get(id).map(|state| state.life) {
             Some(Life::Alive { created_at }) => created_at,
             // Declaring a default stream again is harmless.
             Some(Life::Default { .. }) if default => return,
@@ -550,7 +617,7 @@ impl<F: FnMut(Finding)> Step<'_, F> {
     fn destroy(&mut self, object: TraceObject) {
         let (position, remembered) = (self.position, self.checker.remembered);
         let (table, id) = self.checker.table(object);
-        let kind = match table.states.get_mut(&id) {
+        let kind = match table.states.get_mut(id) {
             None => return self.report_unknown(object),
             Some(state) => match state.life {
                 Life::Alive { .. } => {
@@ -584,11 +651,11 @@ impl<F: FnMut(Finding)> Step<'_, F> {
         let Some((id, at)) = table.tombstones.pop_front() else {
             return;
         };
-        let current = table.states.get(&id).map(|state| state.life);
+        let current = table.states.get(id).map(|state| state.life);
         if let Some(Life::Destroyed { destroyed_at }) = current
             && destroyed_at == at
         {
-            table.states.remove(&id);
+            table.states.remove(id);
             table.forgot_any = true;
             let forgotten = match object {
                 TraceObject::Stream(_) => TraceObject::Stream(StreamId(id)),
@@ -614,7 +681,7 @@ impl<F: FnMut(Finding)> Step<'_, F> {
     /// The object's state if it is alive (or a default stream); reports it otherwise.
     fn use_object(&mut self, object: TraceObject) -> Option<ObjectState> {
         let (table, id) = self.checker.table(object);
-        let kind = match table.states.get(&id) {
+        let kind = match table.states.get(id) {
             None => {
                 self.report_unknown(object);
                 return None;
