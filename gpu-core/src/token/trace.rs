@@ -255,7 +255,7 @@ impl Names {
         let names = &self.names;
         if let Some(&id) = self
             .table
-            .find(hash, |&id| names[id as usize].as_bytes() == name)
+            .find(hash, |&id| same_bytes(names[id as usize].as_bytes(), name))
         {
             return Ok(id);
         }
@@ -309,6 +309,25 @@ impl Names {
     fn into_names(self) -> Vec<String> {
         self.names.into_iter().map(String::from).collect()
     }
+}
+
+/// Whether `a` and `b` hold the same bytes; names of 8 to 16 bytes (handle values) compare as
+/// two overlapping words, without a call.
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if !(8..=16).contains(&n) {
+        return a == b;
+    }
+    let word = |bytes: &[u8], at: usize| {
+        let mut word = [0; 8];
+        word.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_ne_bytes(word)
+    };
+    word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8)
 }
 
 /// Reads the text format one line at a time (see the module documentation), turning names
@@ -865,6 +884,26 @@ mod tests {
         assert_eq!(word_end(b"abcdefg#"), 7);
         assert_eq!(word_end(b"ab\x01cdefghij klm"), 11);
         assert_eq!(word_end(b"abcdefghij"), 10);
+    }
+
+    #[test]
+    fn names_compare_every_byte() {
+        let base = b"0x7f0007800000ab";
+        for len in 0..=base.len() {
+            assert!(same_bytes(&base[..len], &base[..len]));
+            for at in 0..len {
+                let mut other = base[..len].to_vec();
+                other[at] ^= 1;
+                assert!(!same_bytes(&base[..len], &other), "{len} {at}");
+            }
+            if len > 0 {
+                assert!(!same_bytes(&base[..len], &base[..len - 1]));
+            }
+        }
+        let mut names = Names::default();
+        assert_eq!(names.id(b"0x7f000780"), Ok(0));
+        assert_eq!(names.id(b"0x7f001780"), Ok(1));
+        assert_eq!(names.id(b"0x7f000780"), Ok(0));
     }
 
     #[test]
