@@ -231,7 +231,9 @@ fn core_status(error: &Error) -> GpurtStatus {
         Error::NotLocked { .. } | Error::NotEntryStart { .. } => S::NotLocked,
         Error::OutOfMemory { .. } => S::OutOfMemory,
         Error::HostOutOfMemory { .. } => S::HostOutOfMemory,
-        Error::KindUnsupported { .. } | Error::RegisteredNeedsLockTable => S::Unsupported,
+        Error::KindUnsupported { .. }
+        | Error::RegisteredNeedsLockTable
+        | Error::Unsupported { .. } => S::Unsupported,
         Error::UnknownKernel { .. } => S::UnknownKernel,
         Error::KernelArgumentMismatch { .. } | Error::LaunchSizeCount { .. } => S::KernelArguments,
         Error::LimitExceeded { .. } => S::LimitExceeded,
@@ -405,6 +407,13 @@ mod tests {
                 GpurtStatus::UnknownDevice,
             ),
             (Error::NotLocked { ptr: 16 }, GpurtStatus::NotLocked),
+            (
+                Error::Unsupported {
+                    backend: "host",
+                    what: "loading a module image",
+                },
+                GpurtStatus::Unsupported,
+            ),
             (
                 Error::OutOfBounds {
                     offset: 1,
