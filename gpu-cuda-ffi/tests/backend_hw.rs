@@ -7,7 +7,7 @@
 use core::ptr;
 
 use gpu_core::allocator::MemoryKind;
-use gpu_core::backend::{Backend, KernelArg, LaunchDims};
+use gpu_core::backend::{Backend, FillValue, KernelArg, LaunchDims};
 use gpu_core::conformance::{Outcome, run_all};
 use gpu_core::runtime::{Arg, DeviceGuard, Runtime};
 use gpu_core::{ByteRange, DeviceId, DriverError, Error};
@@ -472,6 +472,73 @@ fn kernels(b: &CudaBackend, stream: CudaStream) {
     b.free(D0, MemoryKind::Device, data, None).unwrap();
 }
 
+/// A program's own module (the library's PTX, loaded as a foreign image: the symbol `fill_u32`
+/// is `(u32 *dst, u32 value, u64 count)`), launched with its own parameter array as MLIR's
+/// `mgpuLaunchKernel` passes it; 16- and 32-bit fills; the module unloaded.
+fn module_images(b: &CudaBackend, stream: CudaStream) {
+    let words = 4099usize;
+    let data = b
+        .allocate(D0, MemoryKind::Device, (words + 1) * 4)
+        .unwrap()
+        .unwrap();
+    // SAFETY (fills): inside the live allocation of `words + 1` words.
+    unsafe { b.fill_elements(stream, data, FillValue::U16(0xbeef), (words + 1) * 2) }.unwrap();
+    // SAFETY: the embedded PTX ends with a NUL and lives as long as the program.
+    let module = kept!(b, unsafe {
+        b.module_load(D0, gpu_cuda_ffi::kernels::PTX.as_ptr().cast())
+    })
+    .unwrap();
+    let fill = kept!(b, b.module_kernel(module, c"fill_u32")).unwrap();
+    let (mut dst, mut value, mut count) = (data as u64, 0x1234_5678u32, words as u64);
+    let mut params: [*mut core::ffi::c_void; 3] = [
+        (&raw mut dst).cast(),
+        (&raw mut value).cast(),
+        (&raw mut count).cast(),
+    ];
+    // SAFETY: one pointer per parameter, each to a value of its type; the kernel writes
+    // `words` words of the allocation.
+    kept!(b, unsafe {
+        b.launch_packed(
+            stream,
+            fill,
+            LaunchDims::linear(17, 256),
+            params.as_mut_ptr(),
+        )
+    })
+    .unwrap();
+    // SAFETY: the live allocation of `words + 1` words.
+    let read = unsafe { read_words(b, stream, data, words + 1) };
+    assert!(read[..words].iter().all(|&word| word == 0x1234_5678));
+    assert_eq!(
+        read[words], 0xbeef_beef,
+        "the 16-bit fill, past the kernel's count"
+    );
+    // SAFETY: as above.
+    unsafe { b.fill_elements(stream, data, FillValue::U32(7), words + 1) }.unwrap();
+    // SAFETY: as above.
+    let read = unsafe { read_words(b, stream, data, words + 1) };
+    assert!(read.iter().all(|&word| word == 7));
+    assert_eq!(
+        // SAFETY: refused before the driver (no parameter table for a module's kernel).
+        kept!(b, unsafe {
+            b.launch(stream, fill, LaunchDims::linear(1, 1), &[])
+        }),
+        Err(Error::KernelArgumentMismatch {
+            kernel: "(a kernel of a loaded module)",
+            expected: "the module's own parameter array (launch_packed)"
+        })
+    );
+    assert!(matches!(
+        kept!(b, b.module_kernel(module, c"no_such_kernel")),
+        Err(Error::Driver(DriverError {
+            call: "cuModuleGetFunction",
+            ..
+        }))
+    ));
+    kept!(b, b.module_unload(module)).unwrap();
+    b.free(D0, MemoryKind::Device, data, None).unwrap();
+}
+
 #[test]
 fn every_method_works_and_keeps_the_current_context() {
     let Some(backend) = open() else { return };
@@ -487,6 +554,7 @@ fn every_method_works_and_keeps_the_current_context() {
         host_registration(b, stream);
         streams_and_events(b);
         kernels(b, stream);
+        module_images(b, stream);
         kept!(b, b.stream_destroy(stream)).unwrap();
         assert_eq!(b.current_device(), Ok(start));
         eprintln!("all methods passed with {start:?} current");
