@@ -494,6 +494,8 @@ fn event_record<B: ClientBackend>(
 ) -> Result<(), CapiError> {
     let mut objects = session.mlir.lock();
     objects.event(event)?;
+    // A null stream (no MLIR stream) is refused here, before anything changes.
+    objects.stream(stream)?;
     let runtime = session.runtime();
     let mut after = after_stream(&mut objects, stream)?;
     objects.note(|| TraceOp::Record {
@@ -1455,6 +1457,14 @@ mod tests {
             "{}",
             last_error()
         );
+        let event = mgpuEventCreate();
+        mgpuEventRecord(event, NULL);
+        assert!(
+            last_error().contains("no live MLIR stream"),
+            "{}",
+            last_error()
+        );
+        mgpuEventDestroy(event);
         let stream = mgpuStreamCreate();
         mgpuStreamDestroy(stream);
         mgpuStreamDestroy(stream);
