@@ -1,12 +1,13 @@
-//! Checks a stream/event trace file (one call per line; the format is in the README's "Trace
+//! Checks stream/event trace files (one call per line; the format is in the README's "Trace
 //! format" section) and prints every defect with its line as it is found: leaks, double
 //! destroys, uses after destroy, waits on events never recorded, records and launches on the
 //! wrong device, default streams destroyed; and the objects alive at the process's `exit`.
 //!
-//! Usage: `gpu-trace-check [--alive-at-exit-is-defect] FILE` (`-` reads standard input).
-//! Exit status: 0 when the trace is clean, 1 when it has defects, 2 when it cannot be read or
-//! parsed. The trace is read line by line: memory is bounded by the objects alive, not by
-//! the trace's length.
+//! Usage: `gpu-trace-check [--alive-at-exit-is-defect] FILE...` (`-` reads standard input).
+//! Each file is one process's trace, checked on its own (the recorder writes one per
+//! process). Exit status: 0 when every trace is clean, 1 when one has defects, 2 when one
+//! cannot be read or parsed. A trace is read line by line: memory is bounded by the objects
+//! alive, not by the trace's length.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -15,8 +16,13 @@ use std::process::ExitCode;
 
 use gpu_runtime::token::{Finding, Report, StreamingChecker, TraceObject};
 
-const USAGE: &str = "usage: gpu-trace-check [--alive-at-exit-is-defect] FILE   \
+const USAGE: &str = "usage: gpu-trace-check [--alive-at-exit-is-defect] FILE...   \
                      (FILE `-` reads standard input)";
+
+/// The exit status of a clean trace, of one with defects, of one not read or not parsed.
+const CLEAN: u8 = 0;
+const DEFECTS: u8 = 1;
+const UNREADABLE: u8 = 2;
 
 /// What the printed findings add up to.
 #[derive(Default)]
@@ -28,18 +34,33 @@ struct Tally {
 
 fn main() -> ExitCode {
     // Paths need not be Unicode: `args` would panic on one that is not.
-    let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    let alive_at_exit_is_defect = match args.iter().position(|a| a == "--alive-at-exit-is-defect") {
+    let mut files: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let alive_at_exit_is_defect = match files.iter().position(|a| a == "--alive-at-exit-is-defect")
+    {
         Some(flag) => {
-            args.remove(flag);
+            files.remove(flag);
             true
         }
         None => false,
     };
-    let [file] = args.as_slice() else {
+    if files.is_empty() {
         eprintln!("{USAGE}");
-        return ExitCode::from(2);
-    };
+        return ExitCode::from(UNREADABLE);
+    }
+    let mut out = BufWriter::new(io::stdout().lock());
+    ExitCode::from(check_files(&files, alive_at_exit_is_defect, &mut out))
+}
+
+/// Checks each file on its own; the worst exit status.
+fn check_files(files: &[OsString], alive_at_exit_is_defect: bool, out: &mut impl Write) -> u8 {
+    files
+        .iter()
+        .map(|file| check_file(file, alive_at_exit_is_defect, out))
+        .fold(CLEAN, u8::max)
+}
+
+/// Checks one file (`-`: standard input); its exit status.
+fn check_file(file: &OsString, alive_at_exit_is_defect: bool, out: &mut impl Write) -> u8 {
     let path = file.to_string_lossy();
     let input: Box<dyn Read> = if file == "-" {
         Box::new(io::stdin().lock())
@@ -47,19 +68,19 @@ fn main() -> ExitCode {
         match File::open(file) {
             Ok(file) => Box::new(file),
             Err(e) => {
+                let _ = out.flush();
                 eprintln!("gpu-trace-check: cannot read {path}: {e}");
-                return ExitCode::from(2);
+                return UNREADABLE;
             }
         }
     };
-    let mut out = BufWriter::new(io::stdout().lock());
-    match check(input, &path, alive_at_exit_is_defect, &mut out) {
+    match check(input, &path, alive_at_exit_is_defect, out) {
         Ok(status) => status,
         Err(message) => {
             // The findings printed so far come first.
             let _ = out.flush();
             eprintln!("gpu-trace-check: {message}");
-            ExitCode::from(2)
+            UNREADABLE
         }
     }
 }
@@ -70,7 +91,7 @@ fn check(
     path: &str,
     alive_at_exit_is_defect: bool,
     out: &mut impl Write,
-) -> Result<ExitCode, String> {
+) -> Result<u8, String> {
     let mut checker = StreamingChecker::new();
     let mut tally = Tally::default();
     let mut written = Ok(());
@@ -149,11 +170,7 @@ fn check(
         out.flush()
     };
     summary(out).map_err(|e| format!("cannot write the report: {e}"))?;
-    Ok(if tally.defects == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(if tally.defects == 0 { CLEAN } else { DEFECTS })
 }
 
 #[cfg(test)]
@@ -186,8 +203,7 @@ mod tests {
             "t",
             alive_at_exit_is_defect,
             &mut out,
-        )
-        .map(|status| if status == ExitCode::SUCCESS { 0 } else { 1 });
+        );
         (status, String::from_utf8(out).unwrap())
     }
 
@@ -248,5 +264,40 @@ mod tests {
             )
         );
         assert_eq!(out, "t: line 1: stream `s` used but never created\n");
+    }
+
+    #[test]
+    fn each_file_is_checked_on_its_own_and_the_worst_status_wins() {
+        let dir = std::env::temp_dir().join(format!("gpu-trace-check-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let clean = dir.join("clean.trace");
+        let leaky = dir.join("leaky.trace");
+        let broken = dir.join("broken.trace");
+        std::fs::write(&clean, "stream_create s 0\nstream_destroy s\n").unwrap();
+        // The same name in another process's trace is another object.
+        std::fs::write(&leaky, "stream_destroy s\nstream_create s 0\n").unwrap();
+        std::fs::write(&broken, "frobnicate\n").unwrap();
+        let missing = dir.join("missing.trace");
+        let files = [&clean, &leaky, &broken, &missing].map(|f| f.as_os_str().to_owned());
+        let mut ignored = Vec::new();
+        for (n, worst) in [(1, CLEAN), (2, DEFECTS), (3, UNREADABLE)] {
+            assert_eq!(check_files(&files[..n], false, &mut ignored), worst);
+        }
+        assert_eq!(check_files(&files[3..], false, &mut ignored), UNREADABLE);
+        assert_eq!(check_files(&files[..1], true, &mut ignored), CLEAN);
+        let mut out = Vec::new();
+        assert_eq!(check_files(&files[..2], false, &mut out), DEFECTS);
+        let out = String::from_utf8(out).unwrap();
+        let (clean, leaky) = (clean.display(), leaky.display());
+        assert_eq!(
+            out,
+            format!(
+                "{clean}: 2 calls, no defects\n\
+                 {leaky}: line 1: stream `s` used but never created\n\
+                 {leaky}: line 2: stream `s` created here is never destroyed (leak)\n\
+                 {leaky}: 2 defect(s) in 2 calls\n"
+            )
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
