@@ -65,6 +65,7 @@ nvcc -O2 -arch=sm_90 -o "$out/variants" "$here/variants.cu" 2>&1 | tee -a "$log"
 nvcc -O2 -arch=sm_90 --default-stream per-thread -o "$out/variants_ptds" "$here/variants.cu" 2>&1 | tee -a "$log" &
 wait
 
+if [ -z "${SKIP_PROGRAMS:-}" ]; then
 recorded variants calls own -- "$out/variants"
 recorded variants_ptds calls own -- "$out/variants_ptds"
 mkdir -p "$traces/pipeline"
@@ -97,16 +98,24 @@ else
   say "mlir: no programs in $mlir"
 fi
 
+fi
+
 # No libcupti: a message, and the program runs on.
 mkdir -p "$traces/no_cupti"
 GPU_RECORDER_CUPTI=/nonexistent/libcupti.so.13 CUDA_INJECTION64_PATH="$lib" GPU_TRACE_OUT="$traces/no_cupti" \
   "$out/variants" loop 1000 >"$traces/no_cupti/stdout.txt" 2>&1
 say "no_cupti: exit $?; $(tr '\n' ' ' < "$traces/no_cupti/stdout.txt")"
 
-timed launch_loop -- "$out/variants" loop 200000
-timed torch_loop -- python3 "$here/torch_loop.py" 50000
-timed torch_step_4096 -- python3 "$here/torch_step.py" eager 50 4096
-timed torch_step_1024 -- python3 "$here/torch_step.py" eager 200 1024
+# OVERHEAD names the measurements to make (default: all four); SKIP_PROGRAMS=1 skips the
+# recorded programs above.
+for measurement in ${OVERHEAD:-launch_loop torch_loop torch_step_4096 torch_step_1024}; do
+  case $measurement in
+    launch_loop) timed launch_loop -- "$out/variants" loop 200000 ;;
+    torch_loop) timed torch_loop -- python3 "$here/torch_loop.py" 50000 ;;
+    torch_step_4096) timed torch_step_4096 -- python3 "$here/torch_step.py" eager "${STEPS_4096:-50}" 4096 ;;
+    torch_step_1024) timed torch_step_1024 -- python3 "$here/torch_step.py" eager "${STEPS_1024:-200}" 1024 ;;
+  esac
+done
 
 tar czf "$out/traces.tgz" -C "$out" traces
 rm -rf "$out/overhead" "$out/variants" "$out/variants_ptds"

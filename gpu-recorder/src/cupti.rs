@@ -82,6 +82,13 @@ pub fn open(candidates: &[PathBuf]) -> Result<Cupti, String> {
         .filter(|path| path.components().count() == 1 || path.exists())
         .map(|path| path.to_string_lossy().into_owned())
         .collect();
+    if names.is_empty() {
+        let tried: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+        return Err(format!(
+            "no {LIBRARY_NAME} found (set GPU_RECORDER_CUPTI=PATH or CUDA_HOME); looked for {}",
+            tried.join(", ")
+        ));
+    }
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     // SAFETY: every candidate is a libcupti (a file of that name in a CUDA toolkit, or the one
     // the user named), whose functions have the signatures of the bindings.
@@ -163,9 +170,16 @@ mod tests {
         ])
         .err()
         .unwrap();
-        assert!(!message.contains("/nonexistent/"), "skipped: {message}");
         assert!(message.contains("libnonexistent-cupti.so.13"), "{message}");
         assert!(message.contains("GPU_RECORDER_CUPTI"), "{message}");
+        // Only paths that exist are opened; when none does, all are named.
+        let message = open(&[PathBuf::from("/nonexistent/libcupti.so.13")])
+            .err()
+            .unwrap();
+        assert!(
+            message.contains("no libcupti.so.13 found") && message.contains("/nonexistent/"),
+            "{message}"
+        );
     }
 
     #[test]
