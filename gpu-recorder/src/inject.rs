@@ -64,6 +64,8 @@ struct Output {
     trace: BufWriter<File>,
     calls: Option<BufWriter<File>>,
     text: String,
+    /// Flush after every call (`GPU_RECORDER_FLUSH=each`), for programs that crash.
+    flush_each: bool,
     exited: bool,
     write_failed: bool,
 }
@@ -117,6 +119,7 @@ fn start(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<(), String>
             trace,
             calls,
             text: String::with_capacity(256),
+            flush_each: var("GPU_RECORDER_FLUSH").is_some_and(|value| value == "each"),
             exited: false,
             write_failed: false,
         }),
@@ -301,7 +304,7 @@ impl Output {
     fn flush_text(&mut self) {
         let mut result = self.trace.write_all(self.text.as_bytes());
         self.text.clear();
-        if self.exited {
+        if self.exited || self.flush_each {
             result = result.and_then(|()| self.trace.flush());
         }
         if let Err(error) = result
