@@ -12,16 +12,18 @@ use gpu_core::conformance::{Outcome, run_all};
 use gpu_core::{ByteRange, DeviceId, DriverError, Error};
 use gpu_hip_ffi::{HipBackend, HipStream, reports_no_device, sys};
 
-/// The backend, or `None` after printing why the test is skipped.
+/// The backend, or `None` after printing why the test is skipped (on a line of its own: the
+/// harness has printed "test NAME ... ", and the runner looks for "backend hip: skipped" at the
+/// start of a line).
 fn open() -> Option<HipBackend> {
     match HipBackend::new() {
         Ok(backend) => Some(backend),
         Err(error @ Error::DriverLibraryNotFound { .. }) => {
-            eprintln!("backend hip: skipped: no HIP library ({error})");
+            eprintln!("\nbackend hip: skipped: no HIP library ({error})");
             None
         }
         Err(error) if reports_no_device(&error) => {
-            eprintln!("backend hip: skipped: no device ({error})");
+            eprintln!("\nbackend hip: skipped: no device ({error})");
             None
         }
         Err(other) => panic!("opening the HIP backend failed: {other}"),

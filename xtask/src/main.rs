@@ -25,10 +25,11 @@ commands:
                               thumbv7em-none-eabihf; needs `rustup component add llvm-tools`)
   fuzz TARGET [--seconds N]   run a cargo-fuzz target for N seconds (default 60) on nightly
   fuzz-list                   list the fuzz targets
-  test-hw [--bundle DIR] [--expect cuda,...]
+  test-hw [--bundle DIR] [--expect cuda,...] [--hip-platform nvidia|amd]
                               build the hardware tests and examples into a bundle with a runner
                               script and run it here; with --bundle only write it (for a GPU
-                              machine without Rust: copy DIR there and run `bash DIR/run.sh`)
+                              machine without Rust: copy DIR there and run `bash DIR/run.sh`);
+                              HIP runs through the NVIDIA shim unless --hip-platform amd
   bindgen [cuda|cupti|hip|hsa]... [--check]
                               regenerate the FFI crates' src/sys.rs from the pinned headers (cuda.h
                               and CUPTI from PyPI, ROCm 5.2.3 from Debian; needs pip, dpkg and libclang);

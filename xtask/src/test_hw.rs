@@ -11,17 +11,26 @@ use crate::{hip_shim, root, run};
 const RUNNER: &str = include_str!("hw-runner.sh");
 
 /// Packages whose test binaries go into the bundle (each skips cleanly without its driver),
-/// with the features they are built with: HIP as it runs on NVIDIA GPUs, through the shim.
-const PACKAGES: [(&str, &str); 2] = [("gpu-cuda-ffi", ""), ("gpu-hip-ffi", "nvidia")];
+/// with the features they are built with: HIP as it runs on NVIDIA GPUs, through the shim
+/// (`--hip-platform amd` builds it for ROCm instead, without the shim).
+const PACKAGES: [(&str, &str); 3] = [
+    ("gpu-cuda-ffi", ""),
+    ("gpu-hip-ffi", HIP_NVIDIA_FEATURE),
+    ("gpu-hsa-ffi", ""),
+];
 /// Benchmark programs (harness-less, run with `--bench`) that go into the bundle: package,
 /// bench, features.
 const BENCHES: [(&str, &str, &str); 2] = [
     ("gpu-cuda-ffi", "hw", ""),
-    ("gpu-hip-ffi", "hw_hip", "nvidia"),
+    ("gpu-hip-ffi", "hw_hip", HIP_NVIDIA_FEATURE),
 ];
 /// Examples of the facade, built with every driver feature, that run in the bundle.
 const EXAMPLES: [&str; 2] = ["pipeline", "stress"];
 const FEATURES: &str = "cuda,hip-nvidia";
+/// The feature that selects HIP's NVIDIA platform (in `PACKAGES`, `BENCHES`), and the
+/// examples' features when the bundle is for ROCm (`--hip-platform amd`).
+const HIP_NVIDIA_FEATURE: &str = "nvidia";
+const FEATURES_AMD: &str = "cuda,hip";
 /// Examples that run a second time on HIP (the runner sets `GPU_RUNTIME_BACKEND=hip`).
 const HIP_EXAMPLES: &str = "pipeline";
 /// The recorder's programs (gpu-recorder/hw): copied into the bundle's `recorder/` folder
@@ -32,6 +41,19 @@ struct Options {
     bundle: PathBuf,
     run: bool,
     expect: String,
+    /// HIP through the NVIDIA shim (the default), or ROCm's own library (`--hip-platform amd`).
+    hip_on_nvidia: bool,
+}
+
+impl Options {
+    /// `features` as the bundle builds them: without the NVIDIA platform feature for ROCm.
+    fn features<'a>(&self, features: &'a str) -> &'a str {
+        if !self.hip_on_nvidia && features == HIP_NVIDIA_FEATURE {
+            ""
+        } else {
+            features
+        }
+    }
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -39,6 +61,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         bundle: root().join("target/hw-bundle"),
         run: true,
         expect: String::new(),
+        hip_on_nvidia: true,
     };
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -49,6 +72,13 @@ fn parse(args: &[String]) -> Result<Options, String> {
                 options.run = false;
             }
             "--expect" => options.expect = value()?,
+            "--hip-platform" => {
+                options.hip_on_nvidia = match value()?.as_str() {
+                    "nvidia" => true,
+                    "amd" => false,
+                    other => return Err(format!("--hip-platform is nvidia or amd, not {other}")),
+                }
+            }
             other => return Err(format!("unknown test-hw option {other}")),
         }
     }
@@ -57,18 +87,22 @@ fn parse(args: &[String]) -> Result<Options, String> {
 
 pub fn test_hw(args: &[String]) -> Result<(), String> {
     let options = parse(args)?;
-    let tests = build_tests()?;
-    let benches = build_benches()?;
-    let examples = build_examples()?;
+    let tests = build_tests(&options)?;
+    let benches = build_benches(&options)?;
+    let examples = build_examples(&options)?;
     let torch = build_torch_client()?;
     let recorder = build_recorder()?;
     // HIP on NVIDIA: the shim and the CUDA 11.8 runtime beside it (the runner puts `lib/` on
-    // the loader's path).
-    let shim_dir = hip_shim::build()?;
-    let libraries = [
-        shim_dir.join(hip_shim::SHIM_FILE),
-        shim_dir.join(hip_shim::CUDART_FILE),
-    ];
+    // the loader's path). ROCm brings its own library.
+    let libraries = if options.hip_on_nvidia {
+        let shim_dir = hip_shim::build()?;
+        vec![
+            shim_dir.join(hip_shim::SHIM_FILE),
+            shim_dir.join(hip_shim::CUDART_FILE),
+        ]
+    } else {
+        Vec::new()
+    };
     write_bundle(
         &options,
         &[
@@ -113,14 +147,14 @@ pub fn test_hw(args: &[String]) -> Result<(), String> {
 }
 
 /// Release test binaries of `PACKAGES`, from cargo's JSON messages.
-fn build_tests() -> Result<Vec<PathBuf>, String> {
+fn build_tests(options: &Options) -> Result<Vec<PathBuf>, String> {
     let mut all = Vec::new();
     for (package, features) in PACKAGES {
         let mut command = Command::new("cargo");
         command
             .current_dir(root())
             .args(["test", "--release", "--no-run", "--message-format=json"])
-            .args(["-p", package, "--features", features])
+            .args(["-p", package, "--features", options.features(features)])
             // Benchmarks are built by `build_benches`; only test targets here.
             .args(["--lib", "--tests"]);
         all.extend(executables(command)?);
@@ -129,7 +163,7 @@ fn build_tests() -> Result<Vec<PathBuf>, String> {
 }
 
 /// Release benchmark programs of `BENCHES`.
-fn build_benches() -> Result<Vec<PathBuf>, String> {
+fn build_benches(options: &Options) -> Result<Vec<PathBuf>, String> {
     let mut all = Vec::new();
     for (package, bench, features) in BENCHES {
         let mut command = Command::new("cargo");
@@ -142,7 +176,7 @@ fn build_benches() -> Result<Vec<PathBuf>, String> {
             "--bench",
             bench,
             "--features",
-            features,
+            options.features(features),
         ]);
         all.extend(executables(command)?);
     }
@@ -173,11 +207,16 @@ fn executables(mut command: Command) -> Result<Vec<PathBuf>, String> {
     Ok(binaries)
 }
 
-fn build_examples() -> Result<Vec<PathBuf>, String> {
+fn build_examples(options: &Options) -> Result<Vec<PathBuf>, String> {
     let mut command = Command::new("cargo");
     command
         .current_dir(root())
-        .args(["build", "--release", "--features", FEATURES]);
+        .args(["build", "--release", "--features"])
+        .arg(if options.hip_on_nvidia {
+            FEATURES
+        } else {
+            FEATURES_AMD
+        });
     for example in EXAMPLES {
         command.args(["--example", example]);
     }
@@ -338,6 +377,13 @@ mod tests {
         assert_eq!(options.bundle, PathBuf::from("out"));
         assert!(!options.run);
         assert_eq!(options.expect, "cuda");
+        assert!(options.hip_on_nvidia);
+        assert_eq!(options.features(HIP_NVIDIA_FEATURE), HIP_NVIDIA_FEATURE);
+        let amd = parse(&["--hip-platform", "amd"].map(String::from)).unwrap();
+        assert!(!amd.hip_on_nvidia);
+        assert_eq!(amd.features(HIP_NVIDIA_FEATURE), "");
+        assert_eq!(amd.features(""), "");
+        assert!(parse(&["--hip-platform", "intel"].map(String::from)).is_err());
         assert!(parse(&["--what".to_string()]).is_err());
         assert!(parse(&["--expect".to_string()]).is_err());
     }
