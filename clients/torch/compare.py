@@ -28,6 +28,10 @@ def run(script, allocator, args, extra, out, launcher=()):
     if not launcher:
         command.insert(0, sys.executable)
     env = dict(os.environ, **(args.gpurt_env if allocator == "gpurt" else {}))
+    if launcher:
+        # ProcessGroupNCCL keeps the tensors of a collective alive until it completes instead
+        # of calling record_stream, which a plug-in installed from Python cannot receive.
+        env["TORCH_NCCL_AVOID_RECORD_STREAMS"] = "1"
     started = time.monotonic()
     done = subprocess.run(command, cwd=HERE, capture_output=True, text=True, env=env)
     log = os.path.join(out, "runs.log")
