@@ -154,6 +154,39 @@ pub unsafe extern "C" fn gpurt_torch_free(
     })
 }
 
+/// Records that the memory at `ptr` (from `gpurt_torch_alloc`, on any device) is also used by
+/// work enqueued on `stream` (PyTorch's `recordStream`): when it is freed, it is reused only
+/// after that work too. For C++ programs that install it with
+/// `CUDAPluggableAllocator::set_record_stream_fn` (Python has no way to). An address that is
+/// no live allocation records an error and changes nothing.
+///
+/// Thread safety: any thread.
+///
+/// # Safety
+/// `stream` is a live stream of the allocation's device (as for `gpurt_torch_alloc`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gpurt_torch_record_stream(ptr: *mut c_void, stream: *mut c_void) {
+    guarded((), || {
+        with_open_session(|s| dispatch!(s, s => record_stream(s, ptr as usize, stream)))
+    })
+}
+
+/// Gives every cached block that no work can still use back to the driver (PyTorch's
+/// `emptyCache`; C++ programs install it with `CUDAPluggableAllocator::set_reset_fn`). Does
+/// nothing while no runtime is open; a failure records its message.
+///
+/// Thread safety: any thread.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpurt_torch_empty_cache() {
+    guarded((), || {
+        with_open_session(|s| dispatch!(s, s => s.runtime().trim().map(drop).map_err(Into::into)))
+            .or_else(|error| match error {
+                CapiError::NotOpen => Ok(()),
+                other => Err(other),
+            })
+    })
+}
+
 /// Writes `device`'s device-memory figures into `*out` (for ctypes: allocated, reserved, peak
 /// reserved, hits, misses, driver calls, ...). Returns `GPURT_STATUS_OK`, or
 /// `GPURT_STATUS_NULL_POINTER`, `GPURT_STATUS_INVALID_ARGUMENT` (a negative device) or
@@ -209,6 +242,28 @@ fn release<B: ClientBackend>(
             .free_on_foreign_stream(device, address, size, stream as usize)
     }?;
     Ok(())
+}
+
+fn record_stream<B: ClientBackend>(
+    session: &Session<B>,
+    address: usize,
+    stream: *mut c_void,
+) -> Result<(), CapiError> {
+    let runtime = session.runtime();
+    // PyTorch names no device here: the allocation's device is the one that holds it.
+    for index in 0..runtime.device_count() {
+        // SAFETY: the exported function's caller vouches for the stream.
+        match unsafe {
+            runtime.mark_used_on_foreign_stream(DeviceId(index as u32), address, stream as usize)
+        } {
+            Err(Error::UnknownAddress { .. }) => continue,
+            recorded => return Ok(recorded?),
+        }
+    }
+    Err(CapiError::InvalidArgument {
+        what: "ptr",
+        detail: format!("{address:#x} is no live allocation of any device"),
+    })
 }
 
 fn device_stats<B: ClientBackend>(
@@ -374,6 +429,38 @@ mod tests {
             last_error()
         );
         assert_eq!(shutdown().unwrap_err(), CapiError::NotOpen);
+    }
+
+    #[test]
+    fn record_stream_and_empty_cache_through_the_c_symbols() {
+        let _serial = process_test_lock();
+        let streams = host_with_streams(DeviceId(1), 2);
+        let (s1, s2) = (streams[0], streams[1]);
+        // SAFETY (every call below): live streams of device 1 until shutdown.
+        let block = unsafe { gpurt_torch_alloc(4096, 1, s1) };
+        unsafe { gpurt_torch_record_stream(block, s2) };
+        assert_eq!(last_error(), "", "recorded");
+        unsafe { gpurt_torch_record_stream(block.wrapping_byte_add(256), s2) };
+        assert!(last_error().contains("any device"), "{}", last_error());
+        unsafe { gpurt_torch_free(block, 4096, 1, s1) };
+        // The free waits for an event recorded on s2 (idle, but the host backend completes a
+        // record on the stream's own thread): once it has, emptying the cache gives it all back.
+        for _ in 0..1000 {
+            gpurt_torch_empty_cache();
+            if stats(1).reserved == 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let after = stats(1);
+        assert_eq!((after.allocated, after.reserved), (0, 0), "{after:?}");
+        shutdown().unwrap();
+        gpurt_torch_empty_cache();
+        assert_eq!(
+            shutdown().unwrap_err(),
+            CapiError::NotOpen,
+            "nothing opened"
+        );
     }
 
     /// Autograd's threads: four threads allocate and free through the C symbols, each on a

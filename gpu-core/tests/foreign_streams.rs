@@ -165,6 +165,53 @@ fn a_block_freed_on_another_stream_is_reused_only_after_that_streams_work() {
     finish(&backend, rt, &[(D0, s1), (D0, s2)]);
 }
 
+/// A block also used on S2 (recorded as PyTorch's `record_stream` does) and freed on S1 is not
+/// handed out again, on S1 either, while S2's kernel (held at a gate) may still use it; once
+/// that kernel has finished, the block comes back.
+#[test]
+fn a_block_recorded_on_another_stream_waits_for_that_streams_work() {
+    const BLOCK: usize = 16 * MIB;
+    let (backend, rt) = runtime(1, 1 << 30);
+    let (gate_tx, gate_rx) = mpsc::channel::<()>();
+    let gate_rx = Mutex::new(gate_rx);
+    backend.register_kernel("gated_read", move |ctx, _| {
+        gate_rx.lock().unwrap().recv().ok();
+        ctx.view::<u32>(ctx.arg_ptr(0)?, 1)?.get(0).map(drop)
+    });
+    let (s1, s2) = (
+        framework_stream(&backend, D0),
+        framework_stream(&backend, D0),
+    );
+    let x = alloc(&rt, D0, BLOCK, s1);
+    let kernel = on(&backend, D0, || backend.kernel(D0, "gated_read"));
+    // SAFETY: the kernel reads 4 bytes at the start of the live block it is given.
+    on(&backend, D0, || unsafe {
+        backend.launch(s2, kernel, LaunchDims::linear(1, 1), &[KernelArg::Ptr(x)])
+    });
+    // SAFETY: a live stream of the device.
+    unsafe { rt.mark_used_on_foreign_stream(D0, x, s2.raw()) }.unwrap();
+    free(&rt, D0, x, BLOCK, s1).unwrap();
+    let pending = device_stats(&rt, D0).pending;
+    assert_eq!(pending, BLOCK, "the block waits for S2's kernel");
+    let y = alloc(&rt, D0, BLOCK, s1);
+    assert_ne!(y, x, "handed out while S2's kernel may still read it");
+    gate_tx.send(()).unwrap();
+    on(&backend, D0, || backend.stream_synchronize(s2));
+    free(&rt, D0, y, BLOCK, s1).unwrap();
+    // The recorded use has completed: the next look at pending blocks (a trim here) returns it.
+    rt.trim().unwrap();
+    assert_eq!(device_stats(&rt, D0).pending, 0);
+    // SAFETY: as above; refused before anything is adopted.
+    assert_eq!(
+        unsafe { rt.mark_used_on_foreign_stream(D0, x + 512, s2.raw()) },
+        Err(Error::UnknownAddress {
+            device: D0,
+            address: x + 512
+        })
+    );
+    finish(&backend, rt, &[(D0, s1), (D0, s2)]);
+}
+
 /// Bad frees and a stream of another device are typed errors that change nothing.
 #[test]
 fn misuse_is_a_typed_error_that_changes_nothing() {

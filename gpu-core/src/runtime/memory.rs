@@ -185,6 +185,27 @@ impl<B: Backend> DeviceMemory<B> {
         Ok(handle)
     }
 
+    /// Records that the live allocation at `address` is also used by work on `stream` (as
+    /// PyTorch's `record_stream`): its free is ordered after that work too. An unknown address
+    /// is an error (nothing changes).
+    pub(crate) fn mark_used_by_address(
+        &mut self,
+        device: DeviceId,
+        address: usize,
+        stream: StreamId,
+    ) -> Result<()> {
+        let &(handle, _) = self
+            .by_address
+            .get(&address)
+            .ok_or(Error::UnknownAddress { device, address })?;
+        self.allocator.mark_used_on(handle, stream)
+    }
+
+    /// Whether `address` is a live allocation handed out by address.
+    pub(crate) fn holds_address(&self, address: usize) -> bool {
+        self.by_address.contains_key(&address)
+    }
+
     /// Frees every allocation still held by address, as if no work used it: for teardown,
     /// once every stream has been synchronised (the next trim carries the frees out).
     pub(crate) fn release_by_address(&mut self) {

@@ -448,6 +448,30 @@ impl<B: Backend> Runtime<B> {
         )
     }
 
+    /// Records that the allocation at `address` on `device` (from
+    /// [`Runtime::alloc_on_foreign_stream`]) is also used by work enqueued on the raw stream
+    /// `stream` (PyTorch's `record_stream`): when it is freed, the block is reused only after
+    /// that work too (an event recorded on `stream` at the free). An address that is no live
+    /// allocation of `device` is [`Error::UnknownAddress`] and changes nothing.
+    ///
+    /// # Safety
+    /// As for [`Runtime::alloc_on_foreign_stream`].
+    pub unsafe fn mark_used_on_foreign_stream(
+        &self,
+        device: DeviceId,
+        address: usize,
+        stream: usize,
+    ) -> Result<()> {
+        let mut memory = self.memory(device)?;
+        if !memory.holds_address(address) {
+            // Refused before adopting anything: the call changes nothing.
+            return Err(Error::UnknownAddress { device, address });
+        }
+        // SAFETY: the caller's promise, passed on.
+        let stream = unsafe { self.adopted(&mut memory, device, stream) }?;
+        memory.mark_used_by_address(device, address, stream)
+    }
+
     /// The id of raw stream `raw` of `device`, adopting it at its first use. Adopting locks
     /// the state after the memory (the one lock order) and works on a poisoned runtime too,
     /// as allocation does.
