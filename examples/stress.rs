@@ -200,7 +200,8 @@ fn print_report(name: &str, config: &StressConfig, report: &StressReport) {
     let growth = report.growth();
     if growth.is_empty() {
         println!(
-            "{name}: growth: none (no second-half maximum above 1.5x the first-half one plus noise)"
+            "{name}: growth: none (no jump above 1.5x the first half's maximum, no creep of the \
+             last quarter above the second's, beyond each quantity's noise)"
         );
     }
     for (early, late) in growth {

@@ -252,13 +252,16 @@ pub struct Quantity {
     pub value: u64,
     /// How far it may rise by chance (the run's random sizes and timing) without growing.
     pub noise: u64,
+    /// A pool that keeps its peak (streams, events): it creeps up as rarer peaks of use occur,
+    /// so only a jump counts as growth (what is in use is sampled beside it).
+    pub pooled: bool,
 }
 
 impl Sample {
     /// The quantities that must stay bounded.
     pub fn bounded(&self) -> Vec<Quantity> {
-        const BYTES: u64 = 64 << 20;
-        const COUNT: u64 = 64;
+        const BYTES: u64 = 8 << 20;
+        const COUNT: u64 = 32;
         let allocator = |pick: fn(&crate::allocator::AllocatorStats) -> usize| {
             self.stats
                 .allocator
@@ -267,32 +270,86 @@ impl Sample {
                 .sum::<u64>()
         };
         let planner = &self.stats.planner;
+        const POOL: bool = true;
         let mut named = vec![
-            ("resident KiB", self.rss_kib.unwrap_or(0), BYTES >> 10),
-            ("planner token slots", planner.token_slots as u64, COUNT),
-            ("planner streams", planner.streams as u64, COUNT),
-            ("planner events", planner.events as u64, COUNT),
+            (
+                "resident KiB",
+                self.rss_kib.unwrap_or(0),
+                BYTES >> 10,
+                !POOL,
+            ),
+            (
+                "planner token slots",
+                planner.token_slots as u64,
+                COUNT,
+                !POOL,
+            ),
+            (
+                "planner live tokens",
+                planner.live_tokens as u64,
+                COUNT,
+                !POOL,
+            ),
+            ("planner streams", planner.streams as u64, COUNT, POOL),
+            ("planner events", planner.events as u64, COUNT, POOL),
             (
                 "unwaited tokens named",
                 planner.unwaited_named as u64,
                 COUNT,
+                !POOL,
             ),
-            ("allocator reserved bytes", allocator(|s| s.reserved), BYTES),
-            ("allocator segments", allocator(|s| s.segments), COUNT),
-            ("allocator pending bytes", allocator(|s| s.pending), BYTES),
-            ("lock table entries", self.stats.locks.entries as u64, COUNT),
+            (
+                "allocator reserved bytes",
+                allocator(|s| s.reserved),
+                BYTES,
+                !POOL,
+            ),
+            (
+                "allocator segments",
+                allocator(|s| s.segments),
+                COUNT,
+                !POOL,
+            ),
+            (
+                "allocator pending bytes",
+                allocator(|s| s.pending),
+                BYTES,
+                !POOL,
+            ),
+            (
+                "allocator events in use",
+                self.stats.allocator_events_in_use as u64,
+                COUNT,
+                !POOL,
+            ),
+            (
+                "lock table entries",
+                self.stats.locks.entries as u64,
+                COUNT,
+                !POOL,
+            ),
         ];
         if let Some(live) = self.live {
             named.extend([
-                ("driver streams", live.streams as u64, COUNT),
-                ("driver events", live.events as u64, COUNT),
-                ("driver allocations", live.allocations as u64, COUNT),
-                ("driver registrations", live.registrations as u64, COUNT),
+                ("driver streams", live.streams as u64, COUNT, POOL),
+                ("driver events", live.events as u64, COUNT, POOL),
+                ("driver allocations", live.allocations as u64, COUNT, !POOL),
+                (
+                    "driver registrations",
+                    live.registrations as u64,
+                    COUNT,
+                    !POOL,
+                ),
             ]);
         }
         named
             .into_iter()
-            .map(|(name, value, noise)| Quantity { name, value, noise })
+            .map(|(name, value, noise, pooled)| Quantity {
+                name,
+                value,
+                noise,
+                pooled,
+            })
             .collect()
     }
 }
@@ -348,13 +405,31 @@ impl StressReport {
             .collect()
     }
 
-    /// The quantities that look like growth without bound: their second-half maximum exceeds
-    /// the first-half maximum by more than half plus their noise. Each: the first-half maximum
-    /// and the second-half one.
+    /// The quantities that look like growth without bound, each with its first-half and
+    /// second-half maxima: a second-half maximum above the first-half one by more than half
+    /// plus the quantity's noise (a jump), or, for what is not a pool, a last quarter whose
+    /// every sample lies above the second quarter's maximum by more than the noise (a creep the
+    /// level never falls back from).
     pub fn growth(&self) -> Vec<(Quantity, u64)> {
+        let samples = self.samples.get(1..).unwrap_or_default();
+        let quarter = samples.len() / 4;
+        let creeps = |index: usize, noise: u64| {
+            if quarter == 0 {
+                return false;
+            }
+            let value = |sample: &Sample| sample.bounded()[index].value;
+            let second = samples[quarter..2 * quarter].iter().map(value).max();
+            let last = samples[samples.len() - quarter..].iter().map(value).min();
+            matches!((second, last), (Some(second), Some(last)) if last > second + noise)
+        };
         self.halves()
             .into_iter()
-            .filter(|(early, late)| *late > early.value + early.value / 2 + early.noise)
+            .enumerate()
+            .filter(|(index, (early, late))| {
+                *late > early.value + early.value / 2 + early.noise
+                    || (!early.pooled && creeps(*index, early.noise))
+            })
+            .map(|(_, halves)| halves)
             .collect()
     }
 }
@@ -1181,5 +1256,49 @@ impl<'a, B: Backend> Thread<'a, B> {
                 self.owned[index].expect = read;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report of samples whose planner token slots and planner streams (a pool) follow
+    /// `slots` and `streams`.
+    fn report(slots: &[usize], streams: &[usize]) -> StressReport {
+        let samples = slots
+            .iter()
+            .zip(streams)
+            .map(|(&token_slots, &streams)| {
+                let mut sample = Sample::default();
+                sample.stats.planner.token_slots = token_slots;
+                sample.stats.planner.streams = streams;
+                sample
+            })
+            .collect();
+        StressReport {
+            samples,
+            ..StressReport::default()
+        }
+    }
+
+    fn grown(report: &StressReport) -> Vec<&'static str> {
+        report.growth().iter().map(|(q, _)| q.name).collect()
+    }
+
+    #[test]
+    fn growth_names_jumps_and_creeps_but_not_noise_or_a_pool_keeping_its_peak() {
+        let flat = [0, 100, 120, 90, 110, 100, 95, 120, 105];
+        assert_eq!(grown(&report(&flat, &flat)), Vec::<&str>::new());
+        // A creep (no jump: 240 is under 1.5 x 160 + 32): every sample of the last quarter
+        // above the second quarter's maximum by more than the noise.
+        let creep = [0, 100, 120, 140, 160, 180, 200, 220, 240];
+        assert_eq!(grown(&report(&creep, &flat)), vec!["planner token slots"]);
+        // The same creep in a pool is its peak rising: not growth; a jump is.
+        assert_eq!(grown(&report(&flat, &creep)), Vec::<&str>::new());
+        let jump = [0, 100, 100, 100, 100, 100, 100, 100, 300];
+        assert_eq!(grown(&report(&flat, &jump)), vec!["planner streams"]);
+        // Too few samples to tell.
+        assert_eq!(grown(&report(&creep[..4], &jump[..4])), Vec::<&str>::new());
     }
 }

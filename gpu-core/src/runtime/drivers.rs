@@ -54,6 +54,11 @@ impl<E: Copy> AllocatorEvents<E> {
         }
     }
 
+    /// Events recorded and not yet back in the pool.
+    pub(crate) fn in_use(&self) -> usize {
+        self.slots.len() - self.free.iter().map(Vec::len).sum::<usize>()
+    }
+
     /// Every event, for shutdown.
     pub(crate) fn drain(&mut self) -> impl Iterator<Item = (DeviceId, E)> + '_ {
         self.free.iter_mut().for_each(Vec::clear);

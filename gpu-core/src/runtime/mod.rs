@@ -87,6 +87,8 @@ pub struct RuntimeStats {
     pub locks: LockStats,
     /// The sizes of the token planner's bookkeeping.
     pub planner: PlannerFootprint,
+    /// Events the allocators recorded at frees and hold now (the rest wait in their pools).
+    pub allocator_events_in_use: usize,
 }
 
 impl RuntimeStats {
@@ -969,6 +971,7 @@ impl<B: Backend> Runtime<B> {
             .stats();
         for (index, device) in self.memory.iter().enumerate() {
             let memory = device.lock();
+            stats.allocator_events_in_use += memory.events.in_use();
             stats.event_acquires += memory.events.created;
             stats.events_created += memory.events.created;
             let device = DeviceId(index as u32);
