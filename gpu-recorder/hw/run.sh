@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Runs the recorder on a GPU machine (no Rust needed): builds variants.cu with nvcc, records
 # each program (variants, our pipeline example, PyTorch eager and CUDA-graph training steps,
-# a JAX jit step, a Triton kernel) into $OUT/traces/NAME/ and checks each trace with
-# gpu-trace-check, checks that a missing libcupti leaves a program running, and times the
-# recorder's overhead (the same program alternately unrecorded, with CUPTI subscribed but no
-# callback enabled, and recorded). Writes $OUT/log.txt and $OUT/traces.tgz; exits non-zero if a
-# program fails or our own programs' traces have defects. Beside this script (or named by
-# PIPELINE, CHECKER, COMMIT_FILE): libgpu_recorder.so, gpu-trace-check, pipeline, COMMIT.
+# a JAX jit step, a Triton kernel, MLIR programs, an IREE module) into $OUT/traces/NAME/ and
+# checks each trace with gpu-trace-check, checks that a missing libcupti leaves a program
+# running, and times the recorder's overhead (the same program alternately unrecorded, with
+# CUPTI subscribed but no callback enabled, and recorded). Writes $OUT/log.txt and
+# $OUT/traces.tgz; exits non-zero if a program fails or our own programs' traces have defects.
+# Beside this script (or named by PIPELINE, CHECKER, COMMIT_FILE): libgpu_recorder.so,
+# gpu-trace-check, pipeline, COMMIT.
+# PROGRAMS names the groups of programs to record (default: all of variants pipeline torch jax
+# triton mlir iree).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 pipeline=${PIPELINE:-$here/pipeline}
@@ -20,6 +23,8 @@ log=$out/log.txt
 say() { printf '%s\n' "$*" | tee -a "$log"; }
 lib=$here/libgpu_recorder.so
 limit=${LIMIT:-150}
+# wanted GROUP: whether PROGRAMS (default: every group) names GROUP.
+wanted() { [ -z "${PROGRAMS:-}" ] || [[ " $PROGRAMS " == *" $1 "* ]]; }
 
 # recorded NAME CALLS|- OWN|- -- COMMAND...: runs COMMAND with the recorder injected (CALLS:
 # also write the callbacks), then checks its trace (OWN: a defect fails the run).
@@ -66,22 +71,30 @@ nvcc -O2 -arch=sm_90 --default-stream per-thread -o "$out/variants_ptds" "$here/
 wait
 
 if [ -z "${SKIP_PROGRAMS:-}" ]; then
+if wanted variants; then
 recorded variants calls own -- "$out/variants"
 recorded variants_ptds calls own -- "$out/variants_ptds"
+fi
+if wanted pipeline; then
 mkdir -p "$traces/pipeline"
 PIPELINE_TRACE_OUT="$traces/pipeline/backend.txt" recorded pipeline calls own -- "$pipeline"
 if [ -f "$traces/pipeline/backend.txt" ]; then
   python3 "$here/same_calls.py" "$traces/pipeline/backend.txt" "$traces"/pipeline/*.trace | sed 's/^/pipeline: /' | tee -a "$log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
+fi
+if wanted torch; then
 recorded torch_eager calls - -- python3 "$here/torch_step.py" eager 10
 recorded torch_graphs calls - -- python3 "$here/torch_step.py" graphs 10
-XLA_PYTHON_CLIENT_PREALLOCATE=false recorded jax calls - -- python3 "$here/jax_step.py" 10
-recorded triton calls - -- python3 "$here/triton_kernel.py"
+fi
+wanted jax && XLA_PYTHON_CLIENT_PREALLOCATE=false recorded jax calls - -- python3 "$here/jax_step.py" 10
+wanted triton && recorded triton calls - -- python3 "$here/triton_kernel.py"
 # MLIR programs (MLIR_DIR: bin/ with the programs and our library in bin/lib, upstream/ with
 # MLIR's CudaRuntimeWrappers.cpp), on upstream's wrappers and on ours, 3 and 6 executions.
 mlir=${MLIR_DIR:-$here/mlir}
-if [ -d "$mlir/bin" ] && [ -f "$mlir/upstream/CudaRuntimeWrappers.cpp" ]; then
+if ! wanted mlir; then
+  :
+elif [ -d "$mlir/bin" ] && [ -f "$mlir/upstream/CudaRuntimeWrappers.cpp" ]; then
   cuda=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
   mkdir -p "$out/upstream"
   g++ -O2 -shared -fPIC -o "$out/upstream/libmlir_cuda_runtime.so" "$mlir/upstream/CudaRuntimeWrappers.cpp" \
@@ -96,6 +109,32 @@ if [ -d "$mlir/bin" ] && [ -f "$mlir/upstream/CudaRuntimeWrappers.cpp" ]; then
   done
 else
   say "mlir: no programs in $mlir"
+fi
+
+# IREE (IREE_DIR, from `cargo xtask iree`: iree-run-module, iree-benchmark-module, the module
+# compiled for CUDA and its flag files): once unrecorded and once recorded, its outputs checked
+# against the expected values each time (a difference fails the run), with IREE's CUDA streams
+# (its default) and with CUDA graphs; then 3 and 6 executions with the benchmark tool (a leak
+# grows with them).
+iree=${IREE_DIR:-$here/iree}
+if ! wanted iree; then
+  :
+elif [ -x "$iree/iree-run-module" ] && [ -f "$iree/mlp_cuda.vmfb" ]; then
+  module=(--device=cuda --module="$iree/mlp_cuda.vmfb" --flagfile="$iree/mlp.flags")
+  mkdir -p "$traces/iree_plain"
+  timeout "$limit" "$iree/iree-run-module" "${module[@]}" --flagfile="$iree/mlp.expected" \
+    >"$traces/iree_plain/stdout.txt" 2>&1
+  rc=$?
+  say "iree_plain: exit $rc; $(tail -n 1 "$traces/iree_plain/stdout.txt")"
+  [ "$rc" -eq 0 ] || status=1
+  recorded iree_streams calls - -- "$iree/iree-run-module" "${module[@]}" --flagfile="$iree/mlp.expected"
+  recorded iree_graphs calls - -- "$iree/iree-run-module" "${module[@]}" --flagfile="$iree/mlp.expected" \
+    --cuda_use_streams=false
+  for n in 3 6; do
+    recorded "iree_bench_$n" - - -- "$iree/iree-benchmark-module" "${module[@]}" --benchmark_min_time="${n}x"
+  done
+else
+  say "iree: no module in $iree"
 fi
 
 fi

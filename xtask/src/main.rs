@@ -5,6 +5,7 @@ mod amdgpu_kernels;
 mod bindgen;
 mod capi_header;
 mod hip_shim;
+mod iree;
 mod mlir;
 mod no_std;
 mod test_hw;
@@ -43,6 +44,10 @@ commands:
   mlir [--runtime LIB] [--out DIR] [--llvm-bindir DIR]
                               compile clients/mlir/ with LLVM 22 (mlir-22-tools, llvm-22) and
                               link each program against LIB (default: gpu-capi, built here)
+  iree [--out DIR]            compile clients/iree/ with IREE from PyPI (iree-base-compiler and
+                              -runtime) for CUDA and the CPU, check its outputs on the CPU, and put
+                              the CUDA module, its flag files and iree-run-module in DIR (default
+                              target/iree; test-hw puts them in its bundle)
 ";
 
 fn main() -> ExitCode {
@@ -56,6 +61,7 @@ fn main() -> ExitCode {
         Some("hip-shim") => hip_shim::hip_shim(&args[1..]),
         Some("capi-header") => capi_header::capi_header(&args[1..]),
         Some("mlir") => mlir::mlir(&args[1..]),
+        Some("iree") => iree::iree(&args[1..]),
         Some("test-hw") => test_hw::test_hw(&args[1..]),
         Some("fuzz-list") => run(Command::new("cargo")
             .args(["+nightly", "fuzz", "list"])

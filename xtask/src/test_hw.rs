@@ -130,9 +130,17 @@ pub fn test_hw(args: &[String]) -> Result<(), String> {
             0
         }
     };
+    // IREE's tools and module, for the recorder's run (its run.sh looks in `recorder/iree`).
+    let iree = match crate::iree::fetch() {
+        Ok(tools) => crate::iree::build(&tools, &options.bundle.join("recorder/iree"))?.len(),
+        Err(why) => {
+            println!("test-hw: no IREE module in the bundle: {why}");
+            0
+        }
+    };
     println!(
-        "test-hw: bundle with {} test binaries, {} benchmarks, {} examples and {mlir} MLIR \
-         programs in {}",
+        "test-hw: bundle with {} test binaries, {} benchmarks, {} examples, {mlir} MLIR \
+         programs and {iree} IREE files in {}",
         tests.len(),
         benches.len(),
         examples.len(),
@@ -333,7 +341,8 @@ fn bundle_name(path: &Path) -> String {
     }
 }
 
-fn copy_stripped(from: &Path, to: &Path) -> Result<(), String> {
+/// Copies a file, stripping its symbols unless it is a Python script.
+pub(crate) fn copy_stripped(from: &Path, to: &Path) -> Result<(), String> {
     fs::copy(from, to).map_err(|e| format!("cannot copy {}: {e}", from.display()))?;
     // Symbols only make the bundle larger; a machine without `strip` keeps them. Scripts
     // are copied as they are.

@@ -1,4 +1,4 @@
-//! PyPI wheels as build inputs (headers, the CUDA 11.8 runtime): downloaded once with pip and
+//! PyPI wheels as build inputs (headers, the CUDA 11.8 runtime, IREE's tools): downloaded once with pip and
 //! unpacked under the workspace's target/ folder, never committed.
 
 use std::path::{Path, PathBuf};
@@ -16,8 +16,12 @@ pub struct Wheel {
 }
 
 /// The platform tags a wheel is downloaded for (pip takes any of them): glibc 2.17 and later,
-/// and 2.25 (the tag of nvidia-cuda-cupti 13's wheel).
-const PLATFORMS: &[&str] = &["manylinux2014_x86_64", "manylinux_2_25_x86_64"];
+/// 2.25 (the tag of nvidia-cuda-cupti 13's wheel) and 2.28 (IREE's wheels).
+const PLATFORMS: &[&str] = &[
+    "manylinux2014_x86_64",
+    "manylinux_2_25_x86_64",
+    "manylinux_2_28_x86_64",
+];
 
 /// Where wheels are unpacked, relative to the workspace root.
 const CACHE_DIR: &str = "target/wheels";
