@@ -305,6 +305,9 @@ impl Backend for NullBackend {
     fn kernel(&self, _: DeviceId, _: &str) -> Result<usize> {
         Ok(self.next(1))
     }
+    fn kernel_static_workgroup_bytes(&self, _: usize) -> Result<u32> {
+        Ok(0)
+    }
     fn kernel_allow_workgroup_bytes(&self, _: usize, _: u32) -> Result<()> {
         Ok(())
     }

@@ -301,8 +301,14 @@ pub trait Backend: Send + Sync + 'static {
     /// The kernel called `name` from the backend's kernel library, loaded on `device`.
     fn kernel(&self, device: DeviceId, name: &str) -> Result<Self::Kernel>;
 
+    /// The workgroup memory `kernel` declares statically (CUDA: cuFuncGetAttribute
+    /// SHARED_SIZE_BYTES). It counts against the same per-workgroup limit as the dynamic bytes,
+    /// so a kernel may be allowed at most the device's opt-in limit less this.
+    fn kernel_static_workgroup_bytes(&self, kernel: Self::Kernel) -> Result<u32>;
+
     /// Allows `kernel` to use up to `bytes` of dynamic workgroup memory per workgroup (CUDA:
-    /// cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES), needed above the default limit.
+    /// cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES), needed above the default limit. The
+    /// driver refuses more than the device's opt-in limit less the kernel's static bytes.
     fn kernel_allow_workgroup_bytes(&self, kernel: Self::Kernel, bytes: u32) -> Result<()>;
 
     /// Enqueues `kernel` on `stream` with `dims` and `args`.

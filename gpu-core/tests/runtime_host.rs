@@ -734,8 +734,8 @@ fn reverse_in_one_group<B: Backend>(rt: &Runtime<B>, words: u32) -> Result<(), E
 /// Found by the scaling run (one runtime per thread over one backend): the kernel's opt-in
 /// lives in the driver's kernel object, which runtimes sharing a backend share. One runtime
 /// opting in exactly 50 KB lowered another's 64 KB opt-in, whose next 64 KB launch failed.
-/// The opt-in now asks for the device's whole limit; a driver that refuses it (a kernel with
-/// static workgroup memory) gets the exact size instead.
+/// The opt-in now asks for all the kernel may have (the device's limit less its static bytes);
+/// an opt-in the driver fails is the launch's typed error, and the next launch tries again.
 #[test]
 fn runtimes_sharing_a_backend_never_lower_each_others_workgroup_opt_in() {
     let backend = Arc::new(HostBackend::new(HostConfig::with_devices(1)));
@@ -748,8 +748,53 @@ fn runtimes_sharing_a_backend_never_lower_each_others_workgroup_opt_in() {
 
     let third = Runtime::shared(Arc::clone(&backend), RuntimeConfig::default()).unwrap();
     backend.fail_nth(CallKind::KernelAllowWorkgroupBytes, 1);
+    let failed = reverse_in_one_group(&third, 12_800).unwrap_err();
+    assert!(matches!(failed, Error::Driver(_)), "{failed}");
     reverse_in_one_group(&third, 12_800).unwrap();
     assert_eq!(backend.calls().of(CallKind::KernelAllowWorkgroupBytes), 4);
+}
+
+/// Found by compute-sanitizer on MLIR's shared_memory program (H100): the opt-in asked for the
+/// device's whole opt-in limit, which the driver refuses for a kernel with static shared memory
+/// (static and dynamic bytes share the limit), and only then for the exact size: one failed
+/// driver call per kernel, an error to every sanitizer. The runtime now asks for the kernel's
+/// static bytes once, opts in to the limit less them, refuses more as `LimitExceeded` before
+/// the driver, and opts in between the default limit less them and the default limit too.
+#[test]
+fn the_opt_in_leaves_room_for_a_kernels_static_workgroup_memory() {
+    const STATIC: u32 = 8 * 1024;
+    let backend = Arc::new(HostBackend::new(HostConfig::with_devices(1)));
+    backend.register_kernel_with_static_workgroup_bytes("with_static", STATIC, |_, _| Ok(()));
+    let rt = Runtime::shared(Arc::clone(&backend), RuntimeConfig::default()).unwrap();
+    let limits = rt.device_info(D0).unwrap().workgroup;
+    let kernel = rt.kernel(D0, "with_static").unwrap();
+    let launch = |bytes: u32| {
+        let dims = LaunchDims {
+            dynamic_workgroup_bytes: bytes,
+            ..LaunchDims::linear(1, 32)
+        };
+        // SAFETY: the kernel takes no arguments and touches no memory.
+        let token = unsafe { kernel.launch(dims, &[], &mut vec![]) }?;
+        rt.wait(token)
+    };
+    let before = backend.calls();
+    // Under the default limit, but not with the static bytes: needs the opt-in.
+    launch(limits.default_per_block - STATIC + 4).unwrap();
+    let most = limits.max_per_block_opt_in - STATIC;
+    launch(most).unwrap();
+    let refused = launch(most + 1).unwrap_err();
+    assert!(
+        matches!(refused, Error::LimitExceeded { required, limit, .. }
+            if required == most as usize + 1 && limit == most as usize),
+        "{refused}"
+    );
+    launch(0).unwrap();
+    launch(64).unwrap();
+    let calls = backend.calls().since(&before);
+    assert_eq!(calls.of(CallKind::KernelStaticWorkgroupBytes), 1);
+    // One opt-in, which the driver took: no refused attempt before it.
+    assert_eq!(calls.of(CallKind::KernelAllowWorkgroupBytes), 1);
+    assert_eq!(calls.of(CallKind::Launch), 4);
 }
 
 /// Found by the stress run with faults (shutdown still found pins): a `LockedHost` whose unpin

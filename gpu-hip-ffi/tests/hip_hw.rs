@@ -377,6 +377,8 @@ fn kernels(b: &HipBackend, stream: HipStream, first_round: bool) {
             "a launch above the default limit before opting in"
         );
     }
+    // Its buffer is all dynamic: no static shared memory counts against the limit.
+    assert_eq!(kept!(b, b.kernel_static_workgroup_bytes(reverse)), Ok(0));
     kept!(b, b.kernel_allow_workgroup_bytes(reverse, dynamic_bytes)).unwrap();
     // SAFETY: as above.
     kept!(b, unsafe { b.launch(stream, reverse, dims, &args) }).unwrap();

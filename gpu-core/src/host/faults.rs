@@ -79,6 +79,8 @@ call_kinds! {
     Fill => "fill",
     /// `kernel` (loading a kernel on a device).
     KernelLoad => "kernel",
+    /// `kernel_static_workgroup_bytes`.
+    KernelStaticWorkgroupBytes => "kernel_static_workgroup_bytes",
     /// `kernel_allow_workgroup_bytes`.
     KernelAllowWorkgroupBytes => "kernel_allow_workgroup_bytes",
     /// `launch`.

@@ -35,6 +35,9 @@ pub(super) struct LoadedKernel {
     pub(super) device: DeviceId,
     pub(super) name: Arc<str>,
     pub(super) function: KernelFn,
+    /// Workgroup bytes the kernel declares statically (as a GPU kernel's `__shared__` arrays):
+    /// they count against the device's per-workgroup limit with the dynamic bytes.
+    pub(super) static_workgroup_bytes: u32,
     /// Most dynamic workgroup bytes a launch may use, once set (CUDA's
     /// `MAX_DYNAMIC_SHARED_SIZE_BYTES`); until then the device's default limit applies.
     pub(super) allowed_workgroup_bytes: Option<u32>,
@@ -45,6 +48,7 @@ impl fmt::Debug for LoadedKernel {
         f.debug_struct("LoadedKernel")
             .field("device", &self.device)
             .field("name", &self.name)
+            .field("static_workgroup_bytes", &self.static_workgroup_bytes)
             .field("allowed_workgroup_bytes", &self.allowed_workgroup_bytes)
             .finish_non_exhaustive()
     }
@@ -53,7 +57,8 @@ impl fmt::Debug for LoadedKernel {
 /// Registered kernel functions by name, and the kernels loaded from them on each device.
 #[derive(Default)]
 pub(super) struct KernelRegistry {
-    functions: HashMap<String, KernelFn>,
+    /// Each function with its static workgroup bytes.
+    functions: HashMap<String, (KernelFn, u32)>,
     loaded: HashMap<HostKernel, LoadedKernel>,
     /// Loaded handles by device, then name, so loading twice gives the same handle (looked up
     /// by `&str`, with no allocation on a hit).
@@ -61,9 +66,11 @@ pub(super) struct KernelRegistry {
 }
 
 impl KernelRegistry {
-    /// Registers `function` under `name`; kernels already loaded under that name keep theirs.
-    pub(super) fn register(&mut self, name: &str, function: KernelFn) {
-        self.functions.insert(String::from(name), function);
+    /// Registers `function` under `name`, declaring `static_workgroup_bytes`; kernels already
+    /// loaded under that name keep theirs.
+    pub(super) fn register(&mut self, name: &str, function: KernelFn, static_workgroup_bytes: u32) {
+        self.functions
+            .insert(String::from(name), (function, static_workgroup_bytes));
         for loaded in self.by_name.values_mut() {
             loaded.remove(name);
         }
@@ -75,7 +82,7 @@ impl KernelRegistry {
         if let Some(&kernel) = on_device.get(name) {
             return Ok(kernel);
         }
-        let Some(function) = self.functions.get(name) else {
+        let Some((function, static_workgroup_bytes)) = self.functions.get(name) else {
             return Err(Error::UnknownKernel {
                 backend: "host",
                 name: String::from(name),
@@ -90,6 +97,7 @@ impl KernelRegistry {
                 device,
                 name: Arc::from(name),
                 function: function.clone(),
+                static_workgroup_bytes: *static_workgroup_bytes,
                 allowed_workgroup_bytes: None,
             },
         );

@@ -352,7 +352,7 @@ impl HostBackend {
     pub fn new(config: HostConfig) -> Self {
         let mut kernels = KernelRegistry::default();
         for (name, function) in standard_kernels() {
-            kernels.register(name, function);
+            kernels.register(name, function, 0);
         }
         Self {
             memory: Mutex::new(Memory::new(
@@ -375,7 +375,20 @@ impl HostBackend {
         name: &str,
         function: impl Fn(&KernelContext<'_>, &mut [u8]) -> Result<()> + Send + Sync + 'static,
     ) {
-        lock(&self.kernels).register(name, Arc::new(function));
+        self.register_kernel_with_static_workgroup_bytes(name, 0, function);
+    }
+
+    /// [`Self::register_kernel`] for a kernel that declares `static_bytes` of workgroup memory
+    /// (as a GPU kernel's fixed-size shared arrays): they count against the device's limits
+    /// with the dynamic bytes, as a driver counts them ([`Backend::kernel_static_workgroup_bytes`]
+    /// reports them; the opt-in and launches refuse what would pass the limits with them).
+    pub fn register_kernel_with_static_workgroup_bytes(
+        &self,
+        name: &str,
+        static_bytes: u32,
+        function: impl Fn(&KernelContext<'_>, &mut [u8]) -> Result<()> + Send + Sync + 'static,
+    ) {
+        lock(&self.kernels).register(name, Arc::new(function), static_bytes);
     }
 
     /// Makes the `n`th call of `kind` from now fail with `HOST_INJECTED_FAULT`, changing
@@ -892,15 +905,23 @@ impl Backend for HostBackend {
         lock(&self.kernels).load(device, name)
     }
 
+    fn kernel_static_workgroup_bytes(&self, kernel: HostKernel) -> Result<u32> {
+        let call = self.calls.enter(CallKind::KernelStaticWorkgroupBytes)?;
+        Ok(lock(&self.kernels)
+            .get(kernel, call)?
+            .static_workgroup_bytes)
+    }
+
     fn kernel_allow_workgroup_bytes(&self, kernel: HostKernel, bytes: u32) -> Result<()> {
         let call = self.calls.enter(CallKind::KernelAllowWorkgroupBytes)?;
         let mut kernels = lock(&self.kernels);
         let loaded = kernels.get_mut(kernel, call)?;
         self.current.require(loaded.device, call)?;
+        let limits = self.devices[loaded.device.index()].workgroup;
         if bytes
-            > self.devices[loaded.device.index()]
-                .workgroup
+            > limits
                 .max_per_block()
+                .saturating_sub(loaded.static_workgroup_bytes)
         {
             return Err(HostErrorCode::InvalidValue.error(call));
         }
@@ -922,16 +943,22 @@ impl Backend for HostBackend {
     ) -> Result<()> {
         let call = self.calls.enter(CallKind::Launch)?;
         let shared = self.current_stream(stream, call)?;
-        let (function, allowed) = {
+        let (function, workgroup_limit) = {
             let kernels = lock(&self.kernels);
             let loaded = kernels.get(kernel, call)?;
             if loaded.device != shared.device {
                 return Err(HostErrorCode::InvalidHandle.error(call));
             }
-            (loaded.function.clone(), loaded.allowed_workgroup_bytes)
+            (
+                loaded.function.clone(),
+                loaded.allowed_workgroup_bytes.unwrap_or(
+                    self.devices[shared.device.index()]
+                        .workgroup
+                        .default_per_block
+                        .saturating_sub(loaded.static_workgroup_bytes),
+                ),
+            )
         };
-        let limits = self.devices[shared.device.index()].workgroup;
-        let workgroup_limit = allowed.unwrap_or(limits.default_per_block);
         let threads_per_group = dims.block.iter().map(|&n| u64::from(n)).product::<u64>();
         let bad_shape = dims.grid.contains(&0)
             || dims.block.contains(&0)

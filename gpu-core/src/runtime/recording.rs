@@ -472,6 +472,11 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.inner.kernel(device, name)
     }
 
+    fn kernel_static_workgroup_bytes(&self, kernel: B::Kernel) -> Result<u32> {
+        self.enter("kernel_static_workgroup_bytes")?;
+        self.inner.kernel_static_workgroup_bytes(kernel)
+    }
+
     fn kernel_allow_workgroup_bytes(&self, kernel: B::Kernel, bytes: u32) -> Result<()> {
         self.enter("kernel_allow_workgroup_bytes")?;
         self.inner.kernel_allow_workgroup_bytes(kernel, bytes)

@@ -54,13 +54,18 @@ impl<B: Backend> HostWait<B> {
     }
 }
 
-/// A loaded kernel, the dynamic workgroup bytes it has been allowed, and the most its device
-/// allows after the opt-in.
+/// A loaded kernel, the dynamic workgroup bytes it has been allowed, and its device's limits.
 #[derive(Clone, Copy)]
 struct LoadedKernel<K> {
     kernel: K,
+    /// Dynamic workgroup bytes a launch may use: the device's default limit until the kernel's
+    /// static bytes are known (at its first launch with dynamic bytes), then as allowed.
     allowed_bytes: u32,
+    /// The device's opt-in limit, the most static and dynamic bytes together may reach.
     opt_in_limit: u32,
+    /// The workgroup bytes the kernel declares statically, asked of the backend at its first
+    /// launch with dynamic workgroup bytes (`None` before).
+    static_bytes: Option<u32>,
     /// The program's module it came from (`None`: the backend's library).
     module: Option<ModuleId>,
 }
@@ -437,6 +442,7 @@ impl<B: Backend> State<B> {
             kernel,
             allowed_bytes: info.workgroup.default_per_block,
             opt_in_limit: info.workgroup.max_per_block(),
+            static_bytes: None,
             module,
         });
         index
@@ -546,12 +552,14 @@ impl<B: Backend> State<B> {
     /// The loaded kernel at `index` (of `device`), allowed `bytes` of dynamic workgroup memory
     /// first if that is more than it has been (the opt-in above the default limit).
     ///
-    /// The opt-in asks for the device's whole opt-in limit (the most a launch may then use;
-    /// it reserves nothing), so it happens once per kernel, and runtimes sharing a backend, and
-    /// with it the driver's kernel object, never lower each other's limit (opting in exact
-    /// sizes, one runtime's 50 KB undid another's 64 KB and failed its next launch). Where
-    /// the driver refuses the limit (a kernel with static workgroup memory counts it against
-    /// the same limit) the opt-in falls back to `bytes`.
+    /// The kernel's static workgroup bytes count against the same limits, so at its first
+    /// launch with dynamic bytes the runtime asks for them (once) and the dynamic bytes
+    /// may reach each limit less them; more than the opt-in limit allows is
+    /// [`Error::LimitExceeded`], with nothing changed. The opt-in asks for all the kernel may
+    /// have (the most a launch may then use; it reserves nothing), so it happens once per
+    /// kernel, and runtimes sharing a backend, and with it the driver's kernel object, never
+    /// lower each other's limit (opting in exact sizes, one runtime's 50 KB undid another's
+    /// 64 KB and failed its next launch).
     #[inline]
     pub(crate) fn kernel_for(
         &mut self,
@@ -576,19 +584,36 @@ impl<B: Backend> State<B> {
                 name: alloc::format!("(a kernel of module {}, unloaded)", module.0),
             });
         }
-        if bytes > loaded.allowed_bytes {
+        if bytes > loaded.allowed_bytes || (bytes > 0 && loaded.static_bytes.is_none()) {
             let kernel = loaded.kernel;
-            let target = loaded.opt_in_limit.max(bytes);
-            loaded.allowed_bytes = with_device(backend, device, || {
-                backend
-                    .kernel_allow_workgroup_bytes(kernel, target)
-                    .map(|()| target)
-                    .or_else(|_| {
-                        backend
-                            .kernel_allow_workgroup_bytes(kernel, bytes)
-                            .map(|()| bytes)
-                    })
-            })?;
+            let static_bytes = match loaded.static_bytes {
+                Some(known) => known,
+                None => {
+                    let known = backend.kernel_static_workgroup_bytes(kernel)?;
+                    loaded.static_bytes = Some(known);
+                    loaded.allowed_bytes = loaded.allowed_bytes.saturating_sub(known);
+                    known
+                }
+            };
+            let most = loaded.opt_in_limit.saturating_sub(static_bytes);
+            if bytes > most {
+                return Err(Error::LimitExceeded {
+                    what: "dynamic workgroup memory per workgroup",
+                    required: bytes as usize,
+                    limit: most as usize,
+                    detail: alloc::vec![alloc::format!(
+                        "{device}'s opt-in limit of {} bytes less the kernel's {static_bytes} \
+                         static bytes",
+                        loaded.opt_in_limit
+                    )],
+                });
+            }
+            if bytes > loaded.allowed_bytes {
+                with_device(backend, device, || {
+                    backend.kernel_allow_workgroup_bytes(kernel, most)
+                })?;
+                loaded.allowed_bytes = most;
+            }
         }
         Ok(loaded.kernel)
     }

@@ -882,6 +882,21 @@ impl Backend for CudaBackend {
         })
     }
 
+    /// cuFuncGetAttribute(`SHARED_SIZE_BYTES`).
+    fn kernel_static_workgroup_bytes(&self, kernel: CudaKernel) -> Result<u32> {
+        let mut bytes: c_int = 0;
+        let _scope = self.enter(kernel.device)?;
+        call!(
+            self.driver,
+            cuFuncGetAttribute(
+                &mut bytes,
+                sys::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                kernel.function
+            )
+        )?;
+        Ok(u32::try_from(bytes).unwrap_or(0))
+    }
+
     /// cuFuncSetAttribute(`MAX_DYNAMIC_SHARED_SIZE_BYTES`).
     fn kernel_allow_workgroup_bytes(&self, kernel: CudaKernel, bytes: u32) -> Result<()> {
         let value = c_int::try_from(bytes).map_err(|_| Error::LimitExceeded {

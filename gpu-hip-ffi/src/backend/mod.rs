@@ -857,6 +857,21 @@ impl Backend for HipBackend {
         })
     }
 
+    /// hipFuncGetAttribute(`HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`).
+    fn kernel_static_workgroup_bytes(&self, kernel: HipKernel) -> Result<u32> {
+        let mut bytes: c_int = 0;
+        let _scope = self.enter(kernel.device)?;
+        call!(
+            self.hip,
+            hipFuncGetAttribute(
+                &mut bytes,
+                sys::HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                kernel.function
+            )
+        )?;
+        Ok(u32::try_from(bytes).unwrap_or(0))
+    }
+
     /// hipFuncSetAttribute(`hipFuncAttributeMaxDynamicSharedMemorySize`) on the module's
     /// function; nothing at or below the device's default limit, which every kernel has.
     fn kernel_allow_workgroup_bytes(&self, kernel: HipKernel, bytes: u32) -> Result<()> {
@@ -1113,6 +1128,10 @@ mod tests {
         );
         assert_eq!(
             backend.kernel_allow_workgroup_bytes(kernel, 1 << 20),
+            Err(unknown.clone())
+        );
+        assert_eq!(
+            backend.kernel_static_workgroup_bytes(kernel),
             Err(unknown.clone())
         );
         assert!(!backend.is_current(SavedDevice(Some(0)), d0));
