@@ -111,28 +111,35 @@ else
   say "mlir: no programs in $mlir"
 fi
 
-# IREE (IREE_DIR, from `cargo xtask iree`: iree-run-module, iree-benchmark-module, the module
-# compiled for CUDA and its flag files): once unrecorded and once recorded, its outputs checked
+# IREE (IREE_DIR, from `cargo xtask iree`: iree-run-module, iree-benchmark-module, the modules
+# compiled for CUDA and their flag files): once unrecorded and once recorded, its outputs checked
 # against the expected values each time (a difference fails the run), with IREE's CUDA streams
 # (its default) and with CUDA graphs; then 3 and 6 executions with the benchmark tool (a leak
-# grows with them).
+# grows with them); then the two-device module on two GPUs, or on the one GPU twice.
 iree=${IREE_DIR:-$here/iree}
 if ! wanted iree; then
   :
 elif [ -x "$iree/iree-run-module" ] && [ -f "$iree/mlp_cuda.vmfb" ]; then
-  module=(--device=cuda --module="$iree/mlp_cuda.vmfb" --flagfile="$iree/mlp.flags")
+  inputs=(--flagfile="$iree/mlp.flags")
+  expected=--flagfile="$iree/mlp.expected"
+  module=(--module="$iree/mlp_cuda.vmfb" --function=mlp "${inputs[@]}")
   mkdir -p "$traces/iree_plain"
-  timeout "$limit" "$iree/iree-run-module" "${module[@]}" --flagfile="$iree/mlp.expected" \
+  timeout "$limit" "$iree/iree-run-module" --device=cuda "${module[@]}" "$expected" \
     >"$traces/iree_plain/stdout.txt" 2>&1
   rc=$?
   say "iree_plain: exit $rc; $(tail -n 1 "$traces/iree_plain/stdout.txt")"
   [ "$rc" -eq 0 ] || status=1
-  recorded iree_streams calls - -- "$iree/iree-run-module" "${module[@]}" --flagfile="$iree/mlp.expected"
-  recorded iree_graphs calls - -- "$iree/iree-run-module" "${module[@]}" --flagfile="$iree/mlp.expected" \
+  recorded iree_streams calls - -- "$iree/iree-run-module" --device=cuda "${module[@]}" "$expected"
+  recorded iree_graphs calls - -- "$iree/iree-run-module" --device=cuda "${module[@]}" "$expected" \
     --cuda_use_streams=false
   for n in 3 6; do
-    recorded "iree_bench_$n" - - -- "$iree/iree-benchmark-module" "${module[@]}" --benchmark_min_time="${n}x"
+    recorded "iree_bench_$n" - - -- "$iree/iree-benchmark-module" --device=cuda "${module[@]}" \
+      --benchmark_min_time="${n}x"
   done
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  if [ "$gpus" -ge 2 ]; then second=1 name=iree_two_gpus; else second=0 name=iree_two_devices_one_gpu; fi
+  recorded "$name" calls - -- "$iree/iree-run-module" --device=cuda://0 --device=cuda://$second \
+    --module="$iree/mlp_two_devices_cuda.vmfb" --function=mlp_two_devices "${inputs[@]}" "$expected"
 else
   say "iree: no module in $iree"
 fi

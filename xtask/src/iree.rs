@@ -1,6 +1,6 @@
-//! `cargo xtask iree`: compiles the IREE client module (`clients/iree/`) with IREE's compiler
-//! from PyPI, checks its outputs on the CPU with IREE's runtime, and gathers what a GPU machine
-//! without network or Rust needs to run it there (`iree-run-module`, the CUDA module, its flags).
+//! `cargo xtask iree`: compiles the IREE client modules (`clients/iree/`) with IREE's compiler
+//! from PyPI, checks their outputs on the CPU with IREE's runtime, and gathers what a GPU machine
+//! without network or Rust needs to run them there (`iree-run-module`, the CUDA modules, flags).
 //!
 //! Both wheels are pinned, downloaded once and unpacked under `target/wheels/` (never
 //! committed). IREE's tools need only the C and C++ system libraries (`ldd`), so they travel
@@ -32,13 +32,17 @@ const RUNTIME_TOOLS_DIR: &str = "iree/_runtime_libs";
 /// The tools the GPU machine runs: one execution with its outputs checked, and the benchmark
 /// tool for a chosen number of executions (a leak grows with them).
 const TOOLS: [&str; 2] = ["iree-run-module", "iree-benchmark-module"];
-/// The module (`clients/iree/NAME.mlir`), its inputs (`NAME.flags`: function and inputs) and
-/// its expected outputs (`NAME.expected`), as iree-run-module flag files.
-const MODULE: &str = "mlp";
+/// The modules (`clients/iree/NAME.mlir`, whose function is also NAME) and how many IREE
+/// devices each runs on; they share their inputs (`INPUTS.flags`) and expected outputs
+/// (`INPUTS.expected`), as iree-run-module flag files.
+const MODULES: [(&str, usize); 2] = [("mlp", 1), ("mlp_two_devices", 2)];
+const INPUTS: &str = "mlp";
+/// The names the two-device module gives its devices (`#hal.device.promise<@NAME>`).
+const DEVICE_NAMES: [&str; 2] = ["device_a", "device_b"];
 /// The CUDA target. IREE 3.13 knows NVIDIA targets up to sm_89 and refuses sm_90 ("missing
 /// GPU target"); the module embeds PTX, which the driver compiles for the H100 when it loads it.
 const CUDA_TARGET: &str = "sm_80";
-/// Where `cargo xtask iree` puts its files by default, and where the CPU module is kept.
+/// Where `cargo xtask iree` puts its files by default, and where the CPU modules are kept.
 const OUT_DIR: &str = "target/iree";
 const WORK_DIR: &str = "target/iree-build";
 
@@ -52,26 +56,38 @@ enum Device {
 }
 
 impl Device {
-    /// `iree-compile`'s flags for this device.
-    fn compile_flags(self) -> Vec<String> {
+    /// `iree-compile`'s flags for a module on `devices` devices of this kind (one: the
+    /// default device; more: the module's named devices, ordinals 0, 1, ...).
+    fn compile_flags(self, devices: usize) -> Vec<String> {
+        let kind = match self {
+            Device::Cuda => "cuda",
+            Device::Cpu => "local",
+        };
+        let mut flags: Vec<String> = if devices == 1 {
+            vec![format!("--iree-hal-target-device={kind}")]
+        } else {
+            let named = DEVICE_NAMES.iter().take(devices).enumerate();
+            std::iter::once("--iree-execution-model=async-external".to_string())
+                .chain(named.map(|(ordinal, name)| {
+                    format!("--iree-hal-target-device={name}={kind}[{ordinal}]")
+                }))
+                .collect()
+        };
         match self {
-            Device::Cuda => vec![
-                "--iree-hal-target-device=cuda".into(),
-                format!("--iree-cuda-target={CUDA_TARGET}"),
-            ],
-            Device::Cpu => vec![
-                "--iree-hal-target-device=local".into(),
-                "--iree-hal-local-target-device-backends=llvm-cpu".into(),
-                "--iree-llvmcpu-target-cpu=host".into(),
-            ],
+            Device::Cuda => flags.push(format!("--iree-cuda-target={CUDA_TARGET}")),
+            Device::Cpu => flags.extend([
+                "--iree-hal-local-target-device-backends=llvm-cpu".to_string(),
+                "--iree-llvmcpu-target-cpu=host".to_string(),
+            ]),
         }
+        flags
     }
 
     /// The compiled module's file name.
-    fn module_file(self) -> String {
+    fn module_file(self, module: &str) -> String {
         match self {
-            Device::Cuda => format!("{MODULE}_cuda.vmfb"),
-            Device::Cpu => format!("{MODULE}_cpu.vmfb"),
+            Device::Cuda => format!("{module}_cuda.vmfb"),
+            Device::Cpu => format!("{module}_cpu.vmfb"),
         }
     }
 }
@@ -91,10 +107,10 @@ pub fn iree(args: &[String]) -> Result<(), String> {
     let files = build(&tools, &out)?;
     println!(
         "iree: {} files in {} (run there: iree-run-module --device=cuda --module={} \
-         --flagfile={MODULE}.flags --flagfile={MODULE}.expected)",
+         --function={INPUTS} --flagfile={INPUTS}.flags --flagfile={INPUTS}.expected)",
         files.len(),
         out.display(),
-        Device::Cuda.module_file()
+        Device::Cuda.module_file(INPUTS)
     );
     Ok(())
 }
@@ -124,8 +140,8 @@ pub fn fetch() -> Result<Tools, String> {
     })
 }
 
-/// Compiles the module for CUDA into `out` and for the CPU, runs the CPU module here with the
-/// expected outputs (a wrong value fails the build), and copies the tools (stripped) and the
+/// Compiles each module for CUDA into `out` and for the CPU, runs the CPU modules here with
+/// the expected outputs (a wrong value fails the build), and copies the tools (stripped) and the
 /// flag files into `out`. Returns the files written.
 pub fn build(tools: &Tools, out: &Path) -> Result<Vec<PathBuf>, String> {
     let sources = root().join("clients/iree");
@@ -133,28 +149,31 @@ pub fn build(tools: &Tools, out: &Path) -> Result<Vec<PathBuf>, String> {
     for dir in [out, work.as_path()] {
         fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
-    let source = sources.join(format!("{MODULE}.mlir"));
-    let flags = sources.join(format!("{MODULE}.flags"));
-    let expected = sources.join(format!("{MODULE}.expected"));
-    let cuda_module = out.join(Device::Cuda.module_file());
-    let cpu_module = work.join(Device::Cpu.module_file());
-    for (device, module) in [(Device::Cuda, &cuda_module), (Device::Cpu, &cpu_module)] {
-        run(Command::new(&tools.compiler)
-            .args(device.compile_flags())
-            .arg(&source)
-            .arg("-o")
-            .arg(module))?;
+    let flags = sources.join(format!("{INPUTS}.flags"));
+    let expected = sources.join(format!("{INPUTS}.expected"));
+    let mut files = Vec::new();
+    for (module, devices) in MODULES {
+        let source = sources.join(format!("{module}.mlir"));
+        let cuda_module = out.join(Device::Cuda.module_file(module));
+        let cpu_module = work.join(Device::Cpu.module_file(module));
+        for (device, compiled) in [(Device::Cuda, &cuda_module), (Device::Cpu, &cpu_module)] {
+            run(Command::new(&tools.compiler)
+                .args(device.compile_flags(devices))
+                .arg(&source)
+                .arg("-o")
+                .arg(compiled))?;
+        }
+        run(Command::new(tools.runtime_dir.join("iree-run-module"))
+            .args(run_args("local-task", devices, &cpu_module, module, &flags))
+            .arg(format!("--flagfile={}", expected.display())))
+        .map_err(|e| {
+            format!(
+                "{module}'s CPU outputs differ from {}: {e}",
+                expected.display()
+            )
+        })?;
+        files.push(cuda_module);
     }
-    run(Command::new(tools.runtime_dir.join("iree-run-module"))
-        .args(run_args("local-task", &cpu_module, &flags))
-        .arg(format!("--flagfile={}", expected.display())))
-    .map_err(|e| {
-        format!(
-            "the module's CPU outputs differ from {}: {e}",
-            expected.display()
-        )
-    })?;
-    let mut files = vec![cuda_module];
     for file in [&flags, &expected] {
         let copy = out.join(file.file_name().unwrap_or_default());
         fs::copy(file, &copy).map_err(|e| format!("cannot copy {}: {e}", file.display()))?;
@@ -168,14 +187,22 @@ pub fn build(tools: &Tools, out: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(files)
 }
 
-/// iree-run-module's (and iree-benchmark-module's) arguments for one execution of the module's
-/// function on `device` with the inputs of `flags`.
-fn run_args(device: &str, module: &Path, flags: &Path) -> Vec<String> {
-    vec![
-        format!("--device={device}"),
+/// iree-run-module's (and iree-benchmark-module's) arguments for one execution of `function`
+/// in `module` on `devices` devices of kind `device`, with the inputs of `flags`.
+fn run_args(
+    device: &str,
+    devices: usize,
+    module: &Path,
+    function: &str,
+    flags: &Path,
+) -> Vec<String> {
+    let mut args = vec![format!("--device={device}"); devices];
+    args.extend([
         format!("--module={}", module.display()),
+        format!("--function={function}"),
         format!("--flagfile={}", flags.display()),
-    ]
+    ]);
+    args
 }
 
 fn make_executable(path: &Path) -> Result<(), String> {
@@ -203,17 +230,50 @@ mod tests {
 
     #[test]
     fn each_device_gets_its_own_target_and_module_file() {
-        let cuda = Device::Cuda.compile_flags();
-        assert!(cuda.contains(&"--iree-hal-target-device=cuda".to_string()));
-        assert!(cuda.contains(&format!("--iree-cuda-target={CUDA_TARGET}")));
-        let cpu = Device::Cpu.compile_flags();
+        let cuda = Device::Cuda.compile_flags(1);
+        assert_eq!(
+            cuda,
+            [
+                "--iree-hal-target-device=cuda".to_string(),
+                format!("--iree-cuda-target={CUDA_TARGET}")
+            ]
+        );
+        let cpu = Device::Cpu.compile_flags(1);
         assert!(cpu.contains(&"--iree-hal-local-target-device-backends=llvm-cpu".to_string()));
         assert!(cpu.iter().all(|flag| !flag.contains("cuda")));
-        assert_ne!(Device::Cuda.module_file(), Device::Cpu.module_file());
+        assert_ne!(Device::Cuda.module_file("m"), Device::Cpu.module_file("m"));
         assert_eq!(
-            run_args("cuda", Path::new("m.vmfb"), Path::new("f.flags")),
-            ["--device=cuda", "--module=m.vmfb", "--flagfile=f.flags"]
+            run_args("cuda", 1, Path::new("m.vmfb"), "f", Path::new("i.flags")),
+            [
+                "--device=cuda",
+                "--module=m.vmfb",
+                "--function=f",
+                "--flagfile=i.flags"
+            ]
         );
+    }
+
+    #[test]
+    fn a_two_device_module_names_both_devices_and_runs_on_two() {
+        let cuda = Device::Cuda.compile_flags(2);
+        assert!(cuda.contains(&"--iree-hal-target-device=device_a=cuda[0]".to_string()));
+        assert!(cuda.contains(&"--iree-hal-target-device=device_b=cuda[1]".to_string()));
+        assert!(cuda.contains(&format!("--iree-cuda-target={CUDA_TARGET}")));
+        let cpu = Device::Cpu.compile_flags(2);
+        assert!(cpu.contains(&"--iree-hal-target-device=device_b=local[1]".to_string()));
+        let args = run_args("local-task", 2, Path::new("m"), "f", Path::new("i"));
+        assert_eq!(&args[..2], ["--device=local-task", "--device=local-task"]);
+        // The module's source names the devices the flags name.
+        for (module, devices) in MODULES.into_iter().filter(|&(_, devices)| devices > 1) {
+            let source = root().join(format!("clients/iree/{module}.mlir"));
+            let text = fs::read_to_string(source).unwrap();
+            for name in &DEVICE_NAMES[..devices] {
+                assert!(
+                    text.contains(&format!("promise<@{name}>")),
+                    "{module}: {name}"
+                );
+            }
+        }
     }
 
     /// One `--input=`/`--expected_output=` tensor: `DIMSxf32=V` (a splat) or `=V V ...`.
@@ -246,7 +306,7 @@ mod tests {
     /// A plain reference of the module: y = relu(x @ w1 + b1) @ w2, s = row sums of y.
     #[test]
     fn expected_outputs_are_the_reference_model_of_the_inputs() {
-        let inputs = flag_values(&format!("{MODULE}.flags"), "--input=");
+        let inputs = flag_values(&format!("{INPUTS}.flags"), "--input=");
         let [(xd, x), (w1d, w1), (b1d, b1), (w2d, w2)] = inputs.try_into().unwrap();
         let (rows, inner, hidden, outs) = (xd[0], xd[1], w1d[1], w2d[1]);
         assert_eq!((w1d[0], b1d[0], w2d[0]), (inner, hidden, hidden));
@@ -270,7 +330,7 @@ mod tests {
         let s: Vec<f32> = y.chunks(outs).map(|row| row.iter().sum()).collect();
         // The inputs make ReLU clamp some values and keep others.
         assert!(h.contains(&0.0) && h.iter().any(|&v| v > 0.0));
-        let expected = flag_values(&format!("{MODULE}.expected"), "--expected_output=");
+        let expected = flag_values(&format!("{INPUTS}.expected"), "--expected_output=");
         assert_eq!(expected, [(vec![rows, outs], y), (vec![rows], s)]);
     }
 }
