@@ -186,6 +186,27 @@ pub fn run_all<B: Backend>(open: Open<'_, B>) -> Vec<CaseReport> {
         .collect()
 }
 
+/// Runs every case ([`run_all`]) on backend `name`, prints each report and then, on a line of
+/// its own, the hardware runner's summary (`backend NAME: ran (N conformance cases passed, M
+/// skipped)`), and returns how many cases failed.
+pub fn run_and_print<B: Backend>(name: &str, open: Open<'_, B>) -> usize {
+    let reports = run_all(open);
+    for report in &reports {
+        std::eprintln!("{report}");
+    }
+    let count =
+        |matching: fn(&Outcome) -> bool| reports.iter().filter(|r| matching(&r.outcome)).count();
+    let failed = count(|o| matches!(o, Outcome::Failed(_)));
+    let skipped = count(|o| matches!(o, Outcome::Skipped(_)));
+    if failed == 0 {
+        std::eprintln!(
+            "\nbackend {name}: ran ({} conformance cases passed, {skipped} skipped)",
+            reports.len() - skipped
+        );
+    }
+    failed
+}
+
 fn panic_message(panic: &Box<dyn core::any::Any + Send>) -> String {
     panic
         .downcast_ref::<&str>()

@@ -1,19 +1,48 @@
 //! The standard kernels as AMDGPU code objects, one per target, compiled from
-//! kernels/kernels_amdgpu.hip by `cargo xtask amdgpu-kernels` and embedded; the HIP backend
-//! tries each with hipModuleLoadData and keeps the first the device accepts.
+//! kernels/kernels_amdgpu.hip by `cargo xtask amdgpu-kernels` and embedded, and their kernarg
+//! layout; both AMD backends (HIP's module loader, HSA's code object reader) try each object
+//! and keep the first the device accepts.
+
+use gpu_cuda_ffi::kernels::ParamKind;
 
 /// The code objects, in the order they are tried: gfx90a (CDNA2), gfx942 (CDNA3), gfx1100
 /// (RDNA3).
-pub(crate) const CODE_OBJECTS: &[&[u8]] = &[
+pub const CODE_OBJECTS: &[&[u8]] = &[
     include_bytes!("../kernels/code_objects/gfx90a.hsaco"),
     include_bytes!("../kernels/code_objects/gfx942.hsaco"),
     include_bytes!("../kernels/code_objects/gfx1100.hsaco"),
 ];
 
+/// Where a kernel's explicit arguments sit in its kernarg segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernargLayout {
+    /// Byte offset of each parameter, in order.
+    pub offsets: Vec<usize>,
+    /// Bytes up to the end of the last parameter (no padding after it).
+    pub size: usize,
+}
+
+/// The kernarg layout of parameters `params` under AMDGPU's kernel ABI (what clang's HIP mode
+/// lays out): each parameter at its natural alignment, in order. The code objects' kernel
+/// descriptors are tested to agree for every library kernel.
+pub fn kernarg_layout(params: &[ParamKind]) -> KernargLayout {
+    let mut offsets = Vec::with_capacity(params.len());
+    let size = params.iter().fold(0, |offset: usize, param| {
+        let size = match param {
+            ParamKind::Ptr | ParamKind::U64 => 8,
+            ParamKind::U32 | ParamKind::F32 => 4,
+        };
+        let at = offset.next_multiple_of(size);
+        offsets.push(at);
+        at + size
+    });
+    KernargLayout { offsets, size }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpu_cuda_ffi::kernels::{LIBRARY, ParamKind};
+    use gpu_cuda_ffi::kernels::LIBRARY;
 
     fn u16_at(bytes: &[u8], at: usize) -> u16 {
         u16::from_le_bytes(bytes[at..at + 2].try_into().unwrap())
@@ -76,18 +105,6 @@ mod tests {
         })
     }
 
-    /// The kernarg segment's size for a kernel's parameters: each at its natural alignment,
-    /// no padding after the last (what clang's HIP mode lays out).
-    fn kernarg_size(params: &[ParamKind]) -> u32 {
-        params.iter().fold(0, |offset, param| {
-            let size = match param {
-                ParamKind::Ptr | ParamKind::U64 => 8,
-                ParamKind::U32 | ParamKind::F32 => 4,
-            };
-            offset.next_multiple_of(size) + size
-        })
-    }
-
     #[test]
     fn each_code_object_is_an_amdgpu_elf_for_its_target_with_every_kernel() {
         // EF_AMDGPU_MACH_* of each target (LLVM's ELF.h), in CODE_OBJECTS order.
@@ -121,7 +138,7 @@ mod tests {
                 // amdhsa kernel descriptor: kernarg_size is the u32 at byte 8.
                 assert_eq!(
                     u32_at(descriptor, 8),
-                    kernarg_size(entry.params),
+                    kernarg_layout(entry.params).size as u32,
                     "{target}: kernarg size of {}",
                     entry.name
                 );
@@ -137,21 +154,46 @@ mod tests {
     }
 
     #[test]
-    fn kernarg_sizes_follow_natural_alignment() {
+    fn kernargs_follow_natural_alignment() {
+        let layout = |params: &[ParamKind]| kernarg_layout(params);
         assert_eq!(
-            kernarg_size(&[ParamKind::Ptr, ParamKind::U32, ParamKind::U64]),
-            24
+            layout(&[ParamKind::Ptr, ParamKind::U32, ParamKind::U64]),
+            KernargLayout {
+                offsets: vec![0, 8, 16],
+                size: 24
+            }
         );
         assert_eq!(
-            kernarg_size(&[
+            layout(&[
                 ParamKind::F32,
                 ParamKind::Ptr,
                 ParamKind::Ptr,
                 ParamKind::U64
             ]),
-            32
+            KernargLayout {
+                offsets: vec![0, 8, 16, 24],
+                size: 32
+            }
         );
-        assert_eq!(kernarg_size(&[ParamKind::Ptr, ParamKind::U32]), 12);
-        assert_eq!(kernarg_size(&[]), 0);
+        assert_eq!(
+            layout(&[ParamKind::Ptr, ParamKind::U32]),
+            KernargLayout {
+                offsets: vec![0, 8],
+                size: 12
+            }
+        );
+        assert_eq!(
+            layout(&[
+                ParamKind::U32,
+                ParamKind::U32,
+                ParamKind::F32,
+                ParamKind::U64
+            ]),
+            KernargLayout {
+                offsets: vec![0, 4, 8, 16],
+                size: 24
+            }
+        );
+        assert_eq!(layout(&[]).size, 0);
     }
 }

@@ -4,12 +4,12 @@
 //! [`gpu_core::Error`] values that keep HIP's name and number ([`result`]). Building needs
 //! neither ROCm nor libclang, and a machine without the library gets an error value.
 //!
-//! [`HipBackend`] implements the toolkit's backend trait on top of them ([`backend`]).
+//! [`HipBackend`] implements the toolkit's backend trait on top of them ([`backend`]); the
+//! standard kernels for AMD GPUs ([`code_objects`]) also serve the HSA backend.
 #![warn(missing_docs)]
 
 pub mod backend;
-#[cfg(not(feature = "nvidia"))]
-mod code_objects;
+pub mod code_objects;
 pub mod library;
 pub mod result;
 

@@ -28,7 +28,7 @@ pub enum ParamKind {
 
 impl ParamKind {
     /// The parameter kind `arg` fills.
-    fn of(arg: &KernelArg) -> Self {
+    pub fn of(arg: &KernelArg) -> Self {
         match arg {
             KernelArg::Ptr(_) => Self::Ptr,
             KernelArg::U32(_) => Self::U32,
