@@ -22,8 +22,8 @@ pub trait WithBackend {
 }
 
 /// Runs `work` on the best backend present: a GPU driver compiled in by feature that finds a
-/// device (CUDA, then HIP), else the host backend with two simulated devices. The environment
-/// variable `GPU_RUNTIME_BACKEND` (`cuda`, `hip` or `host`) limits the choice to one backend,
+/// device (CUDA, then HIP, then HSA), else the host backend with two simulated devices. The
+/// environment variable `GPU_RUNTIME_BACKEND` (`cuda`, `hip`, `hsa` or `host`) limits the choice to one backend,
 /// still falling back to the host backend (the hardware bundle runs the example once per
 /// backend this way).
 #[cfg(feature = "std")]
@@ -41,6 +41,12 @@ pub fn with_best_backend<W: WithBackend>(work: W) -> W::Output {
         && let Ok(hip) = gpu_hip_ffi::HipBackend::new()
     {
         return work.with(hip);
+    }
+    #[cfg(feature = "hsa")]
+    if allowed("hsa")
+        && let Ok(hsa) = gpu_hsa_ffi::HsaBackend::new()
+    {
+        return work.with(hsa);
     }
     let _ = allowed;
     work.with(host::HostBackend::new(host::HostConfig::with_devices(2)))

@@ -35,17 +35,18 @@ pub fn check(call: &'static str, code: sys::hsa_status_t) -> Result<(), Error> {
     CODES.check(call, code)
 }
 
-/// Whether `error` is hsa_init saying there is no AMD GPU to use: ROCm 5.2.3's runtime reports
-/// `HSA_STATUS_ERROR_OUT_OF_RESOURCES` when /dev/kfd is absent (observed on these machines).
-/// Hardware tests report "skipped: no device" for it.
+/// Whether `error` says there is no AMD GPU to use: hsa_init's
+/// `HSA_STATUS_ERROR_OUT_OF_RESOURCES` (what ROCm 5.2.3's runtime reports when /dev/kfd is
+/// absent, observed on these machines), or an initialised runtime without GPU agents (the
+/// backend's `HSA_STATUS_ERROR_INVALID_AGENT` from the agent scan). Hardware tests report
+/// "skipped: no device" for it.
 pub fn reports_no_device(error: &Error) -> bool {
-    matches!(
-        error,
-        Error::Driver(DriverError {
-            call: "hsa_init",
-            ..
-        })
-    ) && CODES.is_one_of(error, &[sys::HSA_STATUS_ERROR_OUT_OF_RESOURCES])
+    match error {
+        Error::Driver(DriverError { call, .. }) if *call == "hsa_init" => {
+            CODES.is_one_of(error, &[sys::HSA_STATUS_ERROR_OUT_OF_RESOURCES])
+        }
+        _ => *error == crate::backend::no_gpu_agent(),
+    }
 }
 
 #[cfg(test)]
@@ -77,6 +78,10 @@ mod tests {
         assert!(!reports_no_device(&elsewhere));
         assert!(!reports_no_device(
             &check("hsa_init", sys::HSA_STATUS_ERROR).unwrap_err()
+        ));
+        assert!(reports_no_device(&crate::backend::no_gpu_agent()));
+        assert!(!reports_no_device(
+            &check("hsa_iterate_agents", sys::HSA_STATUS_ERROR_INVALID_AGENT).unwrap_err()
         ));
     }
 }

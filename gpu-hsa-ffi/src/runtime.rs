@@ -1,6 +1,5 @@
-//! An initialised HSA runtime: hsa_init at open, hsa_shut_down when dropped, and the GPU agents
-//! it reports. The start of the HSA backend; the rest (memory pools, locks, signals, queues)
-//! is not written yet.
+//! An initialised HSA runtime: hsa_init at open, hsa_shut_down when dropped, and the GPU and
+//! CPU agents it reports (the backend's devices, and the host its pinned memory belongs to).
 
 use core::ffi::c_void;
 
@@ -17,6 +16,8 @@ pub struct HsaRuntime {
     hsa: &'static Hsa,
     /// The GPU agents, in the order hsa_iterate_agents reported them.
     gpu_agents: Vec<sys::hsa_agent_t>,
+    /// The CPU agents, in the same order.
+    cpu_agents: Vec<sys::hsa_agent_t>,
 }
 
 impl HsaRuntime {
@@ -28,8 +29,8 @@ impl HsaRuntime {
         Self::with_library(Hsa::global()?)
     }
 
-    /// hsa_init, then the GPU agents (hsa_iterate_agents, hsa_agent_get_info of the device
-    /// type). Without /dev/kfd, ROCm 5.2.3's hsa_init reports
+    /// hsa_init, then the GPU and CPU agents (hsa_iterate_agents, hsa_agent_get_info of the
+    /// device type). Without /dev/kfd, ROCm 5.2.3's hsa_init reports
     /// `HSA_STATUS_ERROR_OUT_OF_RESOURCES` ([`crate::reports_no_device`] says so).
     ///
     /// # Errors
@@ -44,14 +45,27 @@ impl HsaRuntime {
         let mut runtime = Self {
             hsa,
             gpu_agents: Vec::new(),
+            cpu_agents: Vec::new(),
         };
-        runtime.gpu_agents = gpu_agents(hsa)?;
+        let scan = agents(hsa)?;
+        runtime.gpu_agents = scan.gpus;
+        runtime.cpu_agents = scan.cpus;
         Ok(runtime)
     }
 
     /// The GPU agents the runtime reported.
     pub fn gpu_agents(&self) -> &[sys::hsa_agent_t] {
         &self.gpu_agents
+    }
+
+    /// The CPU agents the runtime reported.
+    pub fn cpu_agents(&self) -> &[sys::hsa_agent_t] {
+        &self.cpu_agents
+    }
+
+    /// The library the runtime was initialised through.
+    pub fn library(&self) -> &'static Hsa {
+        self.hsa
     }
 }
 
@@ -64,15 +78,16 @@ impl Drop for HsaRuntime {
     }
 }
 
-/// What the agent callback collects: the GPU agents, or the first failure.
+/// What the agent callback collects: the GPU and CPU agents, or the first failure.
 struct AgentScan<'a> {
     hsa: &'a Hsa,
-    agents: Vec<sys::hsa_agent_t>,
+    gpus: Vec<sys::hsa_agent_t>,
+    cpus: Vec<sys::hsa_agent_t>,
     failure: Option<DriverError>,
 }
 
-/// hsa_iterate_agents' callback: keeps GPU agents.
-unsafe extern "C" fn collect_gpu_agent(
+/// hsa_iterate_agents' callback: keeps GPU and CPU agents.
+unsafe extern "C" fn collect_agent(
     agent: sys::hsa_agent_t,
     data: *mut c_void,
 ) -> sys::hsa_status_t {
@@ -94,31 +109,34 @@ unsafe extern "C" fn collect_gpu_agent(
         scan.failure = Some(driver_error("hsa_agent_get_info", code));
         return code;
     }
-    if device_type == sys::HSA_DEVICE_TYPE_GPU {
-        scan.agents.push(agent);
+    match device_type {
+        sys::HSA_DEVICE_TYPE_GPU => scan.gpus.push(agent),
+        sys::HSA_DEVICE_TYPE_CPU => scan.cpus.push(agent),
+        _ => {}
     }
     sys::HSA_STATUS_SUCCESS
 }
 
-/// The GPU agents of an initialised runtime.
-fn gpu_agents(hsa: &Hsa) -> Result<Vec<sys::hsa_agent_t>> {
+/// The GPU and CPU agents of an initialised runtime.
+fn agents(hsa: &Hsa) -> Result<AgentScan<'_>> {
     let iterate = hsa.hsa_iterate_agents()?;
     hsa.hsa_agent_get_info()?;
     let mut scan = AgentScan {
         hsa,
-        agents: Vec::new(),
+        gpus: Vec::new(),
+        cpus: Vec::new(),
         failure: None,
     };
     // SAFETY: the callback only reads `scan` through the pointer while the iteration runs.
     let code = unsafe {
         iterate(
-            Some(collect_gpu_agent),
+            Some(collect_agent),
             (&mut scan as *mut AgentScan<'_>).cast(),
         )
     };
-    if let Some(failure) = scan.failure {
+    if let Some(failure) = scan.failure.take() {
         return Err(Error::Driver(failure));
     }
     check("hsa_iterate_agents", code)?;
-    Ok(scan.agents)
+    Ok(scan)
 }

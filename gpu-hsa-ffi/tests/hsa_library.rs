@@ -9,7 +9,7 @@ use core::ffi::{CStr, c_void};
 use core::ptr;
 
 use gpu_core::{DriverError, Error};
-use gpu_hsa_ffi::{ENTRY_POINTS, Hsa, HsaRuntime, reports_no_device, status_name, sys};
+use gpu_hsa_ffi::{ENTRY_POINTS, Hsa, HsaBackend, HsaRuntime, reports_no_device, status_name, sys};
 
 /// The loaded library, or `None` (with a note) where it is absent and not required.
 fn library() -> Option<&'static Hsa> {
@@ -59,17 +59,20 @@ fn without_kfd_initialisation_is_a_typed_no_device_error() {
         eprintln!("skipped: /dev/kfd exists");
         return;
     }
+    let no_device = Error::Driver(DriverError {
+        backend: "hsa",
+        call: "hsa_init",
+        name: "HSA_STATUS_ERROR_OUT_OF_RESOURCES",
+        code: 0x1008,
+    });
     for _ in 0..2 {
         let error = HsaRuntime::with_library(hsa).unwrap_err();
-        assert_eq!(
-            error,
-            Error::Driver(DriverError {
-                backend: "hsa",
-                call: "hsa_init",
-                name: "HSA_STATUS_ERROR_OUT_OF_RESOURCES",
-                code: 0x1008,
-            })
-        );
+        assert_eq!(error, no_device);
+        assert!(reports_no_device(&error));
+        // The backend opens through the runtime: the same error, and nothing left initialised
+        // (the next attempt fails the same way instead of finding a runtime).
+        let error = HsaBackend::with_library(hsa).unwrap_err();
+        assert_eq!(error, no_device);
         assert!(reports_no_device(&error));
     }
 }

@@ -1,0 +1,216 @@
+//! A stream's state: its user-mode AQL queue and the chain of operations enqueued on it, each
+//! with a completion signal; and the one place that writes packets into a queue's ring.
+//!
+//! HSA has no streams. Order comes from two rules: every packet carries the barrier bit (a
+//! queue runs its packets one after another), and work off the queue (DMA copies) or a queue
+//! packet after such work names the previous operation's signal as a dependency. Operations
+//! therefore complete in the order they were enqueued, which is what lets a signal be reused
+//! once the operation after it has completed: nothing enqueued later can still read it.
+
+use core::sync::atomic::{AtomicU32, Ordering};
+use std::collections::VecDeque;
+
+use gpu_core::Result;
+
+use crate::backend::packets::header_word;
+use crate::library::Hsa;
+use crate::sys;
+
+/// One operation of a stream: its completion signal (1 while it runs, 0 once done), whether it
+/// is a packet of the stream's queue, and the host buffer it reads (kernel arguments, a fill
+/// pattern), freed once the signal may be reused.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Op {
+    pub(crate) signal: sys::hsa_signal_t,
+    pub(crate) on_queue: bool,
+    pub(crate) scratch: Option<usize>,
+}
+
+/// A stream: its queue (created by the backend, or adopted and never destroyed) and its
+/// operations not yet known to be complete, oldest first.
+#[derive(Debug)]
+pub(crate) struct StreamState {
+    pub(crate) queue: *mut sys::hsa_queue_t,
+    pub(crate) adopted: bool,
+    pub(crate) chain: VecDeque<Op>,
+}
+
+// SAFETY: the queue pointer is HSA's queue object, used only under the stream's mutex; HSA
+// queues may be written from any thread.
+unsafe impl Send for StreamState {}
+
+impl StreamState {
+    /// The signals a new operation must wait for besides queue order: the previous
+    /// operation's, unless both are packets of the queue (the barrier bit orders those).
+    pub(crate) fn dependencies(&self, on_queue: bool) -> Vec<sys::hsa_signal_t> {
+        self.chain
+            .back()
+            .filter(|last| !(on_queue && last.on_queue))
+            .map(|last| last.signal)
+            .into_iter()
+            .collect()
+    }
+
+    /// Removes from the front the operations whose signals nothing can read any more, given
+    /// `done` (whether an operation has completed): every operation before a completed one,
+    /// and the last one once it has completed. Returns them, oldest first.
+    pub(crate) fn retire(&mut self, mut done: impl FnMut(&Op) -> bool) -> Vec<Op> {
+        let mut retired = Vec::new();
+        while self.chain.len() >= 2 && done(&self.chain[1]) {
+            retired.extend(self.chain.pop_front());
+        }
+        if self.chain.len() == 1 && done(&self.chain[0]) {
+            retired.extend(self.chain.pop_front());
+        }
+        retired
+    }
+}
+
+/// A packet ready to be written: its 64 bytes with the header word zero, and the header word
+/// the producer stores last.
+pub(crate) struct Packet {
+    body: [u8; 64],
+    header: u32,
+}
+
+impl Packet {
+    /// A packet from an AQL packet struct (64 bytes) and its header word.
+    pub(crate) fn new<T: Copy>(packet: &T, header: u16, setup: u16) -> Self {
+        const { assert!(size_of::<T>() == 64, "AQL packets are 64 bytes") };
+        let mut body = [0u8; 64];
+        // SAFETY: `T` is a plain 64-byte `repr(C)` packet struct (checked above), read as bytes.
+        unsafe {
+            core::ptr::copy_nonoverlapping((packet as *const T).cast::<u8>(), body.as_mut_ptr(), 64)
+        };
+        Self {
+            body,
+            header: header_word(header, setup),
+        }
+    }
+}
+
+/// The functions [`submit`] calls, looked up first so that nothing can fail once a slot of the
+/// ring has been reserved.
+pub(crate) struct Producer {
+    reserve: sys::PFN_hsa_queue_add_write_index_screlease,
+    read_index: sys::PFN_hsa_queue_load_read_index_scacquire,
+    ring: sys::PFN_hsa_signal_store_screlease,
+}
+
+impl Producer {
+    /// Looks the functions up.
+    pub(crate) fn new(hsa: &Hsa) -> Result<Self> {
+        Ok(Self {
+            reserve: hsa.hsa_queue_add_write_index_screlease()?,
+            read_index: hsa.hsa_queue_load_read_index_scacquire()?,
+            ring: hsa.hsa_signal_store_screlease()?,
+        })
+    }
+
+    /// Writes `packets` into `queue`, in order: for each, reserves a slot (waiting while the
+    /// ring is full), writes the body, stores the header word with release ordering (the
+    /// packet processor reads a packet once its header is valid), and rings the doorbell.
+    ///
+    /// # Safety
+    /// `queue` is a live HSA queue; the packets' signals, kernel objects and kernarg buffers
+    /// stay valid until the packets have completed.
+    pub(crate) unsafe fn submit(&self, queue: *mut sys::hsa_queue_t, packets: &[Packet]) {
+        // SAFETY: the caller's promise: a live queue, whose fields HSA fixed at creation.
+        let (base, size, doorbell) = unsafe {
+            let queue = &*queue;
+            (
+                queue.base_address.cast::<u8>(),
+                u64::from(queue.size),
+                queue.doorbell_signal,
+            )
+        };
+        for packet in packets {
+            // SAFETY: a live queue; HSA's atomic index functions.
+            let index = unsafe { (self.reserve)(queue, 1) };
+            // SAFETY: as above.
+            while index - unsafe { (self.read_index)(queue) } >= size {
+                std::thread::yield_now();
+            }
+            // SAFETY: slot `index % size` of the ring is this producer's until the header is
+            // stored; the ring holds `size` 64-byte packets from `base`, aligned to 64 bytes.
+            unsafe {
+                let slot = base.add(((index % size) * 64) as usize);
+                core::ptr::copy_nonoverlapping(packet.body.as_ptr().add(4), slot.add(4), 60);
+                AtomicU32::from_ptr(slot.cast::<u32>()).store(packet.header, Ordering::Release);
+                (self.ring)(doorbell, index as sys::hsa_signal_value_t);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(handle: u64, on_queue: bool) -> Op {
+        Op {
+            signal: sys::hsa_signal_t { handle },
+            on_queue,
+            scratch: None,
+        }
+    }
+
+    fn stream(ops: &[Op]) -> StreamState {
+        StreamState {
+            queue: core::ptr::null_mut(),
+            adopted: false,
+            chain: ops.iter().copied().collect(),
+        }
+    }
+
+    #[test]
+    fn queue_packets_after_queue_packets_need_no_signal_and_everything_else_does() {
+        let empty = stream(&[]);
+        assert!(empty.dependencies(true).is_empty());
+        assert!(empty.dependencies(false).is_empty());
+        let after_kernel = stream(&[op(1, false), op(2, true)]);
+        assert!(after_kernel.dependencies(true).is_empty());
+        assert_eq!(after_kernel.dependencies(false)[0].handle, 2);
+        let after_copy = stream(&[op(1, true), op(2, false)]);
+        assert_eq!(after_copy.dependencies(true)[0].handle, 2);
+        assert_eq!(after_copy.dependencies(false)[0].handle, 2);
+    }
+
+    #[test]
+    fn an_operation_retires_once_the_one_after_it_completed_and_the_last_once_it_did() {
+        let handles = |ops: &[Op]| ops.iter().map(|o| o.signal.handle).collect::<Vec<_>>();
+        for completed in 0..=4u64 {
+            let mut state = stream(&[op(1, true), op(2, false), op(3, true), op(4, false)]);
+            // Operations complete in order: 1..=completed are done.
+            let retired = state.retire(|o| o.signal.handle <= completed);
+            let expected: Vec<u64> = match completed {
+                0 | 1 => vec![],
+                4 => vec![1, 2, 3, 4],
+                n => (1..n).collect(),
+            };
+            assert_eq!(handles(&retired), expected, "{completed} completed");
+            let left: Vec<u64> = state.chain.iter().map(|o| o.signal.handle).collect();
+            assert_eq!(
+                left,
+                (expected.len() as u64 + 1..=4).collect::<Vec<_>>(),
+                "{completed} completed"
+            );
+        }
+        let mut one = stream(&[op(9, true)]);
+        assert!(one.retire(|_| false).is_empty());
+        assert_eq!(handles(&one.retire(|_| true)), [9]);
+        assert!(one.chain.is_empty());
+    }
+
+    #[test]
+    fn a_packet_keeps_its_body_and_stores_the_header_word_apart() {
+        let mut barrier = sys::hsa_barrier_and_packet_t::default();
+        barrier.dep_signal[0].handle = 0x0102_0304_0506_0708;
+        barrier.completion_signal.handle = 0xAA;
+        let packet = Packet::new(&barrier, 0x1503, 0);
+        assert_eq!(packet.header, 0x1503);
+        assert_eq!(&packet.body[8..16], &0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(&packet.body[56..64], &0xAAu64.to_le_bytes());
+        assert_eq!(&packet.body[..4], &[0; 4], "the header is not in the body");
+    }
+}
