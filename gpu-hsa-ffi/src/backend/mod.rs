@@ -419,7 +419,7 @@ impl HsaBackend {
 
     /// Frees what a retired operation held: its host buffer, and its signal for reuse.
     fn recycle(&self, op: Op) {
-        release_scratch(self.hsa, op.scratch);
+        free_pool_memory(self.hsa, op.scratch);
         lock(&self.tables).free_signals.push(op.signal);
     }
 
@@ -447,7 +447,7 @@ impl HsaBackend {
         let signal = match self.reclaim(state).and_then(|()| self.fresh_signal()) {
             Ok(signal) => signal,
             Err(error) => {
-                release_scratch(self.hsa, scratch);
+                free_pool_memory(self.hsa, scratch);
                 return Err(error);
             }
         };
@@ -501,11 +501,11 @@ impl HsaBackend {
         let prepared = self
             .hsa
             .hsa_amd_memory_async_copy()
-            .and_then(|copy| Ok((copy, self.copy_agent(dst)?, self.copy_agent(src)?)));
-        let (copy, dst_agent, src_agent) = match prepared {
+            .and_then(|copy| Ok((copy, self.copy_side(dst)?, self.copy_side(src)?)));
+        let (copy, (dst_agent, dst), (src_agent, src)) = match prepared {
             Ok(prepared) => prepared,
             Err(error) => {
-                release_scratch(self.hsa, scratch);
+                free_pool_memory(self.hsa, scratch);
                 return Err(error);
             }
         };
@@ -526,21 +526,14 @@ impl HsaBackend {
         })
     }
 
-    /// The agent a copy names for `address`: the GPU whose pool it came from, else the CPU
-    /// (host memory, locked or from a CPU pool).
-    fn copy_agent(&self, address: usize) -> Result<sys::hsa_agent_t> {
+    /// The agent and address a copy names for `address` ([`pools::copy_side`] of one
+    /// hsa_amd_pointer_info).
+    fn copy_side(&self, address: usize) -> Result<(sys::hsa_agent_t, usize)> {
         let host = self.host()?;
         let info = self.pointer_info(address)?;
-        let owned_by_gpu = info.type_ == sys::HSA_EXT_POINTER_TYPE_HSA
-            && self
-                .devices
-                .iter()
-                .any(|d| d.agent.handle == info.agentOwner.handle);
-        Ok(if owned_by_gpu {
-            info.agentOwner
-        } else {
-            host.cpu
-        })
+        let is_gpu =
+            |agent: sys::hsa_agent_t| self.devices.iter().any(|d| d.agent.handle == agent.handle);
+        Ok(pools::copy_side(&info, address, host.cpu, is_gpu))
     }
 
     /// What hsa_amd_pointer_info knows of `address` (its type, extent, owner).
@@ -575,7 +568,7 @@ impl HsaBackend {
             hsa_amd_memory_pool_allocate(host.kernarg_pool, bytes.len(), 0, &mut address)
         )?;
         if let Err(error) = self.allow_gpus(address) {
-            release_scratch(self.hsa, Some(address as usize));
+            free_pool_memory(self.hsa, Some(address as usize));
             return Err(error);
         }
         // SAFETY: the pool just gave `bytes.len()` bytes of host memory at `address`.
@@ -805,11 +798,11 @@ impl HsaBackend {
     }
 }
 
-/// Gives a kernarg-pool buffer back, if any (nothing to report: a buffer no packet reads is
-/// freed, or left to the process if even the lookup fails).
-fn release_scratch(hsa: &Hsa, scratch: Option<usize>) {
-    if let (Some(address), Ok(free)) = (scratch, hsa.hsa_amd_memory_pool_free()) {
-        // SAFETY: a buffer of the kernarg pool no packet reads.
+/// Gives pool memory back, if any, on paths that report something else (nothing to report: a
+/// buffer nothing reads is freed, or left to the process if even the lookup fails).
+fn free_pool_memory(hsa: &Hsa, address: Option<usize>) {
+    if let (Some(address), Ok(free)) = (address, hsa.hsa_amd_memory_pool_free()) {
+        // SAFETY: pool memory of the backend that nothing reads any more.
         let _ = unsafe { free(address as *mut c_void) };
     }
 }
@@ -901,7 +894,7 @@ impl Drop for HsaBackend {
                 let _ = hsa!(self.hsa, hsa_queue_destroy(state.queue));
             }
             for op in core::mem::take(&mut state.chain) {
-                release_scratch(self.hsa, op.scratch);
+                free_pool_memory(self.hsa, op.scratch);
                 let _ = hsa!(self.hsa, hsa_signal_destroy(op.signal));
             }
         }
@@ -980,7 +973,8 @@ impl Backend for HsaBackend {
     }
 
     /// Device: hsa_amd_memory_pool_allocate from the agent's coarse-grained pool; pinned host:
-    /// from the CPU's fine-grained pool, then hsa_amd_agents_allow_access for every GPU.
+    /// from the CPU's fine-grained pool. Then hsa_amd_agents_allow_access for every GPU (for
+    /// device memory only where there are several: its peers' copies and kernels reach it).
     /// Managed and host-registered memory are [`Error::KindUnsupported`].
     fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
         let state = self.allocating_device(device, kind)?;
@@ -999,10 +993,13 @@ impl Backend for HsaBackend {
         // SAFETY: a pool of the backend; `address` is valid for writes.
         let code = unsafe { allocate(pool, bytes, 0, &mut address) };
         let outcome = allocation_outcome(code, address)?;
-        if let (Some(_), MemoryKind::HostPinned) = (outcome, kind)
+        // Host memory must be opened to the GPUs; device memory to its peers, where any.
+        let shared = kind == MemoryKind::HostPinned || self.devices.len() > 1;
+        if outcome.is_some()
+            && shared
             && let Err(error) = self.allow_gpus(address)
         {
-            release_scratch(self.hsa, outcome);
+            free_pool_memory(self.hsa, outcome);
             return Err(error);
         }
         Ok(outcome)
@@ -1158,6 +1155,7 @@ impl Backend for HsaBackend {
             serial,
             Arc::new(Mutex::new(StreamState {
                 queue,
+                device,
                 adopted: false,
                 chain: Default::default(),
             })),
@@ -1181,6 +1179,7 @@ impl Backend for HsaBackend {
             serial,
             Arc::new(Mutex::new(StreamState {
                 queue: raw as *mut sys::hsa_queue_t,
+                device,
                 adopted: true,
                 chain: Default::default(),
             })),
@@ -1305,7 +1304,10 @@ impl Backend for HsaBackend {
         self.device(device)?;
         let streams: Vec<_> = lock(&self.tables).streams.values().cloned().collect();
         for state in streams {
-            self.drain(&mut lock(&state))?;
+            let mut state = lock(&state);
+            if state.device == device {
+                self.drain(&mut state)?;
+            }
         }
         Ok(())
     }

@@ -191,6 +191,29 @@ pub(crate) fn pinned_extent(
     Some((ByteRange::new(host_base, info.sizeInBytes)?, agent_base))
 }
 
+/// The agent and address one side of `hsa_amd_memory_async_copy` names for `address`, from
+/// what `hsa_amd_pointer_info` said of it: memory of a GPU's pool (`is_gpu` of its owner) is
+/// that GPU's; locked host memory is the CPU's, at the agent address HSA mapped it to (the same
+/// offset from the agent base as from the host base; an address already in the agent range
+/// stays); anything else is the CPU's, as given.
+pub(crate) fn copy_side(
+    info: &sys::hsa_amd_pointer_info_t,
+    address: usize,
+    cpu: sys::hsa_agent_t,
+    is_gpu: impl Fn(sys::hsa_agent_t) -> bool,
+) -> (sys::hsa_agent_t, usize) {
+    let agent_base = info.agentBaseAddress as usize;
+    let host_base = info.hostBaseAddress as usize;
+    let within = |base: usize| address >= base && address - base < info.sizeInBytes;
+    match info.type_ {
+        sys::HSA_EXT_POINTER_TYPE_HSA if is_gpu(info.agentOwner) => (info.agentOwner, address),
+        sys::HSA_EXT_POINTER_TYPE_LOCKED if !within(agent_base) && within(host_base) => {
+            (cpu, agent_base + (address - host_base))
+        }
+        _ => (cpu, address),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,6 +303,32 @@ mod tests {
             agentOwner: sys::hsa_agent_t { handle: owner },
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn copies_name_the_owning_gpu_or_the_cpu_at_the_agent_address() {
+        let cpu = sys::hsa_agent_t { handle: 7 };
+        let side = |info: &sys::hsa_amd_pointer_info_t, address| {
+            let (agent, address) = copy_side(info, address, cpu, |a| a.handle == 3);
+            (agent.handle, address)
+        };
+        let device = info(sys::HSA_EXT_POINTER_TYPE_HSA, 0, 0x5000, 8192, 3);
+        assert_eq!(side(&device, 0x5010), (3, 0x5010));
+        let host_pool = info(sys::HSA_EXT_POINTER_TYPE_HSA, 0, 0x5000, 8192, 7);
+        assert_eq!(side(&host_pool, 0x5010), (7, 0x5010));
+        let locked = info(sys::HSA_EXT_POINTER_TYPE_LOCKED, 0x1000, 0x9000, 4096, 3);
+        assert_eq!(side(&locked, 0x1000), (7, 0x9000));
+        assert_eq!(side(&locked, 0x1ff8), (7, 0x9ff8));
+        assert_eq!(
+            side(&locked, 0x9010),
+            (7, 0x9010),
+            "already an agent address"
+        );
+        // HSA locking in place (agent address = host address) changes nothing.
+        let in_place = info(sys::HSA_EXT_POINTER_TYPE_LOCKED, 0x1000, 0x1000, 4096, 3);
+        assert_eq!(side(&in_place, 0x1800), (7, 0x1800));
+        let unknown = info(sys::HSA_EXT_POINTER_TYPE_UNKNOWN, 0, 0, 0, 0);
+        assert_eq!(side(&unknown, 0x4242), (7, 0x4242));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use core::sync::atomic::{AtomicU32, Ordering};
 use std::collections::VecDeque;
 
-use gpu_core::Result;
+use gpu_core::{DeviceId, Result};
 
 use crate::backend::packets::header_word;
 use crate::library::Hsa;
@@ -26,11 +26,12 @@ pub(crate) struct Op {
     pub(crate) scratch: Option<usize>,
 }
 
-/// A stream: its queue (created by the backend, or adopted and never destroyed) and its
-/// operations not yet known to be complete, oldest first.
+/// A stream: its queue (created by the backend, or adopted and never destroyed), its device,
+/// and its operations not yet known to be complete, oldest first.
 #[derive(Debug)]
 pub(crate) struct StreamState {
     pub(crate) queue: *mut sys::hsa_queue_t,
+    pub(crate) device: DeviceId,
     pub(crate) adopted: bool,
     pub(crate) chain: VecDeque<Op>,
 }
@@ -158,6 +159,7 @@ mod tests {
     fn stream(ops: &[Op]) -> StreamState {
         StreamState {
             queue: core::ptr::null_mut(),
+            device: DeviceId(0),
             adopted: false,
             chain: ops.iter().copied().collect(),
         }
