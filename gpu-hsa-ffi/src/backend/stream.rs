@@ -215,4 +215,124 @@ mod tests {
         assert_eq!(&packet.body[56..64], &0xAAu64.to_le_bytes());
         assert_eq!(&packet.body[..4], &[0; 4], "the header is not in the body");
     }
+
+    /// A queue in plain memory: HSA's queue struct first (so the producer's functions can find
+    /// the rest from its address), the ring, and the indices and doorbell a packet processor
+    /// would keep.
+    #[repr(C)]
+    struct FakeQueue {
+        queue: sys::hsa_queue_t,
+        write: core::sync::atomic::AtomicU64,
+        read: core::sync::atomic::AtomicU64,
+        doorbell: core::sync::atomic::AtomicI64,
+    }
+
+    #[repr(C, align(64))]
+    struct Ring([u8; 64 * 4]);
+
+    unsafe extern "C" fn reserve(queue: *const sys::hsa_queue_t, count: u64) -> u64 {
+        // SAFETY: the queue is the first field of a live FakeQueue.
+        unsafe { &*queue.cast::<FakeQueue>() }
+            .write
+            .fetch_add(count, Ordering::AcqRel)
+    }
+
+    unsafe extern "C" fn read_index(queue: *const sys::hsa_queue_t) -> u64 {
+        // SAFETY: as above.
+        unsafe { &*queue.cast::<FakeQueue>() }
+            .read
+            .load(Ordering::Acquire)
+    }
+
+    unsafe extern "C" fn ring_doorbell(doorbell: sys::hsa_signal_t, value: i64) {
+        // SAFETY: the fake queues put their own address in the doorbell's handle.
+        unsafe { &*(doorbell.handle as *const FakeQueue) }
+            .doorbell
+            .store(value, Ordering::Release)
+    }
+
+    fn fake_queue(ring: &mut Ring, slots: u32) -> Box<FakeQueue> {
+        let mut fake = Box::new(FakeQueue {
+            queue: sys::hsa_queue_t {
+                base_address: ring.0.as_mut_ptr().cast(),
+                size: slots,
+                ..Default::default()
+            },
+            write: 0.into(),
+            read: 0.into(),
+            doorbell: (-1).into(),
+        });
+        fake.queue.doorbell_signal.handle = &*fake as *const FakeQueue as u64;
+        fake
+    }
+
+    fn producer() -> Producer {
+        Producer {
+            reserve,
+            read_index,
+            ring: ring_doorbell,
+        }
+    }
+
+    /// A barrier packet whose first dependency is `n`, to tell packets apart.
+    fn numbered(n: u64) -> Packet {
+        let mut barrier = sys::hsa_barrier_and_packet_t::default();
+        barrier.dep_signal[0].handle = n;
+        Packet::new(&barrier, 0x1503, 0)
+    }
+
+    #[test]
+    fn packets_land_in_order_with_their_headers_and_the_doorbell_names_the_last() {
+        let mut ring = Ring([0; 256]);
+        let fake = fake_queue(&mut ring, 4);
+        let queue = &fake.queue as *const sys::hsa_queue_t as *mut sys::hsa_queue_t;
+        // SAFETY: a live fake queue; the packets name no real signal (nothing processes them).
+        unsafe { producer().submit(queue, &[numbered(10), numbered(11), numbered(12)]) };
+        assert_eq!(fake.write.load(Ordering::Acquire), 3);
+        assert_eq!(fake.doorbell.load(Ordering::Acquire), 2);
+        drop(fake);
+        for (slot, n) in [(0usize, 10u64), (1, 11), (2, 12)] {
+            let packet = &ring.0[slot * 64..slot * 64 + 64];
+            assert_eq!(&packet[..4], &0x1503u32.to_le_bytes(), "slot {slot}");
+            assert_eq!(&packet[8..16], &n.to_le_bytes(), "slot {slot}");
+        }
+        assert_eq!(&ring.0[192..256], &[0; 64], "slot 3 untouched");
+    }
+
+    #[test]
+    fn a_full_ring_waits_for_the_packet_processor_and_wraps_around() {
+        let mut ring = Ring([0; 256]);
+        let fake = fake_queue(&mut ring, 2);
+        let queue = &fake.queue as *const sys::hsa_queue_t as *mut sys::hsa_queue_t;
+        let base = ring.0.as_mut_ptr() as usize;
+        let packets: Vec<Packet> = (1..=7).map(numbered).collect();
+        let seen = std::thread::scope(|scope| {
+            let processor = scope.spawn(|| {
+                // The packet processor: takes each packet once its header is stored, clears
+                // the header, and moves the read index on.
+                let mut seen = Vec::new();
+                for index in 0..7u64 {
+                    let slot = base + ((index % 2) * 64) as usize;
+                    // SAFETY: the ring is live until the scope ends; the header is read
+                    // atomically, the body after it with acquire ordering.
+                    let header = unsafe { AtomicU32::from_ptr(slot as *mut u32) };
+                    while header.load(Ordering::Acquire) == 0 {
+                        std::thread::yield_now();
+                    }
+                    // SAFETY: the producer wrote the body before the header.
+                    let first = unsafe { ((slot + 8) as *const u64).read() };
+                    seen.push(first);
+                    header.store(0, Ordering::Release);
+                    fake.read.store(index + 1, Ordering::Release);
+                }
+                seen
+            });
+            // SAFETY: a live fake queue, consumed by the thread above.
+            unsafe { producer().submit(queue, &packets) };
+            processor.join().unwrap()
+        });
+        assert_eq!(seen, (1..=7).collect::<Vec<_>>());
+        assert_eq!(fake.write.load(Ordering::Acquire), 7);
+        assert_eq!(fake.doorbell.load(Ordering::Acquire), 6);
+    }
 }
