@@ -66,6 +66,7 @@
 #define hipEventSynchronize hip_nv_hipEventSynchronize
 #define hipMemcpyAsync hip_nv_hipMemcpyAsync
 #define hipMemsetD8Async hip_nv_hipMemsetD8Async
+#define hipMemsetD16Async hip_nv_hipMemsetD16Async
 #define hipMemsetD32Async hip_nv_hipMemsetD32Async
 #define hipModuleLoadData hip_nv_hipModuleLoadData
 #define hipModuleUnload hip_nv_hipModuleUnload
@@ -119,6 +120,7 @@
 #undef hipEventSynchronize
 #undef hipMemcpyAsync
 #undef hipMemsetD8Async
+#undef hipMemsetD16Async
 #undef hipMemsetD32Async
 #undef hipModuleLoadData
 #undef hipModuleUnload
@@ -341,6 +343,11 @@ SHIM_EXPORT hipError_t hipMemcpyAsync(void* dst, const void* src, size_t sizeByt
 SHIM_EXPORT hipError_t hipMemsetD8Async(hipDeviceptr_t dest, unsigned char value, size_t count, hipStream_t stream) {
     NEEDS_CONTEXT();
     return hip_nv_hipMemsetD8Async(dest, value, count, stream);
+}
+
+SHIM_EXPORT hipError_t hipMemsetD16Async(hipDeviceptr_t dest, unsigned short value, size_t count, hipStream_t stream) {
+    NEEDS_CONTEXT();
+    return hip_nv_hipMemsetD16Async(dest, value, count, stream);
 }
 
 SHIM_EXPORT hipError_t hipMemsetD32Async(hipDeviceptr_t dst, int value, size_t count, hipStream_t stream) {
