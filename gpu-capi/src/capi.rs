@@ -7,7 +7,7 @@
 //! when its shutdown reports a failure). All functions may be called from any thread at any
 //! time unless their documentation says otherwise.
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::ffi::{CStr, c_char, c_void};
 use std::sync::{Arc, Mutex, PoisonError};
 

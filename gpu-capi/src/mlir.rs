@@ -25,11 +25,13 @@
 //! last error, and return null where the function returns a pointer.
 
 use std::cell::Cell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, Once, PoisonError};
+
+use hashbrown::HashMap;
 
 use gpu_runtime::DeviceId;
 use gpu_runtime::Error;
