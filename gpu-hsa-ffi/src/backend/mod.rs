@@ -1336,7 +1336,7 @@ impl Backend for HsaBackend {
     }
 
     /// The aligned words by the `fill_u32` kernel, the one to three bytes before and after
-    /// them copied from a host buffer holding the pattern ([`fill::plan_fill`]).
+    /// them copied from a host buffer holding the pattern (`backend/fill.rs` splits the range).
     ///
     /// # Safety
     /// The trait's.
