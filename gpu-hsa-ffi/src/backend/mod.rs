@@ -5,6 +5,7 @@
 //! HSA has no current device: the calling thread's device is a per-thread value of this crate,
 //! and every method names its device through its handles (`SCOPES_ITS_CALLS`).
 
+mod events;
 mod fill;
 mod image;
 mod packets;
@@ -31,6 +32,7 @@ use crate::result::{BACKEND, check, driver_error};
 use crate::runtime::HsaRuntime;
 use crate::sys;
 
+use events::RecordSignals;
 use image::{ELF_HEADER_BYTES, elf_image_size};
 use packets::{KernelObject, args_from_parameter_array, barrier_and_packets, dispatch_packet};
 use stream::{Op, Packet, Producer, StreamState};
@@ -63,7 +65,7 @@ pub struct HsaStream {
     device: DeviceId,
 }
 
-/// A completion marker: an HSA signal counting the stream operations it waits for.
+/// A completion marker: the signal its last record completes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HsaEvent {
     serial: u64,
@@ -158,12 +160,11 @@ struct HostPools {
     kernarg_pool: sys::hsa_amd_memory_pool_t,
 }
 
-/// An event's signal, and whether a stream was ever made to wait for it (then a queue may
-/// still read it, and it is kept until the backend closes).
-#[derive(Clone, Copy, Debug)]
+/// An event: the signal its last record completes (`None`: never recorded, or recorded when
+/// nothing was pending, so complete).
+#[derive(Clone, Copy, Debug, Default)]
 struct EventState {
-    signal: sys::hsa_signal_t,
-    waited_on: bool,
+    current: Option<sys::hsa_signal_t>,
 }
 
 /// A locked host range: its length and the address agents use for its start.
@@ -182,10 +183,10 @@ struct Tables {
     events: BTreeMap<u64, EventState>,
     modules: BTreeMap<u64, Executable>,
     locks: BTreeMap<usize, LockedRange>,
-    /// Completion signals free for the next operation.
+    /// Completion signals free for the next operation or record.
     free_signals: Vec<sys::hsa_signal_t>,
-    /// Signals of destroyed events a queue may still read; destroyed with the backend.
-    retired_signals: Vec<sys::hsa_signal_t>,
+    /// Record signals waited on or superseded, until they may be reused.
+    records: RecordSignals,
 }
 
 impl Tables {
@@ -363,13 +364,13 @@ impl HsaBackend {
             ))
     }
 
-    /// The signal of live event `event`.
-    fn event_signal(&self, event: HsaEvent) -> Result<sys::hsa_signal_t> {
+    /// The signal of live event `event`'s last record, if it has one.
+    fn event_current(&self, event: HsaEvent) -> Result<Option<sys::hsa_signal_t>> {
         self.device(event.device)?;
         lock(&self.tables)
             .events
             .get(&event.serial)
-            .map(|state| state.signal)
+            .map(|state| state.current)
             .ok_or(stale(
                 "event handle (destroyed or foreign)",
                 sys::HSA_STATUS_ERROR_INVALID_SIGNAL,
@@ -417,37 +418,68 @@ impl HsaBackend {
         Ok(signal)
     }
 
-    /// Frees what a retired operation held: its host buffer, and its signal for reuse.
+    /// Frees what a retired operation held: its host buffer, its signal for reuse, and its
+    /// hold on the record signal it waited for.
     fn recycle(&self, op: Op) {
         free_pool_memory(self.hsa, op.scratch);
-        lock(&self.tables).free_signals.push(op.signal);
+        let mut tables = lock(&self.tables);
+        tables.free_signals.push(op.signal);
+        if let Some(record) = op.waits_on
+            && let Some(free) = tables.records.end_wait(record)
+        {
+            tables.free_signals.push(free);
+        }
     }
 
-    /// Retires the stream's operations whose signals nothing reads any more.
+    /// Retires the stream's operations whose signals nothing reads any more, and frees the
+    /// superseded record signals whose records have completed.
     fn reclaim(&self, state: &mut StreamState) -> Result<()> {
         let load = self.hsa.hsa_signal_load_scacquire()?;
-        // SAFETY: the chain's signals are live signals of the backend.
+        // SAFETY (both closures): the chain's and the records' signals are live signals of
+        // the backend.
         for op in state.retire(|op| unsafe { load(op.signal) } <= 0) {
             self.recycle(op);
+        }
+        let mut tables = lock(&self.tables);
+        let free = tables
+            .records
+            .collect(|signal| unsafe { load(signal) } <= 0);
+        tables.free_signals.extend(free);
+        Ok(())
+    }
+
+    /// An event no longer names `signal`, its previous record's (recorded again, or destroyed):
+    /// free now if that record has completed and nothing waits for it, else later.
+    fn supersede(&self, signal: Option<sys::hsa_signal_t>) -> Result<()> {
+        let Some(signal) = signal else { return Ok(()) };
+        let done = self.signal_done(signal)?;
+        let mut tables = lock(&self.tables);
+        if let Some(free) = tables.records.supersede(signal, done) {
+            tables.free_signals.push(free);
         }
         Ok(())
     }
 
     /// Enqueues one operation: `enqueue` gets the signals it must wait for (the previous
     /// operation's, where queue order does not already cover it) and its own completion signal,
-    /// and submits it. On success the operation joins the chain; on failure its signal and
-    /// `scratch` are given back and the stream is as it was.
+    /// and submits it. On success the operation joins the chain; on failure its signal,
+    /// `scratch` and its hold on `waits_on` are given back and the stream is as it was.
     fn enqueue_op(
         &self,
         state: &mut StreamState,
         on_queue: bool,
         scratch: Option<usize>,
+        waits_on: Option<sys::hsa_signal_t>,
         enqueue: impl FnOnce(&[sys::hsa_signal_t], sys::hsa_signal_t) -> Result<()>,
     ) -> Result<()> {
         let signal = match self.reclaim(state).and_then(|()| self.fresh_signal()) {
             Ok(signal) => signal,
             Err(error) => {
                 free_pool_memory(self.hsa, scratch);
+                let mut tables = lock(&self.tables);
+                if let Some(free) = waits_on.and_then(|record| tables.records.end_wait(record)) {
+                    tables.free_signals.push(free);
+                }
                 return Err(error);
             }
         };
@@ -455,6 +487,7 @@ impl HsaBackend {
             signal,
             on_queue,
             scratch,
+            waits_on,
         };
         let dependencies = state.dependencies(on_queue);
         match enqueue(&dependencies, signal) {
@@ -469,13 +502,18 @@ impl HsaBackend {
         }
     }
 
-    /// Enqueues barrier-AND packets on the stream's queue waiting for `extra` and whatever the
-    /// chain requires, completing an operation of the chain.
-    fn enqueue_barrier(&self, state: &mut StreamState, extra: &[sys::hsa_signal_t]) -> Result<()> {
+    /// Enqueues barrier-AND packets on the stream's queue waiting for `record` (an event
+    /// record's signal, already counted as waited on) and whatever the chain requires,
+    /// completing an operation of the chain.
+    fn enqueue_barrier(
+        &self,
+        state: &mut StreamState,
+        record: Option<sys::hsa_signal_t>,
+    ) -> Result<()> {
         let producer = Producer::new(self.hsa)?;
         let queue = state.queue;
-        self.enqueue_op(state, true, None, |dependencies, signal| {
-            let mut all = extra.to_vec();
+        self.enqueue_op(state, true, None, record, |dependencies, signal| {
+            let mut all: Vec<_> = record.into_iter().collect();
             all.extend_from_slice(dependencies);
             let packets = barrier_packets(&all, Some(signal));
             // SAFETY: a live queue of the backend; the signals live until the chain retires
@@ -509,7 +547,7 @@ impl HsaBackend {
                 return Err(error);
             }
         };
-        self.enqueue_op(state, false, scratch, |dependencies, signal| {
+        self.enqueue_op(state, false, scratch, None, |dependencies, signal| {
             // SAFETY: the caller's promise for the memory; the signals are live.
             check("hsa_amd_memory_async_copy", unsafe {
                 copy(
@@ -611,7 +649,7 @@ impl HsaBackend {
         let scratch = self.scratch(&kernargs)?;
         let mut state = lock(&state);
         let queue = state.queue;
-        self.enqueue_op(&mut state, true, scratch, |dependencies, signal| {
+        self.enqueue_op(&mut state, true, scratch, None, |dependencies, signal| {
             let dispatch = dispatch_packet(&kernel.object, &dims, scratch.unwrap_or(0), signal)?;
             let mut all = barrier_packets(dependencies, None);
             all.push(Packet::new(
@@ -898,11 +936,12 @@ impl Drop for HsaBackend {
                 let _ = hsa!(self.hsa, hsa_signal_destroy(op.signal));
             }
         }
+        let mut records = tables.records;
         let signals = tables
             .free_signals
             .into_iter()
-            .chain(tables.retired_signals)
-            .chain(tables.events.values().map(|event| event.signal));
+            .chain(records.take_all())
+            .chain(tables.events.values().filter_map(|event| event.current));
         for signal in signals {
             let _ = hsa!(self.hsa, hsa_signal_destroy(signal));
         }
@@ -1207,48 +1246,28 @@ impl Backend for HsaBackend {
         self.drain(&mut lock(&state))
     }
 
-    /// hsa_signal_create at 0 (never recorded: complete).
+    /// An event with no record (complete); its signals come with its records.
     fn event_create(&self, device: DeviceId) -> Result<HsaEvent> {
         self.device(device)?;
-        let mut signal = sys::hsa_signal_t::default();
-        hsa!(self.hsa, hsa_signal_create(0, 0, ptr::null(), &mut signal))?;
         let mut tables = lock(&self.tables);
         let serial = tables.serial();
-        tables.events.insert(
-            serial,
-            EventState {
-                signal,
-                waited_on: false,
-            },
-        );
+        tables.events.insert(serial, EventState::default());
         Ok(HsaEvent { serial, device })
     }
 
-    /// hsa_signal_destroy once nothing reads the signal; a signal a queue may still read (a
-    /// record pending, or a stream made to wait for it) is kept until the backend closes.
+    /// Forgets the event; its last record's signal is reused once that record has completed
+    /// and no queue waits for it any more.
     fn event_destroy(&self, event: HsaEvent) -> Result<()> {
-        let signal = self.event_signal(event)?;
-        let done = self.signal_done(signal)?;
-        let mut tables = lock(&self.tables);
-        let Some(state) = tables.events.remove(&event.serial) else {
-            return Ok(());
-        };
-        if done && !state.waited_on {
-            drop(tables);
-            if let Err(error) = hsa!(self.hsa, hsa_signal_destroy(signal)) {
-                lock(&self.tables).events.insert(event.serial, state);
-                return Err(error);
-            }
-        } else {
-            tables.retired_signals.push(signal);
-        }
+        let current = self.event_current(event)?;
+        self.supersede(current)?;
+        lock(&self.tables).events.remove(&event.serial);
         Ok(())
     }
 
-    /// Adds 1 to the event's signal and enqueues a barrier-AND packet that takes it back when
-    /// the work before it has completed (after a marker packet when the stream's last
-    /// operation was a copy, which the queue does not order). The signal counts every pending
-    /// record: it reads complete once all of them are.
+    /// A record completes a signal of its own (at 1 from the free list): a barrier-AND packet
+    /// after the work before it (after a marker packet when the stream's last operation was a
+    /// copy, which the queue does not order). With nothing pending on the stream the event is
+    /// complete at once. The event's previous record signal is superseded.
     fn event_record(&self, event: HsaEvent, stream: HsaStream) -> Result<()> {
         if event.device != stream.device {
             return Err(Error::WrongDevice {
@@ -1256,47 +1275,56 @@ impl Backend for HsaBackend {
                 found: event.device,
             });
         }
-        let signal = self.event_signal(event)?;
+        let previous = self.event_current(event)?;
         let state = self.stream_state(stream)?;
         let mut state = lock(&state);
         self.reclaim(&mut state)?;
-        if state.chain.is_empty() {
-            return Ok(());
+        let current = if state.chain.is_empty() {
+            None
+        } else {
+            if !state.dependencies(true).is_empty() {
+                self.enqueue_barrier(&mut state, None)?;
+            }
+            let producer = Producer::new(self.hsa)?;
+            let signal = self.fresh_signal()?;
+            // SAFETY: a live queue; the signal is kept until its record has completed and no
+            // queue waits for it.
+            unsafe { producer.submit(state.queue, &barrier_packets(&[], Some(signal))) };
+            Some(signal)
+        };
+        if let Some(recorded) = lock(&self.tables).events.get_mut(&event.serial) {
+            recorded.current = current;
         }
-        if !state.dependencies(true).is_empty() {
-            self.enqueue_barrier(&mut state, &[])?;
-        }
-        let producer = Producer::new(self.hsa)?;
-        let add = self.hsa.hsa_signal_add_screlease()?;
-        // SAFETY: a live signal of the backend; the packet below takes the 1 back.
-        unsafe { add(signal, 1) };
-        // SAFETY: a live queue; the event's signal outlives the packet (kept until the
-        // backend closes if the event is destroyed before it completes).
-        unsafe { producer.submit(state.queue, &barrier_packets(&[], Some(signal))) };
-        Ok(())
+        self.supersede(previous)
     }
 
-    /// Nothing when the event's records have all completed; otherwise a barrier-AND packet on
-    /// the stream's queue waiting for its signal, as an operation of the stream's chain.
+    /// Nothing when the event's last record has completed (or there is none); otherwise a
+    /// barrier-AND packet on the stream's queue waiting for that record's signal, as an
+    /// operation of the stream's chain.
     fn stream_wait_event(&self, stream: HsaStream, event: HsaEvent) -> Result<()> {
-        let signal = self.event_signal(event)?;
+        let current = self.event_current(event)?;
         let state = self.stream_state(stream)?;
-        if self.signal_done(signal)? {
+        let Some(record) = current else { return Ok(()) };
+        if self.signal_done(record)? {
             return Ok(());
         }
-        if let Some(event) = lock(&self.tables).events.get_mut(&event.serial) {
-            event.waited_on = true;
-        }
-        self.enqueue_barrier(&mut lock(&state), &[signal])
+        lock(&self.tables).records.add_wait(record);
+        self.enqueue_barrier(&mut lock(&state), Some(record))
     }
 
     fn event_query(&self, event: HsaEvent) -> Result<bool> {
-        self.signal_done(self.event_signal(event)?)
+        match self.event_current(event)? {
+            Some(record) => self.signal_done(record),
+            None => Ok(true),
+        }
     }
 
-    /// hsa_signal_wait_scacquire until the signal is below 1.
+    /// hsa_signal_wait_scacquire on the last record's signal until it is below 1.
     fn event_synchronize(&self, event: HsaEvent) -> Result<()> {
-        self.wait_signal(self.event_signal(event)?)
+        match self.event_current(event)? {
+            Some(record) => self.wait_signal(record),
+            None => Ok(()),
+        }
     }
 
     /// Waits for every stream of the device (HSA has no device-wide wait).
@@ -1761,7 +1789,7 @@ mod tests {
         let tables = lock(&backend.tables);
         assert!(tables.streams.is_empty() && tables.events.is_empty());
         assert!(tables.modules.is_empty() && tables.locks.is_empty());
-        assert!(tables.free_signals.is_empty() && tables.retired_signals.is_empty());
+        assert!(tables.free_signals.is_empty() && tables.records.is_empty());
         assert_eq!(tables.next_serial, 0);
     }
 

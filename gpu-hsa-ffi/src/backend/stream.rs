@@ -17,13 +17,15 @@ use crate::library::Hsa;
 use crate::sys;
 
 /// One operation of a stream: its completion signal (1 while it runs, 0 once done), whether it
-/// is a packet of the stream's queue, and the host buffer it reads (kernel arguments, a fill
-/// pattern), freed once the signal may be reused.
+/// is a packet of the stream's queue, the host buffer it reads (kernel arguments, a fill
+/// pattern), freed once the signal may be reused, and the event record's signal it waits for
+/// (a barrier of `stream_wait_event`), released at the same time.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Op {
     pub(crate) signal: sys::hsa_signal_t,
     pub(crate) on_queue: bool,
     pub(crate) scratch: Option<usize>,
+    pub(crate) waits_on: Option<sys::hsa_signal_t>,
 }
 
 /// A stream: its queue (created by the backend, or adopted and never destroyed), its device,
@@ -153,6 +155,7 @@ mod tests {
             signal: sys::hsa_signal_t { handle },
             on_queue,
             scratch: None,
+            waits_on: None,
         }
     }
 
