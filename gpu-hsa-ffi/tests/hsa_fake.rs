@@ -3,8 +3,8 @@
 //! two GPUs), pools,
 //! signals, queues with a packet-processor thread, DMA copies and the standard kernels follow
 //! HSA's semantics on the CPU. This executes every HSA call of the backend, the ring writing,
-//! the signal chain and the events, and then the conformance suite, and checks that nothing
-//! the backend created is left alive. It proves the backend's logic against the HSA
+//! the signal chain and the events, then the conformance suite and a one-second stress run of
+//! eight threads, and checks that nothing the backend created is left alive. It proves the backend's logic against the HSA
 //! semantics as the stand-in models them, not against ROCm (see the README).
 //!
 //! Without a C compiler the test says so and passes, unless `GPU_REQUIRE_HSA=1` (CI).
@@ -15,8 +15,13 @@ use core::ffi::{c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use gpu_core::backend::Backend;
 use gpu_core::conformance::run_and_print;
+use gpu_core::runtime::{LiveObjects, RecordingBackend, Runtime, RuntimeConfig};
+use gpu_core::stress::{self, StressConfig};
 use gpu_hsa_ffi::{Hsa, HsaBackend, sys};
 
 unsafe extern "C" {
@@ -66,7 +71,7 @@ fn live_objects(library: &Path) -> i64 {
 }
 
 #[test]
-fn the_backend_runs_the_round_trip_and_the_conformance_suite_on_the_stand_in_and_leaks_nothing() {
+fn the_backend_runs_the_round_trip_conformance_and_stress_on_the_stand_in_and_leaks_nothing() {
     let Some(library) = build_fake() else { return };
     // SAFETY: the stand-in exports the bound functions with the bindings' signatures.
     let hsa: &'static Hsa = Box::leak(Box::new(
@@ -98,6 +103,36 @@ fn the_backend_runs_the_round_trip_and_the_conformance_suite_on_the_stand_in_and
         0,
         "the conformance suite left objects alive"
     );
+
+    // Eight threads on one runtime over both devices for a second: every result verified,
+    // nothing left in the backend, no defect in the stream/event trace, nothing in the stand-in.
+    let recording = Arc::new(RecordingBackend::new(
+        HsaBackend::with_library(hsa).unwrap(),
+    ));
+    let runtime = Runtime::shared(Arc::clone(&recording), RuntimeConfig::default()).unwrap();
+    let config = StressConfig {
+        threads: 8,
+        duration: Duration::from_secs(1),
+        seed: 11,
+        largest: 256 << 10,
+        sample_every: None,
+        fault_every: None,
+        trims: true,
+    };
+    let report = stress::run(std::slice::from_ref(&runtime), &*recording, &config).unwrap();
+    eprintln!("stress on the stand-in: {:?}", report.counts);
+    assert_eq!(report.failures, Vec::<String>::new(), "{:?}", report.counts);
+    assert!(report.counts.verified > 0 && report.counts.launches > 0 && report.counts.copies > 0);
+    runtime.shutdown().unwrap();
+    assert_eq!(recording.live(), LiveObjects::default());
+    assert_eq!(recording.defects(), vec![]);
+    drop(recording);
+    assert_eq!(
+        live_objects(&library),
+        0,
+        "the stress run left objects alive"
+    );
+
     // Every backend gave its hsa_init reference back.
     let shut_down = hsa.hsa_shut_down().unwrap();
     // SAFETY: no arguments; the stand-in refuses when nothing is initialised.

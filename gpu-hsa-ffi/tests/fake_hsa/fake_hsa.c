@@ -5,14 +5,22 @@
 // dependency signals. It follows the HSA semantics the backend relies on (barrier-AND waits
 // for every dependency to read 0, completion signals are decremented, a packet is taken once
 // its header is no longer INVALID), and counts what is alive so the test can check for leaks.
+// It is stricter than a GPU where that finds bugs: a destroyed signal is poisoned (and its
+// memory never reused), and any later use of it aborts; a dispatch whose kernarg buffer is no
+// longer allocated aborts. With FAKE_HSA_JITTER=1 in the environment, copies and packets are
+// also delayed at random, so that work not ordered by a signal does not happen to run in order
+// (off by default: it also changes how many calls the runtime makes, which the conformance
+// suite's failure sweep counts on; see the README).
 // Written from the HSA specification for this test; no HSA header or runtime code is used.
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef uint32_t status_t;
 typedef struct { uint64_t handle; } handle_t;
@@ -51,6 +59,26 @@ long fake_hsa_live(void) {
         if (initialised <= 0)          \
             return NOT_INITIALIZED;    \
     } while (0)
+
+// Stops the process with a message (a rule of HSA the backend broke).
+static void broken(const char *rule) {
+    fprintf(stderr, "fake HSA: %s\n", rule);
+    abort();
+}
+
+// Sleeps 0 to 200 microseconds, at random (thread-safe), with FAKE_HSA_JITTER=1.
+static void jitter(void) {
+    static atomic_int enabled = -1;
+    if (enabled < 0) {
+        const char *setting = getenv("FAKE_HSA_JITTER");
+        enabled = setting && strcmp(setting, "1") == 0;
+    }
+    if (!enabled)
+        return;
+    static atomic_uint next_seed = 1;
+    unsigned seed = atomic_fetch_add(&next_seed, 1) * 2654435761u;
+    usleep(rand_r(&seed) % 200);
+}
 
 static int is_gpu(handle_t agent) {
     return agent.handle >= FIRST_GPU && agent.handle <= LAST_GPU;
@@ -285,10 +313,14 @@ status_t hsa_amd_pointer_info(const void *ptr, PointerInfo *info, void *(*alloc)
 // ----- signals -----
 typedef struct {
     _Atomic int64_t value;
+    atomic_int destroyed;
 } Signal;
 
 static _Atomic int64_t *value_of(handle_t signal) {
-    return &((Signal *)(uintptr_t)signal.handle)->value;
+    Signal *live = (Signal *)(uintptr_t)signal.handle;
+    if (atomic_load(&live->destroyed))
+        broken("a signal was used after hsa_signal_destroy");
+    return &live->value;
 }
 
 status_t hsa_signal_create(int64_t initial, uint32_t consumers, const handle_t *agents,
@@ -298,6 +330,7 @@ status_t hsa_signal_create(int64_t initial, uint32_t consumers, const handle_t *
     REQUIRE_INIT();
     Signal *created = malloc(sizeof *created);
     atomic_init(&created->value, initial);
+    atomic_init(&created->destroyed, 0);
     live_signals++;
     signal->handle = (uintptr_t)created;
     return SUCCESS;
@@ -307,7 +340,9 @@ status_t hsa_signal_destroy(handle_t signal) {
     REQUIRE_INIT();
     if (!signal.handle)
         return INVALID_ARGUMENT;
-    free((void *)(uintptr_t)signal.handle);
+    // Poisoned, never freed: a use after this aborts instead of reading reused memory.
+    value_of(signal);
+    atomic_store(&((Signal *)(uintptr_t)signal.handle)->destroyed, 1);
     live_signals--;
     return SUCCESS;
 }
@@ -370,8 +405,22 @@ typedef struct {
     handle_t completion;
 } BarrierAnd;
 
+// Whether `address` lies in live pool memory.
+static int allocated(const void *address) {
+    int found = 0;
+    pthread_mutex_lock(&ranges_lock);
+    for (Range *range = ranges; range; range = range->next)
+        if (range->owner && (uintptr_t)address >= range->start &&
+            (uintptr_t)address - range->start < range->len)
+            found = 1;
+    pthread_mutex_unlock(&ranges_lock);
+    return found;
+}
+
 static void run_kernel(const Dispatch *packet) {
     const uint8_t *args = packet->kernarg;
+    if (!allocated(args))
+        broken("a dispatch's kernarg buffer was freed before the dispatch ran");
     if (packet->kernel_object == KERNEL_FILL) {
         uint32_t *dst = *(uint32_t *const *)args;
         uint32_t value = *(const uint32_t *)(args + 8);
@@ -390,7 +439,7 @@ static void run_kernel(const Dispatch *packet) {
         uint32_t words = *(const uint32_t *)(args + 8);
         // The launch's workgroup memory must hold a group's words, as on a GPU.
         if ((uint64_t)words * 4 > packet->group_size || packet->group_size > LDS_BYTES)
-            abort();
+            broken("workgroup_reverse_u32 launched without room for its words");
         uint32_t *group_memory = malloc((size_t)words * 4 + 4);
         for (uint32_t g = 0; g < packet->grid_x / packet->wg_x; g++) {
             uint32_t *group = data + (uint64_t)g * words;
@@ -400,7 +449,7 @@ static void run_kernel(const Dispatch *packet) {
         }
         free(group_memory);
     } else {
-        abort();
+        broken("a dispatch of an unknown kernel object");
     }
 }
 
@@ -432,6 +481,7 @@ static void *process(void *data) {
             sched_yield();
             continue;
         }
+        jitter();
         uint8_t type = atomic_load(header) & 0xff;
         if (type == PACKET_BARRIER_AND) {
             BarrierAnd *packet = (BarrierAnd *)slot;
@@ -443,7 +493,7 @@ static void *process(void *data) {
             run_kernel(packet);
             complete(packet->completion);
         } else {
-            abort();
+            broken("a packet of an unknown type");
         }
         atomic_store(header, PACKET_INVALID);
         atomic_store(&queue->read, index + 1);
@@ -479,7 +529,7 @@ status_t hsa_queue_destroy(PublicQueue *public) {
     Queue *queue = (Queue *)public;
     // HSA requires an idle queue; this one says so by aborting otherwise.
     if (atomic_load(&queue->read) != atomic_load(&queue->write))
-        abort();
+        broken("a queue was destroyed with packets not yet processed");
     atomic_store(&queue->stop, 1);
     pthread_join(queue->processor, NULL);
     hsa_signal_destroy(queue->public.doorbell);
@@ -515,6 +565,7 @@ static void *run_copy(void *data) {
     Copy *copy = data;
     for (uint32_t i = 0; i < copy->count; i++)
         wait_zero(copy->deps[i]);
+    jitter();
     memmove(copy->dst, copy->src, copy->size);
     complete(copy->completion);
     free(copy);
