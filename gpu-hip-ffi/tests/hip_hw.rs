@@ -8,7 +8,7 @@ use core::ffi::c_int;
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::{Backend, KernelArg, LaunchDims};
-use gpu_core::conformance::{Outcome, run_all};
+use gpu_core::conformance::run_and_print;
 use gpu_core::{ByteRange, DeviceId, DriverError, Error};
 use gpu_hip_ffi::{HipBackend, HipStream, reports_no_device, sys};
 
@@ -474,22 +474,7 @@ fn launches_from_new_threads_keep_whatever_device_they_have() {
 #[test]
 fn conformance_suite_passes_on_hardware() {
     let Some(held) = open() else { return };
-    let reports = run_all(&HipBackend::new);
-    for report in &reports {
-        eprintln!("{report}");
-    }
-    let failed = reports
-        .iter()
-        .filter(|report| matches!(report.outcome, Outcome::Failed(_)))
-        .count();
+    let failed = run_and_print("hip", &HipBackend::new);
     assert_eq!(failed, 0, "{failed} case(s) failed");
-    let skipped = reports
-        .iter()
-        .filter(|r| matches!(r.outcome, Outcome::Skipped(_)))
-        .count();
-    eprintln!(
-        "backend hip: ran ({} conformance cases passed, {skipped} skipped)",
-        reports.len() - skipped
-    );
     drop(held);
 }

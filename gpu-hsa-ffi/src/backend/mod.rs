@@ -283,21 +283,22 @@ impl HsaBackend {
         if runtime.gpu_agents().is_empty() {
             return Err(no_gpu_agent());
         }
-        let host = runtime
-            .cpu_agents()
-            .iter()
-            .find_map(|&cpu| {
-                let chosen = pools::choose_pools(&pools::agent_pools(hsa, cpu).ok()?);
-                Some(HostPools {
+        let mut host = None;
+        for &cpu in runtime.cpu_agents() {
+            let chosen = pools::choose_pools(&pools::agent_pools(hsa, cpu)?);
+            if let (Some(memory_pool), Some(kernarg_pool)) = (chosen.host, chosen.kernarg) {
+                host = Some(HostPools {
                     cpu,
-                    memory_pool: chosen.host?,
-                    kernarg_pool: chosen.kernarg?,
-                })
-            })
-            .ok_or(Error::Driver(driver_error(
-                "hsa_amd_agent_iterate_memory_pools (no CPU agent with fine-grained and kernarg pools)",
-                sys::HSA_STATUS_ERROR_INVALID_AGENT,
-            )))?;
+                    memory_pool,
+                    kernarg_pool,
+                });
+                break;
+            }
+        }
+        let host = host.ok_or(Error::Driver(driver_error(
+            "hsa_amd_agent_iterate_memory_pools (no CPU agent with fine-grained and kernarg pools)",
+            sys::HSA_STATUS_ERROR_INVALID_AGENT,
+        )))?;
         let devices = runtime
             .gpu_agents()
             .iter()
@@ -1258,10 +1259,9 @@ impl Backend for HsaBackend {
     /// Forgets the event; its last record's signal is reused once that record has completed
     /// and no queue waits for it any more.
     fn event_destroy(&self, event: HsaEvent) -> Result<()> {
-        let current = self.event_current(event)?;
-        self.supersede(current)?;
-        lock(&self.tables).events.remove(&event.serial);
-        Ok(())
+        self.event_current(event)?;
+        let removed = lock(&self.tables).events.remove(&event.serial);
+        self.supersede(removed.and_then(|state| state.current))
     }
 
     /// A record completes a signal of its own (at 1 from the free list): a barrier-AND packet
@@ -1275,7 +1275,7 @@ impl Backend for HsaBackend {
                 found: event.device,
             });
         }
-        let previous = self.event_current(event)?;
+        self.event_current(event)?;
         let state = self.stream_state(stream)?;
         let mut state = lock(&state);
         self.reclaim(&mut state)?;
@@ -1292,9 +1292,13 @@ impl Backend for HsaBackend {
             unsafe { producer.submit(state.queue, &barrier_packets(&[], Some(signal))) };
             Some(signal)
         };
-        if let Some(recorded) = lock(&self.tables).events.get_mut(&event.serial) {
-            recorded.current = current;
-        }
+        // Swapped in one step, so that records and destroys of the event on other threads
+        // each supersede a signal exactly once (a record of an event destroyed meanwhile
+        // supersedes its own signal).
+        let previous = match lock(&self.tables).events.get_mut(&event.serial) {
+            Some(recorded) => core::mem::replace(&mut recorded.current, current),
+            None => current,
+        };
         self.supersede(previous)
     }
 
