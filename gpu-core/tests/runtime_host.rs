@@ -844,6 +844,33 @@ fn teardown_gives_back_memory_freed_on_streams_whose_fences_it_never_saw_complet
     assert_eq!(backend.stats().allocations, 0, "{:?}", backend.stats());
 }
 
+/// Found by the HSA backend's conformance run on its CPU stand-in with random delays: a block
+/// used on a second stream (here another device's copy reads it) is freed pending an event
+/// recorded on that stream, and teardown asked that event whether it had completed; a query
+/// that failed, or that a backend answered "not yet" though its stream had been synchronised,
+/// left the block pending and its segment with the driver at shutdown. Teardown now takes
+/// every fence and pending free as complete once it has synchronised every stream.
+#[test]
+fn teardown_gives_back_memory_freed_after_a_use_on_another_stream_whatever_queries_say() {
+    let backend = Arc::new(HostBackend::new(HostConfig::with_devices(2)));
+    let rt = Runtime::shared(Arc::clone(&backend), RuntimeConfig::default()).unwrap();
+    let source = rt.alloc(D0, MemoryKind::Device, 4096).unwrap();
+    let target = rt.alloc(D1, MemoryKind::Device, 4096).unwrap();
+    let filled = rt.fill(D0, source.all(), 1, &mut vec![]).unwrap();
+    let copied = rt
+        .copy(D1, target.all(), source.all(), &mut vec![filled])
+        .unwrap();
+    rt.free(source).unwrap();
+    rt.wait(copied).unwrap();
+    rt.free(target).unwrap();
+    for n in 1..=64 {
+        backend.fail_nth(CallKind::EventQuery, n);
+    }
+    rt.shutdown().unwrap();
+    backend.clear_faults();
+    assert_eq!(backend.stats().allocations, 0, "{:?}", backend.stats());
+}
+
 #[test]
 fn a_launch_above_the_opt_in_limit_is_refused_before_the_driver() {
     let rt = runtime();

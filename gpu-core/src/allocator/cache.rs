@@ -1059,7 +1059,7 @@ impl KindCache {
     }
 
     /// After a device synchronisation: every fence and pending free is complete.
-    fn complete_everything<D: SegmentDriver>(&mut self, driver: &mut D) {
+    pub(crate) fn complete_everything<D: SegmentDriver>(&mut self, driver: &mut D) {
         for entry in core::mem::take(&mut self.pending) {
             for event in entry.events {
                 self.release_event(driver, event);

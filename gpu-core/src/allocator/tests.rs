@@ -144,6 +144,29 @@ fn the_fallback_waits_for_the_dependencies_then_allocates_synchronously() {
     assert_eq!(a.stats(MemoryKind::Device).fallbacks, 1);
 }
 
+/// Shutdown's step once every stream is synchronised: fences and frees pending on another
+/// stream's event are complete whatever the driver would answer (the fake's events here never
+/// report complete), so a trim then gives every segment back and no event stays out.
+#[test]
+fn all_streams_idle_completes_pending_frees_without_asking_the_driver() {
+    let (mut a, mut d) = (allocator(true), FakeDriver::new(usize::MAX / 2));
+    let block = a.allocate(&mut d, &on(S0, 20 * MIB)).unwrap();
+    a.mark_used_on(block.handle, S1).unwrap();
+    d.enqueue(S1, block.address, block.size);
+    a.free(&mut d, block.handle, Release::OnStream(S0)).unwrap();
+    assert_eq!(a.stats(MemoryKind::Device).pending, block.size);
+    assert_eq!(
+        a.trim(&mut d).unwrap(),
+        0,
+        "the use on S1 has not completed"
+    );
+    a.all_streams_idle(&mut d);
+    assert_eq!(a.stats(MemoryKind::Device).pending, 0);
+    assert!(a.trim(&mut d).unwrap() >= block.size);
+    assert!(d.live_segments().is_empty());
+    assert_eq!(d.allocator_events(), 0);
+}
+
 #[test]
 fn a_retired_stream_leaves_its_blocks_to_everyone_and_no_events_behind() {
     let (mut a, mut d) = (allocator(true), FakeDriver::new(usize::MAX / 2));

@@ -230,13 +230,12 @@ impl<B: Backend> DeviceMemory<B> {
         allocator.trim(&mut driver)
     }
 
-    /// Forgets every stream in `streams` (all idle, about to be destroyed): what was freed on
-    /// them is known complete and usable by every stream, and their fences' events go back.
-    pub(crate) fn retire_streams(&mut self, backend: &B, streams: &[StreamSlot<B::Stream>]) {
+    /// Takes every stream in `streams` as idle (all synchronised, about to be destroyed): what
+    /// was freed on them, and what waits on events recorded on them, is known complete and
+    /// usable by every stream, and the fences' events go back.
+    pub(crate) fn all_streams_idle(&mut self, backend: &B, streams: &[StreamSlot<B::Stream>]) {
         let (allocator, mut driver) = self.parts(backend, Streams::Held(streams));
-        for index in 0..streams.len() {
-            allocator.retire_stream(&mut driver, StreamId(index as u32));
-        }
+        allocator.all_streams_idle(&mut driver);
     }
 
     /// The allocator's figures for each cached kind.

@@ -648,9 +648,10 @@ impl<B: Backend> State<B> {
         };
         let program = self.planner.end_program();
         // Once every stream is idle, the first trim retries the frees the driver failed (they
-        // may wait for events recorded just now). The streams, synchronised again, are then
-        // retired in the allocator, which completes what was freed on them without asking the
-        // driver (a fence query that fails, or a fence recorded by the last trim, would
+        // may wait for events recorded just now). With the streams synchronised again, the
+        // allocator takes every fence and every free pending on an event as complete without
+        // asking the driver (a query that fails, or a backend that answers "not yet" for an
+        // event its synchronised stream recorded, or a fence recorded by the last trim, would
         // otherwise leave blocks of one segment apart and the segment cached), and the second
         // trim finds every free complete and releases every segment.
         let mut trimmed = 0;
@@ -661,7 +662,7 @@ impl<B: Backend> State<B> {
             for device in memory.iter_mut().map(BackoffMutex::get_mut) {
                 device.release_by_address();
                 if round == 1 {
-                    device.retire_streams(backend, &self.streams);
+                    device.all_streams_idle(backend, &self.streams);
                 }
                 trimmed += device
                     .trim(backend, Streams::Held(&self.streams))
