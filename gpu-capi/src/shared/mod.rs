@@ -8,7 +8,7 @@
 //! concrete backend this build has (each also in a recording form, for `GPU_RUNTIME_TRACE`),
 //! each a `&'static Session<B>`. A client ABI writes each operation once, as a function generic
 //! over `B: ClientBackend` taking `&Session<B>`, and reaches it through [`with_session`] and the
-//! [`dispatch!`](crate::shared::dispatch) macro, which expands to a `match` whose every arm calls
+//! `dispatch!` macro, which expands to a `match` whose every arm calls
 //! that one function:
 //!
 //! ```text
@@ -68,7 +68,7 @@ pub trait ClientBackend: Backend + Sized {
 /// One opened runtime and the objects client ABIs keep in it.
 ///
 /// Each client ABI keeps the objects its callers hold handles to in a field of its own, and
-/// empties it in [`Session::release_client_objects`], which runs before the runtime shuts down.
+/// empties it in `Session::release_client_objects`, which runs before the runtime shuts down.
 pub struct Session<B: ClientBackend> {
     backend: Arc<B>,
     runtime: Runtime<B>,

@@ -673,7 +673,9 @@ impl Planner {
         Ok(())
     }
 
-    /// What a live token would have the host synchronise, without consuming it.
+    /// What a live token would have the host synchronise, without consuming it (for the
+    /// runtime's `wait_if_done`).
+    #[cfg(feature = "std")]
     pub(crate) fn pending_of(&self, token: &Token) -> Result<PendingWait> {
         Ok(self.held_by(self.validate(token.id())?))
     }

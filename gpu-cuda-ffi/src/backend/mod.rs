@@ -1,7 +1,7 @@
 //! The CUDA backend: `gpu_core::backend::Backend` on the driver API, with each device's primary
 //! context retained once at open and every device-bound call bracketed in that context.
 //!
-//! Every method that needs a context runs inside a [`ContextScope`]: if the device's primary
+//! Every method that needs a context runs inside a `ContextScope`: if the device's primary
 //! context is already current (the runtime's device guard made it so) nothing changes;
 //! otherwise the context is pushed and popped around the driver calls, so the calling thread's
 //! current context (none, another device's, or one the program created itself) is the same

@@ -1,7 +1,7 @@
 //! The HIP backend: `gpu_core::backend::Backend` on the HIP runtime API, with every
 //! device-bound call made with its device current and the caller's device put back after.
 //!
-//! Every method that acts on a device runs inside a [`DeviceScope`]: if the device is already
+//! Every method that acts on a device runs inside a `DeviceScope` (module `current`): if the device is already
 //! current (the runtime's device guard made it so) nothing changes; otherwise hipSetDevice
 //! switches to it and back around the HIP calls, so the calling thread's current device is the
 //! same after the call as before it, also on error paths (hipSetDevice is per thread: the IREE
