@@ -8,7 +8,7 @@ use core::ptr;
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::{Backend, FillValue, KernelArg, LaunchDims};
-use gpu_core::conformance::{Outcome, run_all};
+use gpu_core::conformance::run_and_print;
 use gpu_core::runtime::{Arg, DeviceGuard, Runtime};
 use gpu_core::{ByteRange, DeviceId, DriverError, Error};
 use gpu_cuda_ffi::{CudaBackend, CudaStream, Driver, check, reports_no_device, sys};
@@ -769,22 +769,7 @@ fn conformance_suite_passes_on_hardware() {
     // Held for the whole suite so that the primary contexts survive between cases (each case
     // opens its own backend; a context is destroyed when its last holder releases it).
     let Some(held) = open() else { return };
-    let reports = run_all(&CudaBackend::new);
-    for report in &reports {
-        eprintln!("{report}");
-    }
-    let failed: Vec<_> = reports
-        .iter()
-        .filter(|report| matches!(report.outcome, Outcome::Failed(_)))
-        .collect();
-    assert!(failed.is_empty(), "{} case(s) failed", failed.len());
-    let skipped = reports
-        .iter()
-        .filter(|r| matches!(r.outcome, Outcome::Skipped(_)))
-        .count();
-    eprintln!(
-        "backend cuda: ran ({} conformance cases passed, {skipped} skipped)",
-        reports.len() - skipped
-    );
+    let failed = run_and_print("cuda", &CudaBackend::new);
+    assert_eq!(failed, 0, "{failed} case(s) failed");
     drop(held);
 }
