@@ -494,6 +494,7 @@ impl HsaBackend {
         match enqueue(&dependencies, signal) {
             Ok(()) => {
                 state.chain.push_back(op);
+                state.record_after_chain = false;
                 Ok(())
             }
             Err(error) => {
@@ -816,8 +817,12 @@ impl HsaBackend {
         Ok(object)
     }
 
-    /// Waits for the stream's operations, then retires them all.
+    /// Waits for the stream's operations and an event record submitted after them (through a
+    /// marker that completes after it), then retires them all.
     fn drain(&self, state: &mut StreamState) -> Result<()> {
+        if state.record_after_chain {
+            self.enqueue_barrier(state, None)?;
+        }
         if let Some(last) = state.chain.back() {
             self.wait_signal(last.signal)?;
         }
@@ -1198,6 +1203,7 @@ impl Backend for HsaBackend {
                 device,
                 adopted: false,
                 chain: Default::default(),
+                record_after_chain: false,
             })),
         );
         Ok(HsaStream { serial, device })
@@ -1222,6 +1228,7 @@ impl Backend for HsaBackend {
                 device,
                 adopted: true,
                 chain: Default::default(),
+                record_after_chain: false,
             })),
         );
         Ok(HsaStream { serial, device })
@@ -1290,6 +1297,7 @@ impl Backend for HsaBackend {
             // SAFETY: a live queue; the signal is kept until its record has completed and no
             // queue waits for it.
             unsafe { producer.submit(state.queue, &barrier_packets(&[], Some(signal))) };
+            state.record_after_chain = true;
             Some(signal)
         };
         // Swapped in one step, so that records and destroys of the event on other threads

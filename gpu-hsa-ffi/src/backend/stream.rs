@@ -36,6 +36,10 @@ pub(crate) struct StreamState {
     pub(crate) device: DeviceId,
     pub(crate) adopted: bool,
     pub(crate) chain: VecDeque<Op>,
+    /// An event record was submitted after the chain's last operation: the queue's last packet
+    /// completes a record's signal, not a chain signal, so a synchronisation first adds a
+    /// marker to the chain (every packet has the barrier bit: it completes after the record).
+    pub(crate) record_after_chain: bool,
 }
 
 // SAFETY: the queue pointer is HSA's queue object, used only under the stream's mutex; HSA
@@ -165,6 +169,7 @@ mod tests {
             device: DeviceId(0),
             adopted: false,
             chain: ops.iter().copied().collect(),
+            record_after_chain: false,
         }
     }
 

@@ -50,6 +50,22 @@ pub fn round_trip(b: &HsaBackend) {
     unsafe { b.launch(stream, kernel, LaunchDims::linear(4, 256), &args) }.unwrap();
     let bytes = read_back(b);
     assert!(bytes.chunks(4).all(|w| w == 0x1234_5678u32.to_le_bytes()));
+    // An event recorded last on a stream has completed once the stream is synchronised, as
+    // cuStreamSynchronize covers a trailing cuEventRecord (the record is a packet outside the
+    // stream's chain of operations). Repeated: the stand-in's random delays (FAKE_HSA_JITTER=1)
+    // leave the record pending after the kernel most times.
+    let trailing = b.event_create(d0).unwrap();
+    for round in 0..20 {
+        // SAFETY: as above.
+        unsafe { b.launch(stream, kernel, LaunchDims::linear(4, 256), &args) }.unwrap();
+        b.event_record(trailing, stream).unwrap();
+        b.stream_synchronize(stream).unwrap();
+        assert!(
+            b.event_query(trailing).unwrap(),
+            "round {round}: a record on a synchronised stream is still pending"
+        );
+    }
+    b.event_destroy(trailing).unwrap();
     // An event recorded after the work completes; a second stream waits for it.
     let event = b.event_create(d0).unwrap();
     let other = b.stream_create(d0).unwrap();
