@@ -356,6 +356,17 @@ pub fn check_device<B: Backend + ?Sized>(backend: &B, device: DeviceId) -> Resul
     }
 }
 
+/// The typed error for a handle of device `found` used where device `expected`'s is needed
+/// (an event recorded on another device's stream, a kernel launched on one): refused before
+/// the driver, whose own error would only say "invalid handle".
+pub fn check_same_device(expected: DeviceId, found: DeviceId) -> Result<()> {
+    if expected == found {
+        Ok(())
+    } else {
+        Err(Error::WrongDevice { expected, found })
+    }
+}
+
 /// The typed error for a slice of per-device slots (`device_ptrs` of
 /// [`Backend::host_register`] and [`Backend::host_pinned_extent`]) longer than the backend's
 /// `device_count` devices: it names the first device that does not exist.
@@ -373,6 +384,18 @@ pub fn check_device_slots(device_count: usize, slots: &[usize]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn handles_of_one_device_pass_and_of_two_name_both() {
+        assert_eq!(check_same_device(DeviceId(1), DeviceId(1)), Ok(()));
+        assert_eq!(
+            check_same_device(DeviceId(0), DeviceId(1)),
+            Err(Error::WrongDevice {
+                expected: DeviceId(0),
+                found: DeviceId(1)
+            })
+        );
+    }
 
     #[test]
     fn device_slots_up_to_the_device_count_pass_and_more_name_the_first_missing_device() {

@@ -24,7 +24,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use crate::allocator::{
     AllocRequest, Allocation, AllocatorConfig, AllocatorStats, BlockHandle, MemoryKind,
 };
-use crate::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims};
+use crate::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_same_device};
 use crate::error::{ByteRange, Error, Result};
 use crate::id::{DeviceId, StreamId};
 use crate::lock_table::{LockStats, Locked, SharedLockTable, Unlocked};
@@ -1080,13 +1080,8 @@ impl<'a> Span<'a> {
     }
 
     fn check_device(&self, device: DeviceId) -> Result<()> {
-        match self.device {
-            Some(found) if found != device => Err(Error::WrongDevice {
-                expected: device,
-                found,
-            }),
-            _ => Ok(()),
-        }
+        self.device
+            .map_or(Ok(()), |found| check_same_device(device, found))
     }
 
     fn note_use(&self, stream: StreamId) {

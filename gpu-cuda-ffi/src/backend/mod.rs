@@ -17,7 +17,7 @@ use std::sync::Mutex;
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::{
-    Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device_slots,
+    Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device_slots, check_same_device,
 };
 use gpu_core::{ByteRange, DeviceId, Error, Result};
 
@@ -746,12 +746,7 @@ impl Backend for CudaBackend {
     /// cuEventRecord; an event of another device is [`Error::WrongDevice`] before the driver
     /// (which would say "invalid resource handle").
     fn event_record(&self, event: CudaEvent, stream: CudaStream) -> Result<()> {
-        if event.device != stream.device {
-            return Err(Error::WrongDevice {
-                expected: stream.device,
-                found: event.device,
-            });
-        }
+        check_same_device(stream.device, event.device)?;
         let _scope = self.enter(stream.device)?;
         call!(self.driver, cuEventRecord(event.raw, stream.raw))
     }
@@ -973,12 +968,7 @@ impl CudaBackend {
         dims: LaunchDims,
         params: *mut *mut c_void,
     ) -> Result<()> {
-        if kernel.device != stream.device {
-            return Err(Error::WrongDevice {
-                expected: stream.device,
-                found: kernel.device,
-            });
-        }
+        check_same_device(stream.device, kernel.device)?;
         // The launch keeps its scope. cuda.h (13.0) lets cuLaunchKernel take the context from
         // the stream only for a context-less CUkernel: "the context to launch the kernel on
         // will either be taken from the specified stream \p hStream or the current context in

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::{
-    Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device_slots,
+    Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device_slots, check_same_device,
 };
 use gpu_core::{ByteRange, DeviceId, Error, Result};
 use gpu_cuda_ffi::kernels::{ArgBuffer, LIBRARY, find_for};
@@ -716,12 +716,7 @@ impl Backend for HipBackend {
 
     /// hipEventRecord; an event of another device is [`Error::WrongDevice`] before HIP.
     fn event_record(&self, event: HipEvent, stream: HipStream) -> Result<()> {
-        if event.device != stream.device {
-            return Err(Error::WrongDevice {
-                expected: stream.device,
-                found: event.device,
-            });
-        }
+        check_same_device(stream.device, event.device)?;
         let _scope = self.enter(stream.device)?;
         call!(self.hip, hipEventRecord(event.raw, stream.raw))
     }
@@ -953,12 +948,7 @@ impl HipBackend {
         dims: LaunchDims,
         params: *mut *mut c_void,
     ) -> Result<()> {
-        if kernel.device != stream.device {
-            return Err(Error::WrongDevice {
-                expected: stream.device,
-                found: kernel.device,
-            });
-        }
+        check_same_device(stream.device, kernel.device)?;
         let _scope = self.enter(stream.device)?;
         call!(
             self.hip,

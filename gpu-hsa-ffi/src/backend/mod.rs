@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use gpu_core::allocator::{AllocatorCapabilities, KindSupport, MemoryKind};
 use gpu_core::backend::{
-    Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device_slots,
+    Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device_slots, check_same_device,
 };
 use gpu_core::workgroup::WorkgroupLimits;
 use gpu_core::{ByteRange, DeviceId, Error, Result};
@@ -637,12 +637,7 @@ impl HsaBackend {
         dims: LaunchDims,
         args: &[KernelArg],
     ) -> Result<()> {
-        if kernel.device != stream.device {
-            return Err(Error::WrongDevice {
-                expected: stream.device,
-                found: kernel.device,
-            });
-        }
+        check_same_device(stream.device, kernel.device)?;
         let state = self.stream_state(stream)?;
         // The shape is checked before anything is allocated.
         dispatch_packet(&kernel.object, &dims, 0, sys::hsa_signal_t::default())?;
@@ -1276,12 +1271,7 @@ impl Backend for HsaBackend {
     /// copy, which the queue does not order). With nothing pending on the stream the event is
     /// complete at once. The event's previous record signal is superseded.
     fn event_record(&self, event: HsaEvent, stream: HsaStream) -> Result<()> {
-        if event.device != stream.device {
-            return Err(Error::WrongDevice {
-                expected: stream.device,
-                found: event.device,
-            });
-        }
+        check_same_device(stream.device, event.device)?;
         self.event_current(event)?;
         let state = self.stream_state(stream)?;
         let mut state = lock(&state);
