@@ -3,8 +3,11 @@
 //! 1. scaling: the 16-thread mix's operations per second per thread at 1, 4 and 16 threads,
 //!    with one runtime shared by all threads and with one runtime per thread (separate
 //!    locking), so a lock that serialises threads shows up as lost efficiency;
-//! 2. two devices (skipped with one): peer copies through the runtime against the backend's own
-//!    copy call on a raw stream, and device 1's small-work latency while device 0 is busy;
+//! 2. two devices (skipped with one), first: peer copies through the runtime against the
+//!    backend's own peer copy on a raw stream (CUDA's cuMemcpyPeerAsync), staged (a runtime
+//!    opened with peer access off, before any has turned it on) and direct (peer access on),
+//!    4 KiB latency and 64 / 256 MiB bandwidth both ways; then device 1's small-work latency
+//!    while device 0 is busy;
 //! 3. soak: the mix for the whole time on one shared runtime, sampling resident memory, the
 //!    runtime's bookkeeping and the driver's live objects; shutdown must leave nothing.
 //!
@@ -106,10 +109,12 @@ impl WithBackend for Stress {
             backend.device_count(),
             options.soak.seed
         );
+        // Two devices first: the staged peer copies need a process where no runtime has turned
+        // peer access on yet (it stays on in the driver's shared primary contexts).
+        two_devices(&backend)?;
         if options.scaling > 0.0 {
             scaling(&backend, &options)?;
         }
-        two_devices(&backend)?;
         // The soak counts the driver's live objects through a recording wrapper (counting
         // only, no trace), which needs the backend back from the scaling runtimes.
         let backend = Arc::try_unwrap(backend).map_err(|_| Error::ZeroSize {
@@ -274,9 +279,22 @@ fn two_devices<B: Backend>(backend: &Arc<B>) -> Result<()> {
         println!("busy-device latency: skipped: one device");
         return Ok(());
     }
+    let staged = RuntimeConfig {
+        peer_access: false,
+        ..RuntimeConfig::default()
+    };
+    let runtime = Runtime::shared(Arc::clone(backend), staged)?;
+    peer_copies(&runtime, "staged (peer access off)")?;
+    runtime.shutdown()?;
     let runtime = Runtime::shared(Arc::clone(backend), RuntimeConfig::default())?;
-    peer_copies(&runtime)?;
-    busy_device_latency(&runtime)
+    println!(
+        "peer access: device 0 -> 1 {:?}, device 1 -> 0 {:?}",
+        runtime.peer_link(D0, D1)?,
+        runtime.peer_link(D1, D0)?
+    );
+    peer_copies(&runtime, "direct (peer access on)")?;
+    busy_device_latency(&runtime)?;
+    runtime.shutdown().map(drop)
 }
 
 const D0: DeviceId = DeviceId(0);
@@ -287,47 +305,92 @@ fn median(mut samples: Vec<f64>) -> f64 {
     samples[samples.len() / 2]
 }
 
-/// Device 0 to device 1 copies of 64 MiB: the runtime's copy + wait against the backend's own
-/// copy on a raw stream + stream synchronisation, interleaved, medians of 9.
-fn peer_copies<B: Backend>(rt: &Runtime<B>) -> Result<()> {
-    const BYTES: usize = 64 << 20;
-    let (src, dst) = (
-        rt.alloc(D0, MemoryKind::Device, BYTES)?,
-        rt.alloc(D1, MemoryKind::Device, BYTES)?,
+/// Copies between the two devices, on the destination's stream: the runtime's copy + wait
+/// against the backend's own peer copy on a raw stream + stream synchronisation, interleaved,
+/// medians of 9 after a warm-up round. Prints one table row per size and direction, and the
+/// runtime's count of direct and staged peer copies.
+fn peer_copies<B: Backend>(rt: &Runtime<B>, path: &str) -> Result<()> {
+    const SIZES: [usize; 3] = [4 << 10, 64 << 20, 256 << 20];
+    println!("peer copies, {path}:");
+    println!("| size | direction | runtime | backend's peer copy | runtime / backend |");
+    println!("|---|---|---|---|---|");
+    for bytes in SIZES {
+        for (from, to) in [(D0, D1), (D1, D0)] {
+            let (ours, raw) = peer_copy_seconds(rt, from, to, bytes)?;
+            let (ours_text, raw_text, ratio) = if bytes < 1 << 20 {
+                // Latency: lower is better, so the ratio is the backend's over ours.
+                (
+                    format!("{:.2} us", ours * 1e6),
+                    format!("{:.2} us", raw * 1e6),
+                    raw / ours,
+                )
+            } else {
+                let rate = |s: f64| format!("{:.1} GB/s", bytes as f64 / s / 1e9);
+                (rate(ours), rate(raw), raw / ours)
+            };
+            println!(
+                "| {} | {from} -> {to} | {ours_text} | {raw_text} | {ratio:.3} |",
+                size_name(bytes)
+            );
+        }
+    }
+    let stats = rt.stats();
+    println!(
+        "peer copies, {path}: the runtime counted {} direct, {} staged",
+        stats.peer_copies_direct, stats.peer_copies_staged
     );
-    rt.wait(rt.fill(D0, src.all(), 7, &mut vec![])?)?;
+    Ok(())
+}
+
+fn size_name(bytes: usize) -> String {
+    if bytes >= 1 << 20 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes >> 10)
+    }
+}
+
+/// Median seconds of one copy of `bytes` from device `from` to device `to`: (runtime, backend).
+fn peer_copy_seconds<B: Backend>(
+    rt: &Runtime<B>,
+    from: DeviceId,
+    to: DeviceId,
+    bytes: usize,
+) -> Result<(f64, f64)> {
+    let (src, dst) = (
+        rt.alloc(from, MemoryKind::Device, bytes)?,
+        rt.alloc(to, MemoryKind::Device, bytes)?,
+    );
+    rt.wait(rt.fill(from, src.all(), 7, &mut vec![])?)?;
     let backend = rt.backend();
-    let stream = with_device(backend, D1, || backend.stream_create(D1))?;
+    let stream = with_device(backend, to, || backend.stream_create(to))?;
     let (mut ours, mut raw) = (Vec::new(), Vec::new());
     let mut measure = || -> Result<()> {
         for round in 0..10 {
             let started = Instant::now();
-            rt.wait(rt.copy(D1, dst.all(), src.all(), &mut vec![])?)?;
+            rt.wait(rt.copy(to, dst.all(), src.all(), &mut vec![])?)?;
             let ours_s = started.elapsed().as_secs_f64();
             let started = Instant::now();
-            with_device(backend, D1, || {
-                // SAFETY: both buffers are live, BYTES long, and no other work uses them now.
-                unsafe { backend.copy(stream, dst.address(), src.address(), BYTES) }?;
+            with_device(backend, to, || {
+                // SAFETY: both buffers are live, `bytes` long, of the devices named, and no
+                // other work uses them now.
+                unsafe {
+                    backend.copy_peer(stream, dst.address(), to, src.address(), from, bytes)
+                }?;
                 backend.stream_synchronize(stream)
             })?;
             let raw_s = started.elapsed().as_secs_f64();
             if round > 0 {
-                ours.push(BYTES as f64 / ours_s / 1e9);
-                raw.push(BYTES as f64 / raw_s / 1e9);
+                ours.push(ours_s);
+                raw.push(raw_s);
             }
         }
         Ok(())
     };
     let measured = measure();
-    let destroyed = with_device(backend, D1, || backend.stream_destroy(stream));
+    let destroyed = with_device(backend, to, || backend.stream_destroy(stream));
     measured.and(destroyed)?;
-    let (ours, raw) = (median(ours), median(raw));
-    println!(
-        "peer copies: 64 MiB device 0 -> device 1: runtime {ours:.2} GB/s, the backend's copy on a \
-         raw stream {raw:.2} GB/s, ratio {:.3}",
-        ours / raw
-    );
-    Ok(())
+    Ok((median(ours), median(raw)))
 }
 
 /// Device 1's latency for a small fill + wait, idle and while device 0 runs about 100 ms of

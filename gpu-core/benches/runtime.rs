@@ -284,7 +284,24 @@ impl Backend for NullBackend {
     fn device_synchronize(&self, _: DeviceId) -> Result<()> {
         Ok(())
     }
+    fn peer_access_possible(&self, _: DeviceId, _: DeviceId) -> Result<bool> {
+        Ok(false)
+    }
+    fn enable_peer_access(&self, _: DeviceId, _: DeviceId) -> Result<()> {
+        Ok(())
+    }
     unsafe fn copy(&self, _: usize, _: usize, _: usize, _: usize) -> Result<()> {
+        Ok(())
+    }
+    unsafe fn copy_peer(
+        &self,
+        _: usize,
+        _: usize,
+        _: DeviceId,
+        _: usize,
+        _: DeviceId,
+        _: usize,
+    ) -> Result<()> {
         Ok(())
     }
     unsafe fn fill(&self, _: usize, _: usize, _: u8, _: usize) -> Result<()> {

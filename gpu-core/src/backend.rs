@@ -182,7 +182,8 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<Option<usize>>;
 
     /// Frees memory from [`Backend::allocate`] or [`Backend::allocate_on_stream`]; with
-    /// `after`, not before the work already enqueued on that stream has finished.
+    /// `after` (a stream of `device`: CUDA's cuMemFreeAsync takes a stream of the current
+    /// context), not before the work already enqueued on that stream has finished.
     fn free(
         &self,
         device: DeviceId,
@@ -252,7 +253,27 @@ pub trait Backend: Send + Sync + 'static {
     /// last out-of-memory rung, never on a hot path.
     fn device_synchronize(&self, device: DeviceId) -> Result<()>;
 
+    /// Whether `device` can be given direct access to `peer`'s memory over the link between
+    /// them (CUDA: cuDeviceCanAccessPeer; HSA: the peer's pool allows `device`'s agent). A
+    /// question about the hardware: nothing changes.
+    fn peer_access_possible(&self, device: DeviceId, peer: DeviceId) -> Result<bool>;
+
+    /// Gives `device` direct access to `peer`'s memory, of every form the backend allocates:
+    /// synchronous allocations and the stream-ordered pool alike (CUDA: cuCtxEnablePeerAccess
+    /// in `device`'s context, and cuMemPoolSetAccess on `peer`'s default pool), for memory
+    /// allocated before the call and after it. Enabling a pair twice is no error. Copies and
+    /// kernels on `device`'s streams may then reach `peer`'s memory directly.
+    fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()>;
+
     /// Enqueues a copy of `bytes` from `src` to `dst` (host or device addresses) on `stream`.
+    ///
+    /// The driver rule for memory of other devices (measured on two H100s, driver 580): a
+    /// copy on a stream of device S whose source or destination is stream-ordered memory of
+    /// another device D ([`Backend::allocate_on_stream`]) is refused (CUDA's
+    /// `CUDA_ERROR_INVALID_VALUE`) unless S has peer access to D
+    /// ([`Backend::enable_peer_access`]); synchronous allocations of D are copied, staged
+    /// by the driver. Copies between two devices' memory go through [`Backend::copy_peer`],
+    /// which names each side's device and works with or without peer access.
     ///
     /// # Safety
     /// `[src, src + bytes)` must be valid for reads and `[dst, dst + bytes)` valid for writes,
@@ -263,6 +284,25 @@ pub trait Backend: Send + Sync + 'static {
     /// the DMA engine writes wherever `dst` points.
     unsafe fn copy(&self, stream: Self::Stream, dst: usize, src: usize, bytes: usize)
     -> Result<()>;
+
+    /// Enqueues a copy of `bytes` from memory of `src_device` at `src` to memory of
+    /// `dst_device` at `dst` on `stream` (of either device, or of a third): CUDA's
+    /// cuMemcpyPeerAsync. It runs directly over the link where the stream's device has peer
+    /// access to the other ([`Backend::enable_peer_access`]), and staged through the host by
+    /// the driver where it has not; either way every memory form is accepted.
+    ///
+    /// # Safety
+    /// As for [`Backend::copy`], with `[src, src + bytes)` memory of `src_device` and
+    /// `[dst, dst + bytes)` memory of `dst_device`.
+    unsafe fn copy_peer(
+        &self,
+        stream: Self::Stream,
+        dst: usize,
+        dst_device: DeviceId,
+        src: usize,
+        src_device: DeviceId,
+        bytes: usize,
+    ) -> Result<()>;
 
     /// Enqueues setting `bytes` at `dst` to `value` on `stream`.
     ///

@@ -19,7 +19,9 @@ use crate::allocator::MemoryKind;
 use crate::backend::{Backend, LaunchDims};
 use crate::error::{Error, Result};
 use crate::id::DeviceId;
-use crate::runtime::{Arg, LiveObjects, RecordingBackend, Runtime, RuntimeConfig};
+use crate::runtime::{
+    Arg, Buffer, LiveObjects, PeerLink, RecordingBackend, Runtime, RuntimeConfig,
+};
 use crate::token::Token;
 use crate::workgroup::{WorkgroupBuffer, WorkgroupPlanner};
 
@@ -139,7 +141,7 @@ fn two_devices<B: Backend>(
 /// Runs every case on backends from `open`, in order.
 pub fn run_all<B: Backend>(open: Open<'_, B>) -> Vec<CaseReport> {
     type Case<B> = fn(Open<'_, B>) -> CaseResult;
-    let cases: [(&'static str, Case<B>); 10] = [
+    let cases: [(&'static str, Case<B>); 11] = [
         (
             "devices_report_capabilities",
             devices_report_capabilities::<B>,
@@ -159,6 +161,10 @@ pub fn run_all<B: Backend>(open: Open<'_, B>) -> Vec<CaseReport> {
         (
             "cross_device_order_and_data",
             cross_device_order_and_data::<B>,
+        ),
+        (
+            "peer_copies_of_every_memory_form",
+            peer_copies_of_every_memory_form::<B>,
         ),
         (
             "kernels_compute_and_opt_in",
@@ -416,6 +422,75 @@ fn cross_device_order_and_data<B: Backend>(open: Open<'_, B>) -> CaseResult {
     );
     drop((on0, on1));
     h.close()
+}
+
+/// Copies between two devices' memory, synchronous and stream-ordered allocations on either
+/// side, on either device's stream, with peer access off and on: every byte arrives, and the
+/// runtime's peer links agree with what the backend says is possible. On CUDA a plain copy of
+/// another device's stream-ordered memory is refused without peer access: this is the case
+/// that found it.
+fn peer_copies_of_every_memory_form<B: Backend>(open: Open<'_, B>) -> CaseResult {
+    for peer_access in [false, true] {
+        let config = RuntimeConfig {
+            peer_access,
+            ..RuntimeConfig::default()
+        };
+        let h = Harness::open_with(open, config)?;
+        let rt = &h.runtime;
+        let (d0, d1) = two_devices(rt)?;
+        let possible = rt.backend().peer_access_possible(d0, d1)?;
+        let link = rt.peer_link(d0, d1)?.clone();
+        let expected = match (possible, peer_access) {
+            (false, _) => PeerLink::Impossible,
+            (true, false) => PeerLink::OptedOut,
+            (true, true) => PeerLink::Enabled,
+        };
+        ensure!(
+            link == expected,
+            "peer link {link:?}, expected {expected:?}"
+        );
+        let size = 1 << 20;
+        let mut value = 0u8;
+        for (from, to) in [(d0, d1), (d1, d0)] {
+            for (ordered_src, ordered_dst) in
+                [(false, false), (true, false), (false, true), (true, true)]
+            {
+                for on in [from, to] {
+                    value += 1;
+                    let allocate = |device, ordered| -> Result<Buffer<'_, RecordingBackend<B>>> {
+                        if ordered {
+                            let (buffer, token) =
+                                rt.alloc_after(device, MemoryKind::Device, size, &mut vec![])?;
+                            rt.wait(token)?;
+                            Ok(buffer)
+                        } else {
+                            rt.alloc(device, MemoryKind::Device, size)
+                        }
+                    };
+                    let (src, dst) = (allocate(from, ordered_src)?, allocate(to, ordered_dst)?);
+                    let filled = rt.fill(from, src.all(), value, &mut vec![])?;
+                    let copied = rt.copy(on, dst.all(), src.all(), &mut vec![filled])?;
+                    let mut back = vec![0u8; size];
+                    rt.download(to, &mut back, dst.all(), &mut vec![copied])?;
+                    let wrong = back.iter().position(|&x| x != value);
+                    ensure!(
+                        wrong.is_none(),
+                        "peer access {peer_access}: {from} -> {to} on {on} (stream-ordered \
+                         source {ordered_src}, destination {ordered_dst}): byte {wrong:?} wrong"
+                    );
+                }
+            }
+        }
+        let stats = rt.stats();
+        ensure!(
+            stats.peer_copies_direct + stats.peer_copies_staged == 16,
+            "peer copies counted {} direct + {} staged, not 16",
+            stats.peer_copies_direct,
+            stats.peer_copies_staged
+        );
+        h.close()?;
+    }
+    Ok(())
 }
 
 fn f32_bytes(values: &[f32]) -> Vec<u8> {

@@ -1,6 +1,7 @@
 //! The conformance suite on the host backend, with two simulated devices (so the two-device
 //! cases run) and with one (so they are skipped, not failed), and with the device's
-//! stream-ordered allocation switched off (so the allocator's fallback path is exercised).
+//! stream-ordered allocation switched off (so the allocator's fallback path is exercised), and
+//! with two devices that cannot have peer access.
 
 use gpu_core::allocator::KindSupport;
 use gpu_core::conformance::{CaseReport, Outcome, run_all};
@@ -29,14 +30,31 @@ fn conformance_on_two_host_devices() {
 fn conformance_on_one_host_device_skips_the_two_device_cases() {
     let open = || Ok(HostBackend::new(HostConfig::with_devices(1)));
     let reports = run_all(&open);
-    assert_all_passed(&reports, &["cross_device_order_and_data"]);
-    let skipped = reports
-        .iter()
-        .find(|r| r.name == "cross_device_order_and_data");
-    assert_eq!(
-        skipped.map(|r| &r.outcome),
-        Some(&Outcome::Skipped("one device".into()))
-    );
+    let two_device_cases = [
+        "cross_device_order_and_data",
+        "peer_copies_of_every_memory_form",
+    ];
+    assert_all_passed(&reports, &two_device_cases);
+    for name in two_device_cases {
+        let skipped = reports.iter().find(|r| r.name == name);
+        assert_eq!(
+            skipped.map(|r| &r.outcome),
+            Some(&Outcome::Skipped("one device".into())),
+            "{name}"
+        );
+    }
+}
+
+/// Two devices with no link between them (a PCIe box without peer access): every copy between
+/// them is staged, and still correct.
+#[test]
+fn conformance_on_two_host_devices_without_peer_access() {
+    let open = || {
+        let mut config = HostConfig::with_devices(2);
+        config.devices[1].peer_link = false;
+        Ok(HostBackend::new(config))
+    };
+    assert_all_passed(&run_all(&open), &[]);
 }
 
 #[test]

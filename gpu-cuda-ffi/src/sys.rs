@@ -42,10 +42,13 @@ pub type CUctxCreateParams = CUctxCreateParams_st;
 pub type CUlibraryOption_enum = ::core::ffi::c_uint;
 pub type cudaError_enum = ::core::ffi::c_uint;
 pub type CUmemAllocationHandleType_enum = ::core::ffi::c_uint;
+pub type CUmemAccess_flags_enum = ::core::ffi::c_uint;
 pub type CUmemLocationType_enum = ::core::ffi::c_uint;
 pub type CUmemAllocationType_enum = ::core::ffi::c_uint;
 pub type CUmemLocation_v1 = CUmemLocation_st;
 pub type CUmemLocation = CUmemLocation_v1;
+pub type CUmemAccessDesc_v1 = CUmemAccessDesc_st;
+pub type CUmemAccessDesc = CUmemAccessDesc_v1;
 pub type CUmemPool_attribute_enum = ::core::ffi::c_uint;
 pub type CUmemPoolProps_v1 = CUmemPoolProps_st;
 pub type CUmemPoolProps = CUmemPoolProps_v1;
@@ -126,6 +129,12 @@ pub struct CUctxCreateParams_st {
 pub struct CUmemLocation_st {
     pub type_: CUmemLocationType,
     pub id: ::core::ffi::c_int,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUmemAccessDesc_st {
+    pub location: CUmemLocation,
+    pub flags: CUmemAccess_flags,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -577,6 +586,10 @@ pub const CU_MEM_HANDLE_TYPE_WIN32: CUmemAllocationHandleType_enum = 2;
 pub const CU_MEM_HANDLE_TYPE_WIN32_KMT: CUmemAllocationHandleType_enum = 4;
 pub const CU_MEM_HANDLE_TYPE_FABRIC: CUmemAllocationHandleType_enum = 8;
 pub const CU_MEM_HANDLE_TYPE_MAX: CUmemAllocationHandleType_enum = 2147483647;
+pub const CU_MEM_ACCESS_FLAGS_PROT_NONE: CUmemAccess_flags_enum = 0;
+pub const CU_MEM_ACCESS_FLAGS_PROT_READ: CUmemAccess_flags_enum = 1;
+pub const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: CUmemAccess_flags_enum = 3;
+pub const CU_MEM_ACCESS_FLAGS_PROT_MAX: CUmemAccess_flags_enum = 2147483647;
 pub const CU_MEM_LOCATION_TYPE_INVALID: CUmemLocationType_enum = 0;
 pub const CU_MEM_LOCATION_TYPE_NONE: CUmemLocationType_enum = 0;
 pub const CU_MEM_LOCATION_TYPE_DEVICE: CUmemLocationType_enum = 1;
@@ -600,6 +613,21 @@ const _: () = {
     [
         "Offset of field: CUmemLocation_st::id",
     ][::core::mem::offset_of!(CUmemLocation_st, id) - 4usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUmemAccessDesc_st",
+    ][::core::mem::size_of::<CUmemAccessDesc_st>() - 12usize];
+    [
+        "Alignment of CUmemAccessDesc_st",
+    ][::core::mem::align_of::<CUmemAccessDesc_st>() - 4usize];
+    [
+        "Offset of field: CUmemAccessDesc_st::location",
+    ][::core::mem::offset_of!(CUmemAccessDesc_st, location) - 0usize];
+    [
+        "Offset of field: CUmemAccessDesc_st::flags",
+    ][::core::mem::offset_of!(CUmemAccessDesc_st, flags) - 8usize];
 };
 pub const CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: CUmemPool_attribute_enum = 1;
 pub const CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: CUmemPool_attribute_enum = 2;
@@ -687,6 +715,15 @@ impl Default for CUmemLocation_st {
         }
     }
 }
+impl Default for CUmemAccessDesc_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 impl Default for CUmemPoolProps_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -711,6 +748,7 @@ pub use self::CUcigDataType_enum as CUcigDataType;
 pub use self::CUlibraryOption_enum as CUlibraryOption;
 pub use self::cudaError_enum as CUresult;
 pub use self::CUmemAllocationHandleType_enum as CUmemAllocationHandleType;
+pub use self::CUmemAccess_flags_enum as CUmemAccess_flags;
 pub use self::CUmemLocationType_enum as CUmemLocationType;
 pub use self::CUmemAllocationType_enum as CUmemAllocationType;
 pub use self::CUmemPool_attribute_enum as CUmemPool_attribute;
@@ -764,6 +802,12 @@ pub type PFN_cuDeviceTotalMem = unsafe extern "C" fn(
     bytes: *mut usize,
     dev: CUdevice,
 ) -> CUresult;
+/// `cuDeviceCanAccessPeer` as cuda.h declares it: cuGetProcAddress("cuDeviceCanAccessPeer", 4000).
+pub type PFN_cuDeviceCanAccessPeer = unsafe extern "C" fn(
+    canAccessPeer: *mut ::core::ffi::c_int,
+    dev: CUdevice,
+    peerDev: CUdevice,
+) -> CUresult;
 /// `cuDevicePrimaryCtxRetain` as cuda.h declares it: cuGetProcAddress("cuDevicePrimaryCtxRetain", 7000).
 pub type PFN_cuDevicePrimaryCtxRetain = unsafe extern "C" fn(
     pctx: *mut CUcontext,
@@ -783,6 +827,15 @@ pub type PFN_cuCtxPopCurrent = unsafe extern "C" fn(pctx: *mut CUcontext) -> CUr
 pub type PFN_cuCtxGetDevice = unsafe extern "C" fn(device: *mut CUdevice) -> CUresult;
 /// `cuCtxSynchronize` as cuda.h declares it: cuGetProcAddress("cuCtxSynchronize", 2000).
 pub type PFN_cuCtxSynchronize = unsafe extern "C" fn() -> CUresult;
+/// `cuCtxEnablePeerAccess` as cuda.h declares it: cuGetProcAddress("cuCtxEnablePeerAccess", 4000).
+pub type PFN_cuCtxEnablePeerAccess = unsafe extern "C" fn(
+    peerContext: CUcontext,
+    Flags: ::core::ffi::c_uint,
+) -> CUresult;
+/// `cuCtxDisablePeerAccess` as cuda.h declares it: cuGetProcAddress("cuCtxDisablePeerAccess", 4000).
+pub type PFN_cuCtxDisablePeerAccess = unsafe extern "C" fn(
+    peerContext: CUcontext,
+) -> CUresult;
 /// `cuCtxCreate_v4` as cuda.h declares it: cuGetProcAddress("cuCtxCreate", 12050).
 pub type PFN_cuCtxCreate = unsafe extern "C" fn(
     pctx: *mut CUcontext,
@@ -850,6 +903,12 @@ pub type PFN_cuMemPoolGetAttribute = unsafe extern "C" fn(
 pub type PFN_cuMemPoolTrimTo = unsafe extern "C" fn(
     pool: CUmemoryPool,
     minBytesToKeep: usize,
+) -> CUresult;
+/// `cuMemPoolSetAccess` as cuda.h declares it: cuGetProcAddress("cuMemPoolSetAccess", 11020).
+pub type PFN_cuMemPoolSetAccess = unsafe extern "C" fn(
+    pool: CUmemoryPool,
+    map: *const CUmemAccessDesc,
+    count: usize,
 ) -> CUresult;
 /// `cuMemAllocManaged` as cuda.h declares it: cuGetProcAddress("cuMemAllocManaged", 6000).
 pub type PFN_cuMemAllocManaged = unsafe extern "C" fn(
@@ -965,6 +1024,15 @@ pub type PFN_cuMemcpyDtoDAsync = unsafe extern "C" fn(
 pub type PFN_cuMemcpyAsync = unsafe extern "C" fn(
     dst: CUdeviceptr,
     src: CUdeviceptr,
+    ByteCount: usize,
+    hStream: CUstream,
+) -> CUresult;
+/// `cuMemcpyPeerAsync` as cuda.h declares it: cuGetProcAddress("cuMemcpyPeerAsync", 4000).
+pub type PFN_cuMemcpyPeerAsync = unsafe extern "C" fn(
+    dstDevice: CUdeviceptr,
+    dstContext: CUcontext,
+    srcDevice: CUdeviceptr,
+    srcContext: CUcontext,
     ByteCount: usize,
     hStream: CUstream,
 ) -> CUresult;
@@ -1178,6 +1246,7 @@ macro_rules! cuda_entry_points {
             (cuDeviceGetName, c"cuDeviceGetName", cuDeviceGetName, 2000, PFN_cuDeviceGetName),
             (cuDeviceGetAttribute, c"cuDeviceGetAttribute", cuDeviceGetAttribute, 2000, PFN_cuDeviceGetAttribute),
             (cuDeviceTotalMem, c"cuDeviceTotalMem", cuDeviceTotalMem_v2, 3020, PFN_cuDeviceTotalMem),
+            (cuDeviceCanAccessPeer, c"cuDeviceCanAccessPeer", cuDeviceCanAccessPeer, 4000, PFN_cuDeviceCanAccessPeer),
             (cuDevicePrimaryCtxRetain, c"cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain, 7000, PFN_cuDevicePrimaryCtxRetain),
             (cuDevicePrimaryCtxRelease, c"cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2, 11000, PFN_cuDevicePrimaryCtxRelease),
             (cuCtxGetCurrent, c"cuCtxGetCurrent", cuCtxGetCurrent, 4000, PFN_cuCtxGetCurrent),
@@ -1186,6 +1255,8 @@ macro_rules! cuda_entry_points {
             (cuCtxPopCurrent, c"cuCtxPopCurrent", cuCtxPopCurrent_v2, 4000, PFN_cuCtxPopCurrent),
             (cuCtxGetDevice, c"cuCtxGetDevice", cuCtxGetDevice, 2000, PFN_cuCtxGetDevice),
             (cuCtxSynchronize, c"cuCtxSynchronize", cuCtxSynchronize, 2000, PFN_cuCtxSynchronize),
+            (cuCtxEnablePeerAccess, c"cuCtxEnablePeerAccess", cuCtxEnablePeerAccess, 4000, PFN_cuCtxEnablePeerAccess),
+            (cuCtxDisablePeerAccess, c"cuCtxDisablePeerAccess", cuCtxDisablePeerAccess, 4000, PFN_cuCtxDisablePeerAccess),
             (cuCtxCreate, c"cuCtxCreate", cuCtxCreate_v4, 12050, PFN_cuCtxCreate),
             (cuCtxDestroy, c"cuCtxDestroy", cuCtxDestroy_v2, 4000, PFN_cuCtxDestroy),
             (cuMemGetInfo, c"cuMemGetInfo", cuMemGetInfo_v2, 3020, PFN_cuMemGetInfo),
@@ -1200,6 +1271,7 @@ macro_rules! cuda_entry_points {
             (cuMemPoolSetAttribute, c"cuMemPoolSetAttribute", cuMemPoolSetAttribute, 11020, PFN_cuMemPoolSetAttribute),
             (cuMemPoolGetAttribute, c"cuMemPoolGetAttribute", cuMemPoolGetAttribute, 11020, PFN_cuMemPoolGetAttribute),
             (cuMemPoolTrimTo, c"cuMemPoolTrimTo", cuMemPoolTrimTo, 11020, PFN_cuMemPoolTrimTo),
+            (cuMemPoolSetAccess, c"cuMemPoolSetAccess", cuMemPoolSetAccess, 11020, PFN_cuMemPoolSetAccess),
             (cuMemAllocManaged, c"cuMemAllocManaged", cuMemAllocManaged, 6000, PFN_cuMemAllocManaged),
             (cuMemHostAlloc, c"cuMemHostAlloc", cuMemHostAlloc, 2020, PFN_cuMemHostAlloc),
             (cuMemFreeHost, c"cuMemFreeHost", cuMemFreeHost, 2000, PFN_cuMemFreeHost),
@@ -1224,6 +1296,7 @@ macro_rules! cuda_entry_points {
             (cuMemcpyDtoHAsync, c"cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2, 3020, PFN_cuMemcpyDtoHAsync),
             (cuMemcpyDtoDAsync, c"cuMemcpyDtoDAsync", cuMemcpyDtoDAsync_v2, 3020, PFN_cuMemcpyDtoDAsync),
             (cuMemcpyAsync, c"cuMemcpyAsync", cuMemcpyAsync, 4000, PFN_cuMemcpyAsync),
+            (cuMemcpyPeerAsync, c"cuMemcpyPeerAsync", cuMemcpyPeerAsync, 4000, PFN_cuMemcpyPeerAsync),
             (cuMemsetD8Async, c"cuMemsetD8Async", cuMemsetD8Async, 3020, PFN_cuMemsetD8Async),
             (cuMemsetD16Async, c"cuMemsetD16Async", cuMemsetD16Async, 3020, PFN_cuMemsetD16Async),
             (cuMemsetD32Async, c"cuMemsetD32Async", cuMemsetD32Async, 3020, PFN_cuMemsetD32Async),

@@ -24,6 +24,7 @@
 // - hipFuncSetAttribute takes a module's function (a CUfunction), as the backend passes it.
 
 #include <dlfcn.h>
+#include <cstddef>
 
 #define hipInit hip_nv_hipInit
 #define hipDriverGetVersion hip_nv_hipDriverGetVersion
@@ -38,6 +39,9 @@
 #define hipSetDevice hip_nv_hipSetDevice
 #define hipGetDevice hip_nv_hipGetDevice
 #define hipDeviceSynchronize hip_nv_hipDeviceSynchronize
+#define hipDeviceCanAccessPeer hip_nv_hipDeviceCanAccessPeer
+#define hipDeviceEnablePeerAccess hip_nv_hipDeviceEnablePeerAccess
+#define hipDeviceDisablePeerAccess hip_nv_hipDeviceDisablePeerAccess
 #define hipMemGetInfo hip_nv_hipMemGetInfo
 #define hipMalloc hip_nv_hipMalloc
 #define hipFree hip_nv_hipFree
@@ -46,6 +50,7 @@
 #define hipDeviceGetDefaultMemPool hip_nv_hipDeviceGetDefaultMemPool
 #define hipMemPoolSetAttribute hip_nv_hipMemPoolSetAttribute
 #define hipMemPoolGetAttribute hip_nv_hipMemPoolGetAttribute
+#define hipMemPoolSetAccess hip_nv_hipMemPoolSetAccess
 #define hipMallocManaged hip_nv_hipMallocManaged
 #define hipHostMalloc hip_nv_hipHostMalloc
 #define hipHostFree hip_nv_hipHostFree
@@ -65,6 +70,7 @@
 #define hipEventQuery hip_nv_hipEventQuery
 #define hipEventSynchronize hip_nv_hipEventSynchronize
 #define hipMemcpyAsync hip_nv_hipMemcpyAsync
+#define hipMemcpyPeerAsync hip_nv_hipMemcpyPeerAsync
 #define hipMemsetD8Async hip_nv_hipMemsetD8Async
 #define hipMemsetD16Async hip_nv_hipMemsetD16Async
 #define hipMemsetD32Async hip_nv_hipMemsetD32Async
@@ -92,6 +98,9 @@
 #undef hipSetDevice
 #undef hipGetDevice
 #undef hipDeviceSynchronize
+#undef hipDeviceCanAccessPeer
+#undef hipDeviceEnablePeerAccess
+#undef hipDeviceDisablePeerAccess
 #undef hipMemGetInfo
 #undef hipMalloc
 #undef hipFree
@@ -100,6 +109,7 @@
 #undef hipDeviceGetDefaultMemPool
 #undef hipMemPoolSetAttribute
 #undef hipMemPoolGetAttribute
+#undef hipMemPoolSetAccess
 #undef hipMallocManaged
 #undef hipHostMalloc
 #undef hipHostFree
@@ -119,6 +129,7 @@
 #undef hipEventQuery
 #undef hipEventSynchronize
 #undef hipMemcpyAsync
+#undef hipMemcpyPeerAsync
 #undef hipMemsetD8Async
 #undef hipMemsetD16Async
 #undef hipMemsetD32Async
@@ -139,6 +150,10 @@ static_assert(hipStreamNonBlocking == 1 && hipEventDisableTiming == 2, "stream a
 static_assert(hipMemAttachGlobal == 1, "managed memory flag");
 static_assert(hipMemcpyDefault == 4, "copy kind");
 static_assert(cudaMemPoolAttrReleaseThreshold == 4, "pool attribute (hipMemPoolAttrReleaseThreshold)");
+static_assert(cudaMemLocationTypeDevice == 1 && cudaMemAccessFlagsProtReadWrite == 3,
+              "pool access (hipMemLocationTypeDevice, hipMemAccessFlagsProtReadWrite)");
+static_assert(sizeof(hipMemAccessDesc) == 12 && offsetof(hipMemAccessDesc, flags) == 8,
+              "hipMemAccessDesc layout");
 static_assert(HIP_POINTER_ATTRIBUTE_MEMORY_TYPE == 2 && HIP_POINTER_ATTRIBUTE_RANGE_START_ADDR == 11
               && HIP_POINTER_ATTRIBUTE_RANGE_SIZE == 12, "pointer attributes");
 
@@ -236,6 +251,18 @@ SHIM_EXPORT hipError_t hipDeviceSynchronize(void) {
     return hip_nv_hipDeviceSynchronize();
 }
 
+SHIM_EXPORT hipError_t hipDeviceCanAccessPeer(int* canAccessPeer, int deviceId, int peerDeviceId) {
+    return hip_nv_hipDeviceCanAccessPeer(canAccessPeer, deviceId, peerDeviceId);
+}
+
+SHIM_EXPORT hipError_t hipDeviceEnablePeerAccess(int peerDeviceId, unsigned int flags) {
+    return hip_nv_hipDeviceEnablePeerAccess(peerDeviceId, flags);
+}
+
+SHIM_EXPORT hipError_t hipDeviceDisablePeerAccess(int peerDeviceId) {
+    return hip_nv_hipDeviceDisablePeerAccess(peerDeviceId);
+}
+
 SHIM_EXPORT hipError_t hipMemGetInfo(size_t* free, size_t* total) {
     return hip_nv_hipMemGetInfo(free, total);
 }
@@ -266,6 +293,10 @@ SHIM_EXPORT hipError_t hipMemPoolSetAttribute(hipMemPool_t mem_pool, hipMemPoolA
 
 SHIM_EXPORT hipError_t hipMemPoolGetAttribute(hipMemPool_t mem_pool, hipMemPoolAttr attr, void* value) {
     return hip_nv_hipMemPoolGetAttribute(mem_pool, attr, value);
+}
+
+SHIM_EXPORT hipError_t hipMemPoolSetAccess(hipMemPool_t mem_pool, const hipMemAccessDesc* desc_list, size_t count) {
+    return hip_nv_hipMemPoolSetAccess(mem_pool, desc_list, count);
 }
 
 SHIM_EXPORT hipError_t hipMallocManaged(void** dev_ptr, size_t size, unsigned int flags) {
@@ -338,6 +369,10 @@ SHIM_EXPORT hipError_t hipEventSynchronize(hipEvent_t event) {
 
 SHIM_EXPORT hipError_t hipMemcpyAsync(void* dst, const void* src, size_t sizeBytes, hipMemcpyKind kind, hipStream_t stream) {
     return hip_nv_hipMemcpyAsync(dst, src, sizeBytes, kind, stream);
+}
+
+SHIM_EXPORT hipError_t hipMemcpyPeerAsync(void* dst, int dstDeviceId, const void* src, int srcDeviceId, size_t sizeBytes, hipStream_t stream) {
+    return hip_nv_hipMemcpyPeerAsync(dst, dstDeviceId, src, srcDeviceId, sizeBytes, stream);
 }
 
 SHIM_EXPORT hipError_t hipMemsetD8Async(hipDeviceptr_t dest, unsigned char value, size_t count, hipStream_t stream) {

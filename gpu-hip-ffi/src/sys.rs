@@ -21,6 +21,8 @@ pub type hipFunction_t = *mut ihipModuleSymbol_t;
 pub type hipMemPool_t = *mut ihipMemPoolHandle_t;
 pub type hipEvent_t = *mut ihipEvent_t;
 pub type hipMemPoolAttr = ::core::ffi::c_uint;
+pub type hipMemLocationType = ::core::ffi::c_uint;
+pub type hipMemAccessFlags = ::core::ffi::c_uint;
 pub type hipFuncAttribute = ::core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -56,6 +58,18 @@ pub struct ihipMemPoolHandle_t {
 #[derive(Debug)]
 pub struct ihipEvent_t {
     _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct hipMemLocation {
+    pub type_: hipMemLocationType,
+    pub id: ::core::ffi::c_int,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct hipMemAccessDesc {
+    pub location: hipMemLocation,
+    pub flags: hipMemAccessFlags,
 }
 pub const HIP_VERSION_MAJOR: u32 = 5;
 pub const HIP_VERSION_MINOR: u32 = 2;
@@ -341,10 +355,57 @@ pub const hipMemPoolAttrReservedMemCurrent: hipMemPoolAttr = 5;
 pub const hipMemPoolAttrReservedMemHigh: hipMemPoolAttr = 6;
 pub const hipMemPoolAttrUsedMemCurrent: hipMemPoolAttr = 7;
 pub const hipMemPoolAttrUsedMemHigh: hipMemPoolAttr = 8;
+pub const hipMemLocationTypeInvalid: hipMemLocationType = 0;
+pub const hipMemLocationTypeDevice: hipMemLocationType = 1;
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of hipMemLocation"][::core::mem::size_of::<hipMemLocation>() - 8usize];
+    ["Alignment of hipMemLocation"][::core::mem::align_of::<hipMemLocation>() - 4usize];
+    [
+        "Offset of field: hipMemLocation::type_",
+    ][::core::mem::offset_of!(hipMemLocation, type_) - 0usize];
+    [
+        "Offset of field: hipMemLocation::id",
+    ][::core::mem::offset_of!(hipMemLocation, id) - 4usize];
+};
+pub const hipMemAccessFlagsProtNone: hipMemAccessFlags = 0;
+pub const hipMemAccessFlagsProtRead: hipMemAccessFlags = 1;
+pub const hipMemAccessFlagsProtReadWrite: hipMemAccessFlags = 3;
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of hipMemAccessDesc"][::core::mem::size_of::<hipMemAccessDesc>() - 12usize];
+    [
+        "Alignment of hipMemAccessDesc",
+    ][::core::mem::align_of::<hipMemAccessDesc>() - 4usize];
+    [
+        "Offset of field: hipMemAccessDesc::location",
+    ][::core::mem::offset_of!(hipMemAccessDesc, location) - 0usize];
+    [
+        "Offset of field: hipMemAccessDesc::flags",
+    ][::core::mem::offset_of!(hipMemAccessDesc, flags) - 8usize];
+};
 pub const hipFuncAttributeMaxDynamicSharedMemorySize: hipFuncAttribute = 8;
 pub const hipFuncAttributePreferredSharedMemoryCarveout: hipFuncAttribute = 9;
 pub const hipFuncAttributeMax: hipFuncAttribute = 10;
 impl Default for hipPointerAttribute_t {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl Default for hipMemLocation {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl Default for hipMemAccessDesc {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
         unsafe {
@@ -407,6 +468,21 @@ pub type PFN_hipGetDevice = unsafe extern "C" fn(
 ) -> hipError_t;
 /// `hipDeviceSynchronize` as the HIP header declares it.
 pub type PFN_hipDeviceSynchronize = unsafe extern "C" fn() -> hipError_t;
+/// `hipDeviceCanAccessPeer` as the HIP header declares it.
+pub type PFN_hipDeviceCanAccessPeer = unsafe extern "C" fn(
+    canAccessPeer: *mut ::core::ffi::c_int,
+    deviceId: ::core::ffi::c_int,
+    peerDeviceId: ::core::ffi::c_int,
+) -> hipError_t;
+/// `hipDeviceEnablePeerAccess` as the HIP header declares it.
+pub type PFN_hipDeviceEnablePeerAccess = unsafe extern "C" fn(
+    peerDeviceId: ::core::ffi::c_int,
+    flags: ::core::ffi::c_uint,
+) -> hipError_t;
+/// `hipDeviceDisablePeerAccess` as the HIP header declares it.
+pub type PFN_hipDeviceDisablePeerAccess = unsafe extern "C" fn(
+    peerDeviceId: ::core::ffi::c_int,
+) -> hipError_t;
 /// `hipMemGetInfo` as the HIP header declares it.
 pub type PFN_hipMemGetInfo = unsafe extern "C" fn(
     free: *mut usize,
@@ -446,6 +522,12 @@ pub type PFN_hipMemPoolGetAttribute = unsafe extern "C" fn(
     mem_pool: hipMemPool_t,
     attr: hipMemPoolAttr,
     value: *mut ::core::ffi::c_void,
+) -> hipError_t;
+/// `hipMemPoolSetAccess` as the HIP header declares it.
+pub type PFN_hipMemPoolSetAccess = unsafe extern "C" fn(
+    mem_pool: hipMemPool_t,
+    desc_list: *const hipMemAccessDesc,
+    count: usize,
 ) -> hipError_t;
 /// `hipMallocManaged` as the HIP header declares it.
 pub type PFN_hipMallocManaged = unsafe extern "C" fn(
@@ -532,6 +614,15 @@ pub type PFN_hipMemcpyAsync = unsafe extern "C" fn(
     src: *const ::core::ffi::c_void,
     sizeBytes: usize,
     kind: hipMemcpyKind,
+    stream: hipStream_t,
+) -> hipError_t;
+/// `hipMemcpyPeerAsync` as the HIP header declares it.
+pub type PFN_hipMemcpyPeerAsync = unsafe extern "C" fn(
+    dst: *mut ::core::ffi::c_void,
+    dstDeviceId: ::core::ffi::c_int,
+    src: *const ::core::ffi::c_void,
+    srcDevice: ::core::ffi::c_int,
+    sizeBytes: usize,
     stream: hipStream_t,
 ) -> hipError_t;
 /// `hipMemsetD8Async` as the HIP header declares it.
@@ -691,6 +782,9 @@ macro_rules! hip_entry_points {
             (hipSetDevice, c"hipSetDevice", PFN_hipSetDevice),
             (hipGetDevice, c"hipGetDevice", PFN_hipGetDevice),
             (hipDeviceSynchronize, c"hipDeviceSynchronize", PFN_hipDeviceSynchronize),
+            (hipDeviceCanAccessPeer, c"hipDeviceCanAccessPeer", PFN_hipDeviceCanAccessPeer),
+            (hipDeviceEnablePeerAccess, c"hipDeviceEnablePeerAccess", PFN_hipDeviceEnablePeerAccess),
+            (hipDeviceDisablePeerAccess, c"hipDeviceDisablePeerAccess", PFN_hipDeviceDisablePeerAccess),
             (hipMemGetInfo, c"hipMemGetInfo", PFN_hipMemGetInfo),
             (hipMalloc, c"hipMalloc", PFN_hipMalloc),
             (hipFree, c"hipFree", PFN_hipFree),
@@ -699,6 +793,7 @@ macro_rules! hip_entry_points {
             (hipDeviceGetDefaultMemPool, c"hipDeviceGetDefaultMemPool", PFN_hipDeviceGetDefaultMemPool),
             (hipMemPoolSetAttribute, c"hipMemPoolSetAttribute", PFN_hipMemPoolSetAttribute),
             (hipMemPoolGetAttribute, c"hipMemPoolGetAttribute", PFN_hipMemPoolGetAttribute),
+            (hipMemPoolSetAccess, c"hipMemPoolSetAccess", PFN_hipMemPoolSetAccess),
             (hipMallocManaged, c"hipMallocManaged", PFN_hipMallocManaged),
             (hipHostMalloc, c"hipHostMalloc", PFN_hipHostMalloc),
             (hipHostFree, c"hipHostFree", PFN_hipHostFree),
@@ -718,6 +813,7 @@ macro_rules! hip_entry_points {
             (hipEventQuery, c"hipEventQuery", PFN_hipEventQuery),
             (hipEventSynchronize, c"hipEventSynchronize", PFN_hipEventSynchronize),
             (hipMemcpyAsync, c"hipMemcpyAsync", PFN_hipMemcpyAsync),
+            (hipMemcpyPeerAsync, c"hipMemcpyPeerAsync", PFN_hipMemcpyPeerAsync),
             (hipMemsetD8Async, c"hipMemsetD8Async", PFN_hipMemsetD8Async),
             (hipMemsetD16Async, c"hipMemsetD16Async", PFN_hipMemsetD16Async),
             (hipMemsetD32Async, c"hipMemsetD32Async", PFN_hipMemsetD32Async),

@@ -1,7 +1,7 @@
 //! The HIP backend on real hardware (HIP on NVIDIA GPUs through the `nvidia` shim, or ROCm on
 //! AMD GPUs): every trait method at least once with the calling thread's device checked after
-//! each call, launches from threads whose current device is another one, then the
-//! backend-generic conformance suite. Without the library or a device each test says it
+//! each call, launches from threads whose current device is another one, peer access and peer
+//! copies between two devices, then the backend-generic conformance suite. Without the library or a device each test says it
 //! skipped and passes.
 
 use core::ffi::c_int;
@@ -469,6 +469,86 @@ fn launches_from_new_threads_keep_whatever_device_they_have() {
                 .unwrap();
         }
     });
+}
+
+/// Whether every byte of `[address, address + bytes)` (memory of `stream`'s device or one it
+/// reaches) is `value`, read through `stream`.
+///
+/// # Safety
+/// As [`read_back`].
+unsafe fn holds(
+    b: &HipBackend,
+    stream: HipStream,
+    address: usize,
+    bytes: usize,
+    value: u8,
+) -> bool {
+    // SAFETY: the caller's.
+    unsafe { read_back(b, stream, address, bytes) }
+        .iter()
+        .all(|&byte| byte == value)
+}
+
+#[test]
+fn peer_access_and_peer_copies_between_two_devices() {
+    let Some(backend) = open() else { return };
+    let b = &backend;
+    if b.device_count() < 2 {
+        eprintln!("\nbackend hip: peer copies skipped: one device");
+        return;
+    }
+    let (d0, d1) = (D0, DeviceId(1));
+    assert_eq!(kept!(b, b.peer_access_possible(d0, d0)), Ok(false));
+    let linked = kept!(b, b.peer_access_possible(d0, d1)).unwrap()
+        && kept!(b, b.peer_access_possible(d1, d0)).unwrap();
+    eprintln!("devices 0 and 1 linked for peer access: {linked}");
+    let (s0, s1) = (b.stream_create(d0).unwrap(), b.stream_create(d1).unwrap());
+    let bytes = 1 << 20;
+    // Device 1's stream-ordered memory (its default pool) and device 0's synchronous memory.
+    let pooled = b
+        .allocate_on_stream(s1, MemoryKind::Device, bytes)
+        .unwrap()
+        .unwrap();
+    let plain = b.allocate(d0, MemoryKind::Device, bytes).unwrap().unwrap();
+    // SAFETY (every fill and copy below): inside the two live allocations, each waited for
+    // before it is read again or freed.
+    unsafe {
+        b.fill(s1, pooled, 0x42, bytes).unwrap();
+        b.stream_synchronize(s1).unwrap();
+        // Named devices: accepted with or without peer access.
+        kept!(b, b.copy_peer(s0, plain, d0, pooled, d1, bytes)).unwrap();
+        assert!(
+            holds(b, s0, plain, bytes, 0x42),
+            "device 1's pool to device 0"
+        );
+    }
+    if linked {
+        for (device, peer) in [(d0, d1), (d1, d0), (d0, d1)] {
+            kept!(b, b.enable_peer_access(device, peer)).unwrap();
+        }
+        // SAFETY: as above.
+        unsafe {
+            // Device 0's stream now reaches device 1's pool memory with a plain copy.
+            b.fill(s1, pooled, 0x17, bytes).unwrap();
+            b.stream_synchronize(s1).unwrap();
+            kept!(b, b.copy(s0, plain, pooled, bytes)).unwrap();
+            assert!(
+                holds(b, s0, plain, bytes, 0x17),
+                "plain copy of a peer's pool"
+            );
+            b.fill(s0, plain, 0x99, bytes).unwrap();
+            b.stream_synchronize(s0).unwrap();
+            kept!(b, b.copy_peer(s1, pooled + 8, d1, plain, d0, 4096)).unwrap();
+            let back = read_back(b, s1, pooled, 4096 + 16);
+            assert!(back[..8].iter().all(|&x| x == 0x17));
+            assert!(back[8..4104].iter().all(|&x| x == 0x99));
+            assert!(back[4104..].iter().all(|&x| x == 0x17));
+        }
+    }
+    b.free(d1, MemoryKind::Device, pooled, Some(s1)).unwrap();
+    b.free(d0, MemoryKind::Device, plain, None).unwrap();
+    b.stream_destroy(s0).unwrap();
+    b.stream_destroy(s1).unwrap();
 }
 
 #[test]

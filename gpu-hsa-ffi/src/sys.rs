@@ -39,6 +39,8 @@ pub type hsa_amd_segment_t = ::core::ffi::c_uint;
 pub type hsa_amd_memory_pool_t = hsa_amd_memory_pool_s;
 pub type hsa_amd_memory_pool_global_flag_s = ::core::ffi::c_uint;
 pub type hsa_amd_memory_pool_info_t = ::core::ffi::c_uint;
+pub type hsa_amd_memory_pool_access_t = ::core::ffi::c_uint;
+pub type hsa_amd_agent_memory_pool_info_t = ::core::ffi::c_uint;
 pub type hsa_amd_pointer_type_t = ::core::ffi::c_uint;
 pub type hsa_amd_pointer_info_t = hsa_amd_pointer_info_s;
 #[repr(C)]
@@ -467,6 +469,12 @@ pub const HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_GRANULE: hsa_amd_memory_pool_in
 pub const HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALIGNMENT: hsa_amd_memory_pool_info_t = 7;
 pub const HSA_AMD_MEMORY_POOL_INFO_ACCESSIBLE_BY_ALL: hsa_amd_memory_pool_info_t = 15;
 pub const HSA_AMD_MEMORY_POOL_INFO_ALLOC_MAX_SIZE: hsa_amd_memory_pool_info_t = 16;
+pub const HSA_AMD_MEMORY_POOL_ACCESS_NEVER_ALLOWED: hsa_amd_memory_pool_access_t = 0;
+pub const HSA_AMD_MEMORY_POOL_ACCESS_ALLOWED_BY_DEFAULT: hsa_amd_memory_pool_access_t = 1;
+pub const HSA_AMD_MEMORY_POOL_ACCESS_DISALLOWED_BY_DEFAULT: hsa_amd_memory_pool_access_t = 2;
+pub const HSA_AMD_AGENT_MEMORY_POOL_INFO_ACCESS: hsa_amd_agent_memory_pool_info_t = 0;
+pub const HSA_AMD_AGENT_MEMORY_POOL_INFO_NUM_LINK_HOPS: hsa_amd_agent_memory_pool_info_t = 1;
+pub const HSA_AMD_AGENT_MEMORY_POOL_INFO_LINK_INFO: hsa_amd_agent_memory_pool_info_t = 2;
 pub const HSA_EXT_POINTER_TYPE_UNKNOWN: hsa_amd_pointer_type_t = 0;
 pub const HSA_EXT_POINTER_TYPE_HSA: hsa_amd_pointer_type_t = 1;
 pub const HSA_EXT_POINTER_TYPE_LOCKED: hsa_amd_pointer_type_t = 2;
@@ -578,6 +586,13 @@ pub type PFN_hsa_amd_agent_iterate_memory_pools = unsafe extern "C" fn(
 pub type PFN_hsa_amd_memory_pool_get_info = unsafe extern "C" fn(
     memory_pool: hsa_amd_memory_pool_t,
     attribute: hsa_amd_memory_pool_info_t,
+    value: *mut ::core::ffi::c_void,
+) -> hsa_status_t;
+/// `hsa_amd_agent_memory_pool_get_info` as the HSA header declares it.
+pub type PFN_hsa_amd_agent_memory_pool_get_info = unsafe extern "C" fn(
+    agent: hsa_agent_t,
+    memory_pool: hsa_amd_memory_pool_t,
+    attribute: hsa_amd_agent_memory_pool_info_t,
     value: *mut ::core::ffi::c_void,
 ) -> hsa_status_t;
 /// `hsa_amd_memory_pool_allocate` as the HSA header declares it.
@@ -809,6 +824,7 @@ macro_rules! hsa_entry_points {
             (hsa_agent_get_info, c"hsa_agent_get_info", PFN_hsa_agent_get_info),
             (hsa_amd_agent_iterate_memory_pools, c"hsa_amd_agent_iterate_memory_pools", PFN_hsa_amd_agent_iterate_memory_pools),
             (hsa_amd_memory_pool_get_info, c"hsa_amd_memory_pool_get_info", PFN_hsa_amd_memory_pool_get_info),
+            (hsa_amd_agent_memory_pool_get_info, c"hsa_amd_agent_memory_pool_get_info", PFN_hsa_amd_agent_memory_pool_get_info),
             (hsa_amd_memory_pool_allocate, c"hsa_amd_memory_pool_allocate", PFN_hsa_amd_memory_pool_allocate),
             (hsa_amd_memory_pool_free, c"hsa_amd_memory_pool_free", PFN_hsa_amd_memory_pool_free),
             (hsa_amd_agents_allow_access, c"hsa_amd_agents_allow_access", PFN_hsa_amd_agents_allow_access),

@@ -3,7 +3,8 @@
 //! two GPUs), pools,
 //! signals, queues with a packet-processor thread, DMA copies and the standard kernels follow
 //! HSA's semantics on the CPU. This executes every HSA call of the backend, the ring writing,
-//! the signal chain and the events, then the conformance suite and a one-second stress run of
+//! the signal chain and the events, peer copies between the two GPUs (and peer access refused
+//! once the stand-in unlinks them), then the conformance suite and a one-second stress run of
 //! eight threads, and checks that nothing the backend created is left alive. It proves the backend's logic against the HSA
 //! semantics as the stand-in models them, not against ROCm (see the README).
 //!
@@ -18,10 +19,12 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::Backend;
 use gpu_core::conformance::run_and_print;
 use gpu_core::runtime::{LiveObjects, RecordingBackend, Runtime, RuntimeConfig};
 use gpu_core::stress::{self, StressConfig};
+use gpu_core::{DeviceId, Error};
 use gpu_hsa_ffi::{Hsa, HsaBackend, sys};
 
 unsafe extern "C" {
@@ -56,18 +59,31 @@ fn build_fake() -> Option<PathBuf> {
     }
 }
 
-/// Signals, queues, allocations, locks, executables and readers the stand-in has alive.
-fn live_objects(library: &Path) -> i64 {
+/// The address of `name`, a function the loaded stand-in exports for the test.
+fn fake_function(library: &Path, name: &core::ffi::CStr) -> *mut c_void {
     let path = std::ffi::CString::new(library.to_str().unwrap()).unwrap();
-    // SAFETY: the library is loaded (NOLOAD), and `fake_hsa_live` takes nothing and returns a
-    // long.
-    unsafe {
+    // SAFETY: NOLOAD only finds a library already loaded; both names are NUL-terminated.
+    let address = unsafe {
         let handle = dlopen(path.as_ptr(), LOADED_NOW);
         assert!(!handle.is_null(), "the stand-in is loaded");
-        let live = dlsym(handle, c"fake_hsa_live".as_ptr());
-        assert!(!live.is_null());
-        core::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> i64>(live)()
-    }
+        dlsym(handle, name.as_ptr())
+    };
+    assert!(!address.is_null(), "the stand-in exports {name:?}");
+    address
+}
+
+/// Signals, queues, allocations, locks, executables and readers the stand-in has alive.
+fn live_objects(library: &Path) -> i64 {
+    let live = fake_function(library, c"fake_hsa_live");
+    // SAFETY: `fake_hsa_live` takes nothing and returns a long.
+    unsafe { core::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> i64>(live)() }
+}
+
+/// Links or unlinks the stand-in's two GPUs (whether each may reach the other's device pool).
+fn set_peer_link(library: &Path, linked: bool) {
+    let set = fake_function(library, c"fake_hsa_set_peer_link");
+    // SAFETY: `fake_hsa_set_peer_link` takes an int and returns nothing.
+    unsafe { core::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int)>(set)(linked.into()) }
 }
 
 #[test]
@@ -86,11 +102,50 @@ fn the_backend_runs_the_round_trip_conformance_and_stress_on_the_stand_in_and_le
     assert_eq!(info.total_memory, 1 << 30);
     assert_eq!(info.workgroup.max_per_block_opt_in, 65536);
     common::round_trip(&backend);
+    common::peer_round_trip(&backend);
     drop(backend);
     assert_eq!(
         live_objects(&library),
         0,
         "the round trip left objects alive"
+    );
+
+    // Without the link between the GPUs: no peer access either way, enabling it and peer
+    // copies are refused, and device memory is still allocated (opened to no peer).
+    set_peer_link(&library, false);
+    let unlinked = HsaBackend::with_library(hsa).unwrap();
+    let (d0, d1) = (DeviceId(0), DeviceId(1));
+    let refused = |result: gpu_core::Result<()>| match result {
+        Err(Error::Driver(e)) => e.code == i64::from(sys::HSA_STATUS_ERROR_INVALID_AGENT),
+        _ => false,
+    };
+    for (device, peer) in [(d0, d1), (d1, d0)] {
+        assert_eq!(unlinked.peer_access_possible(device, peer), Ok(false));
+        assert!(refused(unlinked.enable_peer_access(device, peer)));
+        let (memory, other) = (
+            unlinked.allocate(device, MemoryKind::Device, 4096),
+            unlinked.allocate(peer, MemoryKind::Device, 4096),
+        );
+        let (memory, other) = (memory.unwrap().unwrap(), other.unwrap().unwrap());
+        let stream = unlinked.stream_create(device).unwrap();
+        // SAFETY: refused before anything is enqueued.
+        assert!(refused(unsafe {
+            unlinked.copy_peer(stream, other, peer, memory, device, 4096)
+        }));
+        unlinked.stream_destroy(stream).unwrap();
+        unlinked
+            .free(device, MemoryKind::Device, memory, None)
+            .unwrap();
+        unlinked
+            .free(peer, MemoryKind::Device, other, None)
+            .unwrap();
+    }
+    drop(unlinked);
+    set_peer_link(&library, true);
+    assert_eq!(
+        live_objects(&library),
+        0,
+        "the unlinked backend left objects alive"
     );
 
     let failed = run_and_print("hsa (CPU stand-in)", &|| HsaBackend::with_library(hsa));

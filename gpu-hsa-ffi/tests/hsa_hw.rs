@@ -1,6 +1,6 @@
 //! The HSA backend on a hardware machine, for `cargo xtask test-hw`: on an AMD GPU, fills with
-//! unaligned edges and a kernel checked through copies, then the backend-generic conformance
-//! suite; elsewhere each test reports why it skipped (no library, or no device: hsa_init's
+//! unaligned edges and a kernel checked through copies, peer copies where there are two GPUs
+//! that reach each other, then the backend-generic conformance suite; elsewhere each test reports why it skipped (no library, or no device: hsa_init's
 //! OUT_OF_RESOURCES without /dev/kfd). Each line starts on a line of its own, where the runner
 //! looks for it (the harness has printed "test NAME ... ").
 
@@ -31,6 +31,12 @@ fn fills_copies_and_a_kernel_round_trip_through_device_memory() {
     let Some(backend) = open() else { return };
     eprintln!("{backend:?}");
     common::round_trip(&backend);
+}
+
+#[test]
+fn peer_copies_between_two_devices_round_trip() {
+    let Some(backend) = open() else { return };
+    common::peer_round_trip(&backend);
 }
 
 #[test]

@@ -6,6 +6,8 @@
 //!   keeps them until the out-of-memory ladder, as PyTorch's own allocator does).
 //! - `GPU_RUNTIME_MAX_SPLIT_SIZE=BYTES|none`: blocks of at least this size are never split
 //!   (`AllocatorConfig::max_split_size`; `none`: any block may be split, PyTorch's default).
+//! - `GPU_RUNTIME_PEER_ACCESS=0|1`: whether opening turns peer access on between devices that
+//!   allow it (`RuntimeConfig::peer_access`, on by default; `0` stages copies between devices).
 //!
 //! Unset, each keeps the allocator's default.
 
@@ -21,16 +23,34 @@ pub const RELEASE_BEFORE_GROWING_VAR: &str = "GPU_RUNTIME_RELEASE_BEFORE_GROWING
 /// Environment variable for [`AllocatorConfig::max_split_size`].
 pub const MAX_SPLIT_SIZE_VAR: &str = "GPU_RUNTIME_MAX_SPLIT_SIZE";
 
+/// Environment variable for [`RuntimeConfig::peer_access`].
+pub const PEER_ACCESS_VAR: &str = "GPU_RUNTIME_PEER_ACCESS";
+
 /// The runtime's configuration as the environment sets it.
 pub fn from_env() -> Result<RuntimeConfig, CapiError> {
     let allocator = allocator_config(
         std::env::var_os(RELEASE_BEFORE_GROWING_VAR).as_deref(),
         std::env::var_os(MAX_SPLIT_SIZE_VAR).as_deref(),
     )?;
+    let defaults = RuntimeConfig::default();
+    let peer_access = std::env::var_os(PEER_ACCESS_VAR)
+        .map(|value| flag(PEER_ACCESS_VAR, &value))
+        .transpose()?
+        .unwrap_or(defaults.peer_access);
     Ok(RuntimeConfig {
         allocator,
-        ..RuntimeConfig::default()
+        peer_access,
+        ..defaults
     })
+}
+
+/// A `0|1` variable's value.
+fn flag(what: &'static str, value: &OsStr) -> Result<bool, CapiError> {
+    match value.to_str() {
+        Some("0") => Ok(false),
+        Some("1") => Ok(true),
+        _ => Err(invalid(what, value, "`0` or `1`")),
+    }
 }
 
 /// The allocator's configuration for the two variables' values (`None`: unset).
@@ -40,11 +60,7 @@ pub fn allocator_config(
 ) -> Result<AllocatorConfig, CapiError> {
     let mut config = AllocatorConfig::default();
     if let Some(value) = release_before_growing {
-        config.release_before_growing = match value.to_str() {
-            Some("0") => false,
-            Some("1") => true,
-            _ => return Err(invalid(RELEASE_BEFORE_GROWING_VAR, value, "`0` or `1`")),
-        };
+        config.release_before_growing = flag(RELEASE_BEFORE_GROWING_VAR, value)?;
     }
     if let Some(value) = max_split_size {
         config.max_split_size = match value.to_str() {
@@ -84,6 +100,18 @@ mod tests {
         assert!(set.release_before_growing);
         assert_eq!(set.max_split_size, 1 << 20);
         assert_eq!(set.max_streams, AllocatorConfig::default().max_streams);
+    }
+
+    #[test]
+    fn flags_are_zero_or_one() {
+        assert_eq!(flag(PEER_ACCESS_VAR, OsStr::new("0")), Ok(false));
+        assert_eq!(flag(PEER_ACCESS_VAR, OsStr::new("1")), Ok(true));
+        for bad in ["", "yes", "2", "off"] {
+            assert!(matches!(
+                flag(PEER_ACCESS_VAR, OsStr::new(bad)),
+                Err(CapiError::InvalidArgument { what, .. }) if what == PEER_ACCESS_VAR
+            ));
+        }
     }
 
     #[test]

@@ -73,8 +73,14 @@ call_kinds! {
     EventSynchronize => "event_synchronize",
     /// `device_synchronize`.
     DeviceSynchronize => "device_synchronize",
+    /// `peer_access_possible`.
+    PeerAccessPossible => "peer_access_possible",
+    /// `enable_peer_access`.
+    EnablePeerAccess => "enable_peer_access",
     /// `copy`.
     Copy => "copy",
+    /// `copy_peer`.
+    CopyPeer => "copy_peer",
     /// `fill`.
     Fill => "fill",
     /// `kernel` (loading a kernel on a device).

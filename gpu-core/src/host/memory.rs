@@ -54,10 +54,32 @@ impl Drop for Block {
 
 /// A live allocation as the table records it.
 #[derive(Debug)]
-struct Allocation {
-    device: DeviceId,
-    kind: MemoryKind,
-    block: Arc<Block>,
+pub(super) struct Allocation {
+    /// The device it was allocated on.
+    pub(super) device: DeviceId,
+    /// Its memory kind.
+    pub(super) kind: MemoryKind,
+    /// Allocated in a stream's order (from the device's pool, on a GPU driver).
+    pub(super) stream_ordered: bool,
+    /// The memory, shared with queued work that touches it.
+    pub(super) block: Arc<Block>,
+}
+
+impl Allocation {
+    /// Whether a copy on a stream of `stream_device` may touch this allocation with the plain
+    /// copy call, given `reaches(stream_device, owner)`: the driver rule of
+    /// [`crate::backend::Backend::copy`]: another device's stream-ordered device memory only
+    /// with peer access.
+    pub(super) fn plain_copy_allowed(
+        &self,
+        stream_device: DeviceId,
+        reaches: impl Fn(DeviceId, DeviceId) -> bool,
+    ) -> bool {
+        self.device == stream_device
+            || self.kind != MemoryKind::Device
+            || !self.stream_ordered
+            || reaches(stream_device, self.device)
+    }
 }
 
 /// Memory a launch's pointer argument lies in, kept alive (allocations) or remembered
@@ -129,13 +151,15 @@ impl Memory {
         }
     }
 
-    /// Allocates `bytes` zeroed bytes of `kind` on `device`, or `None` when the device's
-    /// capacity (or the host) cannot hold them.
+    /// Allocates `bytes` zeroed bytes of `kind` on `device` (`stream_ordered`: in a stream's
+    /// order, as from a driver's pool), or `None` when the device's capacity (or the host)
+    /// cannot hold them.
     pub(super) fn allocate(
         &mut self,
         device: DeviceId,
         kind: MemoryKind,
         bytes: usize,
+        stream_ordered: bool,
     ) -> Result<Option<usize>> {
         if bytes == 0 {
             return Err(Error::ZeroSize {
@@ -167,6 +191,7 @@ impl Memory {
             Allocation {
                 device,
                 kind,
+                stream_ordered,
                 block,
             },
         );
@@ -197,10 +222,10 @@ impl Memory {
         &self,
         range: ByteRange,
         call: &'static str,
-    ) -> Result<Option<Arc<Block>>> {
+    ) -> Result<Option<&Allocation>> {
         match overlapping(&self.allocations, range, allocation_extent) {
             None => Ok(None),
-            Some(a) if a.block.range().contains(&range) => Ok(Some(a.block.clone())),
+            Some(a) if a.block.range().contains(&range) => Ok(Some(a)),
             Some(_) => Err(HostErrorCode::InvalidValue.error(call)),
         }
     }

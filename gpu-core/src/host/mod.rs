@@ -18,9 +18,16 @@
 //! - **Memory.** Allocations are zeroed host memory aligned to
 //!   [`HOST_ALLOCATION_ALIGNMENT`], counted against the device's capacity (`Ok(None)` beyond
 //!   it). Freeing an address that is not a live allocation of that device and kind is
-//!   `HOST_INVALID_VALUE`. A freed block goes back to the host only once the queued work that
+//!   `HOST_INVALID_VALUE`; freeing after a stream of another device is `HOST_INVALID_HANDLE`. A freed block goes back to the host only once the queued work that
 //!   touches it has run (`free` with `after` also waits for the stream's earlier work), so a
 //!   free never pulls memory from under a copy or kernel.
+//! - **Peer access.** Two devices whose configs both have [`HostDeviceConfig::peer_link`] can
+//!   be given access to each other's memory ([`Backend::enable_peer_access`], one direction a
+//!   call). As on CUDA (measured on two H100s), a plain `copy` on a stream of device S that
+//!   touches device memory another device allocated in a stream's order is
+//!   `HOST_INVALID_VALUE` unless S has access to that device; `copy_peer` names each side's
+//!   device and is accepted either way (a side that is an allocation must be of the device
+//!   named for it).
 //! - **Copies and fills** accept any address, as a unified-addressing driver does: a null
 //!   address is [`Error::NullPointer`], a range past the end of the address space
 //!   [`Error::AddressOverflow`], and a range that touches an allocation must lie inside it
@@ -72,6 +79,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, Ordering};
 use hashbrown::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -115,6 +123,9 @@ pub enum HostErrorCode {
     InvalidHandle,
     /// A kernel touched memory outside what its pointer arguments point into (CUDA 700).
     IllegalAddress,
+    /// Peer access between devices with no link, or of a device to itself (CUDA 217,
+    /// `CUDA_ERROR_PEER_ACCESS_UNSUPPORTED`).
+    PeerAccessUnsupported,
     /// The range overlaps memory already registered or allocated pinned (CUDA 712).
     MemoryAlreadyRegistered,
     /// No registered range starts at the pointer (CUDA 713).
@@ -130,8 +141,9 @@ pub enum HostErrorCode {
 
 impl HostErrorCode {
     /// Every code.
-    pub const ALL: [HostErrorCode; 10] = [
+    pub const ALL: [HostErrorCode; 11] = [
         HostErrorCode::InvalidValue,
+        HostErrorCode::PeerAccessUnsupported,
         HostErrorCode::WrongCurrentDevice,
         HostErrorCode::OperatingSystem,
         HostErrorCode::InvalidHandle,
@@ -147,6 +159,7 @@ impl HostErrorCode {
     pub const fn name(self) -> &'static str {
         match self {
             HostErrorCode::InvalidValue => "HOST_INVALID_VALUE",
+            HostErrorCode::PeerAccessUnsupported => "HOST_PEER_ACCESS_UNSUPPORTED",
             HostErrorCode::WrongCurrentDevice => "HOST_WRONG_CURRENT_DEVICE",
             HostErrorCode::OperatingSystem => "HOST_OPERATING_SYSTEM",
             HostErrorCode::InvalidHandle => "HOST_INVALID_HANDLE",
@@ -163,6 +176,7 @@ impl HostErrorCode {
     pub const fn code(self) -> i64 {
         match self {
             HostErrorCode::InvalidValue => 1,
+            HostErrorCode::PeerAccessUnsupported => 217,
             HostErrorCode::WrongCurrentDevice => 201,
             HostErrorCode::OperatingSystem => 304,
             HostErrorCode::InvalidHandle => 400,
@@ -214,6 +228,9 @@ pub struct HostDeviceConfig {
     pub allocator: AllocatorCapabilities,
     /// Workgroup memory limits, enforced by `launch` and `kernel_allow_workgroup_bytes`.
     pub workgroup: WorkgroupLimits,
+    /// On the link that joins devices for peer access (NVLink on the GPU box): peer access is
+    /// possible between two devices that both have it. True by default.
+    pub peer_link: bool,
 }
 
 impl HostDeviceConfig {
@@ -243,6 +260,7 @@ impl Default for HostDeviceConfig {
             memory_capacity: 1 << 30,
             allocator: Self::ALL_CAPABILITIES,
             workgroup: Self::H200_WORKGROUP,
+            peer_link: true,
         }
     }
 }
@@ -345,6 +363,8 @@ pub struct HostBackend {
     events: Mutex<HashMap<HostEvent, EventSlot>>,
     kernels: Mutex<KernelRegistry>,
     log: Arc<WorkLog>,
+    /// `peer_access[device * count + peer]`: whether `device` was given access to `peer`.
+    peer_access: Vec<AtomicBool>,
 }
 
 impl HostBackend {
@@ -354,6 +374,7 @@ impl HostBackend {
         for (name, function) in standard_kernels() {
             kernels.register(name, function, 0);
         }
+        let device_count = config.devices.len();
         Self {
             memory: Mutex::new(Memory::new(
                 config.devices.iter().map(|d| d.memory_capacity).collect(),
@@ -365,6 +386,9 @@ impl HostBackend {
             events: Mutex::new(HashMap::new()),
             kernels: Mutex::new(kernels),
             log: Arc::new(WorkLog::new(config.work_log_capacity)),
+            peer_access: (0..device_count * device_count)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
         }
     }
 
@@ -497,15 +521,15 @@ impl HostBackend {
             .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))
     }
 
-    /// The memory a copy or fill touches at `address`: held for the item if it is an
-    /// allocation, checked to lie inside it.
-    fn hold_range(
-        memory: &Memory,
+    /// The allocation a copy or fill touches at `address`, if any, checked to lie inside it
+    /// (the caller holds its block for the queued item).
+    fn hold_range<'m>(
+        memory: &'m Memory,
         address: usize,
         bytes: usize,
         what: &'static str,
         call: &'static str,
-    ) -> Result<Option<Arc<memory::Block>>> {
+    ) -> Result<Option<&'m memory::Allocation>> {
         if address == 0 {
             return Err(Error::NullPointer { what });
         }
@@ -537,7 +561,42 @@ impl HostBackend {
         if bytes > support.max_size {
             return Ok(None);
         }
-        lock(&self.memory).allocate(device, kind, bytes)
+        lock(&self.memory).allocate(device, kind, bytes, stream_ordered)
+    }
+
+    /// Whether `device` was given access to `peer`'s memory.
+    fn reaches(&self, device: DeviceId, peer: DeviceId) -> bool {
+        self.peer_access[device.index() * self.devices.len() + peer.index()].load(Ordering::Acquire)
+    }
+
+    /// Queues a copy on `shared` after checking both sides; `allowed` judges each side that is
+    /// an allocation (the rule of the calling copy form).
+    fn enqueue_copy(
+        &self,
+        shared: &Arc<StreamShared>,
+        dst: usize,
+        src: usize,
+        bytes: usize,
+        call: &'static str,
+        allowed: impl Fn(&memory::Allocation, &'static str) -> bool,
+    ) -> Result<()> {
+        let hold = {
+            let memory = lock(&self.memory);
+            let dst_side = Self::hold_range(&memory, dst, bytes, "copy destination", call)?;
+            let src_side = Self::hold_range(&memory, src, bytes, "copy source", call)?;
+            let mut hold = Vec::new();
+            for (side, what) in [(dst_side, "destination"), (src_side, "source")] {
+                if let Some(allocation) = side {
+                    if !allowed(allocation, what) {
+                        return Err(HostErrorCode::InvalidValue.error(call));
+                    }
+                    hold.push(allocation.block.clone());
+                }
+            }
+            hold
+        };
+        shared.enqueue(WorkOp::Copy { dst, src, bytes }, Payload::Hold(hold));
+        Ok(())
     }
 
     /// One slot per device in `device_ptrs` (the caller's array may be longer).
@@ -652,6 +711,9 @@ impl Backend for HostBackend {
         check_device(self, device)?;
         self.current.require(device, call)?;
         let stream = after.map(|s| self.stream(s, call)).transpose()?;
+        if stream.as_ref().is_some_and(|s| s.device != device) {
+            return Err(HostErrorCode::InvalidHandle.error(call));
+        }
         let block = lock(&self.memory).release(device, kind, address, call)?;
         // Queued work holds the block too; it is returned to the host once all let go.
         if let Some(stream) = stream {
@@ -826,6 +888,31 @@ impl Backend for HostBackend {
         live.iter().try_for_each(|point| point.wait())
     }
 
+    fn peer_access_possible(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {
+        self.calls.enter(CallKind::PeerAccessPossible)?;
+        let linked =
+            |d: DeviceId| check_device(self, d).map(|()| self.devices[d.index()].peer_link);
+        Ok(device != peer && linked(device)? && linked(peer)?)
+    }
+
+    /// Refused (`HOST_PEER_ACCESS_UNSUPPORTED`) between devices without a link and for a
+    /// device and itself.
+    fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()> {
+        let call = self.calls.enter(CallKind::EnablePeerAccess)?;
+        check_device(self, device)?;
+        check_device(self, peer)?;
+        self.current.require(device, call)?;
+        if device == peer
+            || !self.devices[device.index()].peer_link
+            || !self.devices[peer.index()].peer_link
+        {
+            return Err(HostErrorCode::PeerAccessUnsupported.error(call));
+        }
+        self.peer_access[device.index() * self.devices.len() + peer.index()]
+            .store(true, Ordering::Release);
+        Ok(())
+    }
+
     /// # Safety
     /// As the trait's, but only for memory that is not an allocation of this backend (the
     /// caller's host memory, registered or not): a null, overflowing or partly allocated range
@@ -834,14 +921,35 @@ impl Backend for HostBackend {
     unsafe fn copy(&self, stream: HostStream, dst: usize, src: usize, bytes: usize) -> Result<()> {
         let call = self.calls.enter(CallKind::Copy)?;
         let shared = self.current_stream(stream, call)?;
-        let hold = {
-            let memory = lock(&self.memory);
-            let dst_block = Self::hold_range(&memory, dst, bytes, "copy destination", call)?;
-            let src_block = Self::hold_range(&memory, src, bytes, "copy source", call)?;
-            dst_block.into_iter().chain(src_block).collect()
-        };
-        shared.enqueue(WorkOp::Copy { dst, src, bytes }, Payload::Hold(hold));
-        Ok(())
+        let device = shared.device;
+        self.enqueue_copy(&shared, dst, src, bytes, call, |allocation, _| {
+            allocation.plain_copy_allowed(device, |from, to| self.reaches(from, to))
+        })
+    }
+
+    /// # Safety
+    /// As for `copy`.
+    unsafe fn copy_peer(
+        &self,
+        stream: HostStream,
+        dst: usize,
+        dst_device: DeviceId,
+        src: usize,
+        src_device: DeviceId,
+        bytes: usize,
+    ) -> Result<()> {
+        let call = self.calls.enter(CallKind::CopyPeer)?;
+        check_device(self, dst_device)?;
+        check_device(self, src_device)?;
+        let shared = self.current_stream(stream, call)?;
+        self.enqueue_copy(&shared, dst, src, bytes, call, |allocation, what| {
+            let named = if what == "destination" {
+                dst_device
+            } else {
+                src_device
+            };
+            allocation.device == named
+        })
     }
 
     /// # Safety
@@ -872,7 +980,8 @@ impl Backend for HostBackend {
         if !dst.is_multiple_of(width) {
             return Err(HostErrorCode::InvalidValue.error(call));
         }
-        let hold = Self::hold_range(&lock(&self.memory), dst, bytes, "fill destination", call)?;
+        let hold = Self::hold_range(&lock(&self.memory), dst, bytes, "fill destination", call)?
+            .map(|allocation| allocation.block.clone());
         shared.enqueue(
             WorkOp::Fill { dst, value, bytes },
             Payload::Hold(hold.into_iter().collect()),

@@ -151,9 +151,18 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
         _size: usize,
         after: Option<StreamId>,
     ) -> Result<()> {
-        let after = after
-            .map(|stream| self.streams.get(stream).map(|(_, handle)| handle))
-            .transpose()?;
+        let after = match after.map(|stream| self.streams.get(stream)).transpose()? {
+            // A segment whose lane is another device's stream (its last use was a peer copy
+            // there): the driver frees in the order of the memory's own device's streams only,
+            // so the host waits for that stream and the memory is freed at once.
+            Some((stream_device, handle)) if stream_device != device => {
+                with_device(self.backend, stream_device, || {
+                    self.backend.stream_synchronize(handle)
+                })?;
+                None
+            }
+            other => other.map(|(_, handle)| handle),
+        };
         with_device(self.backend, device, || {
             self.backend.free(device, kind, address, after)
         })

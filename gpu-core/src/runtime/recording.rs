@@ -413,6 +413,37 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.inner.device_synchronize(device)
     }
 
+    fn peer_access_possible(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {
+        self.enter("peer_access_possible")?;
+        self.inner.peer_access_possible(device, peer)
+    }
+
+    fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()> {
+        self.enter("enable_peer_access")?;
+        self.inner.enable_peer_access(device, peer)
+    }
+
+    /// # Safety
+    /// The wrapped backend's: the arguments reach it unchanged.
+    unsafe fn copy_peer(
+        &self,
+        stream: B::Stream,
+        dst: usize,
+        dst_device: DeviceId,
+        src: usize,
+        src_device: DeviceId,
+        bytes: usize,
+    ) -> Result<()> {
+        self.enter("copy_peer")?;
+        // SAFETY: the caller upholds `copy_peer`'s contract for these very arguments.
+        let result = unsafe {
+            self.inner
+                .copy_peer(stream, dst, dst_device, src, src_device, bytes)
+        };
+        self.launch_on(&result, stream);
+        result
+    }
+
     /// # Safety
     /// The wrapped backend's: the arguments reach it unchanged.
     unsafe fn copy(&self, stream: B::Stream, dst: usize, src: usize, bytes: usize) -> Result<()> {

@@ -777,6 +777,83 @@ impl Backend for CudaBackend {
         call!(self.driver, cuCtxSynchronize())
     }
 
+    /// cuDeviceCanAccessPeer (false for a device and itself).
+    fn peer_access_possible(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {
+        let (from, to) = (self.device(device)?.ordinal, self.device(peer)?.ordinal);
+        if device == peer {
+            return Ok(false);
+        }
+        let mut possible: c_int = 0;
+        call!(self.driver, cuDeviceCanAccessPeer(&mut possible, from, to))?;
+        Ok(possible != 0)
+    }
+
+    /// cuCtxEnablePeerAccess in `device`'s primary context (already enabled, by us or by
+    /// another user of the primary context such as PyTorch, is success), then
+    /// cuMemPoolSetAccess on `peer`'s default pool for `device`: the stream-ordered memory is
+    /// outside context peer access (a plain copy of it on `device`'s stream is refused without
+    /// it, measured on two H100s). If the pool refuses, the context access this call enabled
+    /// is disabled again.
+    fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()> {
+        let peer_state = self.device(peer)?;
+        let ordinal = self.device(device)?.ordinal;
+        let disable = self.driver.cuCtxDisablePeerAccess()?;
+        let _scope = self.enter(device)?;
+        let newly_enabled =
+            match call_raw!(self.driver, cuCtxEnablePeerAccess(peer_state.context, 0)) {
+                sys::CUDA_SUCCESS => true,
+                sys::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => false,
+                failed => {
+                    return Err(Error::Driver(driver_error("cuCtxEnablePeerAccess", failed)));
+                }
+            };
+        let Some(pool) = peer_state.pool else {
+            return Ok(());
+        };
+        let access = sys::CUmemAccessDesc {
+            location: sys::CUmemLocation {
+                type_: sys::CU_MEM_LOCATION_TYPE_DEVICE,
+                id: ordinal,
+            },
+            flags: sys::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        let granted = call!(self.driver, cuMemPoolSetAccess(pool, &access, 1));
+        if granted.is_err() && newly_enabled {
+            // SAFETY: this context enabled access to the peer's context just above.
+            let _ = unsafe { disable(peer_state.context) };
+        }
+        granted
+    }
+
+    /// cuMemcpyPeerAsync with each side's primary context.
+    ///
+    /// # Safety
+    /// The trait's.
+    unsafe fn copy_peer(
+        &self,
+        stream: CudaStream,
+        dst: usize,
+        dst_device: DeviceId,
+        src: usize,
+        src_device: DeviceId,
+        bytes: usize,
+    ) -> Result<()> {
+        let dst_context = self.device(dst_device)?.context;
+        let src_context = self.device(src_device)?.context;
+        let _scope = self.enter(stream.device)?;
+        call!(
+            self.driver,
+            cuMemcpyPeerAsync(
+                dst as sys::CUdeviceptr,
+                dst_context,
+                src as sys::CUdeviceptr,
+                src_context,
+                bytes,
+                stream.raw
+            )
+        )
+    }
+
     /// cuMemcpyAsync: with unified addressing (every 64-bit device CUDA 12 and 13 support) the
     /// driver finds each side's memory from its address.
     ///

@@ -747,6 +747,58 @@ impl Backend for HipBackend {
         call!(self.hip, hipDeviceSynchronize())
     }
 
+    /// hipDeviceCanAccessPeer (false for a device and itself).
+    fn peer_access_possible(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {
+        let (from, to) = (self.device(device)?.ordinal, self.device(peer)?.ordinal);
+        if device == peer {
+            return Ok(false);
+        }
+        let mut possible: c_int = 0;
+        call!(self.hip, hipDeviceCanAccessPeer(&mut possible, from, to))?;
+        Ok(possible != 0)
+    }
+
+    /// hipDeviceEnablePeerAccess with `device` current (already enabled, by us or by another
+    /// user of the device such as PyTorch, is success), then hipMemPoolSetAccess on `peer`'s
+    /// default pool for `device` where the backend uses that pool: stream-ordered memory is
+    /// outside device peer access (measured with CUDA on two H100s, which is what HIP on
+    /// NVIDIA runs on). If the pool refuses, the peer access this call enabled is disabled
+    /// again.
+    fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()> {
+        let peer_state = self.device(peer)?;
+        let ordinal = self.device(device)?.ordinal;
+        // Looked up first, so that undoing cannot fail for a missing symbol.
+        let disable = self.hip.hipDeviceDisablePeerAccess()?;
+        let _scope = self.enter(device)?;
+        let newly_enabled =
+            match call_raw!(self.hip, hipDeviceEnablePeerAccess(peer_state.ordinal, 0)) {
+                sys::hipSuccess => true,
+                sys::hipErrorPeerAccessAlreadyEnabled => false,
+                failed => {
+                    return Err(Error::Driver(driver_error(
+                        "hipDeviceEnablePeerAccess",
+                        failed,
+                    )));
+                }
+            };
+        let Some(pool) = peer_state.pool else {
+            return Ok(());
+        };
+        let access = sys::hipMemAccessDesc {
+            location: sys::hipMemLocation {
+                type_: sys::hipMemLocationTypeDevice,
+                id: ordinal,
+            },
+            flags: sys::hipMemAccessFlagsProtReadWrite,
+        };
+        let granted = call!(self.hip, hipMemPoolSetAccess(pool, &access, 1));
+        if granted.is_err() && newly_enabled {
+            // SAFETY: `device` (current) enabled access to the peer just above.
+            let _ = unsafe { disable(peer_state.ordinal) };
+        }
+        granted
+    }
+
     /// hipMemcpyAsync with `hipMemcpyDefault`: HIP finds each side's memory from its address
     /// (unified addressing).
     ///
@@ -761,6 +813,35 @@ impl Backend for HipBackend {
                 src as *const c_void,
                 bytes,
                 sys::hipMemcpyDefault,
+                stream.raw
+            )
+        )
+    }
+
+    /// hipMemcpyPeerAsync with each side's device, on the stream's device.
+    ///
+    /// # Safety
+    /// The trait's.
+    unsafe fn copy_peer(
+        &self,
+        stream: HipStream,
+        dst: usize,
+        dst_device: DeviceId,
+        src: usize,
+        src_device: DeviceId,
+        bytes: usize,
+    ) -> Result<()> {
+        let dst_ordinal = self.device(dst_device)?.ordinal;
+        let src_ordinal = self.device(src_device)?.ordinal;
+        let _scope = self.enter(stream.device)?;
+        call!(
+            self.hip,
+            hipMemcpyPeerAsync(
+                dst as *mut c_void,
+                dst_ordinal,
+                src as *const c_void,
+                src_ordinal,
+                bytes,
                 stream.raw
             )
         )
@@ -1047,10 +1128,20 @@ mod tests {
         assert_eq!(backend.event_query(event), Err(unknown.clone()));
         assert_eq!(backend.event_synchronize(event), Err(unknown.clone()));
         assert_eq!(backend.device_synchronize(d0), Err(unknown.clone()));
+        assert_eq!(backend.peer_access_possible(d0, d0), Err(unknown.clone()));
+        assert_eq!(
+            backend.peer_access_possible(d0, DeviceId(1)),
+            Err(unknown.clone())
+        );
+        assert_eq!(backend.enable_peer_access(d0, d0), Err(unknown.clone()));
         // SAFETY: refused before any address is used.
         unsafe {
             assert_eq!(
                 backend.copy(stream, 0x1000, 0x2000, 8),
+                Err(unknown.clone())
+            );
+            assert_eq!(
+                backend.copy_peer(stream, 0x1000, d0, 0x2000, d0, 8),
                 Err(unknown.clone())
             );
             assert_eq!(backend.fill(stream, 0x1000, 0, 8), Err(unknown.clone()));

@@ -35,6 +35,7 @@ use crate::sys;
 use events::RecordSignals;
 use image::{ELF_HEADER_BYTES, elf_image_size};
 use packets::{KernelObject, args_from_parameter_array, barrier_and_packets, dispatch_packet};
+use pools::CopyAgents;
 use stream::{Op, Packet, Producer, StreamState};
 
 /// Calls HSA function `$name` through the loader and checks its status, naming the call.
@@ -145,6 +146,9 @@ struct DeviceState {
     agent: sys::hsa_agent_t,
     /// The global, coarse-grained pool device memory comes from.
     memory_pool: sys::hsa_amd_memory_pool_t,
+    /// The other GPUs' agents that may reach `memory_pool` (read at open,
+    /// [`pools::reaching_agents`]): each device allocation is opened to them.
+    peers: Vec<sys::hsa_agent_t>,
     queue_slots: u32,
     info: DeviceInfo,
     /// Loaded at the first [`Backend::kernel`] call for the device.
@@ -248,6 +252,15 @@ pub(crate) fn no_gpu_agent() -> Error {
     ))
 }
 
+/// The error for peer access, or a peer copy, between GPUs that cannot have it: one's device
+/// pool is `NEVER_ALLOWED` for the other's agent (or, for enabling, a device and itself).
+fn no_peer_access() -> Error {
+    Error::Driver(driver_error(
+        "hsa_amd_agent_memory_pool_get_info (peer access never allowed)",
+        sys::HSA_STATUS_ERROR_INVALID_AGENT,
+    ))
+}
+
 /// `Some(address)` for success, `None` when the pool is out of memory, else HSA's error.
 fn allocation_outcome(code: sys::hsa_status_t, address: *mut c_void) -> Result<Option<usize>> {
     match code {
@@ -271,7 +284,8 @@ impl HsaBackend {
 
     /// hsa_init ([`HsaRuntime`]), then for each GPU agent its name, queue limit and pools (the
     /// global coarse-grained pool for device memory, the group pool's size for workgroup
-    /// memory), and the first CPU agent's fine-grained and kernarg pools.
+    /// memory) and which other GPUs may reach its device pool, and the first CPU agent's
+    /// fine-grained and kernarg pools.
     ///
     /// # Errors
     /// `HSA_STATUS_ERROR_OUT_OF_RESOURCES` from hsa_init without /dev/kfd; an
@@ -299,10 +313,10 @@ impl HsaBackend {
             "hsa_amd_agent_iterate_memory_pools (no CPU agent with fine-grained and kernarg pools)",
             sys::HSA_STATUS_ERROR_INVALID_AGENT,
         )))?;
-        let devices = runtime
-            .gpu_agents()
+        let gpus = runtime.gpu_agents();
+        let devices = gpus
             .iter()
-            .map(|&agent| open_device(hsa, agent))
+            .map(|&agent| open_device(hsa, agent, gpus))
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             hsa,
@@ -526,23 +540,27 @@ impl HsaBackend {
     }
 
     /// Enqueues a DMA copy of `bytes` from `src` to `dst` after the stream's previous
-    /// operation, from `scratch` when the source is a buffer of the backend's.
+    /// operation, each side named by the agent `agents` gives it, from `scratch` when the
+    /// source is a buffer of the backend's.
     ///
     /// # Safety
     /// [`Backend::copy`]'s.
     unsafe fn enqueue_copy(
         &self,
         state: &mut StreamState,
+        agents: CopyAgents,
         dst: usize,
         src: usize,
         bytes: usize,
         scratch: Option<usize>,
     ) -> Result<()> {
-        let prepared = self
-            .hsa
-            .hsa_amd_memory_async_copy()
-            .and_then(|copy| Ok((copy, self.copy_side(dst)?, self.copy_side(src)?)));
-        let (copy, (dst_agent, dst), (src_agent, src)) = match prepared {
+        let prepared = self.hsa.hsa_amd_memory_async_copy().and_then(|copy| {
+            Ok((
+                copy,
+                agents.sides(dst, src, |address| self.copy_side(address))?,
+            ))
+        });
+        let (copy, [(dst_agent, dst), (src_agent, src)]) = match prepared {
             Ok(prepared) => prepared,
             Err(error) => {
                 free_pool_memory(self.hsa, scratch);
@@ -607,7 +625,7 @@ impl HsaBackend {
             self.hsa,
             hsa_amd_memory_pool_allocate(host.kernarg_pool, bytes.len(), 0, &mut address)
         )?;
-        if let Err(error) = self.allow_gpus(address) {
+        if let Err(error) = self.allow(&self.gpu_agents(), address) {
             free_pool_memory(self.hsa, Some(address as usize));
             return Err(error);
         }
@@ -616,9 +634,9 @@ impl HsaBackend {
         Ok(Some(address as usize))
     }
 
-    /// Lets every GPU agent reach host memory allocated from a CPU pool.
-    fn allow_gpus(&self, address: *mut c_void) -> Result<()> {
-        let agents = self.gpu_agents();
+    /// Lets `agents` reach pool memory at `address` (host memory of a CPU pool, or a device
+    /// allocation for its peers).
+    fn allow(&self, agents: &[sys::hsa_agent_t], address: *mut c_void) -> Result<()> {
         hsa!(
             self.hsa,
             hsa_amd_agents_allow_access(agents.len() as u32, agents.as_ptr(), ptr::null(), address)
@@ -858,8 +876,13 @@ fn barrier_packets(
         .collect()
 }
 
-/// Opens GPU agent `agent`: name, queue limit, pools, description.
-fn open_device(hsa: &Hsa, agent: sys::hsa_agent_t) -> Result<DeviceState> {
+/// Opens GPU agent `agent`: name, queue limit, pools, the GPUs of `gpus` that may reach its
+/// device pool, description.
+fn open_device(
+    hsa: &Hsa,
+    agent: sys::hsa_agent_t,
+    gpus: &[sys::hsa_agent_t],
+) -> Result<DeviceState> {
     let info =
         |attribute, value: *mut c_void| hsa!(hsa, hsa_agent_get_info(agent, attribute, value));
     let mut name = [0 as c_char; 64];
@@ -880,9 +903,11 @@ fn open_device(hsa: &Hsa, agent: sys::hsa_agent_t) -> Result<DeviceState> {
         sys::HSA_STATUS_ERROR_INVALID_AGENT,
     )))?;
     let lds = u32::try_from(chosen.group_bytes.unwrap_or(0)).unwrap_or(u32::MAX);
+    let peers = pools::reaching_agents(hsa, agent, memory_pool, gpus)?;
     Ok(DeviceState {
         agent,
         memory_pool,
+        peers,
         queue_slots: QUEUE_SLOTS.min(queue_max.max(1)),
         info: describe_device(name, total_memory, lds),
         library: Mutex::new(None),
@@ -1013,8 +1038,9 @@ impl Backend for HsaBackend {
     }
 
     /// Device: hsa_amd_memory_pool_allocate from the agent's coarse-grained pool; pinned host:
-    /// from the CPU's fine-grained pool. Then hsa_amd_agents_allow_access for every GPU (for
-    /// device memory only where there are several: its peers' copies and kernels reach it).
+    /// from the CPU's fine-grained pool. Then hsa_amd_agents_allow_access: pinned host memory
+    /// for every GPU, device memory for the other GPUs that may reach the pool, where any (so
+    /// their copies and kernels reach it: this is the backend's peer access).
     /// Managed and host-registered memory are [`Error::KindUnsupported`].
     fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
         let state = self.allocating_device(device, kind)?;
@@ -1034,10 +1060,16 @@ impl Backend for HsaBackend {
         let code = unsafe { allocate(pool, bytes, 0, &mut address) };
         let outcome = allocation_outcome(code, address)?;
         // Host memory must be opened to the GPUs; device memory to its peers, where any.
-        let shared = kind == MemoryKind::HostPinned || self.devices.len() > 1;
+        let gpus;
+        let agents = if kind == MemoryKind::HostPinned {
+            gpus = self.gpu_agents();
+            &gpus
+        } else {
+            &state.peers
+        };
         if outcome.is_some()
-            && shared
-            && let Err(error) = self.allow_gpus(address)
+            && !agents.is_empty()
+            && let Err(error) = self.allow(agents, address)
         {
             free_pool_memory(self.hsa, outcome);
             return Err(error);
@@ -1342,6 +1374,29 @@ impl Backend for HsaBackend {
         Ok(())
     }
 
+    /// Whether `peer`'s device pool may be reached by `device`'s agent
+    /// (hsa_amd_agent_memory_pool_get_info's `HSA_AMD_AGENT_MEMORY_POOL_INFO_ACCESS` is not
+    /// `NEVER_ALLOWED`, read at open); false for a device and itself.
+    fn peer_access_possible(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {
+        let agent = self.device(device)?.agent;
+        let peers = &self.device(peer)?.peers;
+        Ok(device != peer && peers.iter().any(|p| p.handle == agent.handle))
+    }
+
+    /// Nothing to enable: every device allocation is opened at allocation
+    /// (hsa_amd_agents_allow_access) to each other GPU that may reach its pool, which covers
+    /// memory allocated before this call and after it. So this only checks the pair, and
+    /// changes nothing: [`Backend::peer_access_possible`] false (the pool is `NEVER_ALLOWED`
+    /// for `device`'s agent, or `device` is `peer`) is an `HSA_STATUS_ERROR_INVALID_AGENT`
+    /// error, anything else success, as often as asked.
+    fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()> {
+        if self.peer_access_possible(device, peer)? {
+            Ok(())
+        } else {
+            Err(no_peer_access())
+        }
+    }
+
     /// hsa_amd_memory_async_copy after the stream's previous operation, each side named by
     /// its agent (hsa_amd_pointer_info: a GPU's pool memory is that GPU's, the rest the CPU's).
     ///
@@ -1353,7 +1408,53 @@ impl Backend for HsaBackend {
             return Err(Error::ZeroSize { what: "copy size" });
         }
         // SAFETY: the caller's promise, passed on.
-        unsafe { self.enqueue_copy(&mut lock(&state), dst, src, bytes, None) }
+        unsafe {
+            self.enqueue_copy(
+                &mut lock(&state),
+                CopyAgents::FromAddresses,
+                dst,
+                src,
+                bytes,
+                None,
+            )
+        }
+    }
+
+    /// As [`Backend::copy`], with each side's agent named: `dst_device`'s and `src_device`'s
+    /// GPU agents, the addresses as given (no hsa_amd_pointer_info). Device memory is opened
+    /// to every peer that may reach it at allocation, so the copy needs nothing enabled. HSA
+    /// has no staged copy: each agent must reach both buffers, so two devices that cannot
+    /// reach each other both ways ([`Backend::peer_access_possible`]) are refused with the
+    /// `HSA_STATUS_ERROR_INVALID_AGENT` error of [`Backend::enable_peer_access`] before
+    /// anything is enqueued.
+    ///
+    /// # Safety
+    /// The trait's.
+    unsafe fn copy_peer(
+        &self,
+        stream: HsaStream,
+        dst: usize,
+        dst_device: DeviceId,
+        src: usize,
+        src_device: DeviceId,
+        bytes: usize,
+    ) -> Result<()> {
+        let agents = CopyAgents::Named {
+            dst: self.device(dst_device)?.agent,
+            src: self.device(src_device)?.agent,
+        };
+        let reaches = |device, peer| self.peer_access_possible(device, peer);
+        if dst_device != src_device
+            && !(reaches(dst_device, src_device)? && reaches(src_device, dst_device)?)
+        {
+            return Err(no_peer_access());
+        }
+        let state = self.stream_state(stream)?;
+        if bytes == 0 {
+            return Err(Error::ZeroSize { what: "copy size" });
+        }
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.enqueue_copy(&mut lock(&state), agents, dst, src, bytes, None) }
     }
 
     /// As [`Backend::fill_elements`] with bytes.
@@ -1402,7 +1503,16 @@ impl Backend for HsaBackend {
             let source = scratch.unwrap_or(0);
             // SAFETY: the caller's promise for the destination; the source is the backend's
             // buffer, freed when the copy's operation retires.
-            unsafe { self.enqueue_copy(&mut lock(&state), edge.dst, source, edge.bytes, scratch)? };
+            unsafe {
+                self.enqueue_copy(
+                    &mut lock(&state),
+                    CopyAgents::FromAddresses,
+                    edge.dst,
+                    source,
+                    edge.bytes,
+                    scratch,
+                )?
+            };
         }
         Ok(())
     }
@@ -1677,11 +1787,21 @@ mod tests {
         assert_eq!(backend.event_query(event), Err(unknown.clone()));
         assert_eq!(backend.event_synchronize(event), Err(unknown.clone()));
         assert_eq!(backend.device_synchronize(d0), Err(unknown.clone()));
+        assert_eq!(backend.peer_access_possible(d0, d0), Err(unknown.clone()));
+        assert_eq!(
+            backend.peer_access_possible(d0, DeviceId(1)),
+            Err(unknown.clone())
+        );
+        assert_eq!(backend.enable_peer_access(d0, d0), Err(unknown.clone()));
         let args = [KernelArg::Ptr(0x1000), KernelArg::U32(1), KernelArg::U64(1)];
         // SAFETY: every call is refused before any address is used.
         unsafe {
             assert_eq!(
                 backend.copy(stream, 0x1000, 0x2000, 8),
+                Err(unknown.clone())
+            );
+            assert_eq!(
+                backend.copy_peer(stream, 0x1000, d0, 0x2000, d0, 8),
                 Err(unknown.clone())
             );
             assert_eq!(backend.fill(stream, 0x1000, 0, 8), Err(unknown.clone()));
@@ -1793,6 +1913,98 @@ mod tests {
         assert!(tables.modules.is_empty() && tables.locks.is_empty());
         assert!(tables.free_signals.is_empty() && tables.records.is_empty());
         assert_eq!(tables.next_serial, 0);
+    }
+
+    /// A backend over the real library with one device per entry of `peers`, each reached by
+    /// the agents of the devices listed (agent handles are device index + 1); nothing opened.
+    fn with_peers(peers: &[&[u64]]) -> Option<HsaBackend> {
+        let mut backend = deviceless()?;
+        backend.devices = (1..=peers.len() as u64)
+            .zip(peers)
+            .map(|(handle, reaching)| DeviceState {
+                agent: sys::hsa_agent_t { handle },
+                memory_pool: sys::hsa_amd_memory_pool_t {
+                    handle: handle * 10,
+                },
+                peers: reaching
+                    .iter()
+                    .map(|&handle| sys::hsa_agent_t { handle })
+                    .collect(),
+                queue_slots: 1,
+                info: describe_device("gfx90a".into(), 1 << 30, 65536),
+                library: Mutex::new(None),
+            })
+            .collect();
+        Some(backend)
+    }
+
+    #[test]
+    fn peer_access_follows_which_gpus_reach_each_pool_and_enabling_only_checks_it() {
+        // Devices 0 and 1 reach each other's pools; device 2's pool is reached by device 0,
+        // and device 2 reaches no other pool.
+        let Some(backend) = with_peers(&[&[2], &[1], &[1]]) else {
+            return;
+        };
+        let (d0, d1, d2) = (DeviceId(0), DeviceId(1), DeviceId(2));
+        assert_eq!(backend.peer_access_possible(d0, d1), Ok(true));
+        assert_eq!(backend.peer_access_possible(d1, d0), Ok(true));
+        assert_eq!(backend.peer_access_possible(d0, d2), Ok(true));
+        assert_eq!(backend.peer_access_possible(d2, d0), Ok(false));
+        assert_eq!(backend.peer_access_possible(d0, d0), Ok(false));
+        for _ in 0..2 {
+            assert_eq!(backend.enable_peer_access(d0, d1), Ok(()));
+        }
+        assert_eq!(backend.enable_peer_access(d0, d2), Ok(()));
+        assert_eq!(backend.enable_peer_access(d2, d0), Err(no_peer_access()));
+        assert_eq!(backend.enable_peer_access(d1, d1), Err(no_peer_access()));
+        let unknown = Error::UnknownDevice {
+            device: DeviceId(3),
+            device_count: 3,
+        };
+        assert_eq!(
+            backend.peer_access_possible(d0, DeviceId(3)),
+            Err(unknown.clone())
+        );
+        assert_eq!(
+            backend.enable_peer_access(DeviceId(3), d0),
+            Err(unknown.clone())
+        );
+        let stream = HsaStream {
+            serial: 1,
+            device: d0,
+        };
+        let no_stream = Err(stale(
+            "stream handle (destroyed or foreign)",
+            sys::HSA_STATUS_ERROR_INVALID_QUEUE,
+        ));
+        // SAFETY: every call is refused before any address is used: an unknown device, a pair
+        // that does not reach each other both ways, else the unknown stream.
+        unsafe {
+            assert_eq!(
+                backend.copy_peer(stream, 0x1000, DeviceId(3), 0x2000, d0, 8),
+                Err(unknown.clone())
+            );
+            assert_eq!(
+                backend.copy_peer(stream, 0x1000, d1, 0x2000, DeviceId(3), 8),
+                Err(unknown)
+            );
+            assert_eq!(
+                backend.copy_peer(stream, 0x1000, d2, 0x2000, d0, 8),
+                Err(no_peer_access())
+            );
+            assert_eq!(
+                backend.copy_peer(stream, 0x1000, d0, 0x2000, d2, 8),
+                Err(no_peer_access())
+            );
+            assert_eq!(
+                backend.copy_peer(stream, 0x1000, d1, 0x2000, d0, 8),
+                no_stream
+            );
+            assert_eq!(
+                backend.copy_peer(stream, 0x1000, d2, 0x2000, d2, 8),
+                no_stream
+            );
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Which memory pool serves what: each agent's pools read once at open (segment, flags, size),
-//! the choice among them (pure, from those facts), and what `hsa_amd_pointer_info` says about
-//! host memory pinned by anyone.
+//! the choice among them (pure, from those facts), which other agents may reach a pool, what
+//! `hsa_amd_pointer_info` says about host memory pinned by anyone, and the agents a copy names.
 
 use core::ffi::c_void;
 
@@ -167,6 +167,42 @@ pub(crate) fn agent_pools(
     Ok(scan.pools)
 }
 
+/// Whether an agent may be given direct access to a pool's memory, by what
+/// `HSA_AMD_AGENT_MEMORY_POOL_INFO_ACCESS` says: anything but `NEVER_ALLOWED` (allowed by
+/// default, or for each buffer hsa_amd_agents_allow_access opens to the agent).
+pub(crate) fn accessible(access: sys::hsa_amd_memory_pool_access_t) -> bool {
+    access != sys::HSA_AMD_MEMORY_POOL_ACCESS_NEVER_ALLOWED
+}
+
+/// The agents of `agents` other than `owner` that may reach `owner`'s pool `pool`
+/// ([`accessible`], one hsa_amd_agent_memory_pool_get_info each), in the order given.
+pub(crate) fn reaching_agents(
+    hsa: &Hsa,
+    owner: sys::hsa_agent_t,
+    pool: sys::hsa_amd_memory_pool_t,
+    agents: &[sys::hsa_agent_t],
+) -> Result<Vec<sys::hsa_agent_t>> {
+    let get = hsa.hsa_amd_agent_memory_pool_get_info()?;
+    let mut reaching = Vec::new();
+    for &agent in agents.iter().filter(|agent| agent.handle != owner.handle) {
+        let mut access = sys::HSA_AMD_MEMORY_POOL_ACCESS_NEVER_ALLOWED;
+        // SAFETY: the ACCESS attribute's value is an `hsa_amd_memory_pool_access_t`, and
+        // `access` is one, valid for writes.
+        check("hsa_amd_agent_memory_pool_get_info", unsafe {
+            get(
+                agent,
+                pool,
+                sys::HSA_AMD_AGENT_MEMORY_POOL_INFO_ACCESS,
+                (&mut access as *mut sys::hsa_amd_memory_pool_access_t).cast(),
+            )
+        })?;
+        if accessible(access) {
+            reaching.push(agent);
+        }
+    }
+    Ok(reaching)
+}
+
 /// Host memory pinned by anyone, as `hsa_amd_pointer_info` describes it: the allocation's host
 /// extent and the address agents use for its start. Locked memory (`hsa_amd_memory_lock`) and
 /// memory of a pool of the CPU agent `cpu` count; device memory, unknown (pageable) memory and
@@ -211,6 +247,39 @@ pub(crate) fn copy_side(
             (cpu, agent_base + (address - host_base))
         }
         _ => (cpu, address),
+    }
+}
+
+/// How a copy names the agent of each side for `hsa_amd_memory_async_copy`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum CopyAgents {
+    /// Found from each address ([`copy_side`] of its `hsa_amd_pointer_info`): the plain copy.
+    FromAddresses,
+    /// Named by the caller, each address used as given: the peer copy's two GPUs.
+    Named {
+        /// The destination's agent.
+        dst: sys::hsa_agent_t,
+        /// The source's agent.
+        src: sys::hsa_agent_t,
+    },
+}
+
+impl CopyAgents {
+    /// The agent and address of the destination, then of the source; `find` looks an address
+    /// up (called only for [`CopyAgents::FromAddresses`], destination first).
+    pub(crate) fn sides(
+        self,
+        dst: usize,
+        src: usize,
+        mut find: impl FnMut(usize) -> Result<(sys::hsa_agent_t, usize)>,
+    ) -> Result<[(sys::hsa_agent_t, usize); 2]> {
+        match self {
+            CopyAgents::FromAddresses => Ok([find(dst)?, find(src)?]),
+            CopyAgents::Named {
+                dst: dst_agent,
+                src: src_agent,
+            } => Ok([(dst_agent, dst), (src_agent, src)]),
+        }
     }
 }
 
@@ -329,6 +398,52 @@ mod tests {
         assert_eq!(side(&in_place, 0x1800), (7, 0x1800));
         let unknown = info(sys::HSA_EXT_POINTER_TYPE_UNKNOWN, 0, 0, 0, 0);
         assert_eq!(side(&unknown, 0x4242), (7, 0x4242));
+    }
+
+    #[test]
+    fn only_never_allowed_keeps_an_agent_from_a_pool() {
+        assert!(!accessible(sys::HSA_AMD_MEMORY_POOL_ACCESS_NEVER_ALLOWED));
+        assert!(accessible(
+            sys::HSA_AMD_MEMORY_POOL_ACCESS_ALLOWED_BY_DEFAULT
+        ));
+        assert!(accessible(
+            sys::HSA_AMD_MEMORY_POOL_ACCESS_DISALLOWED_BY_DEFAULT
+        ));
+    }
+
+    #[test]
+    fn a_peer_copy_names_its_agents_and_a_plain_copy_looks_each_address_up() {
+        let agent = |handle| sys::hsa_agent_t { handle };
+        let handles = |sides: [(sys::hsa_agent_t, usize); 2]| {
+            sides.map(|(agent, address)| (agent.handle, address))
+        };
+        let named = CopyAgents::Named {
+            dst: agent(3),
+            src: agent(2),
+        };
+        let sides = named
+            .sides(0x5000, 0x9000, |_| panic!("a named side is not looked up"))
+            .unwrap();
+        assert_eq!(handles(sides), [(3, 0x5000), (2, 0x9000)]);
+        let mut looked_up = Vec::new();
+        let sides = CopyAgents::FromAddresses
+            .sides(0x5000, 0x9000, |address| {
+                looked_up.push(address);
+                Ok((agent(address as u64 >> 12), address + 1))
+            })
+            .unwrap();
+        assert_eq!(handles(sides), [(5, 0x5001), (9, 0x9001)]);
+        assert_eq!(looked_up, [0x5000, 0x9000]);
+        let refused = Error::Driver(driver_error(
+            "hsa_amd_pointer_info",
+            sys::HSA_STATUS_ERROR_INVALID_ARGUMENT,
+        ));
+        assert_eq!(
+            CopyAgents::FromAddresses
+                .sides(0x5000, 0x9000, |_| Err(refused.clone()))
+                .unwrap_err(),
+            refused
+        );
     }
 
     #[test]

@@ -7,7 +7,9 @@
 // its header is no longer INVALID), and counts what is alive so the test can check for leaks.
 // It is stricter than a GPU where that finds bugs: a destroyed signal is poisoned (and its
 // memory never reused), and any later use of it aborts; a dispatch whose kernarg buffer is no
-// longer allocated aborts. With FAKE_HSA_JITTER=1 in the environment, copies and packets are
+// longer allocated aborts; hsa_amd_agents_allow_access refuses an agent that may never reach the
+// pool, and fake_hsa_set_peer_link(0) takes the link between the GPUs away (each GPU's device
+// pool then NEVER_ALLOWED to the other). With FAKE_HSA_JITTER=1 in the environment, copies and packets are
 // also delayed at random, so that work not ordered by a signal does not happen to run in order
 // (off by default: it also changes how many calls the runtime makes, which the conformance
 // suite's failure sweep counts on; see the README).
@@ -43,6 +45,12 @@ enum { PACKET_INVALID = 1, PACKET_DISPATCH = 2, PACKET_BARRIER_AND = 3 };
 enum { KERNEL_FILL = 1001, KERNEL_AXPY = 1002, KERNEL_REVERSE = 1003 };
 
 static atomic_int initialised;
+
+// Whether the GPUs are linked (each may reach the other's device pool); on by default.
+static atomic_int peer_link = 1;
+
+// Links (1) or unlinks (0) the GPUs, for the agent-pool access answers from now on.
+void fake_hsa_set_peer_link(int linked) { peer_link = linked; }
 
 // ----- what is alive (for the leak check) -----
 static atomic_long live_signals, live_queues, live_allocations, live_locks, live_executables,
@@ -179,6 +187,40 @@ status_t hsa_amd_memory_pool_get_info(handle_t pool, uint32_t attribute, void *v
     }
 }
 
+// HSA_AMD_AGENT_MEMORY_POOL_INFO_ACCESS of `pool` for `agent`, as ROCr answers it: its own
+// agent's pool ALLOWED_BY_DEFAULT (1); another agent and a group pool NEVER_ALLOWED (0); another
+// agent and a global pool DISALLOWED_BY_DEFAULT (2: hsa_amd_agents_allow_access opens each
+// buffer), except a GPU's device pool for the other GPU without the peer link (0).
+static uint32_t pool_access(handle_t agent, handle_t pool) {
+    handle_t owner = pool_agent(pool);
+    if (owner.handle == agent.handle)
+        return 1;
+    if (is_gpu(owner) && pool.handle % 10 == 1)
+        return 0;
+    if (is_gpu(owner) && is_gpu(agent) && !peer_link)
+        return 0;
+    return 2;
+}
+
+status_t hsa_amd_agent_memory_pool_get_info(handle_t agent, handle_t pool, uint32_t attribute,
+                                            void *value) {
+    REQUIRE_INIT();
+    if (!is_agent(agent))
+        return INVALID_AGENT;
+    if (!is_agent(pool_agent(pool)) || pool.handle % 10 > 1)
+        return INVALID_ARGUMENT;
+    switch (attribute) {
+    case 0: // ACCESS: hsa_amd_memory_pool_access_t
+        *(uint32_t *)value = pool_access(agent, pool);
+        return SUCCESS;
+    case 1: // NUM_LINK_HOPS: none to its own pool or one it may never reach, else one
+        *(uint32_t *)value = pool_agent(pool).handle != agent.handle && pool_access(agent, pool);
+        return SUCCESS;
+    default:
+        return INVALID_ARGUMENT;
+    }
+}
+
 // ----- memory: pool allocations and locked ranges, in one table -----
 typedef struct Range {
     uintptr_t start;
@@ -242,14 +284,32 @@ status_t hsa_amd_memory_pool_free(void *ptr) {
     return SUCCESS;
 }
 
+// The agent owning the pool memory `ptr` lies in, or 0 for memory no pool allocated.
+static uint64_t allocation_owner(const void *ptr) {
+    uint64_t owner = 0;
+    pthread_mutex_lock(&ranges_lock);
+    for (Range *range = ranges; range; range = range->next)
+        if (range->owner && (uintptr_t)ptr >= range->start &&
+            (uintptr_t)ptr - range->start < range->len)
+            owner = range->owner;
+    pthread_mutex_unlock(&ranges_lock);
+    return owner;
+}
+
 status_t hsa_amd_agents_allow_access(uint32_t count, const handle_t *agents, const uint32_t *flags,
                                      const void *ptr) {
-    (void)flags;
-    (void)ptr;
     REQUIRE_INIT();
-    for (uint32_t i = 0; i < count; i++)
+    uint64_t owner = allocation_owner(ptr);
+    if (count == 0 || !agents || flags || !owner)
+        return INVALID_ARGUMENT;
+    for (uint32_t i = 0; i < count; i++) {
         if (!is_agent(agents[i]))
             return INVALID_AGENT;
+        // Pool allocations come from each agent's first pool (the kernarg pool's memory is the
+        // CPU's too, with the same access).
+        if (pool_access(agents[i], (handle_t){owner * 10}) == 0)
+            return INVALID_ARGUMENT; // an inaccessible pool, as hsa_ext_amd.h says
+    }
     return SUCCESS;
 }
 
@@ -406,16 +466,7 @@ typedef struct {
 } BarrierAnd;
 
 // Whether `address` lies in live pool memory.
-static int allocated(const void *address) {
-    int found = 0;
-    pthread_mutex_lock(&ranges_lock);
-    for (Range *range = ranges; range; range = range->next)
-        if (range->owner && (uintptr_t)address >= range->start &&
-            (uintptr_t)address - range->start < range->len)
-            found = 1;
-    pthread_mutex_unlock(&ranges_lock);
-    return found;
-}
+static int allocated(const void *address) { return allocation_owner(address) != 0; }
 
 static void run_kernel(const Dispatch *packet) {
     const uint8_t *args = packet->kernarg;

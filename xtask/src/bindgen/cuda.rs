@@ -48,6 +48,7 @@ const FUNCTIONS: &[&str] = &[
     "cuDeviceGetName",
     "cuDeviceGetAttribute",
     "cuDeviceTotalMem",
+    "cuDeviceCanAccessPeer",
     // Contexts.
     "cuDevicePrimaryCtxRetain",
     "cuDevicePrimaryCtxRelease",
@@ -57,6 +58,8 @@ const FUNCTIONS: &[&str] = &[
     "cuCtxPopCurrent",
     "cuCtxGetDevice",
     "cuCtxSynchronize",
+    "cuCtxEnablePeerAccess",
+    "cuCtxDisablePeerAccess",
     // A context of the program's own, as an embedding program makes one (the hardware tests
     // check that the runtime puts such a foreign current context back).
     "cuCtxCreate",
@@ -74,6 +77,7 @@ const FUNCTIONS: &[&str] = &[
     "cuMemPoolSetAttribute",
     "cuMemPoolGetAttribute",
     "cuMemPoolTrimTo",
+    "cuMemPoolSetAccess",
     "cuMemAllocManaged",
     // Host memory: allocated pinned, or registered (locked) after the fact.
     "cuMemHostAlloc",
@@ -101,6 +105,7 @@ const FUNCTIONS: &[&str] = &[
     "cuMemcpyDtoHAsync",
     "cuMemcpyDtoDAsync",
     "cuMemcpyAsync",
+    "cuMemcpyPeerAsync",
     "cuMemsetD8Async",
     "cuMemsetD16Async",
     "cuMemsetD32Async",
@@ -133,6 +138,8 @@ const TYPES: &[&str] = &[
     "CUstream_flags",
     "CUevent_flags",
     "CUmemAttach_flags",
+    "CUmemLocationType",
+    "CUmemAccess_flags",
     "CUdriverProcAddress_flags",
     "CUdriverProcAddressQueryResult",
     "PFN_cuGetProcAddress_v11030",
