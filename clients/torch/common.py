@@ -1,10 +1,19 @@
-"""What every workload shares: the command line, choosing the allocator before CUDA allocates
-anything, deterministic settings, the memory figures of either allocator, and the JSON record
-each run writes for compare.py.
+"""What every workload shares: the command line, choosing the allocator before anything
+initialises CUDA, deterministic settings, the memory figures of either allocator, the process's
+place under torchrun, and the JSON record each run writes for compare.py.
 
 A run uses PyTorch's own CUDACachingAllocator (--allocator torch) or this project's caching
-allocator through PyTorch's plug-in point (--allocator gpurt --lib libgpu_capi.so), which must
-be installed before the first CUDA allocation.
+allocator through PyTorch's plug-in point (--allocator gpurt --lib libgpu_capi.so).
+
+What PyTorch requires of the plug-in: `torch.cuda.memory.change_current_allocator` must run
+before anything initialises CUDA in the process, or it fails with "Can't swap an already
+initialized allocator". CUDA is initialised by `torch.cuda.set_device` (measured with torch
+2.11: `torch.cuda.is_initialized()` is True right after `set_device(1)`), by any tensor on a
+CUDA device, by the `torch.cuda.*` queries that initialise (`current_device`, `mem_get_info`,
+`get_device_name`, `synchronize`, ...; `device_count`, `is_available` and `memory_stats` do
+not) and by `torch.distributed.init_process_group(..., device_id=...)`. So every workload builds
+its `Allocator` first and only then chooses its device (`select_device`): the plug-in is told
+the device of each allocation, so it needs no current device to be set beforehand.
 """
 
 import argparse
@@ -76,7 +85,9 @@ FRAMEWORK_TUNABLES = {
 
 
 class Allocator:
-    """The allocator a run uses, installed before any CUDA allocation, and its figures."""
+    """The allocator a run uses and its figures. Build it first, before anything initialises
+    CUDA in the process (see the module's docstring): PyTorch can swap its allocator for a
+    plug-in only while CUDA is uninitialised, and this refuses to start otherwise."""
 
     def __init__(self, args):
         self.name = args.allocator
@@ -85,6 +96,13 @@ class Allocator:
         if self.name == "gpurt":
             if not args.lib:
                 raise SystemExit("--allocator gpurt needs --lib PATH of libgpu_capi.so")
+            if torch.cuda.is_initialized():
+                raise SystemExit(
+                    "--allocator gpurt: CUDA is already initialised in this process, so PyTorch "
+                    "can no longer swap its allocator for the plug-in (change_current_allocator "
+                    "must come before set_device, any CUDA tensor, torch.cuda queries that "
+                    "initialise, and init_process_group with device_id): build "
+                    "common.Allocator(args) first")
             for name, value in FRAMEWORK_TUNABLES.items():
                 os.environ.setdefault(name, value)
             self.tunables = {name: os.environ[name] for name in FRAMEWORK_TUNABLES}
@@ -100,11 +118,14 @@ class Allocator:
             plugin = torch.cuda.memory.CUDAPluggableAllocator(
                 args.lib, "gpurt_torch_alloc", "gpurt_torch_free"
             )
+            # Only while CUDA is uninitialised (checked above); gpurt_open's driver calls
+            # leave PyTorch's lazy initialisation untouched.
             torch.cuda.memory.change_current_allocator(plugin)
         self.device_used_peak = 0
 
-    def figures(self, device=0):
-        """Reserved and allocated bytes (now and peak) and driver allocations so far."""
+    def figures(self, device):
+        """Reserved and allocated bytes (now and peak) and driver allocations so far, on the
+        GPU of index `device`."""
         if self.lib is None:
             stats = torch.cuda.memory_stats(device)
             return {
@@ -133,9 +154,9 @@ class Allocator:
             raise RuntimeError(f"gpurt_shutdown: {self.lib.gpurt_last_error().decode()}")
         return {name: getattr(report, name) for name, _ in GpurtReport._fields_}
 
-    def sample_device(self, device=0):
-        """Notes the device memory in use (cudaMemGetInfo), whoever holds it: the fair
-        comparison when a driver pool keeps memory our figures no longer count."""
+    def sample_device(self, device):
+        """Notes the device memory in use on GPU `device` (cudaMemGetInfo), whoever holds it:
+        the fair comparison when a driver pool keeps memory our figures no longer count."""
         free, total = torch.cuda.mem_get_info(device)
         self.device_used_peak = max(self.device_used_peak, total - free)
 
@@ -150,21 +171,48 @@ def deterministic(seed):
     torch.backends.cudnn.allow_tf32 = False
 
 
+def process_place():
+    """This process's (rank, local_rank, world_size) under torchrun, which sets RANK,
+    LOCAL_RANK and WORLD_SIZE; (0, None, 1) for a process run on its own. Reads only the
+    environment, so it may come before the Allocator."""
+    if "LOCAL_RANK" not in os.environ:
+        return 0, None, 1
+    env = os.environ
+    return int(env["RANK"]), int(env["LOCAL_RANK"]), int(env["WORLD_SIZE"])
+
+
+def select_device(local_rank):
+    """Makes the process's GPU current (LOCAL_RANK under torchrun, else GPU 0) and returns
+    it. This initialises CUDA: call it only once the Allocator is built."""
+    index = 0 if local_rank is None else local_rank
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def record_path(out, rank):
+    """Where a process writes its record: --out for rank 0 (and a process on its own),
+    OUT.rankN for rank N (compare.py reads them there)."""
+    return out if rank == 0 else f"{out}.rank{rank}"
+
+
 def write_record(args, allocator, record):
-    """Writes the run's JSON record with the allocator's final figures."""
-    torch.cuda.synchronize()
-    allocator.sample_device()
+    """Writes the run's JSON record with the allocator's final figures on the process's
+    current GPU, to record_path(--out, record's rank)."""
+    device = torch.cuda.current_device()
+    torch.cuda.synchronize(device)
+    allocator.sample_device(device)
     record.update(
         allocator=allocator.name,
         tunables=allocator.tunables,
         seed=args.seed,
-        figures=allocator.figures(),
+        gpu=device,
+        figures=allocator.figures(device),
         device_used_peak=allocator.device_used_peak,
-        device=torch.cuda.get_device_name(0),
+        device=torch.cuda.get_device_name(device),
         torch=torch.__version__,
         finished=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
     )
     if allocator.lib is not None and os.environ.get("GPU_RUNTIME_TRACE"):
         record["trace"] = allocator.shut_down()
-    with open(args.out, "w") as f:
+    with open(record_path(args.out, record.get("rank", 0)), "w") as f:
         json.dump(record, f)

@@ -41,7 +41,7 @@ def main():
                 logits = net(token, caches, start=position)
             tokens = torch.cat(generated, dim=1).cpu()  # waits for the request's work
             times.append(time.perf_counter() - started)
-            allocator.sample_device()
+            allocator.sample_device(device.index)
             digest.update(tokens.numpy().tobytes())
             outputs.append(tokens[0].tolist())
     common.write_record(

@@ -2,9 +2,12 @@
 autocast, with a different sequence length every step (the pattern that fragments caching
 allocators). Records each step's loss and time, and the allocator's figures after warm-up and
 at the end. Under torchrun (--nproc_per_node=2) each process trains its replica with DDP over
-NCCL on its own GPU, with the chosen allocator installed in each process."""
+NCCL on its own GPU, with the chosen allocator installed in each process; rank 0 writes --out,
+rank N writes OUT.rankN.
 
-import os
+The allocator is installed before the process chooses its GPU: torch.cuda.set_device
+initialises CUDA, after which PyTorch refuses to swap its allocator (common.py says more)."""
+
 import random
 import time
 
@@ -22,14 +25,13 @@ def main():
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--min-length", type=int, default=128)
     args = p.parse_args()
-    rank = int(os.environ.get("RANK", "0"))
-    distributed = "LOCAL_RANK" in os.environ
-    if distributed:
-        # Each process's own GPU, current before the first allocation.
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    rank, local_rank, _ = common.process_place()
+    distributed = local_rank is not None
+    # First the allocator, while CUDA is uninitialised; then each process's own GPU, current
+    # before the first allocation.
     allocator = common.Allocator(args)
+    device = common.select_device(local_rank)
     common.deterministic(args.seed)
-    device = torch.device("cuda", torch.cuda.current_device())
     net = gpt.build(args, device)
     parameters = sum(t.numel() for t in net.parameters())
     if distributed:
@@ -73,8 +75,6 @@ def main():
         "figures_after_warmup": warm,
         "driver_allocations_by_step": driver_allocations,
     }
-    if rank != 0:
-        args.out = f"{args.out}.rank{rank}"
     common.write_record(args, allocator, record)
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the recorder on a GPU machine (no Rust needed): builds variants.cu with nvcc, records
 # each program (variants, our pipeline example, PyTorch eager and CUDA-graph training steps,
-# a JAX jit step, a Triton kernel, MLIR programs, an IREE module) into $OUT/traces/NAME/ and
+# a JAX jit step, a Triton kernel, MLIR programs, an IREE module, a two-process NCCL
+# all-reduce) into $OUT/traces/NAME/ and
 # checks each trace with gpu-trace-check, checks that a missing libcupti leaves a program
 # running, and times the recorder's overhead (the same program alternately unrecorded, with
 # CUPTI subscribed but no callback enabled, and recorded). Writes $OUT/log.txt and
@@ -9,8 +10,11 @@
 # Beside this script (or named by PIPELINE, CHECKER, COMMIT_FILE): libgpu_recorder.so,
 # gpu-trace-check, pipeline, COMMIT.
 # PROGRAMS names the groups of programs to record (default: all of variants pipeline torch jax
-# triton mlir iree).
+# triton mlir iree nccl).
 set -u
+# NVLink multicast stays off for every program here (NCCL, PyTorch's symmetric memory,
+# NVSHMEM): on shared multi-GPU hosts a program that uses it can put the GPUs out of service.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 here=$(cd "$(dirname "$0")" && pwd)
 pipeline=${PIPELINE:-$here/pipeline}
 checker=${CHECKER:-$here/gpu-trace-check}
@@ -142,6 +146,23 @@ elif [ -x "$iree/iree-run-module" ] && [ -f "$iree/mlp_cuda.vmfb" ]; then
     --module="$iree/mlp_two_devices_cuda.vmfb" --function=mlp_two_devices "${inputs[@]}" "$expected"
 else
   say "iree: no module in $iree"
+fi
+
+# NCCL (TORCH_DIR: the PyTorch workloads, clients/torch; in a test-hw bundle the torch/ folder
+# beside this one): allreduce.py in two processes under torchrun, PyTorch's own allocator, each
+# process recorded into a trace of its own and the checker run over each.
+torch_dir=${TORCH_DIR:-$here/../torch}
+if ! wanted nccl; then
+  :
+elif [ ! -f "$torch_dir/allreduce.py" ]; then
+  say "nccl: no allreduce.py in $torch_dir"
+elif [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -lt 2 ]; then
+  say "nccl: skipped (needs 2 GPUs)"
+else
+  mkdir -p "$traces/nccl_allreduce"
+  recorded nccl_allreduce calls - -- python3 -m torch.distributed.run --nproc_per_node=2 \
+    "$torch_dir/allreduce.py" --allocator torch --out "$traces/nccl_allreduce/allreduce.json" \
+    --iters 5 --warmup 2
 fi
 
 fi

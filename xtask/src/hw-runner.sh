@@ -69,7 +69,7 @@ if [ -d "$here/torch" ]; then
   if python3 -c "import torch" >/dev/null 2>&1; then
     bounded python3 "$here/torch/compare.py" --lib "$here/torch/libgpu_capi.so" --out "$out/torch" >"$out/torch.out" 2>&1
     rc=$?
-    grep -E '^(\||FAILED|ddp)' "$out/torch.out" | sed 's/^/torch: /' | tee -a "$log"
+    grep -E '^(\||FAILED|ddp|nccl)' "$out/torch.out" | sed 's/^/torch: /' | tee -a "$log"
     if [ "$rc" -ne 0 ]; then say "torch: FAILED (exit $rc), see torch.out"; status=1; fi
     if [ -n "$sanitizer" ] && [ -z "${NO_SANITIZER:-}" ]; then
       # A short run of the training workload (a small model) under memcheck.
