@@ -17,7 +17,12 @@ sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sani
 say "commit: $(cat "$B/COMMIT") part ${PART:-core} $(date -u '+%F %T UTC')"
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | sed 's/^/device: /' | tee -a "$log"
 
-if [ "${PART:-core}" = core ]; then
+if [ "${PART:-core}" = memcheck ]; then
+  # The stress program's short run under memcheck alone (with the leak check).
+  step sanitizer-memcheck 150 "$sanitizer" --tool memcheck --leak-check full --error-exitcode 99 \
+    "$B/examples/stress" --seconds 4 --threads 4 --scaling 0 --seed 2
+  grep -E 'ERROR SUMMARY|LEAK SUMMARY|soak: (passed|FAILED)|peer copies, .*counted' "$OUT/sanitizer-memcheck.out" | sed "s/^/memcheck: /" >>"$log"
+elif [ "${PART:-core}" = core ]; then
   for test in "$B"/tests/*; do
     name=$(basename "$test")
     step "test-$name" 120 "$test" --test-threads=1 --nocapture
@@ -35,8 +40,9 @@ else
   step torch-compare 420 python3 "$B/torch/compare.py" --lib "$B/torch/libgpu_capi.so" \
     --out "$OUT/torch" --only ddp,nccl --train-steps 60
   grep -E '^(\||FAILED|ddp|nccl)' "$OUT/torch-compare.out" >>"$log"
-  PROGRAMS=nccl OVERHEAD=none OUT="$OUT/recorder" COMMIT_FILE="$B/COMMIT" \
-    step recorder-nccl 150 bash "$B/recorder/run.sh"
+  mkdir -p "$OUT/recorder"
+  PROGRAMS=nccl OVERHEAD=none COMMIT_FILE="$B/COMMIT" \
+    step recorder-nccl 150 env OUT="$OUT/recorder" bash "$B/recorder/run.sh"
   grep -E '^(nccl|recorder)' "$OUT/recorder/log.txt" >>"$log" 2>/dev/null
 fi
 say "done $(date -u '+%T')"

@@ -99,6 +99,22 @@ impl<B: Backend> Streams<'_, B> {
             ),
         }
     }
+
+    /// A live stream of the runtime's own on `device`, if there is one.
+    fn any_on(self, device: DeviceId) -> Option<B::Stream> {
+        let pick = |streams: &[StreamSlot<B::Stream>]| {
+            streams
+                .iter()
+                .find(|slot| slot.device == device && !slot.adopted)
+                .and_then(|slot| slot.handle)
+        };
+        match self {
+            Streams::Held(streams) => pick(streams),
+            Streams::OnDemand(state) => {
+                pick(state.lock().unwrap_or_else(PoisonError::into_inner).streams())
+            }
+        }
+    }
 }
 
 /// The allocator's driver: segments and events on one backend, with the runtime's streams.
@@ -154,12 +170,15 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
         let after = match after.map(|stream| self.streams.get(stream)).transpose()? {
             // A segment whose lane is another device's stream (its last use was a peer copy
             // there): the driver frees in the order of the memory's own device's streams only,
-            // so the host waits for that stream and the memory is freed at once.
+            // so the host waits for that stream, and the memory is freed in the order of one
+            // of its own device's streams (stream-ordered memory goes back to its pool as
+            // such: cuMemFree of pool memory left compute-sanitizer reporting it leaked),
+            // or at once if the device has none.
             Some((stream_device, handle)) if stream_device != device => {
                 with_device(self.backend, stream_device, || {
                     self.backend.stream_synchronize(handle)
                 })?;
-                None
+                self.streams.any_on(device)
             }
             other => other.map(|(_, handle)| handle),
         };
