@@ -578,7 +578,11 @@ impl Backend for CudaBackend {
     }
 
     /// Device memory with `after`: cuMemFreeAsync on that stream (stream-ordered, for memory
-    /// from either allocation path); without: cuMemFree. Managed and pinned host memory:
+    /// from either allocation path); without: cuMemFree, or for memory of a pool
+    /// (`CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE` set) cuMemFreeAsync on the legacy default
+    /// stream: cuMemFree of pool memory that was opened to a peer (cuMemPoolSetAccess) is
+    /// reported leaked by compute-sanitizer (measured on two H100s,
+    /// `hw-results/2026-11-25-2xH100-peer-probe`). Managed and pinned host memory:
     /// synchronise `after`, then cuMemFree / cuMemFreeHost.
     fn free(
         &self,
@@ -603,7 +607,23 @@ impl Backend for CudaBackend {
                 cuMemFreeAsync(address as sys::CUdeviceptr, stream.raw)
             ),
             (MemoryKind::Device, None) => {
-                call!(self.driver, cuMemFree(address as sys::CUdeviceptr))
+                let mut pool: sys::CUmemoryPool = ptr::null_mut();
+                call!(
+                    self.driver,
+                    cuPointerGetAttribute(
+                        (&mut pool as *mut sys::CUmemoryPool).cast(),
+                        sys::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
+                        address as sys::CUdeviceptr
+                    )
+                )?;
+                if pool.is_null() {
+                    call!(self.driver, cuMemFree(address as sys::CUdeviceptr))
+                } else {
+                    call!(
+                        self.driver,
+                        cuMemFreeAsync(address as sys::CUdeviceptr, ptr::null_mut())
+                    )
+                }
             }
             _ => self.free_synchronously(kind, address, after),
         }
