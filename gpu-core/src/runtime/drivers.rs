@@ -110,9 +110,12 @@ impl<B: Backend> Streams<'_, B> {
         };
         match self {
             Streams::Held(streams) => pick(streams),
-            Streams::OnDemand(state) => {
-                pick(state.lock().unwrap_or_else(PoisonError::into_inner).streams())
-            }
+            Streams::OnDemand(state) => pick(
+                state
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .streams(),
+            ),
         }
     }
 }
