@@ -25,6 +25,7 @@ enum Call {
     QueryStream(u8),
     QueryEvent(u8),
     Launch(u8, Option<u8>),
+    PeerCopy(u8, bool),
     DefaultStream(u8, u8),
     Exit,
 }
@@ -60,6 +61,10 @@ impl Call {
             Call::Launch(x, dev) => TraceOp::Launch {
                 stream: s(x),
                 device: dev.map(d),
+            },
+            Call::PeerCopy(x, direct) => TraceOp::PeerCopy {
+                stream: s(x),
+                direct,
             },
             Call::DefaultStream(x, dev) => TraceOp::DefaultStream {
                 stream: s(x),

@@ -182,3 +182,47 @@ fn memory_last_used_on_another_devices_stream_is_freed_and_trimmed_cleanly() {
         assert_eq!(report.trimmed_bytes, 0, "stream-ordered {stream_ordered}");
     }
 }
+
+/// The trace says which path each peer copy took: `peer_copy sN direct` where both devices
+/// were given access to each other through the backend, `staged` where not; the text form
+/// reads back to the same operations and the checker finds nothing wrong.
+#[test]
+fn the_trace_records_each_peer_copy_with_its_path() {
+    use gpu_core::runtime::RecordingBackend;
+    use gpu_core::token::{TraceOp, parse_trace, write_trace};
+    use std::sync::Arc;
+    for peer_access in [true, false] {
+        let backend = Arc::new(RecordingBackend::new(HostBackend::new(
+            HostConfig::with_devices(2),
+        )));
+        let config = RuntimeConfig {
+            peer_access,
+            ..RuntimeConfig::default()
+        };
+        let rt = Runtime::shared(Arc::clone(&backend), config).unwrap();
+        let (source, allocated) = rt
+            .alloc_after(D0, MemoryKind::Device, BYTES, &mut vec![])
+            .unwrap();
+        let target = rt.alloc(D1, MemoryKind::Device, BYTES).unwrap();
+        let copied = rt
+            .copy(D1, target.all(), source.all(), &mut vec![allocated])
+            .unwrap();
+        rt.wait(copied).unwrap();
+        drop((source, target));
+        rt.shutdown().unwrap();
+        let ops = backend.trace();
+        let paths: Vec<bool> = ops
+            .iter()
+            .filter_map(|op| match op {
+                TraceOp::PeerCopy { direct, .. } => Some(*direct),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(paths, vec![peer_access]);
+        let text = write_trace(&ops);
+        let path = if peer_access { "direct" } else { "staged" };
+        assert!(text.contains(&format!(" {path}\n")), "{text}");
+        assert_eq!(parse_trace(&text).unwrap().ops, ops);
+        assert_eq!(backend.defects(), vec![]);
+    }
+}

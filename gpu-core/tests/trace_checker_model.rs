@@ -30,6 +30,7 @@ enum Call {
     QueryStream(u32),
     QueryEvent(u32),
     Launch(u32, Option<u32>),
+    PeerCopy(u32, bool),
     Exit,
 }
 
@@ -70,6 +71,10 @@ impl Call {
                 stream: s(x),
                 device: dev.map(d),
             },
+            Call::PeerCopy(x, direct) => TraceOp::PeerCopy {
+                stream: s(x),
+                direct,
+            },
             Call::Exit => TraceOp::Exit,
         }
     }
@@ -91,6 +96,7 @@ fn call() -> impl Strategy<Value = Call> {
         1 => n().prop_map(Call::QueryStream),
         1 => n().prop_map(Call::QueryEvent),
         3 => (n(), prop::option::of(d())).prop_map(|(x, dev)| Call::Launch(x, dev)),
+        1 => (n(), any::<bool>()).prop_map(|(x, direct)| Call::PeerCopy(x, direct)),
         1 => Just(Call::Exit),
     ]
 }
@@ -362,7 +368,9 @@ impl Model {
                 TraceOp::QueryEvent { event } => {
                     model.use_object(at, (false, event.0));
                 }
-                TraceOp::SynchronizeStream { stream } | TraceOp::QueryStream { stream } => {
+                TraceOp::SynchronizeStream { stream }
+                | TraceOp::QueryStream { stream }
+                | TraceOp::PeerCopy { stream, .. } => {
                     model.use_object(at, (true, stream.0));
                 }
                 TraceOp::Launch { stream, device } => {

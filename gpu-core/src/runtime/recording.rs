@@ -58,6 +58,9 @@ struct Log<B: Backend> {
     fail_at: Option<u64>,
     /// Whether calls are recorded as a trace (else only counted).
     tracing: bool,
+    /// Ordered device pairs given peer access through this wrapper: a peer copy between two
+    /// devices with access both ways is recorded as direct.
+    peer_access: Vec<(DeviceId, DeviceId)>,
 }
 
 /// Objects the wrapped backend holds for its caller right now.
@@ -102,6 +105,7 @@ impl<B: Backend> RecordingBackend<B> {
                 calls: 0,
                 fail_at: None,
                 tracing,
+                peer_access: Vec::new(),
             }),
         }
     }
@@ -420,7 +424,11 @@ impl<B: Backend> Backend for RecordingBackend<B> {
 
     fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()> {
         self.enter("enable_peer_access")?;
-        self.inner.enable_peer_access(device, peer)
+        let result = self.inner.enable_peer_access(device, peer);
+        if result.is_ok() {
+            self.log().peer_access.push((device, peer));
+        }
+        result
     }
 
     /// # Safety
@@ -440,7 +448,14 @@ impl<B: Backend> Backend for RecordingBackend<B> {
             self.inner
                 .copy_peer(stream, dst, dst_device, src, src_device, bytes)
         };
-        self.launch_on(&result, stream);
+        self.record(&result, |log| {
+            let reaches = |pair| log.peer_access.contains(&pair);
+            let direct = reaches((dst_device, src_device)) && reaches((src_device, dst_device));
+            TraceOp::PeerCopy {
+                stream: StreamId(log.streams.of(stream)),
+                direct,
+            }
+        });
         result
     }
 

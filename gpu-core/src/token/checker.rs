@@ -549,7 +549,9 @@ impl<F: FnMut(Finding)> Step<'_, F> {
             TraceOp::QueryEvent { event } => {
                 self.use_object(TraceObject::Event(event));
             }
-            TraceOp::SynchronizeStream { stream } | TraceOp::QueryStream { stream } => {
+            TraceOp::SynchronizeStream { stream }
+            | TraceOp::QueryStream { stream }
+            | TraceOp::PeerCopy { stream, .. } => {
                 self.use_object(TraceObject::Stream(stream));
             }
             TraceOp::Launch { stream, device } => {

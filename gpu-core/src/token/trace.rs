@@ -98,6 +98,15 @@ pub enum TraceOp {
         /// The device current at the call, if the trace says.
         device: Option<DeviceId>,
     },
+    /// A copy between two devices' memory was enqueued on `stream`: over the link between them
+    /// (`direct`, peer access enabled) or staged through the host by the driver. For the
+    /// checker, an operation on the stream like [`TraceOp::Launch`].
+    PeerCopy {
+        /// The stream.
+        stream: StreamId,
+        /// Whether the devices had peer access to each other.
+        direct: bool,
+    },
     /// A stream that exists without being created (a context's legacy default stream, a
     /// per-thread default stream) is declared, on `device`: never leaked, never destroyed;
     /// declaring it again is harmless.
@@ -374,6 +383,18 @@ impl LineParser {
                 TraceOp::Launch {
                     stream: fields.stream(streams, stream)?,
                     device,
+                }
+            }
+            b"peer_copy" => {
+                let (stream, path) = fields.two_names("a stream name", "`direct` or `staged`")?;
+                let direct = match path {
+                    b"direct" => true,
+                    b"staged" => false,
+                    _ => return Err(fields.error("`direct` or `staged`")),
+                };
+                TraceOp::PeerCopy {
+                    stream: fields.stream(streams, stream)?,
+                    direct,
                 }
             }
             b"event_record" => {
@@ -688,6 +709,10 @@ pub fn write_trace(ops: &[TraceOp]) -> String {
                 stream,
                 device: None,
             } => writeln!(text, "launch s{}", stream.0),
+            TraceOp::PeerCopy { stream, direct } => {
+                let path = if direct { "direct" } else { "staged" };
+                writeln!(text, "peer_copy s{} {path}", stream.0)
+            }
             TraceOp::DefaultStream { stream, device } => {
                 writeln!(text, "stream_default s{} {}", stream.0, device.0)
             }
@@ -723,6 +748,8 @@ mod tests {
              event_destroy x\n\
              stream_destroy x\n\
              stream_default y 3\n\
+             peer_copy x direct\n\
+             peer_copy x staged\n\
              exit\n\
              # only comments and blank lines after exit\n\
              \n",
@@ -766,12 +793,20 @@ mod tests {
                     stream: StreamId(1),
                     device: DeviceId(3)
                 },
+                TraceOp::PeerCopy {
+                    stream: s,
+                    direct: true
+                },
+                TraceOp::PeerCopy {
+                    stream: s,
+                    direct: false
+                },
                 TraceOp::Exit,
             ]
         );
         assert_eq!(
             trace.lines,
-            vec![2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]
+            vec![2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]
         );
         assert_eq!(trace.stream_names, vec!["x".to_string(), "y".to_string()]);
         assert_eq!(trace.event_names, vec!["x".to_string()]);
@@ -794,7 +829,10 @@ mod tests {
 
     #[test]
     fn malformed_lines_name_the_line_and_what_was_expected() {
-        let cases: [(&[u8], usize, &str); 17] = [
+        let cases: [(&[u8], usize, &str); 20] = [
+            (b"peer_copy s fast\n", 1, "`direct` or `staged`"),
+            (b"peer_copy s\n", 1, "`direct` or `staged`"),
+            (b"peer_copy s direct now\n", 1, "the end of the line"),
             (b"stream_create s 0\nfrobnicate s\n", 2, "a call"),
             (b"stream_create\n", 1, "a stream name"),
             (b"stream_create s zero\n", 1, "a device number"),
