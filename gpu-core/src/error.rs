@@ -306,6 +306,16 @@ pub enum Error {
         /// The device the buffer belongs to.
         found: DeviceId,
     },
+    /// Memory or a handle of one runtime was given to another: a runtime orders and frees only
+    /// what it owns, so the other runtime's work could outlive the memory.
+    ForeignRuntime {
+        /// What was given (`"span"`, `"buffer"`).
+        what: &'static str,
+        /// The runtime it belongs to (runtimes are numbered from 1 in the order they open).
+        owner: u32,
+        /// The runtime it was given to.
+        runtime: u32,
+    },
     /// An earlier action on this device's worker queue failed; the queue refuses further
     /// actions until its error is cleared.
     QueueFailed {
@@ -557,6 +567,15 @@ impl fmt::Display for Error {
                 f,
                 "copy destination {dst} overlaps its source {src}; copy through a separate \
                  buffer"
+            ),
+            Error::ForeignRuntime {
+                what,
+                owner,
+                runtime,
+            } => write!(
+                f,
+                "a {what} of runtime {owner} was given to runtime {runtime}; each runtime orders \
+                 and frees only its own memory"
             ),
             Error::WrongDevice { expected, found } => write!(
                 f,

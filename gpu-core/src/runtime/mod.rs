@@ -137,7 +137,13 @@ pub struct Runtime<B: Backend> {
     pins: SharedLockTable<HostPins<B>>,
     workers: Vec<OnceLock<DeviceWorker<B>>>,
     peers: Peers,
+    /// This runtime's number ([`Runtime::id`]): its spans carry it, and every operation
+    /// refuses spans of another runtime.
+    id: u32,
 }
+
+/// The next runtime's number (never 0, never reused within the process).
+static NEXT_RUNTIME_ID: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(1);
 
 impl<B: Backend> Runtime<B> {
     /// Opens every device of `backend` with the default configuration.
@@ -184,7 +190,33 @@ impl<B: Backend> Runtime<B> {
             pins,
             workers: (0..count).map(|_| OnceLock::new()).collect(),
             peers,
+            id: NEXT_RUNTIME_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
         })
+    }
+
+    /// This runtime's number, unique in the process (runtimes are numbered from 1 as they
+    /// open): what [`Error::ForeignRuntime`] names.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Refuses a span of another runtime (raw spans belong to none and pass).
+    #[inline]
+    fn own(&self, span: &Span<'_>) -> Result<()> {
+        self.own_as(span, "span")
+    }
+
+    /// Refuses `what` (a span, or a buffer through its span) of another runtime.
+    #[inline]
+    fn own_as(&self, span: &Span<'_>, what: &'static str) -> Result<()> {
+        match span.runtime {
+            Some(owner) if owner != self.id => Err(Error::ForeignRuntime {
+                what,
+                owner,
+                runtime: self.id,
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// The backend driven.
@@ -381,6 +413,7 @@ impl<B: Backend> Runtime<B> {
     /// Frees `buffer` after the work behind `after` as well as every stream that used it: for
     /// memory used through raw addresses ([`Span::from_raw`]), which the buffer cannot see.
     pub fn free_after(&self, buffer: Buffer<'_, B>, after: &Token) -> Result<()> {
+        self.own_as(&buffer.all(), "buffer")?;
         let stream = self
             .state
             .lock()
@@ -393,8 +426,11 @@ impl<B: Backend> Runtime<B> {
 
     /// Frees `buffer` now, reporting a failure (dropping it frees it too, silently). The memory
     /// goes back to the cache, reused only after every stream that used it is done with it.
+    /// A buffer of another runtime is refused ([`Error::ForeignRuntime`]) and freed by its own
+    /// runtime, as dropping it would.
     #[inline]
     pub fn free(&self, buffer: Buffer<'_, B>) -> Result<()> {
+        self.own_as(&buffer.all(), "buffer")?;
         buffer.release()
     }
 
@@ -631,6 +667,8 @@ impl<B: Backend> Runtime<B> {
         src: Span<'_>,
         after: &mut Vec<Token>,
     ) -> Result<Token> {
+        self.own(&dst)?;
+        self.own(&src)?;
         if dst.len != src.len {
             return Err(Error::OutOfBounds {
                 offset: 0,
@@ -707,6 +745,7 @@ impl<B: Backend> Runtime<B> {
         value: FillValue,
         after: &mut Vec<Token>,
     ) -> Result<Token> {
+        self.own(&dst)?;
         dst.check_device(device)?;
         let width = value.width();
         if !dst.len.is_multiple_of(width) {
@@ -838,6 +877,7 @@ impl<B: Backend> Runtime<B> {
         src: &[u8],
         after: &mut Vec<Token>,
     ) -> Result<Token> {
+        self.own(&dst)?;
         if dst.len != src.len() {
             return Err(Error::OutOfBounds {
                 offset: 0,
@@ -877,6 +917,7 @@ impl<B: Backend> Runtime<B> {
         src: Span<'_>,
         after: &mut Vec<Token>,
     ) -> Result<()> {
+        self.own(&src)?;
         if dst.len() != src.len {
             return Err(Error::OutOfBounds {
                 offset: 0,
@@ -1092,6 +1133,9 @@ pub struct Span<'a> {
     len: usize,
     /// The device whose memory this is (device memory only): operations elsewhere refuse it.
     device: Option<DeviceId>,
+    /// The runtime whose buffer or pinned memory this is (none for a raw span): other
+    /// runtimes refuse it.
+    runtime: Option<u32>,
     uses: Option<&'a UseList>,
 }
 
@@ -1101,6 +1145,7 @@ impl<'a> Span<'a> {
             address,
             len,
             device: None,
+            runtime: None,
             uses: None,
         }
     }
@@ -1345,6 +1390,7 @@ impl<B: Backend> Kernel<'_, B> {
     ) -> Result<Token> {
         let (runtime, device) = (self.runtime, self.device);
         for span in args.iter().filter_map(Arg::span) {
+            runtime.own(&span)?;
             span.check_device(device)?;
         }
         // Up to 16 arguments go on the stack: a launch is a hot path.
@@ -1443,6 +1489,7 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
             address: self.address + offset,
             len,
             device,
+            runtime: Some(self.runtime.id),
             uses: Some(&self.uses),
         })
     }
@@ -1454,6 +1501,7 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
             address: self.address,
             len: self.size,
             device,
+            runtime: Some(self.runtime.id),
             uses: Some(&self.uses),
         }
     }
@@ -1545,6 +1593,7 @@ impl<B: Backend> LockedHost<'_, '_, B> {
             address: self.address as usize + offset,
             len,
             device: None,
+            runtime: Some(self.runtime.id),
             uses: Some(&self.uses),
         })
     }
