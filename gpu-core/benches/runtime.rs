@@ -284,6 +284,9 @@ impl Backend for NullBackend {
     fn device_synchronize(&self, _: DeviceId) -> Result<()> {
         Ok(())
     }
+    fn reset_device(&self, _: DeviceId) -> Result<()> {
+        Ok(())
+    }
     fn peer_access_possible(&self, _: DeviceId, _: DeviceId) -> Result<bool> {
         Ok(false)
     }

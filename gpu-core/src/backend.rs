@@ -253,6 +253,13 @@ pub trait Backend: Send + Sync + 'static {
     /// last out-of-memory rung, never on a hot path.
     fn device_synchronize(&self, device: DeviceId) -> Result<()>;
 
+    /// Makes a lost device usable again ([`crate::error::DriverError::loses_device`]; CUDA:
+    /// cuDevicePrimaryCtxReset, then the backend's own set-up of the device again). Every
+    /// stream, event, allocation, module and loaded kernel of the device is gone afterwards:
+    /// using one of their handles is an error, and none needs destroying. Peer access to and
+    /// from the device is gone too. Also works on a device that is not lost.
+    fn reset_device(&self, device: DeviceId) -> Result<()>;
+
     /// Whether `device` can be given direct access to `peer`'s memory over the link between
     /// them (CUDA: cuDeviceCanAccessPeer; HSA: the peer's pool allows `device`'s agent). A
     /// question about the hardware: nothing changes.

@@ -75,6 +75,22 @@ pub struct DriverError {
     pub code: i64,
 }
 
+/// Driver codes that end a device's useful life until it is reset ("sticky" errors: the
+/// context is corrupt and every later call on it fails): CUDA's and HIP's illegal address
+/// (700), hardware stack error (714), illegal instruction (715), misaligned address (716),
+/// invalid address space (717), invalid program counter (718) and launch failure (719); the
+/// host backend reports its kernel faults with the same numbers.
+pub const DEVICE_LOSING_CODES: [i64; 7] = [700, 714, 715, 716, 717, 718, 719];
+
+impl DriverError {
+    /// Whether this failure ends the device's useful life until it is reset (CUDA, HIP and
+    /// the host backend: a code of [`DEVICE_LOSING_CODES`]). Any other driver error concerns
+    /// only the call that returned it.
+    pub fn loses_device(&self) -> bool {
+        matches!(self.backend, "cuda" | "hip" | "host") && DEVICE_LOSING_CODES.contains(&self.code)
+    }
+}
+
 /// Everything that can go wrong in the toolkit. Every failed call leaves the object it was
 /// called on exactly as it was before the call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -305,6 +321,15 @@ pub enum Error {
         expected: DeviceId,
         /// The device the buffer belongs to.
         found: DeviceId,
+    },
+    /// The device failed in a way its driver cannot recover from without a reset (a kernel's
+    /// illegal address, a launch failure: [`DriverError::loses_device`]): every call on it is
+    /// refused until it is reset; other devices keep working.
+    DeviceLost {
+        /// The device.
+        device: DeviceId,
+        /// The first failure that lost it.
+        cause: alloc::boxed::Box<Error>,
     },
     /// Memory or a handle of one runtime was given to another: a runtime orders and frees only
     /// what it owns, so the other runtime's work could outlive the memory.
@@ -567,6 +592,11 @@ impl fmt::Display for Error {
                 f,
                 "copy destination {dst} overlaps its source {src}; copy through a separate \
                  buffer"
+            ),
+            Error::DeviceLost { device, cause } => write!(
+                f,
+                "{device} is lost until it is reset (first failure: {cause}); other devices keep \
+                 working"
             ),
             Error::ForeignRuntime {
                 what,

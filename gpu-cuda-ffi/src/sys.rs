@@ -815,6 +815,8 @@ pub type PFN_cuDevicePrimaryCtxRetain = unsafe extern "C" fn(
 ) -> CUresult;
 /// `cuDevicePrimaryCtxRelease_v2` as cuda.h declares it: cuGetProcAddress("cuDevicePrimaryCtxRelease", 11000).
 pub type PFN_cuDevicePrimaryCtxRelease = unsafe extern "C" fn(dev: CUdevice) -> CUresult;
+/// `cuDevicePrimaryCtxReset_v2` as cuda.h declares it: cuGetProcAddress("cuDevicePrimaryCtxReset", 11000).
+pub type PFN_cuDevicePrimaryCtxReset = unsafe extern "C" fn(dev: CUdevice) -> CUresult;
 /// `cuCtxGetCurrent` as cuda.h declares it: cuGetProcAddress("cuCtxGetCurrent", 4000).
 pub type PFN_cuCtxGetCurrent = unsafe extern "C" fn(pctx: *mut CUcontext) -> CUresult;
 /// `cuCtxSetCurrent` as cuda.h declares it: cuGetProcAddress("cuCtxSetCurrent", 4000).
@@ -1249,6 +1251,7 @@ macro_rules! cuda_entry_points {
             (cuDeviceCanAccessPeer, c"cuDeviceCanAccessPeer", cuDeviceCanAccessPeer, 4000, PFN_cuDeviceCanAccessPeer),
             (cuDevicePrimaryCtxRetain, c"cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain, 7000, PFN_cuDevicePrimaryCtxRetain),
             (cuDevicePrimaryCtxRelease, c"cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2, 11000, PFN_cuDevicePrimaryCtxRelease),
+            (cuDevicePrimaryCtxReset, c"cuDevicePrimaryCtxReset", cuDevicePrimaryCtxReset_v2, 11000, PFN_cuDevicePrimaryCtxReset),
             (cuCtxGetCurrent, c"cuCtxGetCurrent", cuCtxGetCurrent, 4000, PFN_cuCtxGetCurrent),
             (cuCtxSetCurrent, c"cuCtxSetCurrent", cuCtxSetCurrent, 4000, PFN_cuCtxSetCurrent),
             (cuCtxPushCurrent, c"cuCtxPushCurrent", cuCtxPushCurrent_v2, 4000, PFN_cuCtxPushCurrent),

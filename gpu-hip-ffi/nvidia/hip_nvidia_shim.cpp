@@ -39,6 +39,7 @@
 #define hipSetDevice hip_nv_hipSetDevice
 #define hipGetDevice hip_nv_hipGetDevice
 #define hipDeviceSynchronize hip_nv_hipDeviceSynchronize
+#define hipDeviceReset hip_nv_hipDeviceReset
 #define hipDeviceCanAccessPeer hip_nv_hipDeviceCanAccessPeer
 #define hipDeviceEnablePeerAccess hip_nv_hipDeviceEnablePeerAccess
 #define hipDeviceDisablePeerAccess hip_nv_hipDeviceDisablePeerAccess
@@ -98,6 +99,7 @@
 #undef hipSetDevice
 #undef hipGetDevice
 #undef hipDeviceSynchronize
+#undef hipDeviceReset
 #undef hipDeviceCanAccessPeer
 #undef hipDeviceEnablePeerAccess
 #undef hipDeviceDisablePeerAccess
@@ -249,6 +251,10 @@ SHIM_EXPORT hipError_t hipGetDevice(int* deviceId) {
 
 SHIM_EXPORT hipError_t hipDeviceSynchronize(void) {
     return hip_nv_hipDeviceSynchronize();
+}
+
+SHIM_EXPORT hipError_t hipDeviceReset(void) {
+    return hip_nv_hipDeviceReset();
 }
 
 SHIM_EXPORT hipError_t hipDeviceCanAccessPeer(int* canAccessPeer, int deviceId, int peerDeviceId) {

@@ -468,6 +468,8 @@ pub type PFN_hipGetDevice = unsafe extern "C" fn(
 ) -> hipError_t;
 /// `hipDeviceSynchronize` as the HIP header declares it.
 pub type PFN_hipDeviceSynchronize = unsafe extern "C" fn() -> hipError_t;
+/// `hipDeviceReset` as the HIP header declares it.
+pub type PFN_hipDeviceReset = unsafe extern "C" fn() -> hipError_t;
 /// `hipDeviceCanAccessPeer` as the HIP header declares it.
 pub type PFN_hipDeviceCanAccessPeer = unsafe extern "C" fn(
     canAccessPeer: *mut ::core::ffi::c_int,
@@ -782,6 +784,7 @@ macro_rules! hip_entry_points {
             (hipSetDevice, c"hipSetDevice", PFN_hipSetDevice),
             (hipGetDevice, c"hipGetDevice", PFN_hipGetDevice),
             (hipDeviceSynchronize, c"hipDeviceSynchronize", PFN_hipDeviceSynchronize),
+            (hipDeviceReset, c"hipDeviceReset", PFN_hipDeviceReset),
             (hipDeviceCanAccessPeer, c"hipDeviceCanAccessPeer", PFN_hipDeviceCanAccessPeer),
             (hipDeviceEnablePeerAccess, c"hipDeviceEnablePeerAccess", PFN_hipDeviceEnablePeerAccess),
             (hipDeviceDisablePeerAccess, c"hipDeviceDisablePeerAccess", PFN_hipDeviceDisablePeerAccess),

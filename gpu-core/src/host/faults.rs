@@ -73,6 +73,8 @@ call_kinds! {
     EventSynchronize => "event_synchronize",
     /// `device_synchronize`.
     DeviceSynchronize => "device_synchronize",
+    /// `reset_device`.
+    ResetDevice => "reset_device",
     /// `peer_access_possible`.
     PeerAccessPossible => "peer_access_possible",
     /// `enable_peer_access`.

@@ -77,6 +77,12 @@ impl KernelRegistry {
     }
 
     /// The kernel `name` loaded on `device` (loaded now if it was not).
+    /// Forgets every kernel loaded on `device` (a reset): their handles are invalid from now on.
+    pub(super) fn unload_device(&mut self, device: DeviceId) {
+        self.by_name.remove(&device);
+        self.loaded.retain(|_, kernel| kernel.device != device);
+    }
+
     pub(super) fn load(&mut self, device: DeviceId, name: &str) -> Result<HostKernel> {
         let on_device = self.by_name.entry(device).or_default();
         if let Some(&kernel) = on_device.get(name) {

@@ -301,6 +301,12 @@ impl Memory {
         self.usage[device.index()].load(Ordering::Acquire)
     }
 
+    /// Drops every allocation of `device` (a reset): each block goes back to the host once
+    /// the queued work holding it lets go.
+    pub(super) fn release_device(&mut self, device: DeviceId) {
+        self.allocations.retain(|_, a| a.device != device);
+    }
+
     /// Drops every allocation and registration (the backend is going away).
     pub(super) fn clear(&mut self) {
         self.allocations.clear();

@@ -35,10 +35,17 @@
 //!   the caller's host memory, which must stay valid until the queued work has run (the one
 //!   obligation of their `# Safety` sections that the backend cannot check).
 //! - **Streams** run their work in order on one worker thread each. Destroying a stream lets
-//!   its queued work finish. A failing item (a kernel's error, a panic, a wait on a failed
-//!   record) becomes the stream's sticky error: later items are skipped, and every later
-//!   `stream_synchronize`, `device_synchronize`, and sync or query of an event recorded after
-//!   it reports it.
+//!   its queued work finish.
+//! - **Failures**, as a GPU driver's: a call refused for its arguments (a bad launch shape,
+//!   an address out of bounds, an injected fault) changes nothing and affects nothing else.
+//!   Work that fails while it runs (a kernel's error or panic: `HOST_ILLEGAL_ADDRESS`,
+//!   `HOST_LAUNCH_FAILED`) loses its device, as a kernel fault's sticky error does on CUDA:
+//!   the stream's later items are skipped, and every later call that works on the device
+//!   (creating, enqueuing, synchronising, querying, on any stream or event of it) reports that
+//!   failure with its code, until [`Backend::reset_device`], which tears down the device's
+//!   streams, events, allocations, kernels and peer access and makes it usable again.
+//!   Destroys and frees still work on a lost device. Other devices go on: a stream that waits
+//!   on a lost device's record goes past it.
 //! - **Events** belong to the device current at creation; recording on another device's
 //!   stream is `HOST_INVALID_HANDLE`. An event never recorded is complete; a wait captures the
 //!   event's last record at the time of the call.
@@ -95,7 +102,7 @@ use current::CurrentDevice;
 use faults::CallLedger;
 use kernels::{KernelRegistry, Launch};
 use memory::Memory;
-use streams::{EventSlot, Payload, RecordPoint, StreamShared, WorkLog, run_worker};
+use streams::{DeviceHealth, EventSlot, Payload, RecordPoint, StreamShared, WorkLog, run_worker};
 
 pub use faults::{CallCounts, CallKind};
 pub use kernels::{DeviceScalar, DeviceView, HostKernel, KernelContext, KernelFn};
@@ -365,6 +372,8 @@ pub struct HostBackend {
     log: Arc<WorkLog>,
     /// `peer_access[device * count + peer]`: whether `device` was given access to `peer`.
     peer_access: Vec<AtomicBool>,
+    /// Per device: lost after a failure of work on it, until reset.
+    health: Vec<Arc<DeviceHealth>>,
 }
 
 impl HostBackend {
@@ -389,6 +398,7 @@ impl HostBackend {
             peer_access: (0..device_count * device_count)
                 .map(|_| AtomicBool::new(false))
                 .collect(),
+            health: (0..device_count).map(|_| Arc::default()).collect(),
         }
     }
 
@@ -506,11 +516,50 @@ impl HostBackend {
             .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))
     }
 
-    /// The live stream behind `stream`, whose device must be current.
+    /// The live stream behind `stream`, whose device must be current and not lost.
     fn current_stream(&self, stream: HostStream, call: &'static str) -> Result<Arc<StreamShared>> {
         let shared = self.stream(stream, call)?;
-        self.current.require(shared.device, call)?;
+        self.usable(shared.device, call)?;
         Ok(shared)
+    }
+
+    /// Refuses a call that works on `device` unless the device is current and not lost (a
+    /// lost device's calls report the failure that lost it, with its code, as a GPU driver's
+    /// sticky error does).
+    fn usable(&self, device: DeviceId, call: &'static str) -> Result<()> {
+        self.current.require(device, call)?;
+        self.not_lost(device, call)
+    }
+
+    fn not_lost(&self, device: DeviceId, call: &'static str) -> Result<()> {
+        match self.health[device.index()].lost() {
+            None => Ok(()),
+            Some(cause) => Err(HostErrorCode::of(&cause)
+                .unwrap_or(HostErrorCode::LaunchFailed)
+                .error(call)),
+        }
+    }
+
+    /// The failure that lost `device`, if it is lost (a device is lost by the first work
+    /// item that fails on it, until [`Backend::reset_device`]).
+    pub fn device_lost(&self, device: DeviceId) -> Option<Error> {
+        self.health
+            .get(device.index())
+            .and_then(|health| health.lost())
+    }
+
+    /// The last record of the live event behind `event`, whose device must not be lost.
+    fn event_of_usable_device(
+        &self,
+        event: HostEvent,
+        call: &'static str,
+    ) -> Result<Option<RecordPoint>> {
+        let device = lock(&self.events)
+            .get(&event)
+            .map(|slot| slot.device)
+            .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))?;
+        self.not_lost(device, call)?;
+        self.last_record(event, call)
     }
 
     /// The last record of the live event behind `event` (`None`: never recorded).
@@ -684,7 +733,7 @@ impl Backend for HostBackend {
     fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
         let call = self.calls.enter(CallKind::Allocate)?;
         check_device(self, device)?;
-        self.current.require(device, call)?;
+        self.usable(device, call)?;
         self.allocate_checked(device, kind, bytes, false, call)
     }
 
@@ -753,9 +802,13 @@ impl Backend for HostBackend {
     fn stream_create(&self, device: DeviceId) -> Result<HostStream> {
         let call = self.calls.enter(CallKind::StreamCreate)?;
         check_device(self, device)?;
-        self.current.require(device, call)?;
+        self.usable(device, call)?;
         let handle = HostStream::fresh();
-        let shared = Arc::new(StreamShared::new(handle, device));
+        let shared = Arc::new(StreamShared::new(
+            handle,
+            device,
+            self.health[device.index()].clone(),
+        ));
         let worker = {
             let (shared, log) = (shared.clone(), self.log.clone());
             std::thread::Builder::new()
@@ -785,7 +838,9 @@ impl Backend for HostBackend {
 
     fn stream_destroy(&self, stream: HostStream) -> Result<()> {
         let call = self.calls.enter(CallKind::StreamDestroy)?;
-        let shared = self.current_stream(stream, call)?;
+        // Destroying works on a lost device too, so that its owner can clean up.
+        let shared = self.stream(stream, call)?;
+        self.current.require(shared.device, call)?;
         let mut table = lock(&self.streams);
         let entry = table
             .live
@@ -805,7 +860,7 @@ impl Backend for HostBackend {
     fn event_create(&self, device: DeviceId) -> Result<HostEvent> {
         let call = self.calls.enter(CallKind::EventCreate)?;
         check_device(self, device)?;
-        self.current.require(device, call)?;
+        self.usable(device, call)?;
         let event = HostEvent::fresh();
         lock(&self.events).insert(event, EventSlot { device, last: None });
         Ok(event)
@@ -849,20 +904,20 @@ impl Backend for HostBackend {
 
     fn event_query(&self, event: HostEvent) -> Result<bool> {
         let call = self.calls.enter(CallKind::EventQuery)?;
-        self.last_record(event, call)?
+        self.event_of_usable_device(event, call)?
             .map_or(Ok(true), |point| point.query())
     }
 
     fn event_synchronize(&self, event: HostEvent) -> Result<()> {
         let call = self.calls.enter(CallKind::EventSynchronize)?;
-        self.last_record(event, call)?
+        self.event_of_usable_device(event, call)?
             .map_or(Ok(()), |point| point.wait())
     }
 
     fn device_synchronize(&self, device: DeviceId) -> Result<()> {
         let call = self.calls.enter(CallKind::DeviceSynchronize)?;
         check_device(self, device)?;
-        self.current.require(device, call)?;
+        self.usable(device, call)?;
         let (live, draining): (Vec<_>, Vec<_>) = {
             let table = lock(&self.streams);
             let of_device = |e: &StreamEntry| e.shared.device == device;
@@ -888,6 +943,40 @@ impl Backend for HostBackend {
         live.iter().try_for_each(|point| point.wait())
     }
 
+    /// Tears down everything of `device`: its streams (their queued work still runs), events,
+    /// allocations (returned once queued work lets go), loaded kernels and peer access both
+    /// ways, then makes it usable again. Host registrations are the backend's and stay.
+    fn reset_device(&self, device: DeviceId) -> Result<()> {
+        self.calls.enter(CallKind::ResetDevice)?;
+        check_device(self, device)?;
+        {
+            let mut table = lock(&self.streams);
+            let handles: Vec<HostStream> = table
+                .live
+                .iter()
+                .filter(|(_, entry)| entry.shared.device == device)
+                .map(|(&handle, _)| handle)
+                .collect();
+            for handle in handles {
+                if let Some(entry) = table.live.remove(&handle) {
+                    entry.shared.close();
+                    table.draining.push(entry);
+                }
+            }
+            table.reap();
+        }
+        lock(&self.events).retain(|_, slot| slot.device != device);
+        lock(&self.memory).release_device(device);
+        lock(&self.kernels).unload_device(device);
+        let count = self.devices.len();
+        for other in 0..count {
+            self.peer_access[device.index() * count + other].store(false, Ordering::Release);
+            self.peer_access[other * count + device.index()].store(false, Ordering::Release);
+        }
+        self.health[device.index()].restore();
+        Ok(())
+    }
+
     fn peer_access_possible(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {
         self.calls.enter(CallKind::PeerAccessPossible)?;
         let linked =
@@ -901,7 +990,7 @@ impl Backend for HostBackend {
         let call = self.calls.enter(CallKind::EnablePeerAccess)?;
         check_device(self, device)?;
         check_device(self, peer)?;
-        self.current.require(device, call)?;
+        self.usable(device, call)?;
         if device == peer
             || !self.devices[device.index()].peer_link
             || !self.devices[peer.index()].peer_link
@@ -1010,7 +1099,7 @@ impl Backend for HostBackend {
     fn kernel(&self, device: DeviceId, name: &str) -> Result<HostKernel> {
         let call = self.calls.enter(CallKind::KernelLoad)?;
         check_device(self, device)?;
-        self.current.require(device, call)?;
+        self.usable(device, call)?;
         lock(&self.kernels).load(device, name)
     }
 

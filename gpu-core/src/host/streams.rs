@@ -237,19 +237,43 @@ impl StreamState {
     }
 }
 
+/// Whether a device is lost: the first failure of work on it, which every later call that
+/// works on the device reports until the device is reset (as a GPU driver's sticky error).
+#[derive(Default)]
+pub(super) struct DeviceHealth(Mutex<Option<Error>>);
+
+impl DeviceHealth {
+    /// The failure that lost the device, if it is lost.
+    pub(super) fn lost(&self) -> Option<Error> {
+        lock(&self.0).clone()
+    }
+
+    /// Loses the device with `cause`, unless an earlier failure already did.
+    fn lose(&self, cause: &Error) {
+        lock(&self.0).get_or_insert_with(|| cause.clone());
+    }
+
+    /// Makes the device usable again (a reset).
+    pub(super) fn restore(&self) {
+        *lock(&self.0) = None;
+    }
+}
+
 /// A stream's queue, shared by the backend, its worker, and the events recorded on it.
 pub(super) struct StreamShared {
     pub(super) handle: HostStream,
     pub(super) device: DeviceId,
+    health: Arc<DeviceHealth>,
     state: Mutex<StreamState>,
     changed: Condvar,
 }
 
 impl StreamShared {
-    pub(super) fn new(handle: HostStream, device: DeviceId) -> Self {
+    pub(super) fn new(handle: HostStream, device: DeviceId, health: Arc<DeviceHealth>) -> Self {
         Self {
             handle,
             device,
+            health,
             state: Mutex::new(StreamState {
                 queue: VecDeque::new(),
                 enqueued: 0,
@@ -348,6 +372,8 @@ pub(super) fn run_worker(stream: Arc<StreamShared>, log: Arc<WorkLog>) {
         let mut state = lock(&stream.state);
         state.completed += 1;
         if let Some(error) = error {
+            // Work that fails on a device loses the device, as a kernel fault does on a GPU.
+            stream.health.lose(&error);
             state.failure = Some((state.completed, error));
         }
         drop(state);
@@ -390,7 +416,12 @@ fn execute(item: &WorkItem) -> Result<()> {
             catch_unwind(AssertUnwindSafe(|| launch.run()))
                 .unwrap_or_else(|_| Err(HostErrorCode::LaunchFailed.error("launch")))
         }
-        (WorkOp::Wait { .. }, Payload::Wait(Some(point))) => point.wait(),
+        // A record that failed belongs to a lost device, which reports the failure itself:
+        // the waiting stream (perhaps of a device that keeps working) goes on.
+        (WorkOp::Wait { .. }, Payload::Wait(Some(point))) => {
+            let _ = point.wait();
+            Ok(())
+        }
         _ => Ok(()),
     }
 }

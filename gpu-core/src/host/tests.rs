@@ -869,13 +869,18 @@ fn standard_kernels_compute_their_results() {
     zero_stats(&b);
 }
 
+/// The failure model of the module documentation: work that fails loses its device, every
+/// later call that works on it reports the failure (destroys and frees still work), the other
+/// device goes on, and a reset makes the device usable again with its objects gone.
 #[test]
-fn a_failed_kernel_is_sticky_and_fails_what_depends_on_it() {
+fn a_failed_kernel_loses_its_device_until_reset_and_the_other_device_goes_on() {
     let b = backend();
     b.register_kernel("fail", |_, _| {
         Err(HostErrorCode::IllegalAddress.error("launch"))
     });
     b.register_kernel("panic", |_, _| panic!("kernel bug"));
+    b.set_current_device(Some(D1)).unwrap();
+    let other = b.stream_create(D1).unwrap();
     b.set_current_device(Some(D0)).unwrap();
     let (s, t) = (b.stream_create(D0).unwrap(), b.stream_create(D0).unwrap());
     let (before, after) = (b.event_create(D0).unwrap(), b.event_create(D0).unwrap());
@@ -888,14 +893,8 @@ fn a_failed_kernel_is_sticky_and_fails_what_depends_on_it() {
     }
     b.event_record(after, s).unwrap();
     assert_eq!(code(b.stream_synchronize(s)), HostErrorCode::IllegalAddress);
-    assert_eq!(code(b.stream_synchronize(s)), HostErrorCode::IllegalAddress);
-    b.event_synchronize(before).unwrap();
-    assert_eq!(
-        code(b.event_synchronize(after)),
-        HostErrorCode::IllegalAddress
-    );
-    assert_eq!(code(b.event_query(after)), HostErrorCode::IllegalAddress);
-    // The fill after the failure did not run; a stream waiting on the failure fails too.
+    assert!(b.device_lost(D0).is_some() && b.device_lost(D1).is_none());
+    // The fill after the failure did not run.
     let outcomes: Vec<_> = b
         .work_log()
         .iter()
@@ -911,26 +910,60 @@ fn a_failed_kernel_is_sticky_and_fails_what_depends_on_it() {
             WorkOutcome::Skipped
         ]
     );
-    b.stream_wait_event(t, after).unwrap();
+    // Every call that works on device 0 reports the failure, on any stream or event of it.
     assert_eq!(code(b.stream_synchronize(t)), HostErrorCode::IllegalAddress);
+    assert_eq!(
+        code(b.event_synchronize(before)),
+        HostErrorCode::IllegalAddress
+    );
+    assert_eq!(code(b.event_query(after)), HostErrorCode::IllegalAddress);
     assert_eq!(
         code(b.device_synchronize(D0)),
         HostErrorCode::IllegalAddress
     );
+    assert_eq!(code(b.stream_create(D0)), HostErrorCode::IllegalAddress);
+    assert_eq!(
+        code(b.allocate(D0, MemoryKind::Device, 64)),
+        HostErrorCode::IllegalAddress
+    );
+    // SAFETY: `a` is a live allocation of `b`.
+    assert_eq!(
+        code(unsafe { b.fill(t, a, 1, 64) }),
+        HostErrorCode::IllegalAddress
+    );
+    // Device 1 goes on, waiting on device 0's failed record included.
+    b.set_current_device(Some(D1)).unwrap();
+    b.stream_wait_event(other, after).unwrap();
+    let on_1 = b.allocate(D1, MemoryKind::Device, 64).unwrap().unwrap();
+    // SAFETY: a live allocation of device 1.
+    assert_eq!(unsafe { read_back(&b, other, on_1, 64) }, vec![0; 64]);
 
+    // A reset makes device 0 usable; its streams, events and allocations are gone.
+    b.reset_device(D0).unwrap();
+    assert!(b.device_lost(D0).is_none());
+    b.set_current_device(Some(D0)).unwrap();
+    assert_eq!(code(b.stream_synchronize(s)), HostErrorCode::InvalidHandle);
+    assert_eq!(code(b.event_query(before)), HostErrorCode::InvalidHandle);
+    assert_eq!(
+        code(b.free(D0, MemoryKind::Device, a, None)),
+        HostErrorCode::InvalidValue
+    );
     let u = b.stream_create(D0).unwrap();
-    // SAFETY: `a` is a live allocation of `b`; the kernel has no pointer arguments.
+    let fresh = b.allocate(D0, MemoryKind::Device, 64).unwrap().unwrap();
+    // SAFETY: a live allocation of `b`; the kernel has no pointer arguments.
     unsafe {
-        assert!(read_back(&b, u, a, 64).iter().all(|&x| x == 0));
+        assert_eq!(read_back(&b, u, fresh, 64), vec![0; 64]);
         launch_named(&b, u, D0, "panic", LaunchDims::linear(1, 1), &[]).unwrap();
     }
     assert_eq!(code(b.stream_synchronize(u)), HostErrorCode::LaunchFailed);
-    for stream in [s, t, u] {
-        b.stream_destroy(stream).unwrap();
-    }
-    b.event_destroy(before).unwrap();
-    b.event_destroy(after).unwrap();
-    b.free(D0, MemoryKind::Device, a, None).unwrap();
+    // Destroys and frees work on a lost device, so its owner can clean up.
+    b.stream_destroy(u).unwrap();
+    b.free(D0, MemoryKind::Device, fresh, None).unwrap();
+    b.reset_device(D0).unwrap();
+    b.set_current_device(Some(D1)).unwrap();
+    b.stream_destroy(other).unwrap();
+    b.free(D1, MemoryKind::Device, on_1, None).unwrap();
+    b.set_current_device(None).unwrap();
     zero_stats(&b);
 }
 
@@ -945,7 +978,8 @@ fn kernels_reach_only_memory_their_pointer_arguments_lie_in() {
     // SAFETY: the pointer is an allocation of `b`, which the kernel cannot reach past.
     unsafe { launch_named(&b, s, D0, "fill_u32", LaunchDims::linear(1, 32), &args) }.unwrap();
     assert_eq!(code(b.stream_synchronize(s)), HostErrorCode::IllegalAddress);
-    b.stream_destroy(s).unwrap();
+    // The fault lost the device: a reset brings it back, without its objects.
+    b.reset_device(D0).unwrap();
 
     // Pageable host memory is not device-accessible; registered memory is.
     let s = b.stream_create(D0).unwrap();
@@ -958,7 +992,8 @@ fn kernels_reach_only_memory_their_pointer_arguments_lie_in() {
     // SAFETY: unregistered host memory, which a host-backend kernel cannot reach at all.
     unsafe { launch_named(&b, s, D0, "fill_u32", LaunchDims::linear(1, 32), &args) }.unwrap();
     assert_eq!(code(b.stream_synchronize(s)), HostErrorCode::IllegalAddress);
-    b.stream_destroy(s).unwrap();
+    b.reset_device(D0).unwrap();
+    let a = b.allocate(D0, MemoryKind::Device, 64).unwrap().unwrap();
     let s = b.stream_create(D0).unwrap();
     let mut ptrs = [0usize; 2];
     b.host_register(ByteRange::new(addr(&host), 64).unwrap(), &mut ptrs)

@@ -417,6 +417,19 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.inner.device_synchronize(device)
     }
 
+    /// Forwarded; the objects of the device are gone from the live counts' point of view
+    /// only as their owner forgets them (the runtime does not destroy them after a reset).
+    fn reset_device(&self, device: DeviceId) -> Result<()> {
+        self.enter("reset_device")?;
+        let result = self.inner.reset_device(device);
+        if result.is_ok() {
+            self.log()
+                .peer_access
+                .retain(|&(a, b)| a != device && b != device);
+        }
+        result
+    }
+
     fn peer_access_possible(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {
         self.enter("peer_access_possible")?;
         self.inner.peer_access_possible(device, peer)

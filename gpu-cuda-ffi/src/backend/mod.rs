@@ -13,6 +13,7 @@ pub mod kernels;
 
 use core::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use core::ptr;
+use core::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 
 use gpu_core::allocator::MemoryKind;
@@ -179,12 +180,20 @@ struct LoadedLibrary {
 struct DeviceState {
     ordinal: sys::CUdevice,
     context: sys::CUcontext,
-    /// The default pool, with its release threshold raised to the maximum at open; `None`
-    /// where the device has no stream-ordered allocation.
-    pool: Option<sys::CUmemoryPool>,
+    /// The default pool, with its release threshold raised to the maximum at open (and again
+    /// after a reset); null where the device has no stream-ordered allocation.
+    pool: AtomicPtr<sys::CUmemPoolHandle_st>,
     info: DeviceInfo,
     /// Loaded at the first [`Backend::kernel`] call for the device.
     library: Mutex<Option<LoadedLibrary>>,
+}
+
+impl DeviceState {
+    /// The default pool, where the device has stream-ordered allocation.
+    fn pool(&self) -> Option<sys::CUmemoryPool> {
+        let pool = self.pool.load(Ordering::Acquire);
+        (!pool.is_null()).then_some(pool)
+    }
 }
 
 /// The CUDA backend over the driver API.
@@ -262,7 +271,8 @@ impl CudaBackend {
             backend.devices.push(state);
             let state = backend.devices.last_mut().expect("just pushed");
             if state.info.allocator.device.stream_ordered {
-                state.pool = Some(configure_default_pool(driver, state)?);
+                let pool = configure_default_pool(driver, state)?;
+                state.pool = AtomicPtr::new(pool);
             }
         }
         Ok(backend)
@@ -388,7 +398,7 @@ fn open_device(driver: &Driver, index: c_int, pool_entry_points: bool) -> Result
     Ok(DeviceState {
         ordinal,
         context,
-        pool: None,
+        pool: AtomicPtr::new(ptr::null_mut()),
         info,
         library: Mutex::new(None),
     })
@@ -554,7 +564,7 @@ impl Backend for CudaBackend {
         bytes: usize,
     ) -> Result<Option<usize>> {
         let state = self.device(stream.device)?;
-        let pool = match (kind, state.pool) {
+        let pool = match (kind, state.pool()) {
             (MemoryKind::Device, Some(pool)) => pool,
             _ => {
                 return Err(Error::KindUnsupported {
@@ -797,6 +807,26 @@ impl Backend for CudaBackend {
         call!(self.driver, cuCtxSynchronize())
     }
 
+    /// cuDevicePrimaryCtxReset, then the device's set-up again: the kernel library is
+    /// forgotten (its module died with the context; the next `kernel` call loads it again)
+    /// and the default pool's release threshold is raised again. Every stream, event and
+    /// allocation of the device is gone; peer access to and from it too.
+    fn reset_device(&self, device: DeviceId) -> Result<()> {
+        let state = self.device(device)?;
+        let mut library = state
+            .library
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        call!(self.driver, cuDevicePrimaryCtxReset(state.ordinal))?;
+        *library = None;
+        drop(library);
+        if state.info.allocator.device.stream_ordered {
+            let pool = configure_default_pool(self.driver, state)?;
+            state.pool.store(pool, Ordering::Release);
+        }
+        Ok(())
+    }
+
     /// cuDeviceCanAccessPeer (false for a device and itself).
     fn peer_access_possible(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {
         let (from, to) = (self.device(device)?.ordinal, self.device(peer)?.ordinal);
@@ -827,7 +857,7 @@ impl Backend for CudaBackend {
                     return Err(Error::Driver(driver_error("cuCtxEnablePeerAccess", failed)));
                 }
             };
-        let Some(pool) = peer_state.pool else {
+        let Some(pool) = peer_state.pool() else {
             return Ok(());
         };
         let access = sys::CUmemAccessDesc {

@@ -12,6 +12,7 @@ mod current;
 
 use core::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use core::ptr;
+use core::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 
 use gpu_core::allocator::MemoryKind;
@@ -167,12 +168,20 @@ struct LoadedLibrary {
 /// used), description, and kernel library once loaded.
 struct DeviceState {
     ordinal: c_int,
-    /// The default pool, with its release threshold raised to the maximum at open; `None`
-    /// where the device has no stream-ordered allocation.
-    pool: Option<sys::hipMemPool_t>,
+    /// The default pool, with its release threshold raised to the maximum at open (and after a
+    /// reset); null where the device has no stream-ordered allocation.
+    pool: AtomicPtr<sys::ihipMemPoolHandle_t>,
     info: DeviceInfo,
     /// Loaded at the first [`Backend::kernel`] call for the device.
     library: Mutex<Option<LoadedLibrary>>,
+}
+
+impl DeviceState {
+    /// The default pool, where the device has stream-ordered allocation.
+    fn pool(&self) -> Option<sys::hipMemPool_t> {
+        let pool = self.pool.load(Ordering::Acquire);
+        (!pool.is_null()).then_some(pool)
+    }
 }
 
 /// The HIP backend over the HIP runtime API (ROCm's libamdhip64 on AMD GPUs; on NVIDIA GPUs
@@ -240,7 +249,7 @@ impl HipBackend {
         for ordinal in 0..count {
             let mut state = open_device(hip, ordinal, pool_entry_points)?;
             if state.info.allocator.device.stream_ordered {
-                state.pool = Some(configure_default_pool(hip, ordinal)?);
+                state.pool = AtomicPtr::new(configure_default_pool(hip, ordinal)?);
             }
             devices.push(state);
         }
@@ -377,7 +386,7 @@ fn open_device(hip: &Hip, ordinal: c_int, pool_entry_points: bool) -> Result<Dev
     })?;
     Ok(DeviceState {
         ordinal,
-        pool: None,
+        pool: AtomicPtr::new(ptr::null_mut()),
         info,
         library: Mutex::new(None),
     })
@@ -540,7 +549,7 @@ impl Backend for HipBackend {
         bytes: usize,
     ) -> Result<Option<usize>> {
         let state = self.device(stream.device)?;
-        if kind != MemoryKind::Device || state.pool.is_none() {
+        if kind != MemoryKind::Device || state.pool().is_none() {
             return Err(Error::KindUnsupported {
                 device: stream.device,
                 kind,
@@ -747,6 +756,28 @@ impl Backend for HipBackend {
         call!(self.hip, hipDeviceSynchronize())
     }
 
+    /// hipDeviceReset with the device current, then the device's set-up again: the kernel
+    /// library is forgotten (its module died with the device's state; the next `kernel` call
+    /// loads it again) and the default pool's release threshold is raised again.
+    fn reset_device(&self, device: DeviceId) -> Result<()> {
+        let state = self.device(device)?;
+        let mut library = state
+            .library
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        {
+            let _scope = self.enter(device)?;
+            call!(self.hip, hipDeviceReset())?;
+        }
+        *library = None;
+        drop(library);
+        if state.pool().is_some() {
+            let pool = configure_default_pool(self.hip, state.ordinal)?;
+            state.pool.store(pool, Ordering::Release);
+        }
+        Ok(())
+    }
+
     /// hipDeviceCanAccessPeer (false for a device and itself).
     fn peer_access_possible(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {
         let (from, to) = (self.device(device)?.ordinal, self.device(peer)?.ordinal);
@@ -781,7 +812,7 @@ impl Backend for HipBackend {
                     )));
                 }
             };
-        let Some(pool) = peer_state.pool else {
+        let Some(pool) = peer_state.pool() else {
             return Ok(());
         };
         let access = sys::hipMemAccessDesc {

@@ -1374,6 +1374,16 @@ impl Backend for HsaBackend {
         Ok(())
     }
 
+    /// Unsupported: HSA has no per-process reset of one agent (ROCr recovers a GPU only by
+    /// tearing the runtime down); the device stays as it is.
+    fn reset_device(&self, device: DeviceId) -> Result<()> {
+        self.device(device)?;
+        Err(Error::Unsupported {
+            backend: "hsa",
+            what: "resetting one device (ROCr has no per-agent reset)",
+        })
+    }
+
     /// Whether `peer`'s device pool may be reached by `device`'s agent
     /// (hsa_amd_agent_memory_pool_get_info's `HSA_AMD_AGENT_MEMORY_POOL_INFO_ACCESS` is not
     /// `NEVER_ALLOWED`, read at open); false for a device and itself.

@@ -52,6 +52,7 @@ const FUNCTIONS: &[&str] = &[
     // Contexts.
     "cuDevicePrimaryCtxRetain",
     "cuDevicePrimaryCtxRelease",
+    "cuDevicePrimaryCtxReset",
     "cuCtxGetCurrent",
     "cuCtxSetCurrent",
     "cuCtxPushCurrent",

@@ -67,6 +67,7 @@ pub(super) const HIP: RocmLibrary = RocmLibrary {
         "hipSetDevice",
         "hipGetDevice",
         "hipDeviceSynchronize",
+        "hipDeviceReset",
         // Peer access between devices.
         "hipDeviceCanAccessPeer",
         "hipDeviceEnablePeerAccess",
