@@ -114,10 +114,10 @@ impl<B: ClientBackend> Session<B> {
             trace_path,
             ..
         } = *self;
-        let (shutdown, mut failure) = match runtime.shutdown() {
-            Ok(report) => (report, None),
-            Err(e) => (ShutdownReport::default(), Some(CapiError::from(e))),
-        };
+        // Every failure the shutdown met is the caller's to hear of, a lost device's too: the
+        // first one is reported, with the whole report.
+        let shutdown = runtime.shutdown_report();
+        let mut failure = shutdown.errors.first().cloned().map(CapiError::from);
         let trace = match (trace_path, backend.recorded_trace()) {
             (Some(path), Some(ops)) => TraceExport::write(path, &ops)
                 .map_err(|e| failure = failure.take().or(Some(e)))

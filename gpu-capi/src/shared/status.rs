@@ -237,9 +237,11 @@ fn core_status(error: &Error) -> GpurtStatus {
         Error::UnknownKernel { .. } => S::UnknownKernel,
         Error::KernelArgumentMismatch { .. } | Error::LaunchSizeCount { .. } => S::KernelArguments,
         Error::LimitExceeded { .. } => S::LimitExceeded,
-        Error::Driver(_) | Error::MisalignedSegment { .. } | Error::ForeignContext { .. } => {
-            S::Driver
-        }
+        // A lost device is the driver's failure (the cause, in the message).
+        Error::Driver(_)
+        | Error::DeviceLost { .. }
+        | Error::MisalignedSegment { .. }
+        | Error::ForeignContext { .. } => S::Driver,
         Error::DriverLibraryNotFound { .. } | Error::DriverSymbolMissing { .. } => {
             S::BackendUnavailable
         }

@@ -38,9 +38,11 @@
 //!   its queued work finish.
 //! - **Failures**, as a GPU driver's: a call refused for its arguments (a bad launch shape,
 //!   an address out of bounds, an injected fault) changes nothing and affects nothing else.
-//!   Work that fails while it runs (a kernel's error or panic: `HOST_ILLEGAL_ADDRESS`,
-//!   `HOST_LAUNCH_FAILED`) loses its device, as a kernel fault's sticky error does on CUDA:
-//!   the stream's later items are skipped, and every later call that works on the device
+//!   Work that fails while it runs is the stream's failure: its later items are skipped and
+//!   its synchronisations report it. A fault (a kernel's illegal address or panic:
+//!   `HOST_ILLEGAL_ADDRESS`, `HOST_LAUNCH_FAILED`, the codes of
+//!   [`crate::error::DriverError::loses_device`]) also loses the device, as a kernel fault's
+//!   sticky error does on CUDA: every later call that works on the device
 //!   (creating, enqueuing, synchronising, querying, on any stream or event of it) reports that
 //!   failure with its code, until [`Backend::reset_device`], which tears down the device's
 //!   streams, events, allocations, kernels and peer access and makes it usable again.

@@ -372,8 +372,11 @@ pub(super) fn run_worker(stream: Arc<StreamShared>, log: Arc<WorkLog>) {
         let mut state = lock(&stream.state);
         state.completed += 1;
         if let Some(error) = error {
-            // Work that fails on a device loses the device, as a kernel fault does on a GPU.
-            stream.health.lose(&error);
+            // A fault (an illegal address, a launch failure: a GPU driver's sticky codes)
+            // loses the device; any other failure stays the stream's.
+            if matches!(&error, Error::Driver(driver) if driver.loses_device()) {
+                stream.health.lose(&error);
+            }
             state.failure = Some((state.completed, error));
         }
         drop(state);

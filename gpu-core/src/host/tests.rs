@@ -885,13 +885,20 @@ fn a_failed_kernel_loses_its_device_until_reset_and_the_other_device_goes_on() {
     let (s, t) = (b.stream_create(D0).unwrap(), b.stream_create(D0).unwrap());
     let (before, after) = (b.event_create(D0).unwrap(), b.event_create(D0).unwrap());
     let a = b.allocate(D0, MemoryKind::Device, 64).unwrap().unwrap();
-    b.event_record(before, s).unwrap();
+    // The stream waits at a gate, so everything below is enqueued before the kernel fails.
+    let gate = Gate::install(&b);
     // SAFETY: no pointer arguments; `a` is a live allocation of `b`.
+    unsafe {
+        launch_named(&b, s, D0, "wait_gate", LaunchDims::linear(1, 1), &[]).unwrap();
+    }
+    b.event_record(before, s).unwrap();
+    // SAFETY: as above.
     unsafe {
         launch_named(&b, s, D0, "fail", LaunchDims::linear(1, 1), &[]).unwrap();
         b.fill(s, a, 9, 64).unwrap();
     }
     b.event_record(after, s).unwrap();
+    gate.open();
     assert_eq!(code(b.stream_synchronize(s)), HostErrorCode::IllegalAddress);
     assert!(b.device_lost(D0).is_some() && b.device_lost(D1).is_none());
     // The fill after the failure did not run.
@@ -904,6 +911,7 @@ fn a_failed_kernel_loses_its_device_until_reset_and_the_other_device_goes_on() {
     assert_eq!(
         outcomes,
         [
+            WorkOutcome::Done,
             WorkOutcome::Done,
             WorkOutcome::Failed,
             WorkOutcome::Skipped,

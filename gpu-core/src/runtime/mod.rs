@@ -10,6 +10,7 @@
 
 mod drivers;
 pub mod guard;
+mod health;
 mod lock;
 mod memory;
 mod peers;
@@ -32,6 +33,7 @@ use crate::lock_table::{LockStats, Locked, SharedLockTable, Unlocked};
 use crate::token::{self, PlannerFootprint, ProgramReport, Token};
 use core::ffi::{CStr, c_void};
 use drivers::{HostPins, Streams};
+use health::Health;
 use lock::BackoffMutex;
 use memory::{DeviceMemory, MemoryGuard};
 use peers::Peers;
@@ -122,6 +124,39 @@ pub struct ShutdownReport {
     pub trimmed_bytes: usize,
     /// Host ranges still pinned at shutdown, unpinned now.
     pub unpinned_ranges: usize,
+    /// Every failure the shutdown met, in order (it goes on past each, giving back what it
+    /// can). On a lost device these are [`Error::DeviceLost`].
+    pub errors: Vec<Error>,
+    /// What could not be given back.
+    pub left: LeftBehind,
+}
+
+/// Driver objects and memory a shutdown could not give back (all zero after a clean one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeftBehind {
+    /// Streams not destroyed.
+    pub streams: usize,
+    /// Events not destroyed.
+    pub events: usize,
+    /// Bytes of cached memory not freed.
+    pub reserved_bytes: usize,
+    /// Host ranges still pinned.
+    pub pinned_ranges: usize,
+}
+
+impl ShutdownReport {
+    /// The report, or the first failure that a lost device does not explain (a device's loss
+    /// was reported by the call that met it; its shutdown failures follow from it).
+    pub fn into_result(self) -> Result<ShutdownReport> {
+        match self
+            .errors
+            .iter()
+            .find(|error| !matches!(error, Error::DeviceLost { .. }))
+        {
+            Some(error) => Err(error.clone()),
+            None => Ok(self),
+        }
+    }
 }
 
 /// A runtime over one backend: devices, streams and tokens, buffers, pinned host memory.
@@ -140,6 +175,8 @@ pub struct Runtime<B: Backend> {
     /// This runtime's number ([`Runtime::id`]): its spans carry it, and every operation
     /// refuses spans of another runtime.
     id: u32,
+    /// Which devices are lost (shared with the state).
+    health: Arc<Health>,
 }
 
 /// The next runtime's number (never 0, never reused within the process).
@@ -181,17 +218,35 @@ impl<B: Backend> Runtime<B> {
             count,
         )?;
         let peers = Peers::open(&*backend, count, config.peer_access)?;
+        let health = Arc::new(Health::new(count));
         Ok(Self {
             backend,
             memory: DeviceMemory::for_devices(&infos, config.allocator),
-            state: Mutex::new(State::new(&infos)),
+            state: Mutex::new(State::new(&infos, Arc::clone(&health))),
             infos,
             config,
             pins,
             workers: (0..count).map(|_| OnceLock::new()).collect(),
             peers,
             id: NEXT_RUNTIME_ID.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
+            health,
         })
+    }
+
+    /// The failure that lost `device`, if it is lost: a driver's sticky error (a kernel's
+    /// illegal address, a launch failure; [`crate::error::DriverError::loses_device`]) met by
+    /// any call. Every later call on the device is then [`Error::DeviceLost`] naming it;
+    /// other devices keep working.
+    pub fn device_lost(&self, device: DeviceId) -> Option<Error> {
+        self.health.cause(device)
+    }
+
+    /// `device`'s description, if the device exists and is not lost.
+    #[inline]
+    fn usable(&self, device: DeviceId) -> Result<&DeviceInfo> {
+        let info = self.device_info(device)?;
+        self.health.check(device)?;
+        Ok(info)
     }
 
     /// This runtime's number, unique in the process (runtimes are numbered from 1 as they
@@ -361,7 +416,7 @@ impl<B: Backend> Runtime<B> {
             let host_wait = state.host_wait(&pending);
             (pending, host_wait)
         };
-        let waited = host_wait.and_then(|host_wait| host_wait.block(&self.backend));
+        let waited = host_wait.and_then(|host_wait| host_wait.block(&self.backend, &self.health));
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.planner.end_wait(pending);
         let released = state.execute(&self.backend, &mut state::no_work);
@@ -376,11 +431,13 @@ impl<B: Backend> Runtime<B> {
     /// ([`Error::RuntimePoisoned`]), since the allocator orders reuse with its own events.
     #[inline]
     pub fn alloc(&self, device: DeviceId, kind: MemoryKind, size: usize) -> Result<Buffer<'_, B>> {
-        let allocation = self.memory(device)?.allocate(
+        self.health.check(device)?;
+        let allocated = self.memory(device)?.allocate(
             &self.backend,
             Streams::OnDemand(&self.state),
             &AllocRequest::new(kind, size),
-        )?;
+        );
+        let allocation = self.health.lift(device, allocated)?;
         Ok(Buffer::new(self, device, &allocation, size))
     }
 
@@ -394,6 +451,7 @@ impl<B: Backend> Runtime<B> {
         size: usize,
         after: &mut Vec<Token>,
     ) -> Result<(Buffer<'_, B>, Token)> {
+        self.health.check(device)?;
         let mut memory = self.memory(device)?;
         let mut state = self.state()?;
         let (token, (allocation, stream)) =
@@ -669,6 +727,10 @@ impl<B: Backend> Runtime<B> {
     ) -> Result<Token> {
         self.own(&dst)?;
         self.own(&src)?;
+        self.health.check(device)?;
+        for memory_device in [dst.device, src.device].into_iter().flatten() {
+            self.health.check(memory_device)?;
+        }
         if dst.len != src.len {
             return Err(Error::OutOfBounds {
                 offset: 0,
@@ -747,6 +809,7 @@ impl<B: Backend> Runtime<B> {
     ) -> Result<Token> {
         self.own(&dst)?;
         dst.check_device(device)?;
+        self.health.check(device)?;
         let width = value.width();
         if !dst.len.is_multiple_of(width) {
             // The last element would run past the span.
@@ -793,7 +856,7 @@ impl<B: Backend> Runtime<B> {
         device: DeviceId,
         name: &CStr,
     ) -> Result<Kernel<'_, B>> {
-        let info = self.device_info(device)?;
+        let info = self.usable(device)?;
         let index = self
             .state()?
             .module_kernel(&self.backend, module, device, name, info)?;
@@ -807,7 +870,7 @@ impl<B: Backend> Runtime<B> {
     /// Kernel `name` of the backend's kernel library on `device`, loaded at the first call: a
     /// handle to launch it by, with no lookup by name on each launch.
     pub fn kernel(&self, device: DeviceId, name: &str) -> Result<Kernel<'_, B>> {
-        let info = self.device_info(device)?;
+        let info = self.usable(device)?;
         let index = self
             .state()?
             .load_kernel(&self.backend, device, name, info)?;
@@ -1090,26 +1153,55 @@ impl<B: Backend> Runtime<B> {
     }
 
     /// Waits for all work, gives every cached byte, stream, event and pin back to the driver,
-    /// and reports tokens that ended unwaited. Dropping the runtime does the same silently.
-    pub fn shutdown(mut self) -> Result<ShutdownReport> {
+    /// and reports tokens that ended unwaited: [`Runtime::shutdown_report`], then
+    /// [`ShutdownReport::into_result`] (a failure not explained by a lost device is the
+    /// error). Dropping the runtime does the same silently.
+    pub fn shutdown(self) -> Result<ShutdownReport> {
+        self.shutdown_report().into_result()
+    }
+
+    /// Shuts down as [`Runtime::shutdown`] does and always returns the report: the failures
+    /// met on the way (it goes on past each) and what could not be given back.
+    pub fn shutdown_report(mut self) -> ShutdownReport {
         self.teardown()
     }
 
-    fn teardown(&mut self) -> Result<ShutdownReport> {
+    fn teardown(&mut self) -> ShutdownReport {
         self.workers.clear();
         let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
-        let (program, trimmed_bytes, result) = state.teardown(&self.backend, &mut self.memory);
+        let torn = state.teardown(&self.backend, &mut self.memory);
+        let mut errors = torn.errors;
         // An unpin the driver refuses is tried once more (a failed call changes nothing).
-        let unpinned = self.pins.release_all().or_else(|_| self.pins.release_all());
-        let unpinned_ranges = match (result, unpinned) {
-            (Ok(()), Ok(count)) => count,
-            (Err(e), _) | (Ok(()), Err(e)) => return Err(e),
+        let unpinned_ranges = match self.pins.release_all().or_else(|_| self.pins.release_all()) {
+            Ok(count) => count,
+            Err(error) => {
+                errors.push(error);
+                0
+            }
         };
-        Ok(ShutdownReport {
-            program,
-            trimmed_bytes,
+        let reserved_bytes = self
+            .memory
+            .iter()
+            .flat_map(|device| {
+                device
+                    .lock()
+                    .stats()
+                    .map(|(_, stats)| stats.reserved)
+                    .collect::<Vec<_>>()
+            })
+            .sum();
+        ShutdownReport {
+            program: torn.program,
+            trimmed_bytes: torn.trimmed,
             unpinned_ranges,
-        })
+            errors,
+            left: LeftBehind {
+                streams: torn.streams_left,
+                events: torn.events_left,
+                reserved_bytes,
+                pinned_ranges: self.pins.stats().entries,
+            },
+        }
     }
 }
 
@@ -1355,7 +1447,7 @@ impl<B: Backend> Kernel<'_, B> {
     fn prepare(&self, dims: LaunchDims) -> Result<MutexGuard<'_, State<B>>> {
         let limit = self
             .runtime
-            .device_info(self.device)?
+            .usable(self.device)?
             .workgroup
             .max_per_block_opt_in;
         if dims.dynamic_workgroup_bytes > limit {

@@ -4,11 +4,13 @@
 
 use alloc::ffi::CString;
 use alloc::string::{String, ToString};
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::ffi::{CStr, c_void};
 
 use super::drivers::{StreamSlot, Streams, find_stream};
 use super::guard::with_device;
+use super::health::Health;
 use super::lock::BackoffMutex;
 use super::memory::DeviceMemory;
 use super::{ModuleId, RuntimeStats};
@@ -37,19 +39,21 @@ pub(crate) enum HostWait<B: Backend> {
     Nothing,
     /// All work enqueued on a stream of a device so far.
     Stream(DeviceId, B::Stream),
-    /// The work before an event's latest record.
-    Event(B::Event),
+    /// The work before an event's latest record, on the event's device.
+    Event(DeviceId, B::Event),
 }
 
 impl<B: Backend> HostWait<B> {
-    /// Blocks until the work has finished; reports its failure.
-    pub(crate) fn block(self, backend: &B) -> Result<()> {
+    /// Blocks until the work has finished; reports its failure (a failure that loses the
+    /// device as [`Error::DeviceLost`], noted in `health`).
+    pub(crate) fn block(self, backend: &B, health: &Health) -> Result<()> {
         match self {
             HostWait::Nothing => Ok(()),
-            HostWait::Stream(device, stream) => {
-                with_device(backend, device, || backend.stream_synchronize(stream))
-            }
-            HostWait::Event(event) => backend.event_synchronize(event),
+            HostWait::Stream(device, stream) => health.lift(
+                device,
+                with_device(backend, device, || backend.stream_synchronize(stream)),
+            ),
+            HostWait::Event(device, event) => health.lift(device, backend.event_synchronize(event)),
         }
     }
 }
@@ -105,8 +109,11 @@ pub(crate) struct State<B: Backend> {
     /// Events whose last record failed and was replaced by synchronising its stream: the
     /// work before that point has finished, so waits on them are skipped until the next record.
     completed_on_host: Vec<EventId>,
-    /// Set when a failed record or wait left stream ordering unknown.
+    /// Set when a failed record or wait left stream ordering unknown (a failure that lost
+    /// its device does not: that device refuses everything, the others go on).
     pub(crate) poisoned: Option<Error>,
+    /// Which devices are lost (shared with the runtime).
+    health: Arc<Health>,
     counts: Counts,
 }
 
@@ -121,7 +128,7 @@ struct Counts {
 }
 
 impl<B: Backend> State<B> {
-    pub(crate) fn new(infos: &[DeviceInfo]) -> Self {
+    pub(crate) fn new(infos: &[DeviceInfo], health: Arc<Health>) -> Self {
         Self {
             planner: Planner::new(infos.len()),
             steps: Vec::new(),
@@ -133,6 +140,7 @@ impl<B: Backend> State<B> {
             next_op: 0,
             completed_on_host: Vec::new(),
             poisoned: None,
+            health,
             counts: Counts::default(),
         }
     }
@@ -208,11 +216,13 @@ impl<B: Backend> State<B> {
         match step {
             PlanStep::AcquireStream { device, stream, .. } => {
                 self.counts.stream_acquires += 1;
-                self.ensure_stream(backend, device, stream).map(drop)
+                let created = self.ensure_stream(backend, device, stream).map(drop);
+                self.health.lift(device, created)
             }
             PlanStep::AcquireEvent { device, event, .. } => {
                 self.counts.event_acquires += 1;
-                self.ensure_event(backend, device, event).map(drop)
+                let created = self.ensure_event(backend, device, event).map(drop);
+                self.health.lift(device, created)
             }
             PlanStep::ReleaseStream { .. } | PlanStep::ReleaseEvent { .. } => Ok(()),
             PlanStep::DestroyStream { stream, .. } => self.destroy_stream(backend, stream.index()),
@@ -230,8 +240,8 @@ impl<B: Backend> State<B> {
                             // finished, waits on the event are already satisfied and are skipped.
                             backend.stream_synchronize(stream).map(|()| false)
                         })
-                })
-                .inspect_err(|e| self.poisoned = Some(e.clone()))?;
+                });
+                let recorded = self.lift_or_poison(device, recorded)?;
                 self.note_completed_on_host(event_id, !recorded);
                 Ok(())
             }
@@ -239,22 +249,38 @@ impl<B: Backend> State<B> {
             PlanStep::Wait { stream, event } => {
                 self.counts.waits += 1;
                 let (device, stream) = self.stream(stream)?;
-                let (_, event) = self.event(event)?;
-                with_device(backend, device, || backend.stream_wait_event(stream, event))
-                    // The host can order the stream instead, by waiting for the event itself.
-                    .or_else(|_| backend.event_synchronize(event))
-                    .inspect_err(|e| self.poisoned = Some(e.clone()))
+                let (event_device, event) = self.event(event)?;
+                let waited =
+                    with_device(backend, device, || backend.stream_wait_event(stream, event))
+                        .map_err(|e| self.health.note(device, e))
+                        // The host can order the stream instead, by waiting for the event itself
+                        // (a lost device's record is one the stream cannot wait for: its work died).
+                        .or_else(|_| backend.event_synchronize(event));
+                self.lift_or_poison(event_device, waited)
             }
             PlanStep::Run { device, stream, .. } => {
                 let (_, handle) = self.stream(stream)?;
-                with_device(backend, device, || work(self, backend, stream, handle))
+                let ran = with_device(backend, device, || work(self, backend, stream, handle));
+                self.health.lift(device, ran)
             }
             PlanStep::SynchronizeStream { stream } => self.synchronize_stream(backend, stream),
             PlanStep::SynchronizeEvent { event } if self.completed_on_host(event) => Ok(()),
             PlanStep::SynchronizeEvent { event } => {
-                HostWait::Event(self.event(event)?.1).block(backend)
+                let (device, event) = self.event(event)?;
+                HostWait::Event(device, event).block(backend, &self.health)
             }
         }
+    }
+
+    /// Passes a record's or wait's outcome on: a failure that loses `device` becomes
+    /// [`Error::DeviceLost`] (that device refuses everything from now on); any other leaves
+    /// stream order unknown and poisons the runtime.
+    fn lift_or_poison<T>(&mut self, device: DeviceId, result: Result<T>) -> Result<T> {
+        self.health.lift(device, result).inspect_err(|e| {
+            if !matches!(e, Error::DeviceLost { .. }) {
+                self.poisoned = Some(e.clone());
+            }
+        })
     }
 
     /// Whether `event`'s last record was done by the host (see `completed_on_host`).
@@ -383,7 +409,7 @@ impl<B: Backend> State<B> {
 
     /// Blocks until the work on `stream` has finished (a stream never created has none).
     pub(crate) fn synchronize_stream(&self, backend: &B, stream: StreamId) -> Result<()> {
-        self.stream_wait(stream)?.block(backend)
+        self.stream_wait(stream)?.block(backend, &self.health)
     }
 
     /// The driver handles a begun wait blocks on, to use after the state's lock is released
@@ -392,7 +418,10 @@ impl<B: Backend> State<B> {
         match *pending {
             PendingWait::Stream(stream) => self.stream_wait(stream),
             PendingWait::Event(event) if self.completed_on_host(event) => Ok(HostWait::Nothing),
-            PendingWait::Event(event) => Ok(HostWait::Event(self.event(event)?.1)),
+            PendingWait::Event(event) => {
+                let (device, event) = self.event(event)?;
+                Ok(HostWait::Event(device, event))
+            }
         }
     }
 
@@ -639,11 +668,11 @@ impl<B: Backend> State<B> {
         &mut self,
         backend: &B,
         memory: &mut [BackoffMutex<DeviceMemory<B>>],
-    ) -> (ProgramReport, usize, Result<()>) {
-        let mut first_error: Option<Error> = None;
+    ) -> Teardown {
+        let mut errors: Vec<Error> = Vec::new();
         let mut note = |result: Result<()>| {
             if let Err(e) = result {
-                first_error.get_or_insert(e);
+                errors.push(e);
             }
         };
         let program = self.planner.end_program();
@@ -703,7 +732,31 @@ impl<B: Backend> State<B> {
                 failed
             });
         }
-        let result = first_error.map_or(Ok(()), Err);
-        (program, trimmed, result)
+        let streams_left = self
+            .streams
+            .iter()
+            .filter(|slot| slot.handle.is_some() && !slot.adopted)
+            .count();
+        let events_left = self.events.iter().flatten().count() + allocator_events.len();
+        Teardown {
+            program,
+            trimmed,
+            errors,
+            streams_left,
+            events_left,
+        }
     }
+}
+
+/// What tearing the state down did and left.
+pub(crate) struct Teardown {
+    pub(crate) program: ProgramReport,
+    /// Bytes of cached memory given back.
+    pub(crate) trimmed: usize,
+    /// Every failure met, in order.
+    pub(crate) errors: Vec<Error>,
+    /// Driver streams the state could not destroy.
+    pub(crate) streams_left: usize,
+    /// Driver events it could not destroy.
+    pub(crate) events_left: usize,
 }

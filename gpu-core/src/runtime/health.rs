@@ -1,0 +1,80 @@
+//! Which devices are lost: a driver's sticky error (a kernel's illegal address, a launch
+//! failure) ends a device's useful life until it is reset.
+//!
+//! Shared by the runtime and its state: an error that loses a device is turned into
+//! [`Error::DeviceLost`] where it is met (the first one is kept as the cause), and every later
+//! call on that device is refused with it; other devices keep working.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use crate::error::{Error, Result};
+use crate::id::DeviceId;
+
+/// One device's state.
+#[derive(Default)]
+struct DeviceHealth {
+    /// Set once the device is lost (read on every call: one load).
+    lost: AtomicBool,
+    /// The failure that lost it.
+    cause: spin::Mutex<Option<Error>>,
+}
+
+/// The health of every device of a runtime.
+pub(crate) struct Health {
+    devices: Vec<DeviceHealth>,
+}
+
+impl Health {
+    pub(crate) fn new(device_count: usize) -> Self {
+        Self {
+            devices: (0..device_count).map(|_| DeviceHealth::default()).collect(),
+        }
+    }
+
+    /// Refuses a call on a lost device with [`Error::DeviceLost`] (unknown devices pass: the
+    /// caller reports them).
+    #[inline]
+    pub(crate) fn check(&self, device: DeviceId) -> Result<()> {
+        match self.devices.get(device.index()) {
+            Some(health) if health.lost.load(Ordering::Acquire) => {
+                match health.cause.lock().clone() {
+                    Some(cause) => Err(lost(device, cause)),
+                    None => Ok(()),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Passes `result` on, unless its error loses `device`: then the device is lost (the first
+    /// such error is kept as the cause) and the error becomes [`Error::DeviceLost`].
+    #[inline]
+    pub(crate) fn lift<T>(&self, device: DeviceId, result: Result<T>) -> Result<T> {
+        result.map_err(|error| self.note(device, error))
+    }
+
+    /// `error`, or [`Error::DeviceLost`] if it loses `device` (which it marks lost).
+    pub(crate) fn note(&self, device: DeviceId, error: Error) -> Error {
+        let loses = matches!(&error, Error::Driver(driver) if driver.loses_device());
+        let Some(health) = self.devices.get(device.index()).filter(|_| loses) else {
+            return error;
+        };
+        let cause = health.cause.lock().get_or_insert(error).clone();
+        health.lost.store(true, Ordering::Release);
+        lost(device, cause)
+    }
+
+    /// The failure that lost `device`, if it is lost.
+    pub(crate) fn cause(&self, device: DeviceId) -> Option<Error> {
+        self.devices.get(device.index())?.cause.lock().clone()
+    }
+}
+
+fn lost(device: DeviceId, cause: Error) -> Error {
+    Error::DeviceLost {
+        device,
+        cause: Box::new(cause),
+    }
+}
