@@ -5,7 +5,6 @@
  * Every function returns a gpurt_status_t (GPURT_STATUS_OK is 0); gpurt_last_error() gives the
  * calling thread's last failure message. See the README's "Use from C" section.
  */
-
 #ifndef GPU_RUNTIME_H
 #define GPU_RUNTIME_H
 
@@ -509,34 +508,29 @@ enum gpurt_status_t gpurt_stats(struct gpurt_stats_t *stats);
 }  // extern "C"
 #endif  // __cplusplus
 
-#endif  /* GPU_RUNTIME_H */
-
 /* Helpers for building arguments. */
 static inline gpurt_span_t gpurt_span_of(gpurt_memory_t memory, size_t offset, size_t len) {
     gpurt_span_t span = {memory, offset, len};
     return span;
 }
 static inline gpurt_arg_t gpurt_arg_span(gpurt_span_t span) {
-    gpurt_arg_t arg = {0};
-    arg.kind = GPURT_ARG_SPAN;
-    arg.span = span;
+    gpurt_arg_t arg = {GPURT_ARG_SPAN, span, 0, 0, 0.0f};
     return arg;
 }
 static inline gpurt_arg_t gpurt_arg_u32(uint32_t value) {
-    gpurt_arg_t arg = {0};
-    arg.kind = GPURT_ARG_U32;
-    arg.u32_value = value;
+    gpurt_span_t none = {{0}, 0, 0};
+    gpurt_arg_t arg = {GPURT_ARG_U32, none, value, 0, 0.0f};
     return arg;
 }
 static inline gpurt_arg_t gpurt_arg_u64(uint64_t value) {
-    gpurt_arg_t arg = {0};
-    arg.kind = GPURT_ARG_U64;
-    arg.u64_value = value;
+    gpurt_span_t none = {{0}, 0, 0};
+    gpurt_arg_t arg = {GPURT_ARG_U64, none, 0, value, 0.0f};
     return arg;
 }
 static inline gpurt_arg_t gpurt_arg_f32(float value) {
-    gpurt_arg_t arg = {0};
-    arg.kind = GPURT_ARG_F32;
-    arg.f32_value = value;
+    gpurt_span_t none = {{0}, 0, 0};
+    gpurt_arg_t arg = {GPURT_ARG_F32, none, 0, 0, value};
     return arg;
 }
+
+#endif /* GPU_RUNTIME_H */

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "gpu_runtime.h"
+/* Included twice on purpose: the include guard must cover the whole header, helpers included. */
+#include "gpu_runtime.h"
 
 static int checks, failures;
 
