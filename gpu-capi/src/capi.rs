@@ -19,8 +19,8 @@ use gpu_runtime::runtime::{Arg, Buffer, Kernel, LockedHost, Span};
 use gpu_runtime::token::{Token, TokenId};
 
 use crate::shared::{
-    self, BackendChoice, CapiError, ClientBackend, GpurtStatus, HandleKind, HandleTable,
-    OpenOptions, Session, dispatch, status_of, with_session,
+    self, BackendChoice, CapiError, ClientBackend, Generation, GpurtStatus, HandleKind,
+    HandleTable, OpenOptions, Session, dispatch, status_of, with_session,
 };
 
 /// What `gpurt_shutdown` found.
@@ -365,11 +365,11 @@ pub struct Objects<B: ClientBackend> {
 }
 
 impl<B: ClientBackend> Objects<B> {
-    /// No objects.
-    pub fn new() -> Self {
+    /// No objects, for the session of `generation`.
+    pub fn new(generation: Generation) -> Self {
         Self {
-            memory: HandleTable::new(HandleKind::Memory),
-            kernels: HandleTable::new(HandleKind::Kernel),
+            memory: HandleTable::new(HandleKind::Memory, generation),
+            kernels: HandleTable::new(HandleKind::Kernel, generation),
             kernel_handles: Mutex::new(HashMap::new()),
         }
     }
@@ -384,12 +384,6 @@ impl<B: ClientBackend> Objects<B> {
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
         memory + kernels
-    }
-}
-
-impl<B: ClientBackend> Default for Objects<B> {
-    fn default() -> Self {
-        Self::new()
     }
 }
 

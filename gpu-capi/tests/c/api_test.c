@@ -440,6 +440,7 @@ static void shutdown_reports_and_writes_the_trace(const char *trace_path) {
 
     /* The next call opens a new runtime; the old handles and tokens stay invalid there. */
     EXPECT(GPURT_STATUS_INVALID_HANDLE, gpurt_free(kept));
+    CHECK(strstr(gpurt_last_error(), "earlier session") != NULL);
     EXPECT(GPURT_STATUS_INVALID_HANDLE, gpurt_wait(unwaited));
     OK(gpurt_alloc(0, GPURT_MEMORY_DEVICE, 64, &fresh));
     CHECK(fresh.id != kept.id);
