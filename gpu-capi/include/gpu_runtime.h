@@ -315,7 +315,9 @@ enum gpurt_status_t gpurt_alloc_after(uint32_t device,
 
 // Frees memory from `gpurt_alloc`/`gpurt_alloc_after`. The bytes are reused only after every
 // stream that used them has finished with them (no wait here). The handle is invalid
-// afterwards: a second free is `GPURT_STATUS_INVALID_HANDLE`.
+// afterwards: a second free is `GPURT_STATUS_INVALID_HANDLE`. A bad handle changes nothing; a
+// failure the runtime reports while taking the memory back (a driver error) is returned, and
+// the handle is released all the same.
 //
 // Thread safety: any thread; a call on another thread that still uses the memory keeps it
 // until that call returns.
@@ -345,7 +347,9 @@ enum gpurt_status_t gpurt_memory_info(struct gpurt_memory_t memory,
 enum gpurt_status_t gpurt_host_register(void *ptr, size_t len, struct gpurt_memory_t *memory);
 
 // Unregisters memory from `gpurt_host_register`: waits for the transfers that used it, then
-// drops one lock (the last one unpins). The handle is invalid afterwards.
+// drops one lock (the last one unpins). The handle is invalid afterwards. A bad handle changes
+// nothing; a failure of those transfers or of the unpin is returned, and the handle is
+// released all the same.
 //
 // Thread safety: any thread; blocks the caller until those transfers have finished.
 enum gpurt_status_t gpurt_host_unregister(struct gpurt_memory_t memory);
@@ -380,7 +384,8 @@ enum gpurt_status_t gpurt_lookup(const void *ptr,
                                  void **device_address);
 
 // Forks `token` into `count` tokens written to `branches[0..count]`, each usable once (each
-// branch waits lazily, at its first use). Consumes `token` on success.
+// branch waits lazily, at its first use). Consumes `token` on success. More branches than the
+// runtime can hold live tokens (2^24) is `GPURT_STATUS_LIMIT_EXCEEDED`.
 //
 // Thread safety: any thread.
 //
