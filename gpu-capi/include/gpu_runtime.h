@@ -5,7 +5,6 @@
  * Every function returns a gpurt_status_t (GPURT_STATUS_OK is 0); gpurt_last_error() gives the
  * calling thread's last failure message. See the README's "Use from C" section.
  */
-
 #ifndef GPU_RUNTIME_H
 #define GPU_RUNTIME_H
 
@@ -316,7 +315,9 @@ enum gpurt_status_t gpurt_alloc_after(uint32_t device,
 
 // Frees memory from `gpurt_alloc`/`gpurt_alloc_after`. The bytes are reused only after every
 // stream that used them has finished with them (no wait here). The handle is invalid
-// afterwards: a second free is `GPURT_STATUS_INVALID_HANDLE`.
+// afterwards: a second free is `GPURT_STATUS_INVALID_HANDLE`. A bad handle changes nothing; a
+// failure the runtime reports while taking the memory back (a driver error) is returned, and
+// the handle is released all the same.
 //
 // Thread safety: any thread; a call on another thread that still uses the memory keeps it
 // until that call returns.
@@ -346,7 +347,9 @@ enum gpurt_status_t gpurt_memory_info(struct gpurt_memory_t memory,
 enum gpurt_status_t gpurt_host_register(void *ptr, size_t len, struct gpurt_memory_t *memory);
 
 // Unregisters memory from `gpurt_host_register`: waits for the transfers that used it, then
-// drops one lock (the last one unpins). The handle is invalid afterwards.
+// drops one lock (the last one unpins). The handle is invalid afterwards. A bad handle changes
+// nothing; a failure of those transfers or of the unpin is returned, and the handle is
+// released all the same.
 //
 // Thread safety: any thread; blocks the caller until those transfers have finished.
 enum gpurt_status_t gpurt_host_unregister(struct gpurt_memory_t memory);
@@ -381,7 +384,8 @@ enum gpurt_status_t gpurt_lookup(const void *ptr,
                                  void **device_address);
 
 // Forks `token` into `count` tokens written to `branches[0..count]`, each usable once (each
-// branch waits lazily, at its first use). Consumes `token` on success.
+// branch waits lazily, at its first use). Consumes `token` on success. More branches than the
+// runtime can hold live tokens (2^24) is `GPURT_STATUS_LIMIT_EXCEEDED`.
 //
 // Thread safety: any thread.
 //
@@ -509,34 +513,29 @@ enum gpurt_status_t gpurt_stats(struct gpurt_stats_t *stats);
 }  // extern "C"
 #endif  // __cplusplus
 
-#endif  /* GPU_RUNTIME_H */
-
 /* Helpers for building arguments. */
 static inline gpurt_span_t gpurt_span_of(gpurt_memory_t memory, size_t offset, size_t len) {
     gpurt_span_t span = {memory, offset, len};
     return span;
 }
 static inline gpurt_arg_t gpurt_arg_span(gpurt_span_t span) {
-    gpurt_arg_t arg = {0};
-    arg.kind = GPURT_ARG_SPAN;
-    arg.span = span;
+    gpurt_arg_t arg = {GPURT_ARG_SPAN, span, 0, 0, 0.0f};
     return arg;
 }
 static inline gpurt_arg_t gpurt_arg_u32(uint32_t value) {
-    gpurt_arg_t arg = {0};
-    arg.kind = GPURT_ARG_U32;
-    arg.u32_value = value;
+    gpurt_span_t none = {{0}, 0, 0};
+    gpurt_arg_t arg = {GPURT_ARG_U32, none, value, 0, 0.0f};
     return arg;
 }
 static inline gpurt_arg_t gpurt_arg_u64(uint64_t value) {
-    gpurt_arg_t arg = {0};
-    arg.kind = GPURT_ARG_U64;
-    arg.u64_value = value;
+    gpurt_span_t none = {{0}, 0, 0};
+    gpurt_arg_t arg = {GPURT_ARG_U64, none, 0, value, 0.0f};
     return arg;
 }
 static inline gpurt_arg_t gpurt_arg_f32(float value) {
-    gpurt_arg_t arg = {0};
-    arg.kind = GPURT_ARG_F32;
-    arg.f32_value = value;
+    gpurt_span_t none = {{0}, 0, 0};
+    gpurt_arg_t arg = {GPURT_ARG_F32, none, 0, 0, value};
     return arg;
 }
+
+#endif /* GPU_RUNTIME_H */

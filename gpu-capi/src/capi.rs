@@ -6,6 +6,11 @@
 //! are written only on success (`gpurt_shutdown`'s report excepted: the runtime is closed even
 //! when its shutdown reports a failure). All functions may be called from any thread at any
 //! time unless their documentation says otherwise.
+//!
+//! Every argument is checked before the call changes anything: arrays and out-parameters (null,
+//! alignment, a length that fits the address space) before a slice is made of them or anything
+//! is written, spans before the caller's host memory is taken at their length, and handles are
+//! taken before the runtime consumes tokens, so that storing one cannot fail afterwards.
 
 use hashbrown::HashMap;
 use std::ffi::{CStr, c_char, c_void};
@@ -19,8 +24,8 @@ use gpu_runtime::runtime::{Arg, Buffer, Kernel, LockedHost, Span};
 use gpu_runtime::token::{Token, TokenId};
 
 use crate::shared::{
-    self, BackendChoice, CapiError, ClientBackend, GpurtStatus, HandleKind, HandleTable,
-    OpenOptions, Session, dispatch, status_of, with_session,
+    self, BackendChoice, CapiError, ClientBackend, Generation, GpurtStatus, HandleKind,
+    HandleTable, OpenOptions, Session, dispatch, status_of, with_session,
 };
 
 /// What `gpurt_shutdown` found.
@@ -118,6 +123,12 @@ pub unsafe extern "C" fn gpurt_open(backend: *const c_char) -> GpurtStatus {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gpurt_shutdown(report: *mut GpurtReport) -> GpurtStatus {
     status_of(|| {
+        // Checked before the runtime shuts down: a refused call changes nothing.
+        let report = if report.is_null() {
+            None
+        } else {
+            Some(out_param(report, "report out-parameter")?)
+        };
         let found = shared::shutdown()?;
         let mut out = GpurtReport {
             released_objects: found.released_objects as u64,
@@ -140,9 +151,8 @@ pub unsafe extern "C" fn gpurt_shutdown(report: *mut GpurtReport) -> GpurtStatus
             out.trace_calls = trace.calls as u64;
             out.trace_defects = trace.defects.len() as u64;
         }
-        if !report.is_null() {
-            // SAFETY: the caller's promise: writable memory for a report.
-            unsafe { report.write(out) };
+        if let Some(report) = report {
+            write_out(report, out);
         }
         found.failure.map_or(Ok(()), Err)
     })
@@ -365,11 +375,11 @@ pub struct Objects<B: ClientBackend> {
 }
 
 impl<B: ClientBackend> Objects<B> {
-    /// No objects.
-    pub fn new() -> Self {
+    /// No objects, for the session of `generation`.
+    pub fn new(generation: Generation) -> Self {
         Self {
-            memory: HandleTable::new(HandleKind::Memory),
-            kernels: HandleTable::new(HandleKind::Kernel),
+            memory: HandleTable::new(HandleKind::Memory, generation),
+            kernels: HandleTable::new(HandleKind::Kernel, generation),
             kernel_handles: Mutex::new(HashMap::new()),
         }
     }
@@ -387,28 +397,88 @@ impl<B: ClientBackend> Objects<B> {
     }
 }
 
-impl<B: ClientBackend> Default for Objects<B> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 // ----- argument translation -----
 
-/// `ptr` as an out-parameter: refused when null.
+/// `ptr` as an out-parameter: refused when null or misaligned (writing through it would be
+/// undefined behaviour).
 fn out_param<T>(ptr: *mut T, what: &'static str) -> Result<*mut T, CapiError> {
-    if ptr.is_null() {
-        Err(Error::NullPointer { what }.into())
-    } else {
-        Ok(ptr)
-    }
+    check_array(ptr, 1, what)?;
+    Ok(ptr)
 }
 
 /// Writes `value` to an out-parameter checked by [`out_param`].
 fn write_out<T>(out: *mut T, value: T) {
-    // SAFETY: `out` passed `out_param` (non-null); every exported function's contract says its
-    // out-parameters point to writable memory of their type.
+    // SAFETY: `out` passed `out_param` (non-null, aligned); every exported function's contract
+    // says its out-parameters point to writable memory of their type.
     unsafe { out.write(value) }
+}
+
+/// Refuses a C array of `count` values of `T` at `ptr` that no slice can stand for: a null or
+/// misaligned pointer, or more bytes than fit below the top of the address space (or above
+/// `isize::MAX`, the most one Rust slice may span). Making a slice of such an array is
+/// undefined behaviour, whatever the caller promised.
+fn check_array<T>(ptr: *const T, count: usize, what: &'static str) -> Result<(), CapiError> {
+    if ptr.is_null() {
+        return Err(Error::NullPointer { what }.into());
+    }
+    if !ptr.is_aligned() {
+        return Err(CapiError::InvalidArgument {
+            what,
+            detail: format!(
+                "{ptr:p} is not aligned to {} bytes",
+                core::mem::align_of::<T>()
+            ),
+        });
+    }
+    let bytes = count
+        .checked_mul(core::mem::size_of::<T>())
+        .filter(|&bytes| isize::try_from(bytes).is_ok());
+    match bytes.and_then(|bytes| (ptr as usize).checked_add(bytes)) {
+        Some(_) => Ok(()),
+        None => Err(CapiError::InvalidArgument {
+            what,
+            detail: format!(
+                "{count} elements of {} bytes at {ptr:p} do not fit the address space",
+                core::mem::size_of::<T>()
+            ),
+        }),
+    }
+}
+
+/// `count` values at `ptr` (none when `count` is 0, whatever `ptr` is), after [`check_array`].
+///
+/// # Safety
+/// When the checks pass, `ptr` points to `count` initialised values that stay valid and
+/// unchanged for `'a`.
+unsafe fn c_slice<'a, T>(
+    ptr: *const T,
+    count: usize,
+    what: &'static str,
+) -> Result<&'a [T], CapiError> {
+    if count == 0 {
+        return Ok(&[]);
+    }
+    check_array(ptr, count, what)?;
+    // SAFETY: checked above (non-null, aligned, a size a slice may have); the caller's promise
+    // for the rest.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, count) })
+}
+
+/// `count` writable values at `ptr` (none when `count` is 0), after [`check_array`].
+///
+/// # Safety
+/// When the checks pass, `ptr` points to `count` values that nothing else accesses for `'a`.
+unsafe fn c_slice_mut<'a, T>(
+    ptr: *mut T,
+    count: usize,
+    what: &'static str,
+) -> Result<&'a mut [T], CapiError> {
+    if count == 0 {
+        return Ok(&mut []);
+    }
+    check_array(ptr, count, what)?;
+    // SAFETY: as in `c_slice`.
+    Ok(unsafe { std::slice::from_raw_parts_mut(ptr, count) })
 }
 
 /// The tokens of an `after` list, to be consumed by the call.
@@ -416,14 +486,8 @@ fn write_out<T>(out: *mut T, value: T) {
 /// # Safety
 /// `after` is NULL (with `count` 0) or points to `count` tokens.
 unsafe fn tokens_in(after: *const GpurtToken, count: usize) -> Result<Vec<Token>, CapiError> {
-    if count == 0 {
-        return Ok(Vec::new());
-    }
-    if after.is_null() {
-        return Err(Error::NullPointer { what: "token list" }.into());
-    }
-    // SAFETY: the caller's promise: `count` tokens at `after`.
-    let tokens = unsafe { std::slice::from_raw_parts(after, count) };
+    // SAFETY: the caller's promise.
+    let tokens = unsafe { c_slice(after, count, "token list") }?;
     tokens.iter().map(|token| token_in(*token)).collect()
 }
 
@@ -491,8 +555,10 @@ fn alloc<B: ClientBackend>(
     kind: MemoryKind,
     size: usize,
 ) -> Result<GpurtMemory, CapiError> {
-    let buffer = s.runtime().alloc(DeviceId(device), kind, size)?;
-    let id = s.capi.memory.insert(Arc::new(Memory::Buffer(buffer)))?;
+    let (id, ()) = s.capi.memory.insert_with(|| {
+        let buffer = s.runtime().alloc(DeviceId(device), kind, size)?;
+        Ok((Arc::new(Memory::Buffer(buffer)), ()))
+    })?;
     Ok(GpurtMemory { id })
 }
 
@@ -503,17 +569,13 @@ fn alloc_after<B: ClientBackend>(
     size: usize,
     after: &mut Vec<Token>,
 ) -> Result<(GpurtMemory, GpurtToken), CapiError> {
-    let (buffer, token) = s
-        .runtime()
-        .alloc_after(DeviceId(device), kind, size, after)?;
-    let id = match s.capi.memory.insert(Arc::new(Memory::Buffer(buffer))) {
-        Ok(id) => id,
-        Err(e) => {
-            // The buffer is freed (in the stream's order); the token must still be consumed.
-            s.runtime().wait(token)?;
-            return Err(e);
-        }
-    };
+    // The handle is taken first: once the runtime has consumed `after`, nothing can fail.
+    let (id, token) = s.capi.memory.insert_with(|| {
+        let (buffer, token) = s
+            .runtime()
+            .alloc_after(DeviceId(device), kind, size, after)?;
+        Ok((Arc::new(Memory::Buffer(buffer)), token))
+    })?;
     Ok((GpurtMemory { id }, token_out(token)))
 }
 
@@ -555,15 +617,17 @@ fn register<B: ClientBackend>(
     len: usize,
 ) -> Result<GpurtMemory, CapiError> {
     let address = host_range(ptr, "registered memory")?;
-    // SAFETY: `gpurt_host_register`'s contract: the memory stays valid until unregistered, and
-    // the host keeps off it while transfers that use it may run.
-    let guard = unsafe { s.runtime().lock_host_raw(ptr.cast::<u8>(), len) }?;
-    let memory = Memory::Registered {
-        guard,
-        address,
-        size: len,
-    };
-    let id = s.capi.memory.insert(Arc::new(memory))?;
+    let (id, ()) = s.capi.memory.insert_with(|| {
+        // SAFETY: `gpurt_host_register`'s contract: the memory stays valid until unregistered,
+        // and the host keeps off it while transfers that use it may run.
+        let guard = unsafe { s.runtime().lock_host_raw(ptr.cast::<u8>(), len) }?;
+        let memory = Memory::Registered {
+            guard,
+            address,
+            size: len,
+        };
+        Ok((Arc::new(memory), ()))
+    })?;
     Ok(GpurtMemory { id })
 }
 
@@ -623,15 +687,20 @@ fn fill<B: ClientBackend>(
     )?))
 }
 
-fn upload<B: ClientBackend>(
+/// # Safety
+/// As for `gpurt_upload`: `src` points to `dst.len` readable bytes.
+unsafe fn upload<B: ClientBackend>(
     s: &Session<B>,
     device: u32,
     dst: GpurtSpan,
-    src: &[u8],
+    src: *const c_void,
     after: &mut Vec<Token>,
 ) -> Result<GpurtToken, CapiError> {
     let to = held(s, &dst)?;
+    // The span is checked before the caller's bytes are taken as a slice of its length.
     let to = to.span(dst.offset, dst.len)?;
+    // SAFETY: the caller's promise: `dst.len` readable bytes at `src`.
+    let src = unsafe { c_slice(src.cast::<u8>(), to.len(), "upload source") }?;
     Ok(token_out(s.runtime().upload(
         DeviceId(device),
         to,
@@ -640,15 +709,21 @@ fn upload<B: ClientBackend>(
     )?))
 }
 
-fn download<B: ClientBackend>(
+/// # Safety
+/// As for `gpurt_download`: `dst` points to `src.len` writable bytes nothing else accesses
+/// during the call.
+unsafe fn download<B: ClientBackend>(
     s: &Session<B>,
     device: u32,
-    dst: &mut [u8],
+    dst: *mut c_void,
     src: GpurtSpan,
     after: &mut Vec<Token>,
 ) -> Result<(), CapiError> {
     let from = held(s, &src)?;
+    // The span is checked before the caller's bytes are taken as a slice of its length.
     let from = from.span(src.offset, src.len)?;
+    // SAFETY: the caller's promise: `src.len` writable bytes at `dst`, not accessed elsewhere.
+    let dst = unsafe { c_slice_mut(dst.cast::<u8>(), from.len(), "download destination") }?;
     Ok(s.runtime().download(DeviceId(device), dst, from, after)?)
 }
 
@@ -850,7 +925,9 @@ pub unsafe extern "C" fn gpurt_alloc_after(
 
 /// Frees memory from `gpurt_alloc`/`gpurt_alloc_after`. The bytes are reused only after every
 /// stream that used them has finished with them (no wait here). The handle is invalid
-/// afterwards: a second free is `GPURT_STATUS_INVALID_HANDLE`.
+/// afterwards: a second free is `GPURT_STATUS_INVALID_HANDLE`. A bad handle changes nothing; a
+/// failure the runtime reports while taking the memory back (a driver error) is returned, and
+/// the handle is released all the same.
 ///
 /// Thread safety: any thread; a call on another thread that still uses the memory keeps it
 /// until that call returns.
@@ -905,7 +982,9 @@ pub unsafe extern "C" fn gpurt_host_register(
 }
 
 /// Unregisters memory from `gpurt_host_register`: waits for the transfers that used it, then
-/// drops one lock (the last one unpins). The handle is invalid afterwards.
+/// drops one lock (the last one unpins). The handle is invalid afterwards. A bad handle changes
+/// nothing; a failure of those transfers or of the unpin is returned, and the handle is
+/// released all the same.
 ///
 /// Thread safety: any thread; blocks the caller until those transfers have finished.
 #[unsafe(no_mangle)]
@@ -968,7 +1047,8 @@ pub unsafe extern "C" fn gpurt_lookup(
 }
 
 /// Forks `token` into `count` tokens written to `branches[0..count]`, each usable once (each
-/// branch waits lazily, at its first use). Consumes `token` on success.
+/// branch waits lazily, at its first use). Consumes `token` on success. More branches than the
+/// runtime can hold live tokens (2^24) is `GPURT_STATUS_LIMIT_EXCEEDED`.
 ///
 /// Thread safety: any thread.
 ///
@@ -987,7 +1067,19 @@ pub unsafe extern "C" fn gpurt_fork(
             }
             .into());
         }
+        if count > TokenId::SLOT_LIMIT {
+            // More branches than a planner can hold live tokens: refused before the runtime
+            // makes room for them (which would abort the process on a count this large).
+            return Err(Error::LimitExceeded {
+                what: "fork branches",
+                required: count,
+                limit: TokenId::SLOT_LIMIT,
+                detail: vec!["the runtime holds at most this many live tokens".into()],
+            }
+            .into());
+        }
         let out = out_param(branches, "fork branches out-parameter")?;
+        check_array(out, count, "fork branches out-parameter")?;
         let token = token_in(token)?;
         let forked = with_session(|s| dispatch!(s, s => Ok(s.runtime().fork(token, count)?)))?;
         for (index, branch) in forked.into_iter().enumerate() {
@@ -1098,9 +1190,8 @@ pub unsafe extern "C" fn gpurt_upload(
 ) -> GpurtStatus {
     let operation = |after: &mut Vec<Token>| {
         host_range(src, "upload source")?;
-        // SAFETY: the caller's promise: `dst.len` readable bytes at `src` (non-null).
-        let src = unsafe { std::slice::from_raw_parts(src.cast::<u8>(), dst.len) };
-        with_session(|s| dispatch!(s, s => upload(s, device, dst, src, after)))
+        // SAFETY: the caller's promise, passed on.
+        with_session(|s| dispatch!(s, s => unsafe { upload(s, device, dst, src, after) }))
     };
     // SAFETY: the caller's promise.
     unsafe { enqueue(after, after_count, done, operation) }
@@ -1124,12 +1215,10 @@ pub unsafe extern "C" fn gpurt_download(
 ) -> GpurtStatus {
     status_of(|| {
         host_range(dst, "download destination")?;
-        // SAFETY: the caller's promise: `src.len` writable bytes at `dst` (non-null, checked),
-        // not accessed elsewhere during the call.
-        let dst = unsafe { std::slice::from_raw_parts_mut(dst.cast::<u8>(), src.len) };
         // SAFETY: the caller's promise.
         let mut after = unsafe { tokens_in(after, after_count) }?;
-        with_session(|s| dispatch!(s, s => download(s, device, dst, src, &mut after)))
+        // SAFETY: the caller's promise, passed on.
+        with_session(|s| dispatch!(s, s => unsafe { download(s, device, dst, src, &mut after) }))
     })
 }
 
@@ -1181,25 +1270,11 @@ pub unsafe extern "C" fn gpurt_launch(
     done: *mut GpurtToken,
 ) -> GpurtStatus {
     let operation = |after: &mut Vec<Token>| {
-        if dims.is_null() {
-            return Err(Error::NullPointer {
-                what: "launch dimensions",
-            }
-            .into());
-        }
-        // SAFETY: non-null (checked); the caller's promise: a `gpurt_dims_t`.
+        check_array(dims, 1, "launch dimensions")?;
+        // SAFETY: non-null and aligned (checked); the caller's promise: a `gpurt_dims_t`.
         let dims = unsafe { dims.read() };
-        let args = match (args.is_null(), arg_count) {
-            (_, 0) => &[][..],
-            (true, _) => {
-                return Err(Error::NullPointer {
-                    what: "kernel argument list",
-                }
-                .into());
-            }
-            // SAFETY: the caller's promise: `arg_count` arguments at `args`.
-            (false, count) => unsafe { std::slice::from_raw_parts(args, count) },
-        };
+        // SAFETY: the caller's promise: `arg_count` arguments at `args`.
+        let args = unsafe { c_slice(args, arg_count, "kernel argument list") }?;
         with_session(|s| {
             // SAFETY: the caller's promise (the kernel stays inside its spans), passed on.
             dispatch!(s, s => unsafe { launch(s, kernel, dims, args, after) })
@@ -1223,4 +1298,60 @@ pub unsafe extern "C" fn gpurt_stats(stats: *mut GpurtStats) -> GpurtStatus {
         write_out(out, figures);
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shared::status::with_last_error;
+
+    fn last_error() -> String {
+        with_last_error(|message| message.to_string_lossy().into_owned())
+    }
+
+    /// Misaligned arrays and out-parameters are refused with a status before anything is read,
+    /// written or shut down (a slice of one, or a write through it, is undefined behaviour: a
+    /// debug build aborted the process).
+    #[test]
+    fn misaligned_pointers_are_refused_before_anything_happens() {
+        let _serial = shared::process_test_lock();
+        shared::open(OpenOptions {
+            backend: BackendChoice::Host,
+            trace: None,
+        })
+        .unwrap();
+        let mut words = [0u64; 8];
+        let misaligned = words.as_mut_ptr().cast::<u8>().wrapping_add(1);
+        let mut done = GpurtToken::default();
+        // SAFETY (each call): the misaligned pointers are refused before they are used.
+        unsafe {
+            let status = gpurt_join(misaligned.cast(), 2, &mut done);
+            assert_eq!(status, GpurtStatus::InvalidArgument);
+            assert!(last_error().contains("token list"), "{}", last_error());
+            let status = gpurt_device_count(misaligned.cast());
+            assert_eq!(status, GpurtStatus::InvalidArgument);
+            assert!(last_error().contains("not aligned"), "{}", last_error());
+            let status = gpurt_launch(
+                GpurtKernel { id: 1 },
+                misaligned.cast(),
+                core::ptr::null(),
+                0,
+                core::ptr::null(),
+                0,
+                &mut done,
+            );
+            assert_eq!(status, GpurtStatus::InvalidArgument);
+            assert!(
+                last_error().contains("launch dimensions"),
+                "{}",
+                last_error()
+            );
+            let status = gpurt_shutdown(misaligned.cast());
+            assert_eq!(status, GpurtStatus::InvalidArgument);
+        }
+        assert_eq!(done, GpurtToken::default(), "nothing written");
+        assert_eq!(words, [0; 8], "nothing written");
+        let report = shared::shutdown().expect("the refused shutdown left the runtime open");
+        assert_eq!(report.released_objects, 0);
+    }
 }

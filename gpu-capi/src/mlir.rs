@@ -21,14 +21,22 @@
 //!   `mgpuSetDefaultDevice` (per thread, as upstream) moves every later call, launches
 //!   included, to that device.
 //!
-//! Failures print `mgpuXxx: message` on stderr (as upstream's wrappers do), set the thread's
-//! last error, and return null where the function returns a pointer.
+//! Handles (streams, events, modules, functions) are the shared layer's
+//! ([`crate::shared::handle`]): never issued twice in the process, and carrying the session that
+//! issued them, so a handle kept across a shutdown is refused in the next session instead of
+//! naming one of its objects.
+//!
+//! Every call checks all its arguments (handles, pointers, sizes, and for memsets and copies
+//! that a range starting in an allocation of `mgpuMemAlloc` ends inside it) before it changes
+//! anything: a refused call leaves streams, events and allocations as they were. Failures print
+//! `mgpuXxx: message` on stderr (as upstream's wrappers do), set the thread's last error, and
+//! return null where the function returns a pointer.
 
 use std::cell::Cell;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, Once, PoisonError};
 
 use hashbrown::HashMap;
@@ -38,30 +46,24 @@ use gpu_runtime::Error;
 use gpu_runtime::allocator::MemoryKind;
 use gpu_runtime::backend::{FillValue, LaunchDims};
 use gpu_runtime::id::{EventId, StreamId};
-use gpu_runtime::runtime::{Buffer, Kernel, ModuleId, Span};
+use gpu_runtime::runtime::{Buffer, Kernel, ModuleId, Runtime, Span};
 use gpu_runtime::token::{Token, TraceOp};
 
 use crate::shared::{
-    self, CapiError, ClientBackend, Session, TraceExport, dispatch, guarded, with_session,
+    self, CapiError, ClientBackend, Generation, HandleKind, HandleMap, Session, TraceExport,
+    dispatch, guarded, with_session,
 };
 
 thread_local! {
     /// The device `mgpuSetDefaultDevice` chose on this thread (upstream's is thread-local too).
     static DEFAULT_DEVICE: Cell<u32> = const { Cell::new(0) };
-    /// The session (by [`MlirObjects::generation`]) and device this layer last made current
-    /// on this thread (generation 0: none yet).
+    /// The session (by its generation) and device this layer last made current on this
+    /// thread (generation 0: none yet).
     static MADE_CURRENT: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
 }
 
 /// Set once the exit hook has shut the runtime down: later calls do nothing.
 static EXITED: AtomicBool = AtomicBool::new(false);
-
-/// Handle values: a tag in the top byte per kind (no user-space pointer starts with it), a
-/// serial below, so a stale or foreign pointer is recognised.
-const STREAM_TAG: u64 = 0xC1 << 56;
-const EVENT_TAG: u64 = 0xC2 << 56;
-const MODULE_TAG: u64 = 0xC3 << 56;
-const FUNCTION_TAG: u64 = 0xC4 << 56;
 
 /// An MLIR stream: the token at its tail and the event waits queued since.
 #[derive(Default)]
@@ -79,60 +81,53 @@ struct Function {
 /// What the MLIR ABI keeps in a session: the program's streams, events, modules, functions
 /// and allocations, by handle or address. One lock: MLIR programs call from one thread.
 pub struct MlirObjects<B: ClientBackend> {
-    /// Tells sessions apart (a later session may reuse an earlier one's address).
-    generation: u64,
     inner: Mutex<Objects<B>>,
 }
 
-/// The generation of the next session's MLIR objects (0 means none).
-static GENERATIONS: AtomicU64 = AtomicU64::new(1);
-
 struct Objects<B: ClientBackend> {
-    next_serial: u64,
-    streams: HashMap<u64, Stream>,
+    streams: HandleMap<Stream>,
     /// Streams whose tail is a branch of a recorded event, oldest first: dropped once done.
     idle: VecDeque<u64>,
-    events: HashMap<u64, Option<Token>>,
-    modules: HashMap<u64, ModuleId>,
-    functions: HashMap<u64, Function>,
+    events: HandleMap<Option<Token>>,
+    modules: HandleMap<ModuleId>,
+    functions: HandleMap<Function>,
     /// Function handles by module, then name, so asking again (the lowering asks before every
     /// launch) returns the same handle, found without allocating.
     function_names: HashMap<ModuleId, HashMap<CString, u64>>,
     /// Kernels resolved per function handle and device.
     kernels: HashMap<(u64, u32), Kernel<'static, B>>,
-    buffers: HashMap<usize, Buffer<'static, B>>,
+    /// The allocations of `mgpuMemAlloc` by address, in order: the one an address lies in is
+    /// the last that starts at or below it.
+    buffers: BTreeMap<usize, Buffer<'static, B>>,
     /// The program's own stream/event calls and where to write them, when asked for.
     trace: Option<(PathBuf, Vec<TraceOp>)>,
 }
 
 impl<B: ClientBackend> MlirObjects<B> {
-    /// Empty, recording the program's own stream and event calls when the session writes a
-    /// trace to `trace` (`GPU_RUNTIME_TRACE`): they go to the same path with `.mlir` appended.
-    pub fn new(trace: Option<&Path>) -> Self {
+    /// Empty, for the session of `generation`, recording the program's own stream and event
+    /// calls when the session writes a trace to `trace` (`GPU_RUNTIME_TRACE`): they go to the
+    /// same path with `.mlir` appended.
+    pub fn new(trace: Option<&Path>, generation: Generation) -> Self {
         let program_trace = trace.map(|path| {
             let mut name = path.as_os_str().to_owned();
             name.push(".mlir");
             (PathBuf::from(name), Vec::new())
         });
         Self {
-            generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
             inner: Mutex::new(Objects {
                 trace: program_trace,
-                next_serial: 1,
-                streams: HashMap::new(),
+                streams: HandleMap::new(HandleKind::Stream, generation),
                 idle: VecDeque::new(),
-                events: HashMap::new(),
-                modules: HashMap::new(),
-                functions: HashMap::new(),
+                events: HandleMap::new(HandleKind::Event, generation),
+                modules: HandleMap::new(HandleKind::Module, generation),
+                functions: HandleMap::new(HandleKind::Function, generation),
                 function_names: HashMap::new(),
                 kernels: HashMap::new(),
-                buffers: HashMap::new(),
+                buffers: BTreeMap::new(),
             }),
         }
     }
-}
 
-impl<B: ClientBackend> MlirObjects<B> {
     fn lock(&self) -> MutexGuard<'_, Objects<B>> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -143,15 +138,13 @@ impl<B: ClientBackend> MlirObjects<B> {
         let mut objects = self.lock();
         let runtime = session.runtime();
         let left = objects.streams.len();
-        for (_, stream) in objects.streams.drain() {
+        for stream in objects.streams.drain() {
             for token in stream.tail.into_iter().chain(stream.waits) {
                 let _ = runtime.wait(token);
             }
         }
-        for (_, token) in objects.events.drain() {
-            if let Some(token) = token {
-                let _ = runtime.release(token);
-            }
+        for token in objects.events.drain().flatten() {
+            let _ = runtime.release(token);
         }
         objects.idle.clear();
         objects.kernels.clear();
@@ -185,39 +178,155 @@ impl<B: ClientBackend> Objects<B> {
         }
     }
 
-    fn handle(&mut self, tag: u64) -> u64 {
-        let serial = self.next_serial;
-        self.next_serial += 1;
-        tag | serial
-    }
-
+    /// The live stream `handle` names (null is refused: the call needs a stream).
     fn stream(&mut self, handle: u64) -> Result<&mut Stream, CapiError> {
-        self.streams
-            .get_mut(&handle)
-            .ok_or_else(|| unknown("stream", handle))
+        self.streams.get_mut(handle)
     }
 
+    /// Refuses a stream handle that is neither null (no stream: the call is synchronous) nor a
+    /// live stream of this session.
+    fn check_stream(&self, handle: u64) -> Result<(), CapiError> {
+        match handle {
+            0 => Ok(()),
+            _ => self.streams.get(handle).map(drop),
+        }
+    }
+
+    /// The live event `handle` names.
     fn event(&mut self, handle: u64) -> Result<&mut Option<Token>, CapiError> {
-        self.events
-            .get_mut(&handle)
-            .ok_or_else(|| unknown("event", handle))
+        self.events.get_mut(handle)
+    }
+
+    /// An operation's dependencies on `stream`: its queued waits and its tail, taken out (none
+    /// for the null stream). Refuses a stream that is not live, taking nothing.
+    fn take_deps(&mut self, stream: u64) -> Result<Vec<Token>, CapiError> {
+        if stream == 0 {
+            return Ok(Vec::new());
+        }
+        let stream = self.stream(stream)?;
+        let mut after = core::mem::take(&mut stream.waits);
+        after.extend(stream.tail.take());
+        Ok(after)
+    }
+
+    /// Gives `after` (from [`Objects::take_deps`]) back to `stream` when the operation was
+    /// refused (the runtime leaves a refused operation's dependencies untouched).
+    fn restore(&mut self, stream: u64, mut after: Vec<Token>) {
+        if let Ok(entry) = self.streams.get_mut(stream) {
+            entry.tail = after.pop();
+            entry.waits = after;
+        }
+    }
+
+    /// `stream`'s dependencies as one token: the only one, several joined, or none. A refused
+    /// join gives them back to the stream.
+    fn take_point(
+        &mut self,
+        runtime: &Runtime<B>,
+        stream: u64,
+    ) -> Result<Option<Token>, CapiError> {
+        let mut after = self.take_deps(stream)?;
+        if after.len() < 2 {
+            return Ok(after.pop());
+        }
+        match runtime.join(&mut after) {
+            Ok(point) => Ok(Some(point)),
+            Err(error) => {
+                self.restore(stream, after);
+                Err(error.into())
+            }
+        }
+    }
+
+    /// Drops the oldest idle stream's branch if its event has completed (one query): such a
+    /// stream is a join input the program never uses again. A stream still running goes back
+    /// to the queue; one whose query failed keeps its branch (the failure is seen through the
+    /// event's own branch, or at shutdown) and leaves the queue.
+    fn prune_idle(&mut self, runtime: &Runtime<B>) {
+        let Some(oldest) = self.idle.pop_front() else {
+            return;
+        };
+        let Ok(stream) = self.streams.get_mut(oldest) else {
+            return;
+        };
+        if !stream.waits.is_empty() {
+            return;
+        }
+        let Some(tail) = stream.tail.take() else {
+            return;
+        };
+        let id = tail.id();
+        match runtime.wait_if_done(tail) {
+            Ok(None) => {}
+            Ok(Some(pending)) => {
+                stream.tail = Some(pending);
+                self.idle.push_front(oldest);
+            }
+            // The runtime hands a token back unchanged when it cannot tell.
+            Err(_) => stream.tail = Some(Token::from_id(id)),
+        }
+    }
+
+    /// Refuses a range `[address, address + len)` that an operation would read or write when
+    /// it is null, runs past the top of the address space, runs past the end of the
+    /// allocation of `mgpuMemAlloc` it starts in, or starts outside every such allocation and
+    /// runs into one. Memory this ABI did not allocate (the host's, say) is the program's to
+    /// size.
+    fn check_range(&self, address: usize, len: usize, what: &'static str) -> Result<(), CapiError> {
+        if address == 0 {
+            return Err(Error::NullPointer { what }.into());
+        }
+        let end = address
+            .checked_add(len)
+            .ok_or(Error::AddressOverflow { ptr: address, len })?;
+        let refused = |detail: String| Err(CapiError::InvalidArgument { what, detail });
+        if let Some((&start, buffer)) = self.buffers.range(..=address).next_back()
+            && address - start < buffer.size()
+        {
+            let (offset, size) = (address - start, buffer.size());
+            if len > size - offset {
+                return refused(format!(
+                    "{len} bytes at {address:#x} (offset {offset}) run past the end of the \
+                     {size}-byte allocation at {start:#x}"
+                ));
+            }
+            return Ok(());
+        }
+        match self.buffers.range(address..end).next() {
+            Some((&start, _)) => refused(format!(
+                "{len} bytes at {address:#x} start outside every allocation of mgpuMemAlloc but \
+                 run into the one at {start:#x}"
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Why `ptr`, given to free, is not the start of a live allocation of `mgpuMemAlloc`.
+    fn not_allocated(&self, ptr: usize) -> CapiError {
+        let inside = self
+            .buffers
+            .range(..ptr)
+            .next_back()
+            .filter(|(start, buffer)| ptr - **start < buffer.size());
+        CapiError::InvalidArgument {
+            what: "pointer to free",
+            detail: match inside {
+                Some((start, _)) => {
+                    format!("{ptr:#x} lies inside the allocation at {start:#x}; free its start")
+                }
+                None => format!("{ptr:#x} is no allocation of mgpuMemAlloc (or was freed already)"),
+            },
+        }
     }
 }
 
-/// A handle's name in the program's trace (its serial number).
+/// A handle's name in the program's trace (the low bits of its serial number).
 fn stream_id(handle: u64) -> StreamId {
     StreamId(handle as u32)
 }
 
 fn event_id(handle: u64) -> EventId {
     EventId(handle as u32)
-}
-
-fn unknown(what: &'static str, handle: u64) -> CapiError {
-    CapiError::InvalidArgument {
-        what,
-        detail: format!("{handle:#x} is no live MLIR {what} of this library"),
-    }
 }
 
 fn device() -> DeviceId {
@@ -230,7 +339,7 @@ fn device() -> DeviceId {
 /// push and pop on each). A program that switches the thread's context itself between calls
 /// only costs those calls the push and pop again.
 fn make_current<B: ClientBackend>(session: &Session<B>) -> Result<(), CapiError> {
-    let wanted = (session.mlir.generation, device().0);
+    let wanted = (session.generation().raw(), device().0);
     if MADE_CURRENT.with(Cell::get) != wanted {
         session
             .runtime()
@@ -282,92 +391,64 @@ macro_rules! on_session {
     };
 }
 
-/// The operation's dependencies on `stream`: its tail and queued waits (emptied).
-fn after_stream<B: ClientBackend>(
-    objects: &mut Objects<B>,
-    stream: u64,
-) -> Result<Vec<Token>, CapiError> {
-    if stream == 0 {
-        return Ok(Vec::new());
-    }
-    let stream = objects.stream(stream)?;
-    let mut after = core::mem::take(&mut stream.waits);
-    after.extend(stream.tail.take());
-    Ok(after)
+/// Refuses `stream` unless it is null or live (for calls that do nothing else with it, or
+/// check it before other work).
+fn check_stream<B: ClientBackend>(session: &Session<B>, stream: u64) -> Result<(), CapiError> {
+    session.mlir.lock().check_stream(stream)
 }
 
-/// Puts `token` at `stream`'s tail (with no stream, the caller waits for it now).
-fn set_tail<B: ClientBackend>(
-    session: &'static Session<B>,
-    objects: &mut Objects<B>,
-    stream: u64,
-    token: Token,
-) -> Result<(), CapiError> {
-    if stream == 0 {
-        return Ok(session.runtime().wait(token)?);
-    }
-    objects.stream(stream)?.tail = Some(token);
-    Ok(())
-}
-
-/// Gives `after` back to `stream` when the operation was refused (the runtime leaves a
-/// refused operation's dependencies untouched).
-fn restore<B: ClientBackend>(objects: &mut Objects<B>, stream: u64, mut after: Vec<Token>) {
-    if let Ok(entry) = objects.stream(stream) {
-        entry.tail = after.pop();
-        entry.waits = after;
-    }
-}
-
-/// Runs one operation on `stream`: `work` gets the dependencies and returns the new token.
+/// Runs one operation on `stream` (null: no stream, and the caller waits for it): `check`
+/// refuses bad arguments against the objects, then `work` gets the dependencies and returns
+/// the new token. A refusal of either leaves the stream as it was.
 fn on_stream<B: ClientBackend, T>(
     session: &'static Session<B>,
     stream: u64,
+    check: impl FnOnce(&Objects<B>) -> Result<(), CapiError>,
     work: impl FnOnce(&mut Vec<Token>) -> Result<(Token, T), CapiError>,
 ) -> Result<T, CapiError> {
     let mut objects = session.mlir.lock();
-    let mut after = after_stream(&mut objects, stream)?;
-    match work(&mut after) {
-        Ok((token, value)) => {
-            if stream != 0 {
-                objects.note(|| TraceOp::Launch {
-                    stream: stream_id(stream),
-                    device: Some(device()),
-                });
-            }
-            set_tail(session, &mut objects, stream, token)?;
-            Ok(value)
-        }
+    objects.check_stream(stream)?;
+    check(&objects)?;
+    let mut after = objects.take_deps(stream)?;
+    let (token, value) = match work(&mut after) {
+        Ok(done) => done,
         Err(error) => {
-            restore(&mut objects, stream, after);
-            Err(error)
+            objects.restore(stream, after);
+            return Err(error);
+        }
+    };
+    if stream == 0 {
+        drop(objects);
+        session.runtime().wait(token)?;
+        return Ok(value);
+    }
+    objects.note(|| TraceOp::Launch {
+        stream: stream_id(stream),
+        device: Some(device()),
+    });
+    objects.stream(stream)?.tail = Some(token);
+    Ok(value)
+}
+
+/// Ends every token with `end`, even after a failure, and reports the first failure.
+fn end_all(
+    tokens: impl IntoIterator<Item = Token>,
+    mut end: impl FnMut(Token) -> Result<(), Error>,
+) -> Result<(), CapiError> {
+    let mut first = Ok(());
+    for token in tokens {
+        let ended = end(token);
+        if first.is_ok() {
+            first = ended;
         }
     }
+    Ok(first?)
 }
 
 fn stream_create<B: ClientBackend>(session: &'static Session<B>) -> Result<u64, CapiError> {
     let mut objects = session.mlir.lock();
-    // The oldest idle stream is dropped if its event has completed (one query).
-    if let Some(oldest) = objects.idle.pop_front() {
-        let done = match objects.streams.get_mut(&oldest) {
-            Some(stream) if stream.waits.is_empty() => match stream.tail.take() {
-                Some(tail) => match session.runtime().wait_if_done(tail)? {
-                    Some(pending) => {
-                        stream.tail = Some(pending);
-                        false
-                    }
-                    None => true,
-                },
-                None => true,
-            },
-            _ => true,
-        };
-        if !done {
-            objects.idle.push_front(oldest);
-        }
-    }
-    let handle = objects.handle(STREAM_TAG);
-    objects.streams.insert(handle, Stream::default());
+    objects.prune_idle(session.runtime());
+    let handle = objects.streams.insert(Stream::default())?;
     objects.note(|| TraceOp::CreateStream {
         stream: stream_id(handle),
         device: device(),
@@ -375,42 +456,43 @@ fn stream_create<B: ClientBackend>(session: &'static Session<B>) -> Result<u64, 
     Ok(handle)
 }
 
+/// Destroys `stream`; its pending work goes on (CUDA allows destroying a busy stream) and its
+/// tokens are released without a wait, as the program chose not to wait for them. A failure
+/// to release one is reported; the stream is destroyed all the same.
 fn stream_destroy<B: ClientBackend>(
     session: &'static Session<B>,
     stream: u64,
 ) -> Result<(), CapiError> {
     let mut objects = session.mlir.lock();
-    let entry = objects
-        .streams
-        .remove(&stream)
-        .ok_or_else(|| unknown("stream", stream))?;
+    let entry = objects.streams.remove(stream)?;
     objects.idle.retain(|&s| s != stream);
     objects.note(|| TraceOp::DestroyStream {
         stream: stream_id(stream),
     });
-    // Work still pending goes on (CUDA allows destroying a busy stream); its tokens are
-    // released without a wait, as the program chose not to wait for them.
-    for token in entry.tail.into_iter().chain(entry.waits) {
-        session.runtime().release(token)?;
-    }
-    Ok(())
+    drop(objects);
+    let runtime = session.runtime();
+    end_all(entry.tail.into_iter().chain(entry.waits), |token| {
+        runtime.release(token)
+    })
 }
 
+/// Waits for everything on `stream` (nothing for the null stream); every token is waited for,
+/// and the first failure reported.
 fn stream_synchronize<B: ClientBackend>(
     session: &'static Session<B>,
     stream: u64,
 ) -> Result<(), CapiError> {
     let mut objects = session.mlir.lock();
-    let after = after_stream(&mut objects, stream)?;
-    objects.idle.retain(|&s| s != stream);
-    objects.note(|| TraceOp::SynchronizeStream {
-        stream: stream_id(stream),
-    });
+    let after = objects.take_deps(stream)?;
+    if stream != 0 {
+        objects.idle.retain(|&s| s != stream);
+        objects.note(|| TraceOp::SynchronizeStream {
+            stream: stream_id(stream),
+        });
+    }
+    drop(objects);
     let runtime = session.runtime();
-    after
-        .into_iter()
-        .try_for_each(|token| runtime.wait(token))
-        .map_err(CapiError::from)
+    end_all(after, |token| runtime.wait(token))
 }
 
 fn stream_wait_event<B: ClientBackend>(
@@ -420,18 +502,26 @@ fn stream_wait_event<B: ClientBackend>(
 ) -> Result<(), CapiError> {
     let mut objects = session.mlir.lock();
     objects.stream(stream)?;
-    objects.event(event)?;
+    let recorded = objects.event(event)?.take();
+    if let Some(token) = recorded {
+        // Never recorded, or done: nothing to wait for. Else the event keeps one branch and
+        // the stream waits on the other.
+        let id = token.id();
+        let [keep, branch] = match session.runtime().fork(token, 2) {
+            Ok(branches) => two(branches),
+            Err(error) => {
+                *objects.event(event)? = Some(Token::from_id(id));
+                return Err(error.into());
+            }
+        };
+        *objects.event(event)? = Some(keep);
+        objects.stream(stream)?.waits.push(branch);
+        objects.idle.retain(|&s| s != stream);
+    }
     objects.note(|| TraceOp::Wait {
         stream: stream_id(stream),
         event: event_id(event),
     });
-    let Some(token) = objects.event(event)?.take() else {
-        return Ok(()); // never recorded, or done: nothing to wait for
-    };
-    let [keep, branch] = two(session.runtime().fork(token, 2)?);
-    *objects.event(event)? = Some(keep);
-    objects.stream(stream)?.waits.push(branch);
-    objects.idle.retain(|&s| s != stream);
     Ok(())
 }
 
@@ -441,8 +531,7 @@ fn two(tokens: Vec<Token>) -> [Token; 2] {
 
 fn event_create<B: ClientBackend>(session: &'static Session<B>) -> Result<u64, CapiError> {
     let mut objects = session.mlir.lock();
-    let handle = objects.handle(EVENT_TAG);
-    objects.events.insert(handle, None);
+    let handle = objects.events.insert(None)?;
     objects.note(|| TraceOp::CreateEvent {
         event: event_id(handle),
         device: device(),
@@ -450,25 +539,22 @@ fn event_create<B: ClientBackend>(session: &'static Session<B>) -> Result<u64, C
     Ok(handle)
 }
 
+/// Destroys `event`, releasing its branch; a failure to release it is reported, the event is
+/// destroyed all the same.
 fn event_destroy<B: ClientBackend>(
     session: &'static Session<B>,
     event: u64,
 ) -> Result<(), CapiError> {
     let token = {
         let mut objects = session.mlir.lock();
-        let token = objects
-            .events
-            .remove(&event)
-            .ok_or_else(|| unknown("event", event))?;
+        let token = objects.events.remove(event)?;
         objects.note(|| TraceOp::DestroyEvent {
             event: event_id(event),
         });
         token
     };
-    match token {
-        Some(token) => Ok(session.runtime().release(token)?),
-        None => Ok(()),
-    }
+    let runtime = session.runtime();
+    end_all(token, |token| runtime.release(token))
 }
 
 fn event_synchronize<B: ClientBackend>(
@@ -483,12 +569,13 @@ fn event_synchronize<B: ClientBackend>(
         });
         token
     };
-    match token {
-        Some(token) => Ok(session.runtime().wait(token)?),
-        None => Ok(()),
-    }
+    let runtime = session.runtime();
+    end_all(token, |token| runtime.wait(token))
 }
 
+/// Records `event` at `stream`'s tail. A refusal by the runtime gives the stream its
+/// dependencies back; the event's previous record is released last, once the new one is in
+/// place (a failure to release it is reported, the record stands).
 fn event_record<B: ClientBackend>(
     session: &'static Session<B>,
     event: u64,
@@ -499,32 +586,34 @@ fn event_record<B: ClientBackend>(
     // A null stream (no MLIR stream) is refused here, before anything changes.
     objects.stream(stream)?;
     let runtime = session.runtime();
-    let mut after = after_stream(&mut objects, stream)?;
+    let (recorded, tail) = match objects.take_point(runtime, stream)? {
+        Some(point) => {
+            let id = point.id();
+            match runtime.fork_detached(point, 2) {
+                Ok(branches) => {
+                    let [for_event, for_stream] = two(branches);
+                    (Some(for_event), Some(for_stream))
+                }
+                Err(error) => {
+                    objects.stream(stream)?.tail = Some(Token::from_id(id));
+                    return Err(error.into());
+                }
+            }
+        }
+        None => (None, None),
+    };
     objects.note(|| TraceOp::Record {
         event: event_id(event),
         stream: stream_id(stream),
     });
-    let point = match after.len() {
-        0 => None,
-        1 => after.pop(),
-        _ => Some(runtime.join(&mut after)?),
-    };
-    let (recorded, tail) = match point {
-        Some(point) => {
-            let [for_event, for_stream] = two(runtime.fork_detached(point, 2)?);
-            (Some(for_event), Some(for_stream))
-        }
-        None => (None, None),
-    };
-    if let Some(old) = core::mem::replace(objects.event(event)?, recorded) {
-        runtime.release(old)?;
-    }
+    let old = core::mem::replace(objects.event(event)?, recorded);
     let idle = tail.is_some();
     objects.stream(stream)?.tail = tail;
     if idle {
         objects.idle.push_back(stream);
     }
-    Ok(())
+    drop(objects);
+    end_all(old, |token| runtime.release(token))
 }
 
 fn mem_alloc<B: ClientBackend>(
@@ -538,54 +627,58 @@ fn mem_alloc<B: ClientBackend>(
         ptr: 0,
         len: usize::MAX,
     })?;
-    if size == 0 {
-        return Ok(0); // upstream returns null for no bytes
-    }
     let kind = if host_shared {
         MemoryKind::Managed
     } else {
         MemoryKind::Device
     };
     let device = device();
-    let buffer = if stream == 0 || host_shared {
-        runtime.alloc(device, kind, size)?
+    let buffer = if stream != 0 && !host_shared && size != 0 {
+        on_stream(
+            session,
+            stream,
+            |_| Ok(()),
+            |after| {
+                let (buffer, token) = runtime.alloc_after(device, kind, size, after)?;
+                Ok((token, buffer))
+            },
+        )?
     } else {
-        on_stream(session, stream, |after| {
-            let (buffer, token) = runtime.alloc_after(device, kind, size, after)?;
-            Ok((token, buffer))
-        })?
+        // Managed memory is allocated at once (as upstream's); the stream is still checked.
+        check_stream(session, stream)?;
+        if size == 0 {
+            return Ok(0); // upstream returns null for no bytes
+        }
+        runtime.alloc(device, kind, size)?
     };
     let address = buffer.address();
     session.mlir.lock().buffers.insert(address, buffer);
     Ok(address)
 }
 
+/// Frees an allocation of `mgpuMemAlloc` after `stream`'s work (at once with no stream). The
+/// stream and the pointer are both checked before anything happens: a refused free leaves the
+/// allocation live (a correct free of it later succeeds) and the stream as it was.
 fn mem_free<B: ClientBackend>(
     session: &'static Session<B>,
     ptr: usize,
     stream: u64,
 ) -> Result<(), CapiError> {
-    if ptr == 0 {
-        return Ok(());
-    }
+    let runtime = session.runtime();
     let mut objects = session.mlir.lock();
+    objects.check_stream(stream)?;
+    if ptr == 0 {
+        return Ok(()); // as upstream: freeing null does nothing
+    }
     let buffer = objects
         .buffers
         .remove(&ptr)
-        .ok_or_else(|| CapiError::InvalidArgument {
-            what: "pointer to free",
-            detail: format!("{ptr:#x} is no allocation of mgpuMemAlloc (or was freed already)"),
-        })?;
-    let runtime = session.runtime();
-    let tail = match stream {
-        0 => None,
-        _ => {
-            let mut after = after_stream(&mut objects, stream)?;
-            match after.len() {
-                0 => None,
-                1 => after.pop(),
-                _ => Some(runtime.join(&mut after)?),
-            }
+        .ok_or_else(|| objects.not_allocated(ptr))?;
+    let tail = match objects.take_point(runtime, stream) {
+        Ok(tail) => tail,
+        Err(error) => {
+            objects.buffers.insert(ptr, buffer);
+            return Err(error);
         }
     };
     let freed = match &tail {
@@ -606,16 +699,25 @@ fn memcpy<B: ClientBackend>(
     stream: u64,
 ) -> Result<(), CapiError> {
     let runtime = session.runtime();
-    let bytes = bytes as usize;
+    let bytes = usize::try_from(bytes).map_err(|_| Error::AddressOverflow {
+        ptr: src,
+        len: usize::MAX,
+    })?;
     if bytes == 0 {
-        return Ok(());
+        return check_stream(session, stream);
     }
     // SAFETY: the program's own pointers, valid until the copy completes (the ABI's contract:
-    // MLIR orders its frees after the stream).
-    let (dst, src) = unsafe { (Span::from_raw(dst, bytes), Span::from_raw(src, bytes)) };
-    on_stream(session, stream, |after| {
-        Ok((runtime.copy(device(), dst, src, after)?, ()))
-    })
+    // MLIR orders its frees after the stream); the ranges are checked before the copy runs.
+    let (to, from) = unsafe { (Span::from_raw(dst, bytes), Span::from_raw(src, bytes)) };
+    on_stream(
+        session,
+        stream,
+        |objects| {
+            objects.check_range(dst, bytes, "copy destination")?;
+            objects.check_range(src, bytes, "copy source")
+        },
+        |after| Ok((runtime.copy(device(), to, from, after)?, ())),
+    )
 }
 
 fn memset<B: ClientBackend>(
@@ -626,20 +728,24 @@ fn memset<B: ClientBackend>(
     stream: u64,
 ) -> Result<(), CapiError> {
     let runtime = session.runtime();
-    let bytes = (count as usize)
-        .checked_mul(value.width())
+    let bytes = usize::try_from(count)
+        .ok()
+        .and_then(|count| count.checked_mul(value.width()))
         .ok_or(Error::AddressOverflow {
             ptr: dst,
             len: usize::MAX,
         })?;
     if bytes == 0 {
-        return Ok(());
+        return check_stream(session, stream);
     }
     // SAFETY: as in `memcpy`.
-    let dst = unsafe { Span::from_raw(dst, bytes) };
-    on_stream(session, stream, |after| {
-        Ok((runtime.fill_elements(device(), dst, value, after)?, ()))
-    })
+    let to = unsafe { Span::from_raw(dst, bytes) };
+    on_stream(
+        session,
+        stream,
+        |objects| objects.check_range(dst, bytes, "memset destination"),
+        |after| Ok((runtime.fill_elements(device(), to, value, after)?, ())),
+    )
 }
 
 /// # Safety
@@ -654,12 +760,15 @@ unsafe fn module_load<B: ClientBackend>(
         }
         .into());
     }
+    let runtime = session.runtime();
     // SAFETY: the caller's promise, passed on.
-    let module = unsafe { session.runtime().load_module(device(), image) }?;
-    let mut objects = session.mlir.lock();
-    let handle = objects.handle(MODULE_TAG);
-    objects.modules.insert(handle, module);
-    Ok(handle)
+    let module = unsafe { runtime.load_module(device(), image) }?;
+    let inserted = session.mlir.lock().modules.insert(module);
+    if inserted.is_err() {
+        // No handle for it: it is unloaded again, and the call refused.
+        let _ = runtime.unload_module(module);
+    }
+    inserted
 }
 
 fn module_unload<B: ClientBackend>(
@@ -667,18 +776,15 @@ fn module_unload<B: ClientBackend>(
     module: u64,
 ) -> Result<(), CapiError> {
     let mut objects = session.mlir.lock();
-    let id = objects
-        .modules
-        .remove(&module)
-        .ok_or_else(|| unknown("module", module))?;
+    let id = objects.modules.remove(module)?;
     let gone: Vec<u64> = objects
         .functions
         .iter()
         .filter(|(_, f)| f.module == id)
-        .map(|(&h, _)| h)
+        .map(|(h, _)| h)
         .collect();
     for handle in gone {
-        objects.functions.remove(&handle);
+        let _ = objects.functions.remove(handle);
         objects.kernels.retain(|&(h, _), _| h != handle);
     }
     objects.function_names.remove(&id);
@@ -702,10 +808,7 @@ unsafe fn module_get_function<B: ClientBackend>(
     // SAFETY: the caller's promise.
     let name = unsafe { CStr::from_ptr(name) };
     let objects = session.mlir.lock();
-    let id = *objects
-        .modules
-        .get(&module)
-        .ok_or_else(|| unknown("module", module))?;
+    let id = *objects.modules.get(module)?;
     if let Some(&handle) = objects
         .function_names
         .get(&id)
@@ -717,20 +820,16 @@ unsafe fn module_get_function<B: ClientBackend>(
     drop(objects);
     let kernel = session.runtime().module_kernel(id, device(), name)?;
     let mut objects = session.mlir.lock();
-    let handle = objects.handle(FUNCTION_TAG);
+    let handle = objects.functions.insert(Function {
+        module: id,
+        name: name.to_owned(),
+    })?;
     objects.kernels.insert((handle, device().0), kernel);
     objects
         .function_names
         .entry(id)
         .or_default()
         .insert(name.to_owned(), handle);
-    objects.functions.insert(
-        handle,
-        Function {
-            module: id,
-            name: name.to_owned(),
-        },
-    );
     Ok(handle)
 }
 
@@ -771,12 +870,19 @@ unsafe fn launch_kernel<B: ClientBackend>(
         })?,
     };
     let device = device();
+    // Before the kernel is resolved, which may load its module on this device.
+    check_stream(session, stream)?;
     let kernel = kernel_of(session, function, device)?;
-    on_stream(session, stream, |after| {
-        // SAFETY: the caller's promise for `params` and the memory the kernel reaches.
-        let token = unsafe { kernel.launch_packed(dims, params, after) }?;
-        Ok((token, ()))
-    })
+    on_stream(
+        session,
+        stream,
+        |_| Ok(()),
+        |after| {
+            // SAFETY: the caller's promise for `params` and the memory the kernel reaches.
+            let token = unsafe { kernel.launch_packed(dims, params, after) }?;
+            Ok((token, ()))
+        },
+    )
 }
 
 /// The kernel of function handle `function` on `device`, resolved once per device.
@@ -786,13 +892,10 @@ fn kernel_of<B: ClientBackend>(
     device: DeviceId,
 ) -> Result<Kernel<'static, B>, CapiError> {
     let objects = session.mlir.lock();
+    let entry = objects.functions.get(function)?;
     if let Some(&kernel) = objects.kernels.get(&(function, device.0)) {
         return Ok(kernel);
     }
-    let entry = objects
-        .functions
-        .get(&function)
-        .ok_or_else(|| unknown("function", function))?;
     let (module, name) = (entry.module, entry.name.clone());
     drop(objects);
     let kernel = session.runtime().module_kernel(module, device, &name)?;
@@ -815,7 +918,8 @@ pub struct MemRefDescriptor {
 }
 
 /// The host range a memref covers: from its first element, sizes times element size bytes
-/// (dense only, as upstream requires).
+/// (dense only, as upstream requires). A negative size, offset or element size, and a range
+/// whose size or end does not fit the address space, are refused.
 ///
 /// # Safety
 /// `descriptor` points to a ranked memref descriptor of `rank` dimensions.
@@ -830,10 +934,13 @@ unsafe fn memref_range(
         }
         .into());
     }
-    let rank = usize::try_from(rank).map_err(|_| CapiError::InvalidArgument {
-        what: "memref rank",
-        detail: format!("{rank} is negative"),
-    })?;
+    let invalid = |what: &'static str, detail: String| CapiError::InvalidArgument { what, detail };
+    let rank =
+        usize::try_from(rank).map_err(|_| invalid("memref rank", format!("{rank} is negative")))?;
+    let element_bytes = usize::try_from(element_bytes)
+        .ok()
+        .filter(|&bytes| bytes > 0)
+        .ok_or_else(|| invalid("memref element size", format!("{element_bytes} bytes")))?;
     // SAFETY: the caller's promise: the descriptor has `rank` sizes, then `rank` strides.
     let (d, sizes, strides) = unsafe {
         let d = &*descriptor;
@@ -841,19 +948,35 @@ unsafe fn memref_range(
         let strides = core::slice::from_raw_parts(d.sizes.as_ptr().add(rank), rank);
         (d, sizes, strides)
     };
-    let mut dense = 1i64;
+    let too_large = || {
+        invalid(
+            "memref",
+            format!(
+                "sizes {sizes:?} of {element_bytes}-byte elements at offset {} do not fit the address space",
+                d.offset
+            ),
+        )
+    };
+    let mut dense = 1usize;
     for (&size, &stride) in sizes.iter().zip(strides).rev() {
-        if stride != dense && size > 1 {
-            return Err(CapiError::InvalidArgument {
-                what: "memref",
-                detail: format!("strides {strides:?} of sizes {sizes:?} are not dense"),
-            });
+        let size = usize::try_from(size)
+            .map_err(|_| invalid("memref", format!("sizes {sizes:?} include a negative one")))?;
+        if size > 1 && usize::try_from(stride) != Ok(dense) {
+            return Err(invalid(
+                "memref",
+                format!("strides {strides:?} of sizes {sizes:?} are not dense"),
+            ));
         }
-        dense = dense.saturating_mul(size);
+        dense = dense.checked_mul(size).ok_or_else(too_large)?;
     }
-    let bytes = dense.saturating_mul(element_bytes);
-    let start = (d.aligned as usize).wrapping_add((d.offset * element_bytes) as usize);
-    Ok((start, usize::try_from(bytes).unwrap_or(0)))
+    let bytes = dense.checked_mul(element_bytes).ok_or_else(too_large)?;
+    let offset = usize::try_from(d.offset)
+        .map_err(|_| invalid("memref offset", format!("{} is negative", d.offset)))?;
+    let start = offset
+        .checked_mul(element_bytes)
+        .and_then(|offset| (d.aligned as usize).checked_add(offset))
+        .ok_or_else(too_large)?;
+    Ok((start, bytes))
 }
 
 fn host_register<B: ClientBackend>(
@@ -1094,11 +1217,13 @@ pub unsafe extern "C" fn mgpuLaunchKernel(
 /// inside a registered one counts one more registration.
 #[unsafe(no_mangle)]
 pub extern "C" fn mgpuMemHostRegister(ptr: *mut c_void, size: u64) {
-    on_session!("mgpuMemHostRegister", (), |s| host_register(
-        s,
-        ptr as usize,
-        size as usize
-    ))
+    on_session!("mgpuMemHostRegister", (), |s| {
+        let bytes = usize::try_from(size).map_err(|_| Error::AddressOverflow {
+            ptr: ptr as usize,
+            len: usize::MAX,
+        })?;
+        host_register(s, ptr as usize, bytes)
+    })
 }
 
 /// Registers the memory of a dense memref (as `mgpuMemHostRegister`).
@@ -1234,6 +1359,232 @@ mod tests {
         with_last_error(|message| message.to_string_lossy().into_owned())
     }
 
+    /// Runs `call` and returns the message it failed with, or `None` when it succeeded (the
+    /// thread's last error is set to a marker first: only a failure replaces it).
+    fn refusal(call: impl FnOnce()) -> Option<String> {
+        const MARKER: &str = "no failure yet";
+        crate::shared::status::set_last_error(&CapiError::InvalidArgument {
+            what: MARKER,
+            detail: String::new(),
+        });
+        call();
+        let message = last_error();
+        (!message.starts_with(MARKER)).then_some(message)
+    }
+
+    /// The operations the runtime has planned so far, and the bytes allocated now.
+    fn enqueued_and_allocated() -> (u64, usize) {
+        inspect(|_, session| {
+            let stats = session.runtime().stats();
+            let allocated = stats
+                .allocator
+                .iter()
+                .map(|(_, _, kind)| kind.allocated)
+                .sum();
+            (stats.operations, allocated)
+        })
+    }
+
+    /// `mgpuMemFree` with a destroyed stream is refused and leaves the allocation live: its
+    /// address is not handed out again, its contents stay, and the correct free afterwards
+    /// succeeds.
+    #[test]
+    fn a_refused_free_leaves_the_allocation_live() {
+        let _serial = process_test_lock();
+        open_host();
+        let stream = mgpuStreamCreate();
+        let ptr = mgpuMemAlloc(256, stream, false);
+        mgpuMemset32(ptr, 7, 64, stream);
+        let dead = mgpuStreamCreate();
+        mgpuStreamDestroy(dead);
+        let refused = refusal(|| mgpuMemFree(ptr, dead)).expect("a destroyed stream is refused");
+        assert!(refused.contains("MLIR stream"), "{refused}");
+        assert!(
+            inspect(|objects, _| objects.buffers.contains_key(&(ptr as usize))),
+            "the refused free left the allocation live"
+        );
+        let other = mgpuMemAlloc(256, NULL, false);
+        assert_ne!(
+            other, ptr,
+            "a live allocation's address is not handed out again"
+        );
+        let mut host = [0u32; 64];
+        mgpuMemcpy(host.as_mut_ptr().cast(), ptr, 256, stream);
+        mgpuStreamSynchronize(stream);
+        assert!(host.iter().all(|&word| word == 7), "{host:?}");
+        assert_eq!(
+            refusal(|| mgpuMemFree(ptr, stream)),
+            None,
+            "the correct free"
+        );
+        assert_eq!(refusal(|| mgpuMemFree(other, NULL)), None);
+        mgpuStreamSynchronize(stream);
+        mgpuStreamDestroy(stream);
+        let report = shared::shutdown().unwrap();
+        assert_eq!(report.shutdown.program.unwaited, vec![]);
+    }
+
+    /// Every call that takes a stream refuses a destroyed one before it does anything, whatever
+    /// its other arguments (no bytes, managed memory, a null pointer).
+    #[test]
+    fn a_destroyed_stream_is_refused_by_every_call_before_anything_happens() {
+        let _serial = process_test_lock();
+        open_host();
+        let buffer = mgpuMemAlloc(64, NULL, false);
+        let dead = mgpuStreamCreate();
+        mgpuStreamDestroy(dead);
+        let before = enqueued_and_allocated();
+        let mut host = [0u8; 64];
+        let h = host.as_mut_ptr().cast::<c_void>();
+        let cases: [(&str, Option<String>); 8] = [
+            (
+                "managed alloc",
+                refusal(|| assert!(mgpuMemAlloc(64, dead, true).is_null())),
+            ),
+            (
+                "alloc of no bytes",
+                refusal(|| assert!(mgpuMemAlloc(0, dead, false).is_null())),
+            ),
+            (
+                "alloc",
+                refusal(|| assert!(mgpuMemAlloc(64, dead, false).is_null())),
+            ),
+            ("free of null", refusal(|| mgpuMemFree(NULL, dead))),
+            (
+                "memset of nothing",
+                refusal(|| mgpuMemset32(buffer, 1, 0, dead)),
+            ),
+            ("memset16", refusal(|| mgpuMemset16(buffer, 1, 8, dead))),
+            (
+                "memcpy of no bytes",
+                refusal(|| mgpuMemcpy(h, buffer, 0, dead)),
+            ),
+            ("memcpy", refusal(|| mgpuMemcpy(h, buffer, 64, dead))),
+        ];
+        for (what, refused) in cases {
+            let message = refused.unwrap_or_else(|| panic!("{what} with a destroyed stream ran"));
+            assert!(message.contains("MLIR stream"), "{what}: {message}");
+        }
+        assert_eq!(
+            enqueued_and_allocated(),
+            before,
+            "nothing enqueued or allocated"
+        );
+        mgpuMemFree(buffer, NULL);
+        shared::shutdown().unwrap();
+    }
+
+    /// Handles of a session that was shut down are refused in the next one, and never act on
+    /// its objects (before, handles restarted at the same values in every session).
+    #[test]
+    fn a_handle_of_an_earlier_session_is_refused_and_leaves_the_new_one_alone() {
+        let _serial = process_test_lock();
+        open_host();
+        let old_stream = mgpuStreamCreate();
+        let old_event = mgpuEventCreate();
+        shared::shutdown().unwrap();
+        open_host();
+        let stream = mgpuStreamCreate();
+        let event = mgpuEventCreate();
+        assert_ne!(
+            stream, old_stream,
+            "a new session issues new stream handles"
+        );
+        assert_ne!(event, old_event, "and new event handles");
+        let buffer = mgpuMemAlloc(64, stream, false);
+        mgpuMemset32(buffer, 3, 16, stream);
+        let before = enqueued_and_allocated();
+        let cases = [
+            refusal(|| mgpuStreamDestroy(old_stream)),
+            refusal(|| mgpuStreamSynchronize(old_stream)),
+            refusal(|| mgpuStreamWaitEvent(old_stream, event)),
+            refusal(|| mgpuStreamWaitEvent(stream, old_event)),
+            refusal(|| mgpuEventRecord(old_event, stream)),
+            refusal(|| mgpuEventSynchronize(old_event)),
+            refusal(|| mgpuEventDestroy(old_event)),
+            refusal(|| mgpuMemset32(buffer, 9, 16, old_stream)),
+            refusal(|| mgpuMemFree(buffer, old_stream)),
+        ];
+        for refused in cases {
+            let message = refused.expect("a handle of the earlier session is refused");
+            assert!(message.contains("earlier session"), "{message}");
+        }
+        assert_eq!(
+            enqueued_and_allocated(),
+            before,
+            "nothing enqueued or freed"
+        );
+        let live = inspect(|objects, _| (objects.streams.len(), objects.events.len()));
+        assert_eq!(live, (1, 1), "the new session's stream and event are alive");
+        let mut host = [0u32; 16];
+        mgpuMemcpy(host.as_mut_ptr().cast(), buffer, 64, stream);
+        assert_eq!(refusal(|| mgpuStreamSynchronize(stream)), None);
+        assert!(host.iter().all(|&word| word == 3), "{host:?}");
+        mgpuMemFree(buffer, stream);
+        mgpuEventDestroy(event);
+        mgpuStreamSynchronize(stream);
+        mgpuStreamDestroy(stream);
+        let report = shared::shutdown().unwrap();
+        assert_eq!(report.released_objects, 0);
+        assert_eq!(report.shutdown.program.unwaited, vec![]);
+    }
+
+    /// A memset or copy whose range starts in an allocation of `mgpuMemAlloc` must end inside
+    /// it: past its end is refused, and nothing is enqueued.
+    #[test]
+    fn memsets_and_copies_past_an_allocations_end_are_refused_with_nothing_enqueued() {
+        let _serial = process_test_lock();
+        open_host();
+        let stream = mgpuStreamCreate();
+        let buffer = mgpuMemAlloc(64, stream, false);
+        mgpuMemset32(buffer, 1, 16, stream);
+        mgpuStreamSynchronize(stream);
+        let before = enqueued_and_allocated();
+        let mut host = [0u32; 32];
+        let h = host.as_mut_ptr().cast::<c_void>();
+        let inside = |offset: usize| buffer.wrapping_byte_add(offset);
+        let cases: [(&str, Option<String>); 7] = [
+            ("memset32", refusal(|| mgpuMemset32(buffer, 2, 17, stream))),
+            (
+                "memset32 inside",
+                refusal(|| mgpuMemset32(inside(4), 2, 16, stream)),
+            ),
+            (
+                "memset32, no stream",
+                refusal(|| mgpuMemset32(buffer, 2, 17, NULL)),
+            ),
+            (
+                "memset16",
+                refusal(|| mgpuMemset16(inside(32), 2, 17, stream)),
+            ),
+            (
+                "memcpy source",
+                refusal(|| mgpuMemcpy(h, inside(8), 64, stream)),
+            ),
+            (
+                "memcpy destination",
+                refusal(|| mgpuMemcpy(buffer, h, 65, stream)),
+            ),
+            (
+                "memcpy within",
+                refusal(|| mgpuMemcpy(inside(32), buffer, 33, stream)),
+            ),
+        ];
+        for (what, refused) in cases {
+            let message = refused.unwrap_or_else(|| panic!("{what} past the end was accepted"));
+            assert!(message.contains("past the end"), "{what}: {message}");
+        }
+        assert_eq!(enqueued_and_allocated(), before, "nothing was enqueued");
+        mgpuMemcpy(h, buffer, 64, stream);
+        mgpuStreamSynchronize(stream);
+        assert!(host[..16].iter().all(|&word| word == 1), "{host:?}");
+        mgpuMemFree(buffer, stream);
+        mgpuStreamSynchronize(stream);
+        mgpuStreamDestroy(stream);
+        let report = shared::shutdown().unwrap();
+        assert_eq!(report.shutdown.program.unwaited, vec![]);
+    }
+
     /// Runs `check` on the session's MLIR objects and runtime.
     fn inspect<T>(
         check: impl FnOnce(
@@ -1306,8 +1657,8 @@ mod tests {
         let (streams, held) = inspect(|objects, _| {
             let held = objects
                 .streams
-                .values()
-                .filter(|s| s.tail.is_some())
+                .iter()
+                .filter(|(_, s)| s.tail.is_some())
                 .count();
             (objects.streams.len(), held)
         });
@@ -1416,6 +1767,21 @@ mod tests {
         // SAFETY: null is checked.
         unsafe { mgpuMemHostRegisterMemRef(1, core::ptr::null(), 4) };
         assert!(last_error().contains("null"), "{}", last_error());
+        // Offsets and sizes that would reach outside the memref (before: a negative offset
+        // wrapped to memory below it; a huge one overflowed, a panic caught at the boundary).
+        for (offset, len, element_bytes, message) in [
+            (-1, 16, 4, "offset: -1 is negative"),
+            (i64::MAX, 16, 4, "do not fit the address space"),
+            (0, -16, 4, "negative"),
+            (0, 16, 0, "element size"),
+            (0, i64::MAX, 8, "do not fit the address space"),
+        ] {
+            let bad = [base, base, offset, len, 1];
+            // SAFETY: a rank-1 descriptor; nothing is registered.
+            unsafe { mgpuMemHostRegisterMemRef(1, bad.as_ptr().cast(), element_bytes) };
+            assert!(last_error().contains(message), "{}", last_error());
+        }
+        assert!(pinned(start, 4).is_none(), "nothing was registered");
         shared::shutdown().unwrap();
     }
 
@@ -1449,35 +1815,54 @@ mod tests {
         open_host();
         mgpuStreamSynchronize(0x1234 as *mut c_void);
         assert!(
-            last_error().contains("no live MLIR stream"),
+            last_error().contains("0x1234 is not a handle of this library (a MLIR stream"),
             "{}",
             last_error()
         );
         mgpuEventRecord(0x1234 as *mut c_void, NULL);
         assert!(
-            last_error().contains("no live MLIR event"),
+            last_error().contains("not a handle of this library (a MLIR event"),
             "{}",
             last_error()
         );
         let event = mgpuEventCreate();
         mgpuEventRecord(event, NULL);
         assert!(
-            last_error().contains("no live MLIR stream"),
+            last_error().contains("MLIR stream handle is a null pointer"),
+            "{}",
+            last_error()
+        );
+        mgpuStreamDestroy(event);
+        assert!(
+            last_error().contains("is a MLIR event handle where a MLIR stream handle"),
             "{}",
             last_error()
         );
         mgpuEventDestroy(event);
+        assert_eq!(
+            inspect(|objects, _| objects.events.len()),
+            0,
+            "destroyed by its own call only"
+        );
         let stream = mgpuStreamCreate();
         mgpuStreamDestroy(stream);
         mgpuStreamDestroy(stream);
         assert!(
-            last_error().contains("stream"),
+            last_error().contains("names no live MLIR stream: it was already released"),
             "double destroy: {}",
             last_error()
         );
         let local = 0u32;
         mgpuMemFree((&raw const local).cast_mut().cast(), NULL);
         assert!(last_error().contains("no allocation"), "{}", last_error());
+        let buffer = mgpuMemAlloc(64, NULL, false);
+        mgpuMemFree(buffer.wrapping_byte_add(8), NULL);
+        assert!(
+            last_error().contains("lies inside the allocation"),
+            "{}",
+            last_error()
+        );
+        mgpuMemFree(buffer, NULL);
         let image = c"// PTX";
         // SAFETY: a NUL-terminated image (refused by the host backend).
         let module = unsafe { mgpuModuleLoadJIT(image.as_ptr().cast_mut().cast(), 2) };
@@ -1508,7 +1893,7 @@ mod tests {
             )
         };
         assert!(
-            last_error().contains("no live MLIR function"),
+            last_error().contains("MLIR function handle is a null pointer"),
             "{}",
             last_error()
         );

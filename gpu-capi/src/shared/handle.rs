@@ -1,10 +1,21 @@
-//! Opaque handles: the values C callers hold for objects that live in Rust (memory, kernels),
-//! checked on every use so that a stale, foreign or double-released
-//! handle is a typed error, never undefined behaviour.
+//! Opaque handles: the values C callers hold for objects that live in Rust (the C API's memory
+//! and kernels, the MLIR ABI's streams, events, modules and functions), checked on every use so
+//! that a stale, foreign, double-released or earlier-session handle is a typed error, never
+//! undefined behaviour and never an action on another object.
 //!
 //! A handle is a 64-bit value: its top byte says the kind, the rest is a serial number from one
 //! process-wide counter, so no value is ever issued twice (not even by a runtime opened after
-//! a shutdown) and a released handle stays invalid for good. Zero is the null handle.
+//! a shutdown) and a released handle stays invalid for good. Zero is the null handle, and every
+//! other value is non-null, so the MLIR ABI hands them out as its `void *` handles.
+//!
+//! # Sessions
+//!
+//! A session is one opened process-wide runtime, from its open to its shutdown; a later call
+//! opens a new one. Each session takes a [`Generation`] when it opens: the serial number the
+//! counter stands at then. The serials of one session's handles are at least its generation and
+//! below the next session's, so every handle carries the session that issued it: a handle below
+//! the current generation is refused as one from an earlier session (its objects were released
+//! by the shutdown), and can never name an object of the current session.
 
 use hashbrown::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,16 +32,35 @@ pub enum HandleKind {
     Memory,
     /// A kernel of the backend's library loaded on one device.
     Kernel,
+    /// An MLIR stream (`mgpuStreamCreate`).
+    Stream,
+    /// An MLIR event (`mgpuEventCreate`).
+    Event,
+    /// An MLIR module (`mgpuModuleLoad`).
+    Module,
+    /// An MLIR function of a module (`mgpuModuleGetFunction`).
+    Function,
 }
 
 impl HandleKind {
-    const ALL: [HandleKind; 2] = [HandleKind::Memory, HandleKind::Kernel];
+    const ALL: [HandleKind; 6] = [
+        HandleKind::Memory,
+        HandleKind::Kernel,
+        HandleKind::Stream,
+        HandleKind::Event,
+        HandleKind::Module,
+        HandleKind::Function,
+    ];
 
     /// The kind's name in messages.
     pub const fn name(self) -> &'static str {
         match self {
             HandleKind::Memory => "memory",
             HandleKind::Kernel => "kernel",
+            HandleKind::Stream => "MLIR stream",
+            HandleKind::Event => "MLIR event",
+            HandleKind::Module => "MLIR module",
+            HandleKind::Function => "MLIR function",
         }
     }
 
@@ -39,6 +69,10 @@ impl HandleKind {
         match self {
             HandleKind::Memory => "memory handle",
             HandleKind::Kernel => "kernel handle",
+            HandleKind::Stream => "MLIR stream handle",
+            HandleKind::Event => "MLIR event handle",
+            HandleKind::Module => "MLIR module handle",
+            HandleKind::Function => "MLIR function handle",
         }
     }
 
@@ -48,6 +82,10 @@ impl HandleKind {
         match self {
             HandleKind::Memory => 0xB1,
             HandleKind::Kernel => 0xB2,
+            HandleKind::Stream => 0xC1,
+            HandleKind::Event => 0xC2,
+            HandleKind::Module => 0xC3,
+            HandleKind::Function => 0xC4,
         }
     }
 
@@ -60,89 +98,134 @@ impl HandleKind {
 
 const TAG_SHIFT: u32 = 56;
 
-/// The serial number of the next handle, shared by every table of the process.
-static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
+/// The serial numbers a handle has room for, below its tag.
+const SERIAL_MASK: u64 = (1 << TAG_SHIFT) - 1;
 
-/// The live objects of one kind, by handle. Thread safe: one short lock per call, never held
-/// while anything else runs (values handed out are clones, e.g. `Arc`s).
-pub struct HandleTable<T> {
-    kind: HandleKind,
-    entries: Mutex<HashMap<u64, T>>,
+/// The serial number of a handle (its value without the kind's tag).
+pub const fn serial(handle: u64) -> u64 {
+    handle & SERIAL_MASK
 }
 
-impl<T> HandleTable<T> {
-    /// An empty table of `kind` handles.
-    pub fn new(kind: HandleKind) -> Self {
-        Self {
-            kind,
-            entries: Mutex::new(HashMap::new()),
+/// The serial number of the next handle, shared by every table of the process and every
+/// session.
+static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// Takes the next serial number, refusing once the serials are used up (2^56 of them: never,
+/// in practice; a wrapped serial could repeat a handle, so the counter never wraps).
+fn next_serial(what: &'static str) -> Result<u64, CapiError> {
+    let serial = NEXT_SERIAL.fetch_add(1, Ordering::Relaxed);
+    if serial > SERIAL_MASK {
+        return Err(Error::LimitExceeded {
+            what,
+            required: usize::try_from(serial).unwrap_or(usize::MAX),
+            limit: usize::try_from(SERIAL_MASK).unwrap_or(usize::MAX),
+            detail: vec!["handle serial numbers are never reused in a process".into()],
         }
+        .into());
+    }
+    Ok(serial)
+}
+
+/// The session a handle belongs to: the serial number the process-wide counter stood at when
+/// the session opened. Later sessions have greater generations, and a session's handles have
+/// serials from its generation up to (not including) the next session's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Generation(u64);
+
+impl Generation {
+    /// A new session's generation: above every handle issued so far (it takes a serial number
+    /// of its own, so two sessions never share one). Fails only when the serials are used up.
+    pub fn next() -> Result<Self, CapiError> {
+        next_serial("sessions and handles of this process").map(Generation)
     }
 
-    fn entries(&self) -> MutexGuard<'_, HashMap<u64, T>> {
-        // A panic while the lock was held cannot leave the map half-changed: each call makes one
-        // map operation.
-        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The generation's value (never zero).
+    pub const fn raw(self) -> u64 {
+        self.0
+    }
+
+    /// Whether `handle` was issued before this session opened.
+    const fn predates(self, handle: u64) -> bool {
+        serial(handle) < self.0
+    }
+}
+
+/// The live objects of one kind in one session, by handle, without a lock of its own (the MLIR
+/// ABI keeps several in one lock; [`HandleTable`] is one behind a lock). Issues handles, and
+/// says what is wrong with a value that names none of its objects.
+pub struct HandleMap<T> {
+    kind: HandleKind,
+    generation: Generation,
+    entries: HashMap<u64, T>,
+}
+
+impl<T> HandleMap<T> {
+    /// An empty map of `kind` handles of the session of `generation`.
+    pub fn new(kind: HandleKind, generation: Generation) -> Self {
+        Self {
+            kind,
+            generation,
+            entries: HashMap::new(),
+        }
     }
 
     /// Stores `value` and returns its new handle. Fails (keeping nothing) only if the host has
     /// no memory for the entry.
-    pub fn insert(&self, value: T) -> Result<u64, CapiError> {
-        let mut entries = self.entries();
-        entries.try_reserve(1).map_err(|_| Error::HostOutOfMemory {
-            what: "a handle table entry",
-        })?;
-        let serial = NEXT_SERIAL.fetch_add(1, Ordering::Relaxed);
-        let handle = (self.kind.tag() << TAG_SHIFT) | (serial & ((1 << TAG_SHIFT) - 1));
-        entries.insert(handle, value);
+    pub fn insert(&mut self, value: T) -> Result<u64, CapiError> {
+        self.entries
+            .try_reserve(1)
+            .map_err(|_| Error::HostOutOfMemory {
+                what: "a handle table entry",
+            })?;
+        let handle = (self.kind.tag() << TAG_SHIFT) | next_serial("handles of this process")?;
+        self.entries.insert(handle, value);
         Ok(handle)
     }
 
-    /// Takes the object `handle` names out of the table (a second remove of it fails).
-    pub fn remove(&self, handle: u64) -> Result<T, CapiError> {
-        self.remove_if(handle, |_| Ok(()))
-    }
-
-    /// Takes the object `handle` names out of the table if `check` accepts it (in the same
-    /// lock, so no other thread's remove comes in between); a refusal leaves it there.
-    pub fn remove_if(
-        &self,
-        handle: u64,
-        check: impl FnOnce(&T) -> Result<(), CapiError>,
-    ) -> Result<T, CapiError> {
+    /// The object `handle` names.
+    pub fn get(&self, handle: u64) -> Result<&T, CapiError> {
         self.check_kind(handle)?;
-        let mut entries = self.entries();
-        check(entries.get(&handle).ok_or_else(|| self.stale(handle))?)?;
-        entries.remove(&handle).ok_or_else(|| self.stale(handle))
-    }
-
-    /// A clone of the object `handle` names.
-    pub fn get(&self, handle: u64) -> Result<T, CapiError>
-    where
-        T: Clone,
-    {
-        self.check_kind(handle)?;
-        self.entries()
+        self.entries
             .get(&handle)
-            .cloned()
-            .ok_or_else(|| self.stale(handle))
+            .ok_or_else(|| self.missing(handle))
     }
 
-    /// Takes every object out of the table (at shutdown).
-    pub fn drain(&self) -> Vec<T> {
-        self.entries().drain().map(|(_, value)| value).collect()
+    /// The object `handle` names, to change.
+    pub fn get_mut(&mut self, handle: u64) -> Result<&mut T, CapiError> {
+        self.check_kind(handle)?;
+        let missing = self.missing(handle);
+        self.entries.get_mut(&handle).ok_or(missing)
     }
 
-    /// How many objects the table holds.
+    /// Takes the object `handle` names out of the map (a second remove of it fails).
+    pub fn remove(&mut self, handle: u64) -> Result<T, CapiError> {
+        self.check_kind(handle)?;
+        self.entries
+            .remove(&handle)
+            .ok_or_else(|| self.missing(handle))
+    }
+
+    /// Takes every object out of the map (at shutdown).
+    pub fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
+        self.entries.drain().map(|(_, value)| value)
+    }
+
+    /// Every live handle and its object, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &T)> + '_ {
+        self.entries.iter().map(|(&handle, value)| (handle, value))
+    }
+
+    /// How many objects the map holds.
     pub fn len(&self) -> usize {
-        self.entries().len()
+        self.entries.len()
     }
 
-    /// Whether the table holds no object.
+    /// Whether the map holds no object.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.entries.is_empty()
     }
 
+    /// Refuses the null handle and handles of another kind (or of none: a raw pointer, say).
     fn check_kind(&self, handle: u64) -> Result<(), CapiError> {
         if handle == 0 {
             return Err(Error::NullPointer {
@@ -160,11 +243,115 @@ impl<T> HandleTable<T> {
         }
     }
 
-    fn stale(&self, handle: u64) -> CapiError {
-        CapiError::StaleHandle {
-            kind: self.kind,
-            handle,
+    /// Why a handle of the right kind names no object here: it is from an earlier session,
+    /// or it was released (or never issued).
+    fn missing(&self, handle: u64) -> CapiError {
+        let kind = self.kind;
+        if self.generation.predates(handle) {
+            CapiError::EarlierSession { kind, handle }
+        } else {
+            CapiError::StaleHandle { kind, handle }
         }
+    }
+}
+
+/// The live objects of one kind in one session, by handle, behind a lock. Thread safe: one
+/// short lock per call, never held while anything else runs (values handed out are clones, e.g.
+/// `Arc`s; [`HandleTable::insert_with`] makes its value outside the lock).
+///
+/// An entry is `None` while [`HandleTable::insert_with`] makes its value: its handle is known to
+/// no caller yet, and it counts as no object.
+pub struct HandleTable<T> {
+    map: Mutex<HandleMap<Option<T>>>,
+}
+
+impl<T> HandleTable<T> {
+    /// An empty table of `kind` handles of the session of `generation`.
+    pub fn new(kind: HandleKind, generation: Generation) -> Self {
+        Self {
+            map: Mutex::new(HandleMap::new(kind, generation)),
+        }
+    }
+
+    fn map(&self) -> MutexGuard<'_, HandleMap<Option<T>>> {
+        // A panic while the lock was held cannot leave the map half-changed: each call makes one
+        // map operation.
+        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Stores `value` and returns its new handle. Fails (keeping nothing) only if the host has
+    /// no memory for the entry.
+    pub fn insert(&self, value: T) -> Result<u64, CapiError> {
+        self.map().insert(Some(value))
+    }
+
+    /// Makes a value with `make` (outside the table's lock) and stores it under a handle taken
+    /// before: so once `make` has succeeded nothing can fail, and a call whose `make` changes
+    /// state (consumes tokens, say) never has to undo it because the table had no room. A
+    /// failure of either leaves the table as it was. Returns the handle and what `make` gave
+    /// besides the value.
+    pub fn insert_with<R>(
+        &self,
+        make: impl FnOnce() -> Result<(T, R), CapiError>,
+    ) -> Result<(u64, R), CapiError> {
+        let handle = self.map().insert(None)?;
+        match make() {
+            Ok((value, extra)) => {
+                if let Ok(entry) = self.map().get_mut(handle) {
+                    *entry = Some(value);
+                }
+                Ok((handle, extra))
+            }
+            Err(error) => {
+                let _ = self.map().remove(handle);
+                Err(error)
+            }
+        }
+    }
+
+    /// Takes the object `handle` names out of the table (a second remove of it fails).
+    pub fn remove(&self, handle: u64) -> Result<T, CapiError> {
+        self.remove_if(handle, |_| Ok(()))
+    }
+
+    /// Takes the object `handle` names out of the table if `check` accepts it (in the same
+    /// lock, so no other thread's remove comes in between); a refusal leaves it there.
+    pub fn remove_if(
+        &self,
+        handle: u64,
+        check: impl FnOnce(&T) -> Result<(), CapiError>,
+    ) -> Result<T, CapiError> {
+        let mut map = self.map();
+        let value = map
+            .get(handle)?
+            .as_ref()
+            .ok_or_else(|| map.missing(handle))?;
+        check(value)?;
+        map.remove(handle)?.ok_or_else(|| map.missing(handle))
+    }
+
+    /// A clone of the object `handle` names.
+    pub fn get(&self, handle: u64) -> Result<T, CapiError>
+    where
+        T: Clone,
+    {
+        let map = self.map();
+        map.get(handle)?.clone().ok_or_else(|| map.missing(handle))
+    }
+
+    /// Takes every object out of the table (at shutdown).
+    pub fn drain(&self) -> Vec<T> {
+        self.map().drain().flatten().collect()
+    }
+
+    /// How many objects the table holds (counting those calls in flight are storing).
+    pub fn len(&self) -> usize {
+        self.map().len()
+    }
+
+    /// Whether the table holds no object.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -173,9 +360,84 @@ mod tests {
     use super::*;
     use crate::shared::status::GpurtStatus;
 
+    fn generation() -> Generation {
+        Generation::next().unwrap()
+    }
+
+    #[test]
+    fn a_handle_of_an_earlier_session_is_refused_as_such_and_names_nothing_now() {
+        let first = HandleTable::new(HandleKind::Memory, generation());
+        let old = first.insert("first session").unwrap();
+        // The next session: its table starts empty, its handles are new values.
+        let second = HandleTable::new(HandleKind::Memory, generation());
+        let new = second.insert("second session").unwrap();
+        assert_ne!(old, new);
+        assert!(serial(new) > serial(old));
+        let refused = second.remove(old).unwrap_err();
+        assert_eq!(
+            refused,
+            CapiError::EarlierSession {
+                kind: HandleKind::Memory,
+                handle: old
+            }
+        );
+        assert_eq!(refused.status(), GpurtStatus::InvalidHandle);
+        assert!(refused.to_string().contains("earlier session"), "{refused}");
+        assert_eq!(second.get(new), Ok("second session"), "untouched");
+        // A released handle of this session is stale, not of an earlier session.
+        second.remove(new).unwrap();
+        assert_eq!(
+            second.get(new),
+            Err(CapiError::StaleHandle {
+                kind: HandleKind::Memory,
+                handle: new
+            })
+        );
+    }
+
+    #[test]
+    fn insert_with_stores_nothing_when_its_value_cannot_be_made() {
+        let table = HandleTable::new(HandleKind::Kernel, generation());
+        let refused = table.insert_with(|| Err::<(u32, ()), _>(CapiError::NotOpen));
+        assert_eq!(refused, Err(CapiError::NotOpen));
+        assert!(table.is_empty());
+        let (handle, extra) = table
+            .insert_with(|| {
+                assert_eq!(
+                    table.len(),
+                    1,
+                    "the entry is taken before the value is made"
+                );
+                Ok((5, "extra"))
+            })
+            .unwrap();
+        assert_eq!((table.get(handle), extra), (Ok(5), "extra"));
+        assert_eq!(table.drain(), vec![5]);
+    }
+
+    #[test]
+    fn a_map_hands_out_references_and_refuses_like_a_table() {
+        let mut map = HandleMap::new(HandleKind::Stream, generation());
+        let stream = map.insert(1_u32).unwrap();
+        *map.get_mut(stream).unwrap() += 1;
+        assert_eq!(map.get(stream), Ok(&2));
+        assert_eq!(map.iter().collect::<Vec<_>>(), vec![(stream, &2)]);
+        let event = HandleMap::<u32>::new(HandleKind::Event, generation())
+            .insert(0)
+            .unwrap();
+        let wrong = map.get(event).unwrap_err();
+        assert!(
+            wrong.to_string().contains("is a MLIR event handle"),
+            "{wrong}"
+        );
+        assert_eq!(map.get(0).unwrap_err().status(), GpurtStatus::NullPointer);
+        assert_eq!(map.remove(stream), Ok(2));
+        assert!(map.is_empty());
+    }
+
     #[test]
     fn a_handle_names_its_object_until_removed_and_never_again() {
-        let table = HandleTable::new(HandleKind::Memory);
+        let table = HandleTable::new(HandleKind::Memory, generation());
         let a = table.insert("a").unwrap();
         let b = table.insert("b").unwrap();
         assert_ne!(a, b);
@@ -200,7 +462,7 @@ mod tests {
 
     #[test]
     fn a_refused_conditional_remove_keeps_the_object() {
-        let table = HandleTable::new(HandleKind::Memory);
+        let table = HandleTable::new(HandleKind::Memory, generation());
         let handle = table.insert(7).unwrap();
         let refused = table.remove_if(handle, |&value| {
             if value == 7 {
@@ -217,8 +479,8 @@ mod tests {
 
     #[test]
     fn null_foreign_and_wrong_kind_handles_are_typed_errors() {
-        let buffers = HandleTable::new(HandleKind::Memory);
-        let kernels = HandleTable::new(HandleKind::Kernel);
+        let buffers = HandleTable::new(HandleKind::Memory, generation());
+        let kernels = HandleTable::new(HandleKind::Kernel, generation());
         let kernel = kernels.insert(1).unwrap();
         buffers.insert(2).unwrap();
         let null = buffers.get(0).unwrap_err();
@@ -280,7 +542,7 @@ mod tests {
         /// values that are no handle of the table are refused by kind, and nothing else changes.
         #[test]
         fn the_table_matches_a_plain_model(steps in proptest::collection::vec(step(), 1..200)) {
-            let table = HandleTable::new(HandleKind::Memory);
+            let table = HandleTable::new(HandleKind::Memory, generation());
             let mut live: HashMap<u64, u32> = HashMap::new();
             let mut issued: Vec<u64> = Vec::new();
             for step in steps {
@@ -328,7 +590,7 @@ mod tests {
 
     #[test]
     fn concurrent_inserts_get_distinct_handles() {
-        let table = HandleTable::new(HandleKind::Kernel);
+        let table = HandleTable::new(HandleKind::Kernel, generation());
         let handles: Vec<u64> = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..4)
                 .map(|_| {

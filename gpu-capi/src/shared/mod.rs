@@ -24,8 +24,9 @@
 //! (buffers, kernels, registrations) can live in its handle tables between C calls. Every call
 //! runs under a read lock of the process slot; [`shutdown`] takes the write lock (so it waits for
 //! calls in flight), empties the tables, shuts the runtime down and frees the session. After a
-//! shutdown the next call opens a new runtime; handles of the old one stay invalid (handle
-//! values are never reissued; tokens carry their planner's id).
+//! shutdown the next call opens a new runtime, a new session with a new [`Generation`]; handles
+//! of the old one are refused as from an earlier session (handle values are never reissued;
+//! tokens carry their planner's id).
 
 pub mod config;
 pub mod handle;
@@ -39,7 +40,7 @@ use gpu_runtime::host::{HostBackend, HostConfig};
 use gpu_runtime::runtime::{RecordingBackend, Runtime, ShutdownReport};
 use gpu_runtime::token::{TraceOp, parse_trace, write_trace};
 
-pub use handle::{HandleKind, HandleTable};
+pub use handle::{Generation, HandleKind, HandleMap, HandleTable};
 pub use status::{CapiError, GpurtStatus, guarded, status_of};
 
 /// Environment variable naming the backend: `cuda`, `hip` or `host` (unset or empty: the best
@@ -65,13 +66,16 @@ pub trait ClientBackend: Backend + Sized {
     }
 }
 
-/// One opened runtime and the objects client ABIs keep in it.
+/// One opened runtime (a session of the library, from open to shutdown) and the objects client
+/// ABIs keep in it.
 ///
 /// Each client ABI keeps the objects its callers hold handles to in a field of its own, and
 /// empties it in `Session::release_client_objects`, which runs before the runtime shuts down.
 pub struct Session<B: ClientBackend> {
     backend: Arc<B>,
     runtime: Runtime<B>,
+    /// Tells this session's handles from those of earlier sessions.
+    generation: Generation,
     trace_path: Option<PathBuf>,
     /// The C API's objects.
     pub capi: crate::capi::Objects<B>,
@@ -81,15 +85,23 @@ pub struct Session<B: ClientBackend> {
 
 impl<B: ClientBackend> Session<B> {
     fn open(backend: B, trace_path: Option<PathBuf>) -> Result<Self, CapiError> {
+        let generation = Generation::next()?;
         let backend = Arc::new(backend);
         let runtime = Runtime::shared(Arc::clone(&backend), config::from_env()?)?;
         Ok(Self {
             backend,
             runtime,
-            mlir: crate::mlir::MlirObjects::new(trace_path.as_deref()),
+            generation,
+            mlir: crate::mlir::MlirObjects::new(trace_path.as_deref(), generation),
             trace_path,
-            capi: crate::capi::Objects::new(),
+            capi: crate::capi::Objects::new(generation),
         })
+    }
+
+    /// The session's generation: every handle it issues carries it, and handles of earlier
+    /// sessions are refused as such.
+    pub fn generation(&self) -> Generation {
+        self.generation
     }
 
     /// The runtime every operation goes through.

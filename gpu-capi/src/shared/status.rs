@@ -140,9 +140,17 @@ impl GpurtStatus {
 pub enum CapiError {
     /// The runtime (or an argument check that mirrors it) refused the call.
     Core(Error),
-    /// A handle of `kind` that names no live object: never issued, already released, or from a
-    /// runtime that was shut down.
+    /// A handle of `kind` of this session that names no live object: already released (or
+    /// never issued).
     StaleHandle {
+        /// The kind the call expects.
+        kind: HandleKind,
+        /// The handle's value.
+        handle: u64,
+    },
+    /// A handle of `kind` issued by an earlier session of the library: the runtime it belonged
+    /// to was shut down, which released its object.
+    EarlierSession {
         /// The kind the call expects.
         kind: HandleKind,
         /// The handle's value.
@@ -191,9 +199,9 @@ impl CapiError {
     pub fn status(&self) -> GpurtStatus {
         match self {
             CapiError::Core(error) => core_status(error),
-            CapiError::StaleHandle { .. } | CapiError::WrongHandleKind { .. } => {
-                GpurtStatus::InvalidHandle
-            }
+            CapiError::StaleHandle { .. }
+            | CapiError::EarlierSession { .. }
+            | CapiError::WrongHandleKind { .. } => GpurtStatus::InvalidHandle,
             CapiError::InvalidArgument { .. } => GpurtStatus::InvalidArgument,
             CapiError::BackendUnavailable { .. } => GpurtStatus::BackendUnavailable,
             CapiError::NotOpen => GpurtStatus::NotOpen,
@@ -257,8 +265,15 @@ impl fmt::Display for CapiError {
             CapiError::Core(error) => error.fmt(f),
             CapiError::StaleHandle { kind, handle } => write!(
                 f,
-                "{} handle {handle:#x} names no live {0}: it was never issued, was already \
-                 released, or belongs to a runtime that was shut down",
+                "{} handle {handle:#x} names no live {0}: it was already released (or never \
+                 issued)",
+                kind.name()
+            ),
+            CapiError::EarlierSession { kind, handle } => write!(
+                f,
+                "{} handle {handle:#x} is from an earlier session of the library: the runtime \
+                 it belonged to was shut down, which released it (handles do not outlive a \
+                 shutdown)",
                 kind.name()
             ),
             CapiError::WrongHandleKind {

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "gpu_runtime.h"
+/* Included twice on purpose: the include guard must cover the whole header, helpers included. */
+#include "gpu_runtime.h"
 
 static int checks, failures;
 
@@ -352,6 +354,38 @@ static void tokens_fork_join_wait_and_misuse(void) {
     OK(gpurt_free(m));
 }
 
+/* Lengths and counts that no memory can hold are refused with a status, and the tokens of the
+ * refused calls stay valid. (Before, the library made slices of such lengths, which is undefined
+ * behaviour and aborts a debug build, or panicked allocating room for the fork's branches.) */
+static void lengths_and_counts_beyond_memory_are_refused(void) {
+    gpurt_memory_t m;
+    gpurt_token_t start, t, branches[2];
+    unsigned char host[64];
+    gpurt_kernel_t fill;
+    OK(gpurt_alloc(0, GPURT_MEMORY_DEVICE, 64, &m));
+    OK(gpurt_kernel(0, "fill_u32", &fill));
+    OK(gpurt_fill(0, gpurt_span_of(m, 0, 64), 1, NULL, 0, &start));
+    EXPECT(GPURT_STATUS_OUT_OF_BOUNDS,
+           gpurt_upload(0, gpurt_span_of(m, 0, SIZE_MAX), host, NULL, 0, &t));
+    EXPECT(GPURT_STATUS_OUT_OF_BOUNDS,
+           gpurt_download(0, host, gpurt_span_of(m, 8, SIZE_MAX - 4), NULL, 0));
+    EXPECT(GPURT_STATUS_INVALID_ARGUMENT, gpurt_join(&start, SIZE_MAX, &t));
+    EXPECT(GPURT_STATUS_INVALID_ARGUMENT,
+           gpurt_fill(0, gpurt_span_of(m, 0, 64), 2, &start, SIZE_MAX / 4, &t));
+    gpurt_arg_t args[3] = {gpurt_arg_span(gpurt_span_of(m, 0, 64)), gpurt_arg_u32(2),
+                           gpurt_arg_u64(16)};
+    EXPECT(GPURT_STATUS_INVALID_ARGUMENT,
+           gpurt_launch(fill, &LINEAR, args, SIZE_MAX / 8, &start, 1, &t));
+    EXPECT(GPURT_STATUS_LIMIT_EXCEEDED, gpurt_fork(start, SIZE_MAX, branches));
+    EXPECT(GPURT_STATUS_LIMIT_EXCEEDED, gpurt_fork(start, SIZE_MAX / 16, branches));
+    OK(gpurt_fork(start, 2, branches)); /* the refused calls left it valid */
+    OK(gpurt_join(branches, 2, &t));
+    memset(host, 0, sizeof host);
+    read_back(0, host, gpurt_span_of(m, 0, 64), &t, 1);
+    CHECK(all_bytes(host, sizeof host, 1));
+    OK(gpurt_free(m));
+}
+
 /* Each thread allocates, fills, reads back and frees on its own device; failures are counted
  * per thread and each thread's last error is its own. */
 static void *worker(void *arg) {
@@ -438,6 +472,7 @@ static void shutdown_reports_and_writes_the_trace(const char *trace_path) {
 
     /* The next call opens a new runtime; the old handles and tokens stay invalid there. */
     EXPECT(GPURT_STATUS_INVALID_HANDLE, gpurt_free(kept));
+    CHECK(strstr(gpurt_last_error(), "earlier session") != NULL);
     EXPECT(GPURT_STATUS_INVALID_HANDLE, gpurt_wait(unwaited));
     OK(gpurt_alloc(0, GPURT_MEMORY_DEVICE, 64, &fresh));
     CHECK(fresh.id != kept.id);
@@ -491,6 +526,7 @@ int main(int argc, char **argv) {
     registered_memory_nests_and_carries_transfers();
     lock_unlock_lookup();
     tokens_fork_join_wait_and_misuse();
+    lengths_and_counts_beyond_memory_are_refused();
     threads_share_the_runtime();
     statistics();
     shutdown_reports_and_writes_the_trace(argv[1]);
