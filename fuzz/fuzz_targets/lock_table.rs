@@ -3,7 +3,8 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use gpu_core::lock_table::model::{CallKind, Harness, Op};
+use gpu_core::lock_table::LockOwner;
+use gpu_core::lock_table::model::{CallKind, Harness, Op, UnlockBy};
 use libfuzzer_sys::fuzz_target;
 
 /// Where an address falls: a small arena (so ranges collide often) or the top of memory.
@@ -39,10 +40,44 @@ impl Length {
     }
 }
 
+/// Who takes a lock.
+#[derive(Arbitrary, Debug)]
+enum Owner {
+    Raw,
+    Guard,
+}
+
+impl Owner {
+    fn owner(&self) -> LockOwner {
+        match self {
+            Owner::Raw => LockOwner::Raw,
+            Owner::Guard => LockOwner::Guard,
+        }
+    }
+}
+
+/// Which unlock call releases which kind of lock.
+#[derive(Arbitrary, Debug)]
+enum By {
+    Raw,
+    RawExact,
+    Guard,
+}
+
+impl By {
+    fn by(&self) -> UnlockBy {
+        match self {
+            By::Raw => UnlockBy::Raw,
+            By::RawExact => UnlockBy::RawExact,
+            By::Guard => UnlockBy::Guard,
+        }
+    }
+}
+
 #[derive(Arbitrary, Debug)]
 enum FuzzOp {
-    Lock(Place, Length),
-    Unlock(Place, bool),
+    Lock(Place, Length, Owner),
+    Unlock(Place, By),
     Lookup(Place, Length, u8),
     FailPin,
     FailUnpin,
@@ -55,13 +90,14 @@ fuzz_target!(|input: (u8, Vec<FuzzOp>)| {
     let mut harness = Harness::new(1 + devices as usize % 3);
     for op in ops {
         let op = match op {
-            FuzzOp::Lock(at, len) => Op::Lock {
+            FuzzOp::Lock(at, len, owner) => Op::Lock {
                 ptr: at.address(),
                 len: len.bytes(),
+                owner: owner.owner(),
             },
-            FuzzOp::Unlock(at, exact) => Op::Unlock {
+            FuzzOp::Unlock(at, by) => Op::Unlock {
                 ptr: at.address(),
-                exact,
+                by: by.by(),
             },
             FuzzOp::Lookup(at, len, device) => Op::Lookup {
                 ptr: at.address(),

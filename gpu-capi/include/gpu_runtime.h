@@ -89,6 +89,10 @@ typedef enum gpurt_status_t {
   GPURT_STATUS_PANIC = 20,
   // Any other failure; the message says what.
   GPURT_STATUS_OTHER = 21,
+  // An unlock (`gpurt_unlock`) names a locked range whose locks all belong to registrations
+  // (`gpurt_host_register`): only `gpurt_host_unregister` releases those, so the range stays
+  // as it was.
+  GPURT_STATUS_PIN_OWNED = 22,
 } gpurt_status_t;
 
 // What `gpurt_shutdown` found.
@@ -218,6 +222,11 @@ typedef struct gpurt_stats_t {
   uint64_t locked_ranges;
   // Bytes of those.
   uint64_t locked_bytes;
+  // Locks of `gpurt_lock` (and of MLIR's host registrations) held now, over all ranges.
+  uint64_t raw_locks;
+  // Locks registrations (`gpurt_host_register`) hold now, over all ranges: only
+  // `gpurt_host_unregister` releases them.
+  uint64_t registered_locks;
   // Locks served by a range already pinned (no driver call).
   uint64_t nested_locks;
   // Driver pins made.
@@ -336,7 +345,8 @@ enum gpurt_status_t gpurt_memory_info(struct gpurt_memory_t memory,
 // through the lock table: a range inside a registered or locked one costs no driver call
 // (counted); a range that overlaps one without lying inside it is `GPURT_STATUS_OVERLAP`.
 // Writes a memory handle to `*memory`, for spans of copies and launches; release it with
-// `gpurt_host_unregister`.
+// `gpurt_host_unregister`. The registration owns its lock: `gpurt_unlock` never releases it
+// (`GPURT_STATUS_PIN_OWNED`), so the memory stays pinned until it is unregistered.
 //
 // Thread safety: any thread.
 //
@@ -347,17 +357,18 @@ enum gpurt_status_t gpurt_memory_info(struct gpurt_memory_t memory,
 enum gpurt_status_t gpurt_host_register(void *ptr, size_t len, struct gpurt_memory_t *memory);
 
 // Unregisters memory from `gpurt_host_register`: waits for the transfers that used it, then
-// drops one lock (the last one unpins). The handle is invalid afterwards. A bad handle changes
-// nothing; a failure of those transfers or of the unpin is returned, and the handle is
-// released all the same.
+// drops the registration's lock (the range's last lock unpins). The handle is invalid
+// afterwards. A bad handle changes nothing; a failure of those transfers or of the unpin is
+// returned, and the handle is released all the same.
 //
 // Thread safety: any thread; blocks the caller until those transfers have finished.
 enum gpurt_status_t gpurt_host_unregister(struct gpurt_memory_t memory);
 
 // Locks (pins) host range `[ptr, ptr + len)` in the lock table without a handle: counted like
 // a registration (nested ranges cost no driver call; a partial overlap is refused). Undo with
-// `gpurt_unlock`. For memory that is transferred by others who look it up (`gpurt_lookup`);
-// to use the memory in this API's copies, register it instead.
+// `gpurt_unlock`, which releases only such locks, never a registration's. For memory that is
+// transferred by others who look it up (`gpurt_lookup`); to use the memory in this API's
+// copies, register it instead.
 //
 // Thread safety: any thread.
 //
@@ -365,8 +376,10 @@ enum gpurt_status_t gpurt_host_unregister(struct gpurt_memory_t memory);
 // The memory stays valid until unlocked.
 enum gpurt_status_t gpurt_lock(const void *ptr, size_t len);
 
-// Drops one lock of the locked range containing `ptr` (any byte of it); the last one unpins.
-// `GPURT_STATUS_NOT_LOCKED` when no locked range contains `ptr`.
+// Drops one `gpurt_lock` lock of the locked range containing `ptr` (any byte of it); the
+// range's last lock unpins. `GPURT_STATUS_NOT_LOCKED` when no locked range contains `ptr`;
+// `GPURT_STATUS_PIN_OWNED` when the range holds no `gpurt_lock` lock, only registrations'
+// (`gpurt_host_register`): those go with `gpurt_host_unregister`, and the range stays pinned.
 //
 // Thread safety: any thread.
 enum gpurt_status_t gpurt_unlock(const void *ptr);

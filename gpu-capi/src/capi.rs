@@ -311,6 +311,11 @@ pub struct GpurtStats {
     pub locked_ranges: u64,
     /// Bytes of those.
     pub locked_bytes: u64,
+    /// Locks of `gpurt_lock` (and of MLIR's host registrations) held now, over all ranges.
+    pub raw_locks: u64,
+    /// Locks registrations (`gpurt_host_register`) hold now, over all ranges: only
+    /// `gpurt_host_unregister` releases them.
+    pub registered_locks: u64,
     /// Locks served by a range already pinned (no driver call).
     pub nested_locks: u64,
     /// Driver pins made.
@@ -829,6 +834,8 @@ fn stats<B: ClientBackend>(s: &Session<B>) -> GpurtStats {
         allocator_driver_calls: total.driver_calls,
         locked_ranges: figures.locks.entries as u64,
         locked_bytes: figures.locks.bytes_locked as u64,
+        raw_locks: figures.locks.held.raw as u64,
+        registered_locks: figures.locks.held.guards as u64,
         nested_locks: figures.locks.nested_locks,
         driver_pins: figures.locks.driver_pins,
         driver_unpins: figures.locks.driver_unpins,
@@ -959,7 +966,8 @@ pub unsafe extern "C" fn gpurt_memory_info(
 /// through the lock table: a range inside a registered or locked one costs no driver call
 /// (counted); a range that overlaps one without lying inside it is `GPURT_STATUS_OVERLAP`.
 /// Writes a memory handle to `*memory`, for spans of copies and launches; release it with
-/// `gpurt_host_unregister`.
+/// `gpurt_host_unregister`. The registration owns its lock: `gpurt_unlock` never releases it
+/// (`GPURT_STATUS_PIN_OWNED`), so the memory stays pinned until it is unregistered.
 ///
 /// Thread safety: any thread.
 ///
@@ -982,9 +990,9 @@ pub unsafe extern "C" fn gpurt_host_register(
 }
 
 /// Unregisters memory from `gpurt_host_register`: waits for the transfers that used it, then
-/// drops one lock (the last one unpins). The handle is invalid afterwards. A bad handle changes
-/// nothing; a failure of those transfers or of the unpin is returned, and the handle is
-/// released all the same.
+/// drops the registration's lock (the range's last lock unpins). The handle is invalid
+/// afterwards. A bad handle changes nothing; a failure of those transfers or of the unpin is
+/// returned, and the handle is released all the same.
 ///
 /// Thread safety: any thread; blocks the caller until those transfers have finished.
 #[unsafe(no_mangle)]
@@ -994,8 +1002,9 @@ pub extern "C" fn gpurt_host_unregister(memory: GpurtMemory) -> GpurtStatus {
 
 /// Locks (pins) host range `[ptr, ptr + len)` in the lock table without a handle: counted like
 /// a registration (nested ranges cost no driver call; a partial overlap is refused). Undo with
-/// `gpurt_unlock`. For memory that is transferred by others who look it up (`gpurt_lookup`);
-/// to use the memory in this API's copies, register it instead.
+/// `gpurt_unlock`, which releases only such locks, never a registration's. For memory that is
+/// transferred by others who look it up (`gpurt_lookup`); to use the memory in this API's
+/// copies, register it instead.
 ///
 /// Thread safety: any thread.
 ///
@@ -1009,8 +1018,10 @@ pub unsafe extern "C" fn gpurt_lock(ptr: *const c_void, len: usize) -> GpurtStat
     })
 }
 
-/// Drops one lock of the locked range containing `ptr` (any byte of it); the last one unpins.
-/// `GPURT_STATUS_NOT_LOCKED` when no locked range contains `ptr`.
+/// Drops one `gpurt_lock` lock of the locked range containing `ptr` (any byte of it); the
+/// range's last lock unpins. `GPURT_STATUS_NOT_LOCKED` when no locked range contains `ptr`;
+/// `GPURT_STATUS_PIN_OWNED` when the range holds no `gpurt_lock` lock, only registrations'
+/// (`gpurt_host_register`): those go with `gpurt_host_unregister`, and the range stays pinned.
 ///
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]

@@ -6,6 +6,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use crate::id::DeviceId;
+use crate::lock_table::{LockCounts, LockOwner};
 
 /// A half-open host byte range `[start, start + len)` as named in errors and reports.
 ///
@@ -155,6 +156,20 @@ pub enum Error {
         requested: ByteRange,
         /// The extent the driver reports as pinned.
         pinned: ByteRange,
+    },
+    /// An unlock of an entry that holds no lock of the unlocker's kind: its locks belong to
+    /// others, who alone release them. A raw unlock (the runtime's `unlock_range`, C's
+    /// `gpurt_unlock`) never removes the pin a guard (`LockedHost`, `gpurt_host_register`)
+    /// relies on.
+    PinOwned {
+        /// The pointer given.
+        ptr: usize,
+        /// The entry that contains it.
+        entry: ByteRange,
+        /// The kind of lock the unlock would have released.
+        releaser: LockOwner,
+        /// The entry's locks, by owner (none of `releaser`'s kind).
+        held: LockCounts,
     },
 
     // ----- workgroup -----
@@ -469,6 +484,22 @@ impl fmt::Display for Error {
                 f,
                 "cannot lock {requested}: the driver reports only {pinned} as pinned by someone \
                  else; the rest would need a second registration the driver refuses"
+            ),
+            Error::PinOwned {
+                ptr,
+                entry,
+                releaser,
+                held,
+            } => write!(
+                f,
+                "cannot release a {} lock at {ptr:#x}: the locked range {entry} holds none, \
+                 only {} raw lock(s) (lock_range, gpurt_lock) and {} held by guards \
+                 (LockedHost, gpurt_host_register); a lock is released only by its own kind, \
+                 so a guard's pin goes when the guard does (drop the LockedHost, or \
+                 gpurt_host_unregister)",
+                releaser.name(),
+                held.raw,
+                held.guards
             ),
             Error::PrivateBufferInWorkgroup { buffer, index } => write!(
                 f,

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::{Backend, FillValue, LaunchDims};
+use gpu_core::error::ByteRange;
 use gpu_core::host::{CallKind, HostBackend, HostConfig};
+use gpu_core::lock_table::{LockCounts, LockOutcome, LockOwner};
 use gpu_core::runtime::{
     Arg, DeviceGuard, LiveObjects, RecordingBackend, Runtime, RuntimeConfig, restore_failures,
     with_device,
@@ -398,6 +400,63 @@ fn raw_locked_host_guards_nest_and_carry_transfers() {
     assert_eq!(rt.stats().locks.driver_unpins, 1);
     assert!(host[1024..2048].iter().all(|&b| b == 7));
     assert!(host[..1024].iter().chain(&host[2048..]).all(|&b| b == 0));
+}
+
+/// Issue 20 ("safe means safe"), point 5: `unlock_range` (safe code) took away the pin of a
+/// live `LockedHost`, so the lookup said "not pinned" while the guard still handed out spans,
+/// and the guard's own unlock then failed with `NotLocked`. The guard owns its lock now: a raw
+/// unlock is a typed error that changes nothing, a raw lock nested in the guard's range is the
+/// raw unlock's to release, transfers through the guard go on, and the guard unpins cleanly.
+#[test]
+fn a_raw_unlock_cannot_take_the_pin_of_a_live_locked_host() {
+    let rt = runtime();
+    let mut host = vec![0u8; 4096];
+    let buffer = rt.alloc(D0, MemoryKind::Device, 4096).unwrap();
+    let filled = rt.fill(D0, buffer.all(), 9, &mut vec![]).unwrap();
+    let mut locked = rt.lock_host(&mut host).unwrap();
+    let address = locked.span(0, 1).unwrap().address();
+    let entry = ByteRange::new(address, 4096).unwrap();
+    let guard_only = LockCounts { raw: 0, guards: 1 };
+    let owned = |ptr| Error::PinOwned {
+        ptr,
+        entry,
+        releaser: LockOwner::Raw,
+        held: guard_only,
+    };
+    let before = rt.stats().locks;
+    assert_eq!(before.held, guard_only, "the guard's lock is the guard's");
+    assert_eq!(rt.unlock_range(address + 100), Err(owned(address + 100)));
+    assert_eq!(rt.unlock_range(address), Err(owned(address)));
+    assert_eq!(rt.stats().locks, before, "a refused unlock changes nothing");
+    assert!(rt.pinned_address(address, 4096, D0).unwrap().is_some());
+
+    let nested = rt.lock_range(address + 64, 64).unwrap();
+    assert_eq!(
+        (nested.outcome, nested.locks),
+        (LockOutcome::Nested, LockCounts { raw: 1, guards: 1 })
+    );
+    assert_eq!(rt.unlock_range(address).unwrap().remaining, guard_only);
+    assert_eq!(rt.unlock_range(address), Err(owned(address)));
+    assert!(rt.pinned_address(address, 4096, D1).unwrap().is_some());
+
+    let copied = rt
+        .copy(
+            D0,
+            locked.span(0, 4096).unwrap(),
+            buffer.all(),
+            &mut vec![filled],
+        )
+        .unwrap();
+    rt.wait(copied).unwrap();
+    assert!(locked.memory().unwrap().iter().all(|&b| b == 9));
+    drop(locked);
+    let after = rt.stats().locks;
+    assert_eq!((after.entries, after.held), (0, LockCounts::default()));
+    assert_eq!(after.driver_unpins, before.driver_unpins + 1);
+    assert_eq!(rt.pinned_address(address, 1, D0).unwrap(), None);
+    assert_eq!(rt.backend().stats().registered_ranges, 0);
+    drop(buffer);
+    assert_eq!(rt.shutdown().unwrap().unpinned_ranges, 0, "nothing left");
 }
 
 /// Pageable memory goes through the pinned staging buffers in chunks, each copied on the host

@@ -72,11 +72,15 @@ pub enum GpurtStatus {
     Panic = 20,
     /// Any other failure; the message says what.
     Other = 21,
+    /// An unlock (`gpurt_unlock`) names a locked range whose locks all belong to registrations
+    /// (`gpurt_host_register`): only `gpurt_host_unregister` releases those, so the range stays
+    /// as it was.
+    PinOwned = 22,
 }
 
 impl GpurtStatus {
     /// Every status, in code order.
-    const ALL: [GpurtStatus; 22] = [
+    const ALL: [GpurtStatus; 23] = [
         GpurtStatus::Ok,
         GpurtStatus::NullPointer,
         GpurtStatus::ZeroSize,
@@ -99,6 +103,7 @@ impl GpurtStatus {
         GpurtStatus::NotOpen,
         GpurtStatus::Panic,
         GpurtStatus::Other,
+        GpurtStatus::PinOwned,
     ];
 
     /// The status with code `code`, if there is one.
@@ -131,6 +136,7 @@ impl GpurtStatus {
             GpurtStatus::NotOpen => c"GPURT_STATUS_NOT_OPEN",
             GpurtStatus::Panic => c"GPURT_STATUS_PANIC",
             GpurtStatus::Other => c"GPURT_STATUS_OTHER",
+            GpurtStatus::PinOwned => c"GPURT_STATUS_PIN_OWNED",
         }
     }
 }
@@ -237,6 +243,7 @@ fn core_status(error: &Error) -> GpurtStatus {
         | Error::ExternalPinTooSmall { .. }
         | Error::CopyOverlap { .. } => S::Overlap,
         Error::NotLocked { .. } | Error::NotEntryStart { .. } => S::NotLocked,
+        Error::PinOwned { .. } => S::PinOwned,
         Error::OutOfMemory { .. } => S::OutOfMemory,
         Error::HostOutOfMemory { .. } => S::HostOutOfMemory,
         Error::KindUnsupported { .. }
@@ -424,6 +431,15 @@ mod tests {
                 GpurtStatus::UnknownDevice,
             ),
             (Error::NotLocked { ptr: 16 }, GpurtStatus::NotLocked),
+            (
+                Error::PinOwned {
+                    ptr: 16,
+                    entry: gpu_runtime::error::ByteRange { start: 16, len: 8 },
+                    releaser: gpu_runtime::lock_table::LockOwner::Raw,
+                    held: gpu_runtime::lock_table::LockCounts { raw: 0, guards: 1 },
+                },
+                GpurtStatus::PinOwned,
+            ),
             (
                 Error::Unsupported {
                     backend: "host",

@@ -302,6 +302,57 @@ static void registered_memory_nests_and_carries_transfers(void) {
     free(host);
 }
 
+/* A registration owns its pin: `gpurt_unlock` never takes it away (a `gpurt_lock` nested in it
+ * is still `gpurt_unlock`'s to release), the registration keeps carrying transfers, and the
+ * statistics count the locks of each kind. */
+static void a_registration_is_kept_from_raw_unlocks(void) {
+    enum { LEN = 4096 };
+    unsigned char *host = calloc(LEN, 1);
+    CHECK(host != NULL);
+    CHECK(strcmp(gpurt_status_name(GPURT_STATUS_PIN_OWNED), "GPURT_STATUS_PIN_OWNED") == 0);
+    gpurt_stats_t before, after;
+    OK(gpurt_stats(&before));
+    gpurt_memory_t registered, device;
+    OK(gpurt_host_register(host, LEN, &registered));
+    EXPECT(GPURT_STATUS_PIN_OWNED, gpurt_unlock(host));
+    CHECK(strstr(gpurt_last_error(), "gpurt_host_unregister") != NULL);
+    EXPECT(GPURT_STATUS_PIN_OWNED, gpurt_unlock(host + 100));
+    void *address = NULL;
+    OK(gpurt_lookup(host, LEN, 0, &address));
+    CHECK(address != NULL);
+
+    OK(gpurt_lock(host + 64, 64));
+    OK(gpurt_stats(&after));
+    CHECK(after.raw_locks == before.raw_locks + 1);
+    CHECK(after.registered_locks == before.registered_locks + 1);
+    CHECK(after.driver_pins == before.driver_pins + 1);
+    OK(gpurt_unlock(host));
+    EXPECT(GPURT_STATUS_PIN_OWNED, gpurt_unlock(host));
+    OK(gpurt_stats(&after));
+    CHECK(after.raw_locks == before.raw_locks);
+    CHECK(after.registered_locks == before.registered_locks + 1);
+    CHECK(after.driver_unpins == before.driver_unpins);
+
+    gpurt_token_t filled, copied;
+    OK(gpurt_alloc(0, GPURT_MEMORY_DEVICE, LEN, &device));
+    OK(gpurt_fill(0, gpurt_span_of(device, 0, LEN), 0x3C, NULL, 0, &filled));
+    OK(gpurt_copy(0, gpurt_span_of(registered, 0, LEN), gpurt_span_of(device, 0, LEN), &filled, 1,
+                  &copied));
+    OK(gpurt_wait(copied));
+    CHECK(all_bytes(host, LEN, 0x3C));
+
+    OK(gpurt_host_unregister(registered));
+    OK(gpurt_lookup(host, LEN, 0, &address));
+    CHECK(address == NULL);
+    OK(gpurt_stats(&after));
+    CHECK(after.locked_ranges == before.locked_ranges);
+    CHECK(after.registered_locks == before.registered_locks);
+    CHECK(after.driver_unpins == before.driver_unpins + 1);
+    EXPECT(GPURT_STATUS_NOT_LOCKED, gpurt_unlock(host));
+    OK(gpurt_free(device));
+    free(host);
+}
+
 static void lock_unlock_lookup(void) {
     enum { LEN = 8192 };
     unsigned char *host = malloc(LEN);
@@ -524,6 +575,7 @@ int main(int argc, char **argv) {
     kernels_by_handle();
     workgroup_memory_above_the_default_limit();
     registered_memory_nests_and_carries_transfers();
+    a_registration_is_kept_from_raw_unlocks();
     lock_unlock_lookup();
     tokens_fork_join_wait_and_misuse();
     lengths_and_counts_beyond_memory_are_refused();

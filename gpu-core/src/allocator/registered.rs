@@ -1,11 +1,12 @@
 //! Host-registered memory: the caller's own host range, pinned through the lock interval table
 //! and never cached; unpinned only once the work of every stream that used it has completed.
+//! A registration owns its lock ([`LockOwner::Guard`]): raw unlocks of the table never release it.
 
 use alloc::vec::Vec;
 
 use crate::error::{Error, Result};
 use crate::id::{DeviceId, EventId, StreamId};
-use crate::lock_table::{LockOutcome, LockTable, PinDriver};
+use crate::lock_table::{LockOutcome, LockOwner, LockTable, PinDriver};
 
 use super::stats::AllocatorStats;
 use super::{MemoryKind, Release, SegmentDriver};
@@ -56,7 +57,8 @@ impl RegisteredMemory {
                     what: "host-registered allocation handles",
                 })?;
         }
-        let locked = table.lock(driver, ptr, len)?;
+        // The registration owns its lock: raw unlocks of the table cannot release it.
+        let locked = table.lock_as(driver, ptr, len, LockOwner::Guard)?;
         if locked.outcome == LockOutcome::Pinned {
             self.stats.misses += 1;
         } else {
@@ -143,7 +145,7 @@ impl RegisteredMemory {
         }
         if events.is_empty() {
             let ptr = self.slots[slot as usize].ptr;
-            table.unlock(driver, ptr)?;
+            table.unlock_as(driver, ptr, LockOwner::Guard)?;
             self.finish(slot, false);
         } else {
             let len = self.slots[slot as usize].len;
@@ -175,7 +177,7 @@ impl RegisteredMemory {
             if !completed {
                 continue;
             }
-            table.unlock(driver, self.slots[slot].ptr)?;
+            table.unlock_as(driver, self.slots[slot].ptr, LockOwner::Guard)?;
             if let State::Unlocking(events) =
                 core::mem::replace(&mut self.slots[slot].state, State::Unused)
             {

@@ -8,12 +8,19 @@
 //! Rules (spec: lock-table.md), all enforced before any driver call:
 //! - entries never overlap; adjacent entries stay separate;
 //! - locking a range inside an entry counts one more lock on it, with no driver call;
+//! - each lock has an owner ([`LockOwner`]): a raw lock, or one a guard holds (the runtime's
+//!   `LockedHost`, C's `gpurt_host_register`); an unlock releases only a lock of its own kind,
+//!   so a raw unlock never removes a pin a guard relies on, and each entry counts its locks
+//!   by owner ([`LockCounts`]);
 //! - a range overlapping an entry without lying inside it is an error naming that entry;
 //! - unlock takes any pointer inside an entry (or only its start, with [`LockTable::unlock_exact`]);
 //!   the last unlock unpins with the entry's exact start;
 //! - memory pinned by someone else is recorded as `external`, counted, and never unpinned here;
 //! - queries take `(ptr, len)` and hit only when every byte lies inside one entry;
 //! - every failed call leaves the table exactly as it was, and no path leaks a pin.
+//!
+//! [`LockTable::lock`], [`LockTable::unlock`] and [`LockTable::unlock_exact`] take and release
+//! raw locks; [`LockTable::lock_as`] and [`LockTable::unlock_as`] name the owner.
 
 mod index;
 #[cfg(feature = "model")]
@@ -60,6 +67,71 @@ pub enum LockOutcome {
     External,
 }
 
+/// Who holds a lock, and so who may release it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LockOwner {
+    /// A plain counted lock ([`LockTable::lock`]; the runtime's `lock_range`, C's
+    /// `gpurt_lock`): any raw unlock of the entry releases one.
+    Raw,
+    /// A lock a guard object holds (the runtime's `LockedHost`, C's `gpurt_host_register`, a
+    /// host-registered allocation): released only through [`LockTable::unlock_as`] with this
+    /// owner, which only the guard calls, never by a raw unlock; the pin lasts as long as the
+    /// guard.
+    Guard,
+}
+
+impl LockOwner {
+    /// The owner's name in messages: `"raw"` or `"guard"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            LockOwner::Raw => "raw",
+            LockOwner::Guard => "guard",
+        }
+    }
+}
+
+/// Outstanding locks by owner: of one entry, or of the whole table ([`LockStats::held`]).
+///
+/// The table refuses a lock that would take its total past `usize::MAX`, so no sum overflows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LockCounts {
+    /// Raw locks ([`LockOwner::Raw`]).
+    pub raw: usize,
+    /// Locks guards hold ([`LockOwner::Guard`]).
+    pub guards: usize,
+}
+
+impl LockCounts {
+    /// One lock of `owner`.
+    pub const fn one(owner: LockOwner) -> Self {
+        match owner {
+            LockOwner::Raw => Self { raw: 1, guards: 0 },
+            LockOwner::Guard => Self { raw: 0, guards: 1 },
+        }
+    }
+
+    /// Locks of every owner.
+    pub const fn total(&self) -> usize {
+        self.raw + self.guards
+    }
+
+    /// Locks of `owner`.
+    pub const fn of(&self, owner: LockOwner) -> usize {
+        match owner {
+            LockOwner::Raw => self.raw,
+            LockOwner::Guard => self.guards,
+        }
+    }
+
+    /// The counter of `owner`'s locks.
+    pub(crate) fn of_mut(&mut self, owner: LockOwner) -> &mut usize {
+        match owner {
+            LockOwner::Raw => &mut self.raw,
+            LockOwner::Guard => &mut self.guards,
+        }
+    }
+}
+
 /// The result of a successful [`LockTable::lock`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Locked {
@@ -67,8 +139,8 @@ pub struct Locked {
     pub entry: ByteRange,
     /// How the lock was satisfied.
     pub outcome: LockOutcome,
-    /// The entry's lock count after this lock.
-    pub count: usize,
+    /// The entry's locks after this lock, by owner.
+    pub locks: LockCounts,
 }
 
 /// The result of a successful [`LockTable::unlock`].
@@ -76,8 +148,9 @@ pub struct Locked {
 pub struct Unlocked {
     /// The entry the pointer named.
     pub entry: ByteRange,
-    /// Locks left on the entry; at 0 the entry is gone (and, unless external, unpinned).
-    pub remaining: usize,
+    /// Locks left on the entry, by owner; with none the entry is gone (and, unless external,
+    /// unpinned).
+    pub remaining: LockCounts,
     /// Whether the entry had been pinned by someone else.
     pub external: bool,
 }
@@ -91,6 +164,8 @@ pub struct LockStats {
     pub external_entries: usize,
     /// Bytes covered by all entries.
     pub bytes_locked: usize,
+    /// Locks outstanding on all entries, by owner.
+    pub held: LockCounts,
     /// Successful locks that needed no driver call (nested in an entry).
     pub nested_locks: u64,
     /// Driver pin calls made (successful or not).
@@ -106,8 +181,8 @@ pub struct LockStats {
 pub struct EntryView<'a> {
     /// The pinned range.
     pub range: ByteRange,
-    /// Outstanding locks on it.
-    pub count: usize,
+    /// Outstanding locks on it, by owner.
+    pub locks: LockCounts,
     /// Whether someone else pinned it (the table never unpins it).
     pub external: bool,
     /// The address each device uses for `range.start`, indexed by device.
@@ -117,7 +192,7 @@ pub struct EntryView<'a> {
 /// Per-entry state that the index does not hold.
 #[derive(Clone, Copy, Debug)]
 struct EntryState {
-    count: usize,
+    locks: LockCounts,
     external: bool,
 }
 
@@ -132,6 +207,7 @@ pub(crate) enum LockStart {
 pub(crate) struct NewRange {
     pub(crate) range: ByteRange,
     position: Option<Position>,
+    owner: LockOwner,
 }
 
 /// What the driver said about a new range (phase two of a lock).
@@ -187,15 +263,27 @@ impl LockTable {
         self.device_count
     }
 
-    /// Locks `[ptr, ptr + len)` for every device: counts a nested lock, records memory pinned
-    /// elsewhere, or pins through `driver`. Errors leave the table unchanged.
+    /// Takes a raw lock on `[ptr, ptr + len)` for every device: counts a nested lock, records
+    /// memory pinned elsewhere, or pins through `driver`. Errors leave the table unchanged.
     pub fn lock<D: PinDriver + ?Sized>(
         &mut self,
         driver: &mut D,
         ptr: usize,
         len: usize,
     ) -> Result<Locked> {
-        match self.start_lock(ptr, len)? {
+        self.lock_as(driver, ptr, len, LockOwner::Raw)
+    }
+
+    /// Like [`LockTable::lock`], for `owner`: a [`LockOwner::Guard`] lock is released only by
+    /// [`LockTable::unlock_as`] with that owner.
+    pub fn lock_as<D: PinDriver + ?Sized>(
+        &mut self,
+        driver: &mut D,
+        ptr: usize,
+        len: usize,
+        owner: LockOwner,
+    ) -> Result<Locked> {
+        match self.start_lock(ptr, len, owner)? {
             LockStart::Done(locked) => Ok(locked),
             LockStart::NeedsDriver(new) => {
                 let mut scratch = core::mem::take(&mut self.scratch);
@@ -207,14 +295,15 @@ impl LockTable {
         }
     }
 
-    /// Releases one lock on the entry containing `ptr`; the last one unpins the entry with
-    /// its exact start (never for external entries). Errors leave the table unchanged.
+    /// Releases one raw lock on the entry containing `ptr`; the last lock unpins the entry
+    /// with its exact start (never for external entries). An entry without a raw lock (only
+    /// guards hold it) is [`Error::PinOwned`]. Errors leave the table unchanged.
     pub fn unlock<D: PinDriver + ?Sized>(
         &mut self,
         driver: &mut D,
         ptr: usize,
     ) -> Result<Unlocked> {
-        self.unlock_inner(driver, ptr, false)
+        self.unlock_inner(driver, ptr, false, LockOwner::Raw)
     }
 
     /// Like [`LockTable::unlock`], but `ptr` must be the exact start of an entry, as the
@@ -224,7 +313,18 @@ impl LockTable {
         driver: &mut D,
         ptr: usize,
     ) -> Result<Unlocked> {
-        self.unlock_inner(driver, ptr, true)
+        self.unlock_inner(driver, ptr, true, LockOwner::Raw)
+    }
+
+    /// Like [`LockTable::unlock`], releasing one of `owner`'s locks: [`Error::PinOwned`] when
+    /// the entry holds none.
+    pub fn unlock_as<D: PinDriver + ?Sized>(
+        &mut self,
+        driver: &mut D,
+        ptr: usize,
+        owner: LockOwner,
+    ) -> Result<Unlocked> {
+        self.unlock_inner(driver, ptr, false, owner)
     }
 
     fn unlock_inner<D: PinDriver + ?Sized>(
@@ -232,13 +332,14 @@ impl LockTable {
         driver: &mut D,
         ptr: usize,
         exact: bool,
+        owner: LockOwner,
     ) -> Result<Unlocked> {
-        let (slot, id, entry) = self.entry_for_unlock(ptr, exact)?;
+        let (slot, id, entry) = self.entry_for_unlock(ptr, exact, owner)?;
         if self.needs_unpin(id) {
             self.stats.driver_unpins += 1;
             driver.unpin(entry.start)?;
         }
-        Ok(self.release(slot, id, entry))
+        Ok(self.release(slot, id, entry, owner))
     }
 
     /// Unpins every entry this table pinned, whatever its count, and forgets external ones:
@@ -293,7 +394,7 @@ impl LockTable {
         let base = id as usize * self.device_count;
         EntryView {
             range,
-            count: state.count,
+            locks: state.locks,
             external: state.external,
             device_ptrs: &self.device_ptrs[base..base + self.device_count],
         }
@@ -313,32 +414,43 @@ impl LockTable {
 
     /// Phase one of a lock: validates, counts a nested lock, or rejects an overlap; for a new
     /// range reserves room so that [`LockTable::finish_lock`] cannot fail for lack of memory.
-    pub(crate) fn start_lock(&mut self, ptr: usize, len: usize) -> Result<LockStart> {
+    pub(crate) fn start_lock(
+        &mut self,
+        ptr: usize,
+        len: usize,
+        owner: LockOwner,
+    ) -> Result<LockStart> {
         let range = lock_range(ptr, len)?;
+        // Every entry's locks are part of the table's, so once the table's total has room
+        // for one more, no count can overflow (writers are serialised until `finish_lock`).
+        if self.stats.held.total() == usize::MAX {
+            return Err(Error::LimitExceeded {
+                what: "locks outstanding in one lock table",
+                required: usize::MAX,
+                limit: usize::MAX,
+                detail: Vec::new(),
+            });
+        }
         let hit = match self.index.place(range) {
             Placement::Inside(hit) => hit,
             Placement::Overlaps(slot) => return Err(self.overlap_error(range, slot)),
             Placement::Free(position) => {
                 self.reserve_entry()?;
-                return Ok(LockStart::NeedsDriver(NewRange { range, position }));
+                return Ok(LockStart::NeedsDriver(NewRange {
+                    range,
+                    position,
+                    owner,
+                }));
             }
         };
         let state = &mut self.entries[hit.id as usize];
-        let count = state
-            .count
-            .checked_add(1)
-            .ok_or_else(|| Error::LimitExceeded {
-                what: "nested locks on one entry",
-                required: usize::MAX,
-                limit: usize::MAX,
-                detail: Vec::new(),
-            })?;
-        state.count = count;
+        *state.locks.of_mut(owner) += 1;
+        *self.stats.held.of_mut(owner) += 1;
         self.stats.nested_locks += 1;
         Ok(LockStart::Done(Locked {
             entry: hit.range(),
             outcome: LockOutcome::Nested,
-            count,
+            locks: state.locks,
         }))
     }
 
@@ -372,7 +484,7 @@ impl LockTable {
             Some(id) => id,
             None => {
                 self.entries.push(EntryState {
-                    count: 0,
+                    locks: LockCounts::default(),
                     external: false,
                 });
                 self.device_ptrs
@@ -380,8 +492,9 @@ impl LockTable {
                 (self.entries.len() - 1) as u32
             }
         };
+        let locks = LockCounts::one(new.owner);
         self.entries[id as usize] = EntryState {
-            count: 1,
+            locks,
             external: pinned.external,
         };
         let base = id as usize * self.device_count;
@@ -390,6 +503,7 @@ impl LockTable {
         self.stats.entries += 1;
         self.stats.bytes_locked += pinned.extent.len;
         self.stats.external_entries += usize::from(pinned.external);
+        *self.stats.held.of_mut(new.owner) += 1;
         let outcome = if pinned.external {
             LockOutcome::External
         } else {
@@ -398,7 +512,7 @@ impl LockTable {
         Ok(Locked {
             entry: pinned.extent,
             outcome,
-            count: 1,
+            locks,
         })
     }
 
@@ -431,11 +545,13 @@ impl LockTable {
         Ok(())
     }
 
-    /// Phase one of an unlock: the entry `ptr` names (and checks the exact-start rule).
+    /// Phase one of an unlock: the entry `ptr` names, checking the exact-start rule and that
+    /// the entry holds a lock of `owner`.
     pub(crate) fn entry_for_unlock(
         &self,
         ptr: usize,
         exact: bool,
+        owner: LockOwner,
     ) -> Result<(Slot, u32, ByteRange)> {
         let probe = ByteRange { start: ptr, len: 1 };
         let Some(hit) = self.index.containing(probe) else {
@@ -445,33 +561,56 @@ impl LockTable {
         if exact && entry.start != ptr {
             return Err(Error::NotEntryStart { ptr, entry });
         }
+        let held = self.entries[hit.id as usize].locks;
+        if held.of(owner) == 0 {
+            return Err(Error::PinOwned {
+                ptr,
+                entry,
+                releaser: owner,
+                held,
+            });
+        }
         Ok((hit.slot, hit.id, entry))
     }
 
     /// Whether the last unlock of the entry `id` must call the driver.
     pub(crate) fn needs_unpin(&self, id: u32) -> bool {
         let state = self.entries[id as usize];
-        state.count == 1 && !state.external
+        state.locks.total() == 1 && !state.external
     }
 
-    /// Phase two of an unlock, after any driver unpin succeeded: one count less, and the
-    /// entry removed at zero. Never allocates, never fails.
-    pub(crate) fn release(&mut self, slot: Slot, id: u32, entry: ByteRange) -> Unlocked {
+    /// Phase two of an unlock, after any driver unpin succeeded: one lock of `owner` less (the
+    /// entry holds one: phase one checked), and the entry removed with its last lock. Never
+    /// allocates, never fails.
+    pub(crate) fn release(
+        &mut self,
+        slot: Slot,
+        id: u32,
+        entry: ByteRange,
+        owner: LockOwner,
+    ) -> Unlocked {
         let state = &mut self.entries[id as usize];
-        state.count -= 1;
-        let (remaining, external) = (state.count, state.external);
-        if remaining == 0 {
-            self.index.remove(slot);
-            self.free_ids.push(id);
-            self.stats.entries -= 1;
-            self.stats.bytes_locked -= entry.len;
-            self.stats.external_entries -= usize::from(external);
+        *state.locks.of_mut(owner) -= 1;
+        *self.stats.held.of_mut(owner) -= 1;
+        let (remaining, external) = (state.locks, state.external);
+        if remaining.total() == 0 {
+            self.remove(slot, id, entry);
         }
         Unlocked {
             entry,
             remaining,
             external,
         }
+    }
+
+    /// Removes the entry `id` at `slot`, whose locks have been taken off the stats already.
+    fn remove(&mut self, slot: Slot, id: u32, entry: ByteRange) {
+        let external = self.entries[id as usize].external;
+        self.index.remove(slot);
+        self.free_ids.push(id);
+        self.stats.entries -= 1;
+        self.stats.bytes_locked -= entry.len;
+        self.stats.external_entries -= usize::from(external);
     }
 
     /// Phase one of each step of [`LockTable::release_all`]: the first entry, if any, and
@@ -490,8 +629,10 @@ impl LockTable {
     /// Phase two of each step of [`LockTable::release_all`], after any driver unpin
     /// succeeded: the entry removed whatever its count. Never allocates, never fails.
     pub(crate) fn forget(&mut self, first: ToRelease) {
-        self.entries[first.id as usize].count = 1;
-        self.release(first.slot, first.id, first.entry);
+        let locks = core::mem::take(&mut self.entries[first.id as usize].locks);
+        self.stats.held.raw -= locks.raw;
+        self.stats.held.guards -= locks.guards;
+        self.remove(first.slot, first.id, first.entry);
     }
 
     /// Adds the driver calls that the shared form made outside the table's lock.

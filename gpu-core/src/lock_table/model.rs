@@ -1,14 +1,17 @@
 //! The lock table's plain reference model, a recording fake driver, and the harness that runs
 //! one operation on table and model side by side: one model, driven by proptest and the fuzzer.
 //!
-//! The model is a brute-force list of entries with linear scans: obviously right, slow.
+//! The model is a brute-force list of entries with linear scans: obviously right, slow. Each
+//! entry counts its raw and guard locks apart, and an unlock takes only a lock of its own kind.
 //! The fake driver behaves like CUDA's registration calls (overlapping registrations and
 //! interior unregisters fail) and can be told to fail its next call of a kind.
 
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::{LockOutcome, LockStats, LockTable, Locked, PinDriver, Unlocked};
+use super::{
+    LockCounts, LockOutcome, LockOwner, LockStats, LockTable, Locked, PinDriver, Unlocked,
+};
 use crate::error::{ByteRange, DriverError, Error, Result};
 use crate::id::DeviceId;
 
@@ -154,8 +157,8 @@ impl PinDriver for FakeDriver {
 pub struct ModelEntry {
     /// The pinned range.
     pub range: ByteRange,
-    /// Outstanding locks.
-    pub count: usize,
+    /// Outstanding locks, by owner.
+    pub locks: LockCounts,
     /// Pinned by someone else.
     pub external: bool,
     /// Each device's address for the range start.
@@ -212,8 +215,14 @@ impl ModelTable {
         }
     }
 
-    /// The model's lock.
-    pub fn lock(&mut self, driver: &mut FakeDriver, ptr: usize, len: usize) -> Result<Locked> {
+    /// The model's lock, by `owner`.
+    pub fn lock(
+        &mut self,
+        driver: &mut FakeDriver,
+        ptr: usize,
+        len: usize,
+        owner: LockOwner,
+    ) -> Result<Locked> {
         if ptr == 0 {
             return Err(Error::NullPointer {
                 what: "start of the range to lock",
@@ -221,12 +230,15 @@ impl ModelTable {
         }
         let range = Self::check_range(ptr, len)?;
         if let Some(e) = self.entries.iter_mut().find(|e| e.range.contains(&range)) {
-            e.count += 1;
+            match owner {
+                LockOwner::Raw => e.locks.raw += 1,
+                LockOwner::Guard => e.locks.guards += 1,
+            }
             self.nested_locks += 1;
             return Ok(Locked {
                 entry: e.range,
                 outcome: LockOutcome::Nested,
-                count: e.count,
+                locks: e.locks,
             });
         }
         self.overlap_error(range, range)?;
@@ -247,9 +259,13 @@ impl ModelTable {
                 (range, false)
             }
         };
+        let locks = match owner {
+            LockOwner::Raw => LockCounts { raw: 1, guards: 0 },
+            LockOwner::Guard => LockCounts { raw: 0, guards: 1 },
+        };
         self.entries.push(ModelEntry {
             range: extent,
-            count: 1,
+            locks,
             external,
             device_ptrs,
         });
@@ -261,12 +277,19 @@ impl ModelTable {
         Ok(Locked {
             entry: extent,
             outcome,
-            count: 1,
+            locks,
         })
     }
 
-    /// The model's unlock (`exact`: the pointer must be an entry's start).
-    pub fn unlock(&mut self, driver: &mut FakeDriver, ptr: usize, exact: bool) -> Result<Unlocked> {
+    /// The model's unlock of one of `owner`'s locks (`exact`: the pointer must be an entry's
+    /// start).
+    pub fn unlock(
+        &mut self,
+        driver: &mut FakeDriver,
+        ptr: usize,
+        exact: bool,
+        owner: LockOwner,
+    ) -> Result<Unlocked> {
         let probe = ByteRange { start: ptr, len: 1 };
         let at = self
             .entries
@@ -277,13 +300,29 @@ impl ModelTable {
         if exact && entry.start != ptr {
             return Err(Error::NotEntryStart { ptr, entry });
         }
-        let external = self.entries[at].external;
-        if self.entries[at].count == 1 && !external {
+        let (held, external) = (self.entries[at].locks, self.entries[at].external);
+        let mine = match owner {
+            LockOwner::Raw => held.raw,
+            LockOwner::Guard => held.guards,
+        };
+        if mine == 0 {
+            return Err(Error::PinOwned {
+                ptr,
+                entry,
+                releaser: owner,
+                held,
+            });
+        }
+        if held.raw + held.guards == 1 && !external {
             driver.unpin(entry.start)?;
         }
-        self.entries[at].count -= 1;
-        let remaining = self.entries[at].count;
-        if remaining == 0 {
+        let mut remaining = held;
+        match owner {
+            LockOwner::Raw => remaining.raw -= 1,
+            LockOwner::Guard => remaining.guards -= 1,
+        }
+        self.entries[at].locks = remaining;
+        if remaining.raw + remaining.guards == 0 {
             self.entries.remove(at);
         }
         Ok(Unlocked {
@@ -320,19 +359,21 @@ impl ModelTable {
 /// One operation of a random program over the table.
 #[derive(Clone, Copy, Debug)]
 pub enum Op {
-    /// Lock `[ptr, ptr + len)`.
+    /// Lock `[ptr, ptr + len)` for `owner`.
     Lock {
         /// Start.
         ptr: usize,
         /// Length.
         len: usize,
+        /// Who takes the lock.
+        owner: LockOwner,
     },
-    /// Unlock the entry containing `ptr` (`exact`: only by its start).
+    /// Unlock the entry containing `ptr`, the way `by` says.
     Unlock {
-        /// Any pointer inside the entry.
+        /// Any pointer inside the entry (its start for [`UnlockBy::RawExact`]).
         ptr: usize,
-        /// Exact-start mode.
-        exact: bool,
+        /// Which call releases which kind of lock.
+        by: UnlockBy,
     },
     /// Look up `[ptr, ptr + len)` for `device`.
     Lookup {
@@ -354,6 +395,17 @@ pub enum Op {
     },
 }
 
+/// The table's three unlock calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnlockBy {
+    /// [`LockTable::unlock`]: a raw lock, through any pointer inside the entry.
+    Raw,
+    /// [`LockTable::unlock_exact`]: a raw lock, through the entry's start only.
+    RawExact,
+    /// [`LockTable::unlock_as`] with [`LockOwner::Guard`]: a guard's lock.
+    Guard,
+}
+
 /// What one operation did, for counting how often a program hit each case.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Case {
@@ -363,6 +415,8 @@ pub enum Case {
     PinnedAdjacent,
     /// A lock inside an entry.
     Nested,
+    /// A lock inside an entry that leaves it held by raw locks and guards both.
+    NestedMixedOwners,
     /// A lock recorded memory pinned elsewhere.
     External,
     /// A lock refused: the new range swallows an entry whole.
@@ -383,6 +437,9 @@ pub enum Case {
     UnlockLast,
     /// An unlock of memory not in the table, or not at an entry's start in exact mode.
     UnlockUnknown,
+    /// An unlock refused because the entry holds no lock of its kind (a raw unlock of an
+    /// entry only guards hold, or the other way round).
+    UnlockOwnedByOthers,
     /// A lookup hit.
     LookupHit,
     /// A lookup miss.
@@ -420,24 +477,36 @@ impl Harness {
     /// When the table and the model disagree: that is the failure this harness exists to find.
     pub fn apply(&mut self, op: Op) -> Case {
         let case = match op {
-            Op::Lock { ptr, len } => {
-                let got = self.table.lock(&mut self.table_driver, ptr, len);
-                let want = self.model.lock(&mut self.model_driver, ptr, len);
-                assert_eq!(got, want, "lock({ptr:#x}, {len})");
+            Op::Lock { ptr, len, owner } => {
+                let got = if owner == LockOwner::Raw {
+                    self.table.lock(&mut self.table_driver, ptr, len)
+                } else {
+                    self.table.lock_as(&mut self.table_driver, ptr, len, owner)
+                };
+                let want = self.model.lock(&mut self.model_driver, ptr, len, owner);
+                assert_eq!(got, want, "lock({ptr:#x}, {len}, {owner:?})");
                 self.lock_case(&got)
             }
-            Op::Unlock { ptr, exact } => {
-                let got = if exact {
-                    self.table.unlock_exact(&mut self.table_driver, ptr)
-                } else {
-                    self.table.unlock(&mut self.table_driver, ptr)
+            Op::Unlock { ptr, by } => {
+                let driver = &mut self.table_driver;
+                let (got, exact, owner) = match by {
+                    UnlockBy::Raw => (self.table.unlock(driver, ptr), false, LockOwner::Raw),
+                    UnlockBy::RawExact => {
+                        (self.table.unlock_exact(driver, ptr), true, LockOwner::Raw)
+                    }
+                    UnlockBy::Guard => (
+                        self.table.unlock_as(driver, ptr, LockOwner::Guard),
+                        false,
+                        LockOwner::Guard,
+                    ),
                 };
-                let want = self.model.unlock(&mut self.model_driver, ptr, exact);
-                assert_eq!(got, want, "unlock({ptr:#x}, exact {exact})");
+                let want = self.model.unlock(&mut self.model_driver, ptr, exact, owner);
+                assert_eq!(got, want, "unlock({ptr:#x}, {by:?})");
                 match got {
-                    Ok(Unlocked { remaining: 0, .. }) => Case::UnlockLast,
+                    Ok(Unlocked { remaining, .. }) if remaining.total() == 0 => Case::UnlockLast,
                     Ok(_) => Case::UnlockNested,
                     Err(Error::Driver(_)) => Case::DriverFailure,
+                    Err(Error::PinOwned { .. }) => Case::UnlockOwnedByOthers,
                     Err(_) => Case::UnlockUnknown,
                 }
             }
@@ -482,8 +551,15 @@ impl Harness {
         match result {
             Ok(Locked {
                 outcome: LockOutcome::Nested,
+                locks,
                 ..
-            }) => Case::Nested,
+            }) => {
+                if locks.raw > 0 && locks.guards > 0 {
+                    Case::NestedMixedOwners
+                } else {
+                    Case::Nested
+                }
+            }
             Ok(Locked {
                 outcome: LockOutcome::External,
                 ..
@@ -528,7 +604,7 @@ impl Harness {
             .entries()
             .map(|e| ModelEntry {
                 range: e.range,
-                count: e.count,
+                locks: e.locks,
                 external: e.external,
                 device_ptrs: e.device_ptrs.to_vec(),
             })
@@ -556,6 +632,10 @@ impl Harness {
             entries: model.len(),
             external_entries: model.iter().filter(|e| e.external).count(),
             bytes_locked: model.iter().map(|e| e.range.len).sum(),
+            held: LockCounts {
+                raw: model.iter().map(|e| e.locks.raw).sum(),
+                guards: model.iter().map(|e| e.locks.guards).sum(),
+            },
             nested_locks: self.model.nested_locks,
             driver_pins: self.table_driver.calls[CallKind::Pin as usize],
             driver_unpins: self.table_driver.calls[CallKind::Unpin as usize],

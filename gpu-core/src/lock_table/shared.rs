@@ -11,7 +11,7 @@ use alloc::vec::Vec;
 
 use lock_api::{RawRwLock, RwLock, RwLockWriteGuard};
 
-use super::{LockStart, LockStats, LockTable, Locked, PinDriver, Unlocked, pin_new};
+use super::{LockOwner, LockStart, LockStats, LockTable, Locked, PinDriver, Unlocked, pin_new};
 use crate::error::Result;
 use crate::id::DeviceId;
 
@@ -41,11 +41,17 @@ impl<D: PinDriver, R: RawRwLock> SharedLockTable<D, R> {
         })
     }
 
-    /// See [`LockTable::lock`]. The driver's pin runs with only the writer lock held.
+    /// See [`LockTable::lock`] (a raw lock). The driver's pin runs with only the writer lock
+    /// held.
     pub fn lock(&self, ptr: usize, len: usize) -> Result<Locked> {
+        self.lock_as(ptr, len, LockOwner::Raw)
+    }
+
+    /// See [`LockTable::lock_as`]. The driver's pin runs with only the writer lock held.
+    pub fn lock_as(&self, ptr: usize, len: usize, owner: LockOwner) -> Result<Locked> {
         let mut writer = self.writer.write();
         // Writers are serialised, so where the new range goes stays true across the pin.
-        let new = match self.table.write().start_lock(ptr, len)? {
+        let new = match self.table.write().start_lock(ptr, len, owner)? {
             LockStart::Done(locked) => return Ok(locked),
             LockStart::NeedsDriver(new) => new,
         };
@@ -60,27 +66,33 @@ impl<D: PinDriver, R: RawRwLock> SharedLockTable<D, R> {
         table.finish_lock(new, pinned?, device_ptrs)
     }
 
-    /// See [`LockTable::unlock`]. The driver's unpin runs with only the writer lock held; the
-    /// entry stays visible to lookups until the unpin succeeded.
+    /// See [`LockTable::unlock`] (a raw lock). The driver's unpin runs with only the writer
+    /// lock held; the entry stays visible to lookups until the unpin succeeded.
     pub fn unlock(&self, ptr: usize) -> Result<Unlocked> {
-        self.unlock_inner(ptr, false)
+        self.unlock_inner(ptr, false, LockOwner::Raw)
     }
 
     /// See [`LockTable::unlock_exact`].
     pub fn unlock_exact(&self, ptr: usize) -> Result<Unlocked> {
-        self.unlock_inner(ptr, true)
+        self.unlock_inner(ptr, true, LockOwner::Raw)
     }
 
-    fn unlock_inner(&self, ptr: usize, exact: bool) -> Result<Unlocked> {
+    /// See [`LockTable::unlock_as`].
+    pub fn unlock_as(&self, ptr: usize, owner: LockOwner) -> Result<Unlocked> {
+        self.unlock_inner(ptr, false, owner)
+    }
+
+    fn unlock_inner(&self, ptr: usize, exact: bool, owner: LockOwner) -> Result<Unlocked> {
         let mut writer = self.writer.write();
+        // Writers are serialised, so the entry and its locks stay as read across the unpin.
         let ((slot, id, entry), needs_unpin) = {
             let table = self.table.read();
-            let found = table.entry_for_unlock(ptr, exact)?;
+            let found = table.entry_for_unlock(ptr, exact, owner)?;
             let needs_unpin = table.needs_unpin(found.1);
             (found, needs_unpin)
         };
         let mut table = self.unpin_then_lock(&mut writer.driver, needs_unpin, entry.start)?;
-        Ok(table.release(slot, id, entry))
+        Ok(table.release(slot, id, entry, owner))
     }
 
     /// Unpins `start` if `needs_unpin`, with only the writer lock held (its owner passes the

@@ -2,6 +2,7 @@
 
 use super::model::{CallKind, FakeDriver, fake_device_address};
 use super::*;
+use alloc::string::ToString;
 
 const PAGE: usize = 4096;
 const BASE: usize = 0x10_0000;
@@ -14,15 +15,20 @@ fn table() -> (LockTable, FakeDriver) {
     (LockTable::new(2).unwrap(), FakeDriver::new())
 }
 
-/// Everything observable about a table: its entries (range, count, external, device
+/// `raw` raw locks and `guards` guard locks.
+fn locks(raw: usize, guards: usize) -> LockCounts {
+    LockCounts { raw, guards }
+}
+
+/// Everything observable about a table: its entries (range, locks, external, device
 /// addresses) and its stats.
-type Snapshot = (Vec<(ByteRange, usize, bool, Vec<usize>)>, LockStats);
+type Snapshot = (Vec<(ByteRange, LockCounts, bool, Vec<usize>)>, LockStats);
 
 /// A snapshot, to prove that a failed call changed nothing.
 fn snapshot(table: &LockTable) -> Snapshot {
     let entries = table
         .entries()
-        .map(|e| (e.range, e.count, e.external, e.device_ptrs.to_vec()))
+        .map(|e| (e.range, e.locks, e.external, e.device_ptrs.to_vec()))
         .collect();
     (entries, table.stats())
 }
@@ -82,7 +88,7 @@ fn new_range_pins_once_and_caches_each_device_address() {
         Locked {
             entry: range(BASE, PAGE),
             outcome: LockOutcome::Pinned,
-            count: 1
+            locks: locks(1, 0)
         }
     );
     assert_eq!(d.pinned, [range(BASE, PAGE)]);
@@ -114,7 +120,7 @@ fn nested_locks_count_in_software_with_one_driver_pin_and_one_unpin() {
         Locked {
             entry: first.entry,
             outcome: LockOutcome::Nested,
-            count: 3
+            locks: locks(3, 0)
         }
     );
     // Map through the original pointer and through the sub-range's pointer.
@@ -129,15 +135,18 @@ fn nested_locks_count_in_software_with_one_driver_pin_and_one_unpin() {
     );
     assert_eq!(t.stats().nested_locks, 2);
     // Unlock through the sub-range pointer too: counts are per entry, not per caller.
-    assert_eq!(t.unlock(&mut d, BASE + PAGE).unwrap().remaining, 2);
-    assert_eq!(t.unlock(&mut d, BASE).unwrap().remaining, 1);
+    assert_eq!(
+        t.unlock(&mut d, BASE + PAGE).unwrap().remaining,
+        locks(2, 0)
+    );
+    assert_eq!(t.unlock(&mut d, BASE).unwrap().remaining, locks(1, 0));
     assert!(d.pinned.len() == 1, "still pinned while a lock remains");
     let last = t.unlock(&mut d, BASE + 5).unwrap();
     assert_eq!(
         last,
         Unlocked {
             entry: first.entry,
-            remaining: 0,
+            remaining: locks(0, 0),
             external: false
         }
     );
@@ -192,7 +201,7 @@ fn range_running_past_an_entry_end_is_refused_and_the_entry_still_unlocks() {
     };
     assert_refused(&t, &d, &before, r, overlap);
     assert_eq!(d.calls, [1, 0, 1], "refused before the driver was asked");
-    assert_eq!(t.unlock(&mut d, BASE).unwrap().remaining, 0);
+    assert_eq!(t.unlock(&mut d, BASE).unwrap().remaining, locks(0, 0));
     assert!(d.pinned.is_empty());
 }
 
@@ -337,7 +346,10 @@ fn unlock_accepts_interior_pointers_and_rejects_unknown_ones() {
     };
     assert_refused(&t, &d, &before, r, not_start);
     assert_eq!(d.calls[CallKind::Unpin as usize], 0);
-    assert_eq!(t.unlock(&mut d, BASE + PAGE - 1).unwrap().remaining, 0);
+    assert_eq!(
+        t.unlock(&mut d, BASE + PAGE - 1).unwrap().remaining,
+        locks(0, 0)
+    );
     // A second unlock of the same memory (double release) is refused.
     assert_eq!(t.unlock(&mut d, BASE), Err(Error::NotLocked { ptr: BASE }));
     assert_eq!(
@@ -350,7 +362,7 @@ fn unlock_accepts_interior_pointers_and_rejects_unknown_ones() {
 fn unlock_exact_releases_by_start() {
     let (mut t, mut d) = table();
     t.lock(&mut d, BASE, PAGE).unwrap();
-    assert_eq!(t.unlock_exact(&mut d, BASE).unwrap().remaining, 0);
+    assert_eq!(t.unlock_exact(&mut d, BASE).unwrap().remaining, locks(0, 0));
     assert!(d.pinned.is_empty());
 }
 
@@ -371,7 +383,7 @@ fn driver_failures_leave_table_and_driver_unchanged() {
     d.fail_next(CallKind::Unpin);
     assert!(matches!(t.unlock(&mut d, BASE), Err(Error::Driver(_))));
     assert_eq!(snapshot(&t).0, before.0);
-    assert_eq!(t.unlock(&mut d, BASE).unwrap().remaining, 0);
+    assert_eq!(t.unlock(&mut d, BASE).unwrap().remaining, locks(0, 0));
     assert!(d.pinned.is_empty());
     let stats = t.stats();
     assert_eq!(
@@ -391,7 +403,7 @@ fn memory_pinned_elsewhere_is_recorded_as_external_and_never_unpinned() {
         Locked {
             entry: foreign,
             outcome: LockOutcome::External,
-            count: 1
+            locks: locks(1, 0)
         }
     );
     assert_eq!(
@@ -414,7 +426,7 @@ fn memory_pinned_elsewhere_is_recorded_as_external_and_never_unpinned() {
         last,
         Unlocked {
             entry: foreign,
-            remaining: 0,
+            remaining: locks(0, 0),
             external: true
         }
     );
@@ -479,15 +491,140 @@ fn external_extent_colliding_with_an_entry_is_refused() {
 }
 
 #[test]
+fn a_guards_lock_is_released_only_by_a_guard_and_raw_unlocks_never_unpin_it() {
+    let (mut t, mut d) = table();
+    let guarded = t.lock_as(&mut d, BASE, 4 * PAGE, LockOwner::Guard).unwrap();
+    assert_eq!(
+        guarded,
+        Locked {
+            entry: range(BASE, 4 * PAGE),
+            outcome: LockOutcome::Pinned,
+            locks: locks(0, 1)
+        }
+    );
+    // A raw unlock, by any pointer or by the start, is refused and changes nothing.
+    let before = before_refusal(&t, &d);
+    let owned = |ptr| Error::PinOwned {
+        ptr,
+        entry: guarded.entry,
+        releaser: LockOwner::Raw,
+        held: locks(0, 1),
+    };
+    let r = t.unlock(&mut d, BASE + 5);
+    assert_refused(&t, &d, &before, r, owned(BASE + 5));
+    let r = t.unlock_exact(&mut d, BASE);
+    assert_refused(&t, &d, &before, r, owned(BASE));
+    assert!(t.lookup(BASE, 4 * PAGE, DeviceId(0)).unwrap().is_some());
+    let message = owned(BASE).to_string();
+    assert!(
+        message.contains("cannot release a raw lock") && message.contains("0 raw lock(s)"),
+        "{message}"
+    );
+
+    // A raw lock nested inside it is the raw unlock's to release, once; the counts say who
+    // holds what, per entry and for the table.
+    let nested = t.lock(&mut d, BASE + PAGE, 16).unwrap();
+    assert_eq!(
+        (nested.outcome, nested.locks),
+        (LockOutcome::Nested, locks(1, 1))
+    );
+    assert_eq!(t.find(BASE + PAGE, 16).unwrap().unwrap().locks, locks(1, 1));
+    assert_eq!(t.stats().held, locks(1, 1));
+    assert_eq!(
+        t.unlock(&mut d, BASE + 7).unwrap().remaining,
+        locks(0, 1),
+        "the raw lock went, the guard's stays"
+    );
+    let before = before_refusal(&t, &d);
+    let r = t.unlock(&mut d, BASE + PAGE);
+    assert_refused(&t, &d, &before, r, owned(BASE + PAGE));
+
+    // Guards nest too, and the last guard's release unpins.
+    let inner = t.lock_as(&mut d, BASE + 8, 8, LockOwner::Guard).unwrap();
+    assert_eq!(inner.locks, locks(0, 2));
+    let unlock_guard = |t: &mut LockTable, d: &mut FakeDriver| {
+        t.unlock_as(d, BASE + 8, LockOwner::Guard)
+            .unwrap()
+            .remaining
+    };
+    assert_eq!(unlock_guard(&mut t, &mut d), locks(0, 1));
+    assert_eq!(d.calls[CallKind::Unpin as usize], 0);
+    assert_eq!(unlock_guard(&mut t, &mut d), locks(0, 0));
+    assert_eq!(d.calls[CallKind::Unpin as usize], 1);
+    assert!(d.pinned.is_empty());
+    assert_eq!(t.stats().held, locks(0, 0));
+    assert_eq!(t.stats().entries, 0);
+}
+
+#[test]
+fn a_guard_unlock_of_an_entry_without_a_guard_lock_is_refused() {
+    let (mut t, mut d) = table();
+    t.lock(&mut d, BASE, PAGE).unwrap();
+    t.lock(&mut d, BASE, 8).unwrap();
+    let before = before_refusal(&t, &d);
+    let r = t.unlock_as(&mut d, BASE + 1, LockOwner::Guard);
+    let owned = Error::PinOwned {
+        ptr: BASE + 1,
+        entry: range(BASE, PAGE),
+        releaser: LockOwner::Guard,
+        held: locks(2, 0),
+    };
+    assert_refused(&t, &d, &before, r, owned);
+    let r = t.unlock_as(&mut d, BASE + PAGE, LockOwner::Guard);
+    assert_refused(&t, &d, &before, r, Error::NotLocked { ptr: BASE + PAGE });
+}
+
+#[test]
+fn a_guard_on_memory_pinned_elsewhere_keeps_it_from_raw_unlocks_and_never_unpins_it() {
+    let (mut t, mut d) = table();
+    let foreign = range(BASE, 8 * PAGE);
+    assert!(d.pin_elsewhere(foreign));
+    let locked = t
+        .lock_as(&mut d, BASE + PAGE, PAGE, LockOwner::Guard)
+        .unwrap();
+    assert_eq!(locked.outcome, LockOutcome::External);
+    assert!(matches!(
+        t.unlock(&mut d, BASE),
+        Err(Error::PinOwned { held, .. }) if held == locks(0, 1)
+    ));
+    let last = t.unlock_as(&mut d, BASE + PAGE, LockOwner::Guard).unwrap();
+    assert_eq!((last.remaining, last.external), (locks(0, 0), true));
+    assert_eq!(d.calls[CallKind::Unpin as usize], 0);
+    assert_eq!((t.stats().entries, t.stats().held), (0, locks(0, 0)));
+}
+
+#[test]
+fn release_all_forgets_the_locks_of_every_owner() {
+    let (mut t, mut d) = table();
+    t.lock_as(&mut d, BASE, PAGE, LockOwner::Guard).unwrap();
+    t.lock(&mut d, BASE, 8).unwrap();
+    t.lock(&mut d, BASE + 2 * PAGE, PAGE).unwrap();
+    assert_eq!(t.stats().held, locks(2, 1));
+    assert_eq!(t.release_all(&mut d).unwrap(), 2);
+    assert_eq!((t.stats().entries, t.stats().held), (0, locks(0, 0)));
+    assert!(d.pinned.is_empty());
+}
+
+#[test]
 fn lock_count_overflow_is_refused() {
     let (mut t, mut d) = table();
     t.lock(&mut d, BASE, PAGE).unwrap();
-    t.entries[0].count = usize::MAX;
-    assert!(matches!(
-        t.lock(&mut d, BASE, 1),
-        Err(Error::LimitExceeded { .. })
-    ));
-    assert_eq!(t.entries[0].count, usize::MAX);
+    // As if `usize::MAX` locks were held: one raw lock here, the rest by guards.
+    t.entries[0].locks = locks(1, usize::MAX - 1);
+    t.stats.held = t.entries[0].locks;
+    let before = before_refusal(&t, &d);
+    for owner in [LockOwner::Raw, LockOwner::Guard] {
+        let nested = t.lock_as(&mut d, BASE, 1, owner);
+        let limit = Error::LimitExceeded {
+            what: "locks outstanding in one lock table",
+            required: usize::MAX,
+            limit: usize::MAX,
+            detail: Vec::new(),
+        };
+        assert_refused(&t, &d, &before, nested, limit.clone());
+        let new = t.lock_as(&mut d, BASE + 2 * PAGE, PAGE, owner);
+        assert_refused(&t, &d, &before, new, limit);
+    }
 }
 
 #[test]
@@ -547,14 +684,36 @@ mod shared_form {
                 entry: range(BASE, PAGE)
             })
         );
-        assert_eq!(t.unlock(BASE + 8).unwrap().remaining, 1);
-        assert_eq!(t.unlock_exact(BASE).unwrap().remaining, 0);
+        assert_eq!(t.unlock(BASE + 8).unwrap().remaining, locks(1, 0));
+        assert_eq!(t.unlock_exact(BASE).unwrap().remaining, locks(0, 0));
         let stats = t.stats();
         assert_eq!(
             (stats.driver_pins, stats.driver_unpins, stats.driver_queries),
             (1, 1, 1)
         );
         t.read(|table| assert_eq!(table.entries().count(), 0));
+    }
+
+    #[test]
+    fn shared_table_keeps_a_guards_lock_from_raw_unlocks() {
+        let t: SharedLockTable<FakeDriver> = SharedLockTable::new(FakeDriver::new(), 1).unwrap();
+        t.lock_as(BASE, PAGE, LockOwner::Guard).unwrap();
+        assert_eq!(t.lock(BASE + 8, 8).unwrap().locks, locks(1, 1));
+        assert_eq!(t.unlock(BASE).unwrap().remaining, locks(0, 1));
+        let before = t.read(snapshot);
+        assert!(matches!(
+            t.unlock(BASE),
+            Err(Error::PinOwned {
+                releaser: LockOwner::Raw,
+                ..
+            })
+        ));
+        assert!(matches!(t.unlock_exact(BASE), Err(Error::PinOwned { .. })));
+        assert_eq!(t.read(snapshot), before, "refused unlocks changed nothing");
+        assert!(t.lookup(BASE, PAGE, DeviceId(0)).unwrap().is_some());
+        let last = t.unlock_as(BASE + 1, LockOwner::Guard).unwrap();
+        assert_eq!(last.remaining, locks(0, 0));
+        assert_eq!((t.stats().entries, t.stats().driver_unpins), (0, 1));
     }
 
     #[test]
@@ -712,10 +871,10 @@ mod shared_form {
         for w in workers {
             w.join().unwrap();
         }
-        let shared = t.read(|table| table.find(BASE, 8).unwrap().map(|e| e.count));
+        let shared = t.read(|table| table.find(BASE, 8).unwrap().map(|e| e.locks));
         assert_eq!(
             shared,
-            Some(800),
+            Some(locks(800, 0)),
             "every nested lock on the shared page was counted"
         );
         assert_eq!(t.stats().entries, 1);

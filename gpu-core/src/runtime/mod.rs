@@ -29,7 +29,7 @@ use crate::allocator::{
 use crate::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_same_device};
 use crate::error::{ByteRange, Error, Result};
 use crate::id::{DeviceId, StreamId};
-use crate::lock_table::{LockStats, Locked, SharedLockTable, Unlocked};
+use crate::lock_table::{LockOwner, LockStats, Locked, SharedLockTable, Unlocked};
 use crate::token::{self, PlannerFootprint, ProgramReport, Token};
 use core::ffi::{CStr, c_void};
 use drivers::{HostPins, Streams};
@@ -636,7 +636,8 @@ impl<B: Backend> Runtime<B> {
 
     /// Pins the caller's `memory` for DMA by every device (counted in the lock table: a range
     /// inside one already pinned costs no driver call). Unpinned when the returned guard drops,
-    /// after the transfers that used it have finished.
+    /// after the transfers that used it have finished. The guard owns its lock
+    /// ([`LockOwner::Guard`]): [`Runtime::unlock_range`] never releases it.
     pub fn lock_host<'m>(&self, memory: &'m mut [u8]) -> Result<LockedHost<'_, 'm, B>> {
         // SAFETY: the memory is borrowed mutably for as long as the guard lives.
         unsafe { self.lock_host_raw(memory.as_mut_ptr(), memory.len()) }
@@ -645,6 +646,7 @@ impl<B: Backend> Runtime<B> {
     /// Pins host memory `[ptr, ptr + len)` that the caller manages (a C program's, say) as
     /// [`Runtime::lock_host`] does, without borrowing it: the guard's spans order transfers and
     /// its drop waits for them before unpinning. Ranges inside a pinned one nest (counted).
+    /// The guard owns its lock, as [`Runtime::lock_host`]'s does.
     ///
     /// # Safety
     /// The memory stays valid until the guard is dropped; the host neither writes it while a
@@ -657,7 +659,7 @@ impl<B: Backend> Runtime<B> {
         ptr: *mut u8,
         len: usize,
     ) -> Result<LockedHost<'_, 'm, B>> {
-        self.pins.lock(ptr as usize, len)?;
+        self.pins.lock_as(ptr as usize, len, LockOwner::Guard)?;
         Ok(LockedHost {
             runtime: self,
             address: ptr,
@@ -672,8 +674,10 @@ impl<B: Backend> Runtime<B> {
         let waited = self.synchronize_streams(&uses);
         // The guard is gone after this call: an unpin the driver refuses (which changes
         // nothing) is tried once more, or the memory would stay pinned after its owner frees it.
+        // The guard's lock is still there: raw unlocks cannot release it.
         let ptr = locked.address as usize;
-        let unlocked = self.pins.unlock(ptr).or_else(|_| self.pins.unlock(ptr));
+        let unlock = || self.pins.unlock_as(ptr, LockOwner::Guard);
+        let unlocked = unlock().or_else(|_| unlock());
         waited.and(unlocked.map(drop))
     }
 
@@ -688,11 +692,14 @@ impl<B: Backend> Runtime<B> {
     /// Pins host range `[ptr, ptr + len)` through the lock table without borrowing it: the
     /// raw form of [`Runtime::lock_host`] for memory the caller manages (keep it alive, and
     /// transfer from it only through [`Runtime::upload`], until [`Runtime::unlock_range`]).
+    /// Takes a raw lock ([`LockOwner::Raw`]); the result counts the entry's locks by owner.
     pub fn lock_range(&self, ptr: usize, len: usize) -> Result<Locked> {
         self.pins.lock(ptr, len)
     }
 
-    /// Releases one lock taken by [`Runtime::lock_range`] on the entry containing `ptr`.
+    /// Releases one raw lock (taken by [`Runtime::lock_range`]) on the entry containing `ptr`.
+    /// An entry that only guards hold ([`LockedHost`]) is [`Error::PinOwned`] and stays as it
+    /// was: a raw unlock never removes the pin a live guard relies on.
     pub fn unlock_range(&self, ptr: usize) -> Result<Unlocked> {
         self.pins.unlock(ptr)
     }
