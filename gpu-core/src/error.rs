@@ -346,6 +346,22 @@ pub enum Error {
         /// The first failure that lost it.
         cause: alloc::boxed::Box<Error>,
     },
+    /// A buffer or kernel of a device from before the device's reset, which freed or unloaded
+    /// it: allocate or load it again.
+    StaleAfterReset {
+        /// The device.
+        device: DeviceId,
+        /// What was given (`"buffer"`, `"kernel"`).
+        what: &'static str,
+    },
+    /// A device cannot be reset while tokens of work on it are live: wait for them (their
+    /// waits report the loss) or release them first.
+    LiveWorkOnDevice {
+        /// The device.
+        device: DeviceId,
+        /// Live tokens whose work is on it.
+        tokens: usize,
+    },
     /// Memory or a handle of one runtime was given to another: a runtime orders and frees only
     /// what it owns, so the other runtime's work could outlive the memory.
     ForeignRuntime {
@@ -623,6 +639,16 @@ impl fmt::Display for Error {
                 f,
                 "copy destination {dst} overlaps its source {src}; copy through a separate \
                  buffer"
+            ),
+            Error::StaleAfterReset { device, what } => write!(
+                f,
+                "a {what} of {device} from before the device was reset, which freed it; \
+                 allocate or load it again"
+            ),
+            Error::LiveWorkOnDevice { device, tokens } => write!(
+                f,
+                "{device} has {tokens} live token(s) of work; wait for them (their waits report \
+                 the loss) or release them before resetting it"
             ),
             Error::DeviceLost { device, cause } => write!(
                 f,

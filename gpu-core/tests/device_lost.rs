@@ -103,3 +103,94 @@ fn shutdown_reports_what_it_met_and_left() {
         Some(HostErrorCode::InjectedFault)
     );
 }
+
+/// A reset brings a lost device back: refused while live tokens have work on it; afterwards
+/// its buffers and kernels from before are typed errors (dropping the buffers is fine), new
+/// ones work, the other device's buffers and peer access are as before, and shutdown gives
+/// everything back with no error.
+#[test]
+fn a_reset_brings_a_lost_device_back_and_refuses_what_it_freed() {
+    let backend = HostBackend::new(HostConfig::with_devices(2));
+    backend.register_kernel("fault", |_, _| {
+        Err(HostErrorCode::IllegalAddress.error("launch"))
+    });
+    let rt = Runtime::new(backend).unwrap();
+    let old = rt.alloc(D0, MemoryKind::Device, 4096).unwrap();
+    let on_1 = rt.alloc(D1, MemoryKind::Device, 4096).unwrap();
+    let fill_u32 = rt.kernel(D0, "fill_u32").unwrap();
+    let pending = rt.fill(D0, old.all(), 1, &mut vec![]).unwrap();
+    // SAFETY: no pointer arguments.
+    let faulted = unsafe { rt.launch(D0, "fault", LaunchDims::linear(1, 1), &[], &mut vec![]) };
+    let lost = rt.wait(faulted.unwrap()).unwrap_err();
+    assert!(lost_by_illegal_address(&lost, D0), "{lost}");
+
+    // The fill's token is still live: its work is on the lost device.
+    assert_eq!(
+        rt.reset_device(D0),
+        Err(Error::LiveWorkOnDevice {
+            device: D0,
+            tokens: 1
+        })
+    );
+    let _ = rt.wait(pending);
+    rt.reset_device(D0).unwrap();
+    assert_eq!(rt.device_lost(D0), None);
+
+    let stale = Error::StaleAfterReset {
+        device: D0,
+        what: "buffer",
+    };
+    assert_eq!(
+        rt.fill(D0, old.all(), 2, &mut vec![]).err(),
+        Some(stale.clone())
+    );
+    assert_eq!(
+        rt.copy(D1, on_1.all(), old.all(), &mut vec![]).err(),
+        Some(stale)
+    );
+    let pinned = rt.alloc(D1, MemoryKind::HostPinned, 4096).unwrap();
+    let args = [
+        gpu_core::runtime::Arg::Span(pinned.all()),
+        gpu_core::runtime::Arg::U32(7),
+        gpu_core::runtime::Arg::U64(1024),
+    ];
+    // SAFETY: refused before anything is queued (and fill_u32 would stay inside the span).
+    let launched = unsafe { fill_u32.launch(LaunchDims::linear(1, 1), &args, &mut vec![]) };
+    assert!(
+        matches!(
+            launched,
+            Err(Error::StaleAfterReset {
+                device: D0,
+                what: "kernel"
+            })
+        ),
+        "{launched:?}"
+    );
+    drop(old);
+
+    // New buffers and kernels of device 0 work, and copies between the devices too.
+    let fresh = rt.alloc(D0, MemoryKind::Device, 4096).unwrap();
+    let fill_u32 = rt.kernel(D0, "fill_u32").unwrap();
+    let args = [
+        gpu_core::runtime::Arg::Span(fresh.all()),
+        gpu_core::runtime::Arg::U32(0x0101_0101),
+        gpu_core::runtime::Arg::U64(1024),
+    ];
+    // SAFETY: fill_u32 writes 1024 words: the whole buffer.
+    let filled =
+        unsafe { fill_u32.launch(LaunchDims::linear(4, 256), &args, &mut vec![]) }.unwrap();
+    let copied = rt
+        .copy(D1, on_1.all(), fresh.all(), &mut vec![filled])
+        .unwrap();
+    let mut back = vec![0u8; 4096];
+    rt.download(D1, &mut back, on_1.all(), &mut vec![copied])
+        .unwrap();
+    assert!(back.iter().all(|&b| b == 1));
+    let stats = rt.stats();
+    assert_eq!(stats.peer_access, vec![(D0, D1), (D1, D0)]);
+    assert_eq!(stats.peer_copies_direct, 1);
+    drop((fresh, on_1, pinned));
+    let report = rt.shutdown_report();
+    assert_eq!(report.errors, vec![]);
+    assert_eq!(report.left, LeftBehind::default());
+}

@@ -773,3 +773,80 @@ fn conformance_suite_passes_on_hardware() {
     assert_eq!(failed, 0, "{failed} case(s) failed");
     drop(held);
 }
+
+/// A program's kernel that stores through a null pointer: an illegal address, which loses the
+/// device (CUDA's sticky `CUDA_ERROR_ILLEGAL_ADDRESS`).
+const WRITE_NULL_PTX: &[u8] = b".version 8.0\n.target sm_80\n.address_size 64\n\
+.visible .entry write_null()\n{\n  .reg .b64 %rd<2>;\n  .reg .b32 %r<2>;\n  \
+mov.u64 %rd1, 0;\n  mov.u32 %r1, 42;\n  st.global.u32 [%rd1], %r1;\n  ret;\n}\n\0";
+
+/// The failure model on real hardware: a kernel's illegal address loses its device (the last
+/// one, so that device 0's context, where host memory is pinned, is never reset), every later
+/// call on it is `DeviceLost` naming `CUDA_ERROR_ILLEGAL_ADDRESS`, the other device keeps
+/// working, and `reset_device` brings it back for correct work on both devices. The fault is
+/// deliberate, so compute-sanitizer reports it: runs only with `GPU_FAULT_TEST=1`.
+#[test]
+fn a_kernel_fault_loses_its_device_until_reset() {
+    if std::env::var_os("GPU_FAULT_TEST").is_none() {
+        eprintln!("fault test: skipped (set GPU_FAULT_TEST=1: it faults a device on purpose)");
+        return;
+    }
+    let Some(backend) = open() else { return };
+    let rt = Runtime::new(backend).unwrap();
+    let bad = DeviceId(rt.device_count() as u32 - 1);
+    let good = (rt.device_count() > 1).then_some(DeviceId(0));
+    // SAFETY: a NUL-terminated PTX image, static.
+    let module = unsafe { rt.load_module(bad, WRITE_NULL_PTX.as_ptr().cast()) }.unwrap();
+    let kernel = rt.module_kernel(module, bad, c"write_null").unwrap();
+    // SAFETY: the kernel takes no parameters; its fault is the point of the test.
+    let faulted =
+        unsafe { kernel.launch_packed(LaunchDims::linear(1, 1), ptr::null_mut(), &mut vec![]) };
+    let lost = rt.wait(faulted.unwrap()).unwrap_err();
+    let names_illegal_address = |error: &Error| {
+        matches!(error, Error::DeviceLost { device, cause }
+            if *device == bad && matches!(**cause, Error::Driver(DriverError { code: 700, .. })))
+    };
+    assert!(names_illegal_address(&lost), "{lost}");
+    let buffer = rt.alloc(good.unwrap_or(bad), MemoryKind::Device, 1 << 20);
+    if let Some(good) = good {
+        // The other device goes on.
+        let buffer = buffer.unwrap();
+        let filled = rt.fill(good, buffer.all(), 5, &mut vec![]).unwrap();
+        let mut back = vec![0u8; 1 << 20];
+        rt.download(good, &mut back, buffer.all(), &mut vec![filled])
+            .unwrap();
+        assert!(back.iter().all(|&b| b == 5));
+    } else {
+        assert!(names_illegal_address(&buffer.err().unwrap()));
+    }
+    let refused = rt.alloc(bad, MemoryKind::Device, 4096).err().unwrap();
+    assert!(names_illegal_address(&refused), "{refused}");
+    eprintln!("fault test: {bad} lost: {lost}");
+
+    rt.reset_device(bad).unwrap();
+    assert_eq!(rt.device_lost(bad), None);
+    let fresh = rt.alloc(bad, MemoryKind::Device, 1 << 20).unwrap();
+    let fill_u32 = rt.kernel(bad, "fill_u32").unwrap();
+    let args = [
+        Arg::Span(fresh.all()),
+        Arg::U32(0x0909_0909),
+        Arg::U64((1 << 18) as u64),
+    ];
+    // SAFETY: fill_u32 writes 2^18 words: the whole buffer.
+    let filled =
+        unsafe { fill_u32.launch(LaunchDims::linear(256, 256), &args, &mut vec![]) }.unwrap();
+    let mut back = vec![0u8; 1 << 20];
+    let target = good.unwrap_or(bad);
+    let copy_target = rt.alloc(target, MemoryKind::Device, 1 << 20).unwrap();
+    let copied = rt
+        .copy(target, copy_target.all(), fresh.all(), &mut vec![filled])
+        .unwrap();
+    rt.download(target, &mut back, copy_target.all(), &mut vec![copied])
+        .unwrap();
+    assert!(back.iter().all(|&b| b == 9));
+    eprintln!("fault test: {bad} reset; fill_u32 on it and a copy to {target} are correct");
+    drop((fresh, copy_target));
+    let report = rt.shutdown_report();
+    assert_eq!(report.errors, vec![], "{:?}", report.errors);
+    assert_eq!(report.left, Default::default());
+}

@@ -37,8 +37,9 @@ pub(crate) fn find_stream<S: Copy>(
 
 /// Events the allocator records at frees, pooled per device and named by slab index.
 pub(crate) struct AllocatorEvents<E> {
-    /// `slots[id]`: the event's device and driver handle.
-    slots: Vec<(DeviceId, E)>,
+    /// `slots[id]`: the event's device and driver handle (none once a reset of its device
+    /// destroyed it: the id is never handed out again).
+    slots: Vec<(DeviceId, Option<E>)>,
     /// Per device, ids ready for reuse.
     free: Vec<Vec<EventId>>,
     /// Events created so far (pool misses).
@@ -56,13 +57,29 @@ impl<E: Copy> AllocatorEvents<E> {
 
     /// Events recorded and not yet back in the pool.
     pub(crate) fn in_use(&self) -> usize {
-        self.slots.len() - self.free.iter().map(Vec::len).sum::<usize>()
+        let live = self.slots.iter().filter(|(_, e)| e.is_some()).count();
+        live - self.free.iter().map(Vec::len).sum::<usize>()
     }
 
     /// Every event, for shutdown.
     pub(crate) fn drain(&mut self) -> impl Iterator<Item = (DeviceId, E)> + '_ {
         self.free.iter_mut().for_each(Vec::clear);
-        self.slots.drain(..)
+        self.slots
+            .drain(..)
+            .filter_map(|(device, event)| Some((device, event?)))
+    }
+
+    /// Forgets every event of `device`, which a reset destroyed (none may be in use: their
+    /// streams were retired first).
+    pub(crate) fn forget_device(&mut self, device: DeviceId) {
+        if let Some(pool) = self.free.get_mut(device.index()) {
+            pool.clear();
+        }
+        for (of, event) in &mut self.slots {
+            if *of == device {
+                *event = None;
+            }
+        }
     }
 }
 
@@ -132,7 +149,7 @@ impl<B: Backend> Segments<'_, B> {
         self.events
             .slots
             .get(event.index())
-            .map(|&(_, e)| e)
+            .and_then(|&(_, e)| e)
             .ok_or_else(|| Error::UnknownEvent { event })
     }
 }
@@ -209,11 +226,13 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
                 None => {
                     let event = backend.event_create(device)?;
                     events.created += 1;
-                    events.slots.push((device, event));
+                    events.slots.push((device, Some(event)));
                     EventId((events.slots.len() - 1) as u32)
                 }
             };
-            let event = events.slots[id.index()].1;
+            let Some(event) = events.slots[id.index()].1 else {
+                return Err(Error::UnknownEvent { event: id });
+            };
             match backend.event_record(event, stream) {
                 Ok(()) => Ok(id),
                 Err(e) => {
@@ -242,7 +261,7 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
     /// Pools `event` with its own device's events: the one it was recorded for may be another
     /// (the memory's device), and reusing it there would record it on a foreign stream.
     fn release_event(&mut self, _memory_device: DeviceId, event: EventId) {
-        let Some(&(device, _)) = self.events.slots.get(event.index()) else {
+        let Some(&(device, Some(_))) = self.events.slots.get(event.index()) else {
             return;
         };
         if let Some(pool) = self.events.free.get_mut(device.index()) {

@@ -1,13 +1,14 @@
-//! Which devices are lost: a driver's sticky error (a kernel's illegal address, a launch
-//! failure) ends a device's useful life until it is reset.
+//! Which devices are lost, and how often each was reset: a driver's sticky error (a kernel's
+//! illegal address, a launch failure) ends a device's useful life until it is reset.
 //!
 //! Shared by the runtime and its state: an error that loses a device is turned into
 //! [`Error::DeviceLost`] where it is met (the first one is kept as the cause), and every later
-//! call on that device is refused with it; other devices keep working.
+//! call on that device is refused with it; other devices keep working. A reset makes the
+//! device usable again in a new epoch: buffers and kernels of an earlier one are gone.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::error::{Error, Result};
 use crate::id::DeviceId;
@@ -19,6 +20,8 @@ struct DeviceHealth {
     lost: AtomicBool,
     /// The failure that lost it.
     cause: spin::Mutex<Option<Error>>,
+    /// Resets so far: the device's epoch.
+    resets: AtomicU32,
 }
 
 /// The health of every device of a runtime.
@@ -69,6 +72,24 @@ impl Health {
     /// The failure that lost `device`, if it is lost.
     pub(crate) fn cause(&self, device: DeviceId) -> Option<Error> {
         self.devices.get(device.index())?.cause.lock().clone()
+    }
+
+    /// How many times `device` was reset: what was allocated or loaded in an earlier epoch is
+    /// gone.
+    #[inline]
+    pub(crate) fn epoch(&self, device: DeviceId) -> u32 {
+        self.devices
+            .get(device.index())
+            .map_or(0, |health| health.resets.load(Ordering::Acquire))
+    }
+
+    /// Marks `device` usable again after a reset, in a new epoch.
+    pub(crate) fn restore(&self, device: DeviceId) {
+        if let Some(health) = self.devices.get(device.index()) {
+            health.resets.fetch_add(1, Ordering::AcqRel);
+            health.lost.store(false, Ordering::Release);
+            *health.cause.lock() = None;
+        }
     }
 }
 

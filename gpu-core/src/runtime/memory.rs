@@ -7,6 +7,7 @@
 use alloc::vec::Vec;
 
 use super::drivers::{AllocatorEvents, Segments, StreamSlot, Streams};
+use super::guard::with_device;
 use super::lock::{BackoffGuard, BackoffMutex};
 use crate::allocator::{
     AllocRequest, Allocation, AllocatorConfig, AllocatorStats, BlockHandle, DeviceAllocator,
@@ -46,15 +47,58 @@ impl<B: Backend> DeviceMemory<B> {
             .iter()
             .enumerate()
             .map(|(index, info)| {
-                BackoffMutex::new(Self {
-                    allocator: DeviceAllocator::new(DeviceId(index as u32), info.allocator, config),
-                    events: AllocatorEvents::new(infos.len()),
-                    deferred_frees: Vec::new(),
-                    adopted: Vec::new(),
-                    by_address: hashbrown::HashMap::new(),
-                })
+                BackoffMutex::new(Self::new(DeviceId(index as u32), info, config, infos.len()))
             })
             .collect()
+    }
+
+    /// Empty memory of `device` (of `device_count`).
+    pub(crate) fn new(
+        device: DeviceId,
+        info: &DeviceInfo,
+        config: AllocatorConfig,
+        device_count: usize,
+    ) -> Self {
+        Self {
+            allocator: DeviceAllocator::new(device, info.allocator, config),
+            events: AllocatorEvents::new(device_count),
+            deferred_frees: Vec::new(),
+            adopted: Vec::new(),
+            by_address: hashbrown::HashMap::new(),
+        }
+    }
+
+    /// Replaces this device's memory with empty memory after a reset of the device, which
+    /// freed its segments: nothing is freed again. Its events of other devices (recorded on
+    /// their streams, for blocks they used) are destroyed; its own device's died with it.
+    pub(crate) fn reset(&mut self, backend: &B, device: DeviceId, fresh: Self) {
+        let old = core::mem::replace(self, fresh);
+        let mut events = old.events;
+        for (of, event) in events.drain() {
+            if of != device {
+                // A failed destroy leaves an event of a working device behind: nothing to do
+                // about it here but not to stop the reset.
+                let _ = with_device(backend, of, || backend.event_destroy(event));
+            }
+        }
+    }
+
+    /// Forgets `device`'s streams and events after a reset of that device (this memory is
+    /// another device's): the blocks freed on its streams become usable by every stream, and
+    /// the fences on its events count as passed (the work they stood for is gone).
+    pub(crate) fn forget_device(
+        &mut self,
+        backend: &B,
+        streams: &[StreamSlot<B::Stream>],
+        device: DeviceId,
+    ) {
+        let (allocator, mut driver) = self.parts(backend, Streams::Held(streams));
+        for (index, slot) in streams.iter().enumerate() {
+            if slot.device == device {
+                allocator.retire_stream(&mut driver, StreamId(index as u32));
+            }
+        }
+        self.events.forget_device(device);
     }
 
     /// The allocator with its driver: the backend, the runtime's streams, these events.

@@ -264,12 +264,18 @@ impl<B: Backend> Runtime<B> {
     /// Refuses `what` (a span, or a buffer through its span) of another runtime.
     #[inline]
     fn own_as(&self, span: &Span<'_>, what: &'static str) -> Result<()> {
-        match span.runtime {
-            Some(owner) if owner != self.id => Err(Error::ForeignRuntime {
+        match (span.runtime, span.epoch) {
+            (Some(owner), _) if owner != self.id => Err(Error::ForeignRuntime {
                 what,
                 owner,
                 runtime: self.id,
             }),
+            (_, Some((device, epoch))) if epoch != self.health.epoch(device) => {
+                Err(Error::StaleAfterReset {
+                    device,
+                    what: "buffer",
+                })
+            }
             _ => Ok(()),
         }
     }
@@ -432,13 +438,17 @@ impl<B: Backend> Runtime<B> {
     #[inline]
     pub fn alloc(&self, device: DeviceId, kind: MemoryKind, size: usize) -> Result<Buffer<'_, B>> {
         self.health.check(device)?;
-        let allocated = self.memory(device)?.allocate(
+        let mut memory = self.memory(device)?;
+        // Read under the memory lock, which a reset holds while it starts a new epoch.
+        let epoch = self.health.epoch(device);
+        let allocated = memory.allocate(
             &self.backend,
             Streams::OnDemand(&self.state),
             &AllocRequest::new(kind, size),
         );
+        drop(memory);
         let allocation = self.health.lift(device, allocated)?;
-        Ok(Buffer::new(self, device, &allocation, size))
+        Ok(Buffer::new(self, device, &allocation, size, epoch))
     }
 
     /// Allocates `size` bytes of `kind` on `device` in stream order after `after`: the buffer
@@ -453,6 +463,7 @@ impl<B: Backend> Runtime<B> {
     ) -> Result<(Buffer<'_, B>, Token)> {
         self.health.check(device)?;
         let mut memory = self.memory(device)?;
+        let epoch = self.health.epoch(device);
         let mut state = self.state()?;
         let (token, (allocation, stream)) =
             state.submit(&self.backend, device, after, |state, backend, stream, _| {
@@ -462,7 +473,7 @@ impl<B: Backend> Runtime<B> {
             })?;
         // Neither lock may be held when a buffer exists: dropping one takes the memory lock.
         drop((state, memory));
-        let mut buffer = Buffer::new(self, device, &allocation, size);
+        let mut buffer = Buffer::new(self, device, &allocation, size, epoch);
         // The memory exists in that stream's order: even unused, it is freed after that point.
         buffer.uses.get_mut().push(stream);
         Ok((buffer, token))
@@ -494,14 +505,57 @@ impl<B: Backend> Runtime<B> {
 
     /// Frees a buffer's block after the streams in `uses` (taken from the buffer, which is
     /// being dropped: no span of it is left).
+    /// A block of an earlier epoch of its device (before a reset, which freed it) is done with.
     fn release_block(
         &self,
         device: DeviceId,
         handle: BlockHandle,
         uses: &[StreamId],
+        epoch: u32,
     ) -> Result<()> {
-        self.memory(device)?
-            .free(&self.backend, Streams::OnDemand(&self.state), handle, uses)
+        let mut memory = self.memory(device)?;
+        if epoch != self.health.epoch(device) {
+            return Ok(());
+        }
+        memory.free(&self.backend, Streams::OnDemand(&self.state), handle, uses)
+    }
+
+    /// Makes a lost device usable again ([`Runtime::device_lost`]): the backend resets it
+    /// (CUDA: its primary context), and the runtime forgets everything of it. Its buffers from
+    /// before are gone (using one is [`Error::StaleAfterReset`], dropping one does nothing), as
+    /// are its kernels (ask for them again); its streams and events are made afresh when next
+    /// needed, and peer access to and from it is turned on again. Other devices' cached blocks
+    /// last used on it become usable by every stream. Refused while live tokens have work on
+    /// the device ([`Error::LiveWorkOnDevice`]: wait for them, which reports the loss, or
+    /// release them). Works on a device that is not lost as well.
+    ///
+    /// Not covered: streams of other programs adopted on the device (PyTorch's) die with the
+    /// reset, and on CUDA host memory pinned through device 0's context may be unpinned by a
+    /// reset of device 0 while the lock table still lists it.
+    pub fn reset_device(&self, device: DeviceId) -> Result<()> {
+        let info = self.device_info(device)?;
+        // The lock order: every device's memory, in order, then the state.
+        let mut memories: Vec<MemoryGuard<'_, B>> =
+            self.memory.iter().map(BackoffMutex::lock).collect();
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let tokens = state.planner.live_tokens_on(device);
+        if tokens > 0 {
+            return Err(Error::LiveWorkOnDevice { device, tokens });
+        }
+        with_device(&*self.backend, device, || self.backend.reset_device(device))?;
+        for (index, memory) in memories.iter_mut().enumerate() {
+            if index == device.index() {
+                let fresh =
+                    DeviceMemory::new(device, info, self.config.allocator, self.infos.len());
+                memory.reset(&self.backend, device, fresh);
+            } else {
+                memory.forget_device(&self.backend, state.streams(), device);
+            }
+        }
+        state.forget_device(device);
+        self.health.restore(device);
+        drop((state, memories));
+        self.peers.restore(&*self.backend, device)
     }
 
     // ----- memory in the order of other programs' streams -----
@@ -1235,6 +1289,9 @@ pub struct Span<'a> {
     /// The runtime whose buffer or pinned memory this is (none for a raw span): other
     /// runtimes refuse it.
     runtime: Option<u32>,
+    /// For a buffer: the device that allocated it and that device's epoch then (a reset since
+    /// freed it).
+    epoch: Option<(DeviceId, u32)>,
     uses: Option<&'a UseList>,
 }
 
@@ -1245,6 +1302,7 @@ impl<'a> Span<'a> {
             len,
             device: None,
             runtime: None,
+            epoch: None,
             uses: None,
         }
     }
@@ -1541,6 +1599,8 @@ pub struct Buffer<'rt, B: Backend> {
     address: usize,
     size: usize,
     uses: UseList,
+    /// The device's epoch when it was allocated: a reset frees the buffer.
+    epoch: u32,
 }
 
 impl<'rt, B: Backend> Buffer<'rt, B> {
@@ -1549,6 +1609,7 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
         device: DeviceId,
         allocation: &Allocation,
         size: usize,
+        epoch: u32,
     ) -> Self {
         Self {
             runtime,
@@ -1557,6 +1618,7 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
             address: allocation.address,
             size,
             uses: UseList::new(Vec::new()),
+            epoch,
         }
     }
 
@@ -1589,6 +1651,7 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
             len,
             device,
             runtime: Some(self.runtime.id),
+            epoch: Some((self.device, self.epoch)),
             uses: Some(&self.uses),
         })
     }
@@ -1601,6 +1664,7 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
             len: self.size,
             device,
             runtime: Some(self.runtime.id),
+            epoch: Some((self.device, self.epoch)),
             uses: Some(&self.uses),
         }
     }
@@ -1655,14 +1719,16 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
         // Freed here, so not again by `drop`; the use list is the one field that owns memory.
         let mut this = core::mem::ManuallyDrop::new(self);
         let uses = core::mem::take(this.uses.get_mut());
-        this.runtime.release_block(this.device, this.handle, &uses)
+        this.runtime
+            .release_block(this.device, this.handle, &uses, this.epoch)
     }
 }
 
 impl<B: Backend> Drop for Buffer<'_, B> {
     fn drop(&mut self) {
         // Errors cannot be reported from a drop; `Runtime::free` reports them.
-        let _ = (self.runtime).release_block(self.device, self.handle, self.uses.get_mut());
+        let _ =
+            (self.runtime).release_block(self.device, self.handle, self.uses.get_mut(), self.epoch);
     }
 }
 
@@ -1693,6 +1759,7 @@ impl<B: Backend> LockedHost<'_, '_, B> {
             len,
             device: None,
             runtime: Some(self.runtime.id),
+            epoch: None,
             uses: Some(&self.uses),
         })
     }

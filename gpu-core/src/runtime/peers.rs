@@ -114,6 +114,22 @@ impl Peers {
         path
     }
 
+    /// Turns peer access on again for every pair with `device` that had it (a reset of the
+    /// device took it away); the first refusal is returned, after trying every pair.
+    pub(super) fn restore<B: Backend>(&self, backend: &B, device: DeviceId) -> Result<()> {
+        let mut first = Ok(());
+        for other in (0..self.count).map(|p| DeviceId(p as u32)) {
+            for (from, to) in [(device, other), (other, device)] {
+                if from != to && self.link(from, to) == Some(&PeerLink::Enabled) {
+                    let enabled =
+                        with_device(backend, from, || backend.enable_peer_access(from, to));
+                    first = first.and(enabled);
+                }
+            }
+        }
+        first
+    }
+
     /// Every ordered pair with peer access enabled.
     pub(super) fn enabled_pairs(&self) -> Vec<(DeviceId, DeviceId)> {
         (0..self.links.len())

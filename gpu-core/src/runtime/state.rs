@@ -72,6 +72,9 @@ struct LoadedKernel<K> {
     static_bytes: Option<u32>,
     /// The program's module it came from (`None`: the backend's library).
     module: Option<ModuleId>,
+    /// Its device, and that device's epoch when it was loaded (a reset unloads it).
+    device: DeviceId,
+    epoch: u32,
 }
 
 /// A program's module image: loaded on a device at the first kernel asked of it there.
@@ -451,7 +454,7 @@ impl<B: Backend> State<B> {
             return Ok(index);
         }
         let kernel = with_device(backend, device, || backend.kernel(device, name))?;
-        let index = self.push_kernel(kernel, info, None);
+        let index = self.push_kernel(kernel, info, None, device);
         let by_device = self.kernel_names.entry(name.to_string()).or_default();
         if by_device.len() <= slot {
             by_device.resize(slot + 1, None);
@@ -465,6 +468,7 @@ impl<B: Backend> State<B> {
         kernel: B::Kernel,
         info: &DeviceInfo,
         module: Option<ModuleId>,
+        device: DeviceId,
     ) -> KernelIndex {
         let index = KernelIndex(self.kernels.len() as u32);
         self.kernels.push(LoadedKernel {
@@ -473,8 +477,47 @@ impl<B: Backend> State<B> {
             opt_in_limit: info.workgroup.max_per_block(),
             static_bytes: None,
             module,
+            device,
+            epoch: self.health.epoch(device),
         });
         index
+    }
+
+    /// Forgets every driver object of `device` after the backend reset it (the reset destroyed
+    /// them: nothing here destroys them again): stream and event handles are made afresh at
+    /// their next use, kernels and modules are loaded again when asked for, and kernel handles
+    /// from before are refused ([`Error::StaleAfterReset`]).
+    pub(crate) fn forget_device(&mut self, device: DeviceId) {
+        for slot in &mut self.streams {
+            if slot.device == device && !slot.adopted {
+                slot.handle = None;
+            }
+        }
+        let mut forgotten = Vec::new();
+        for (index, event) in self.events.iter_mut().enumerate() {
+            if event.is_some_and(|(of, _)| of == device) {
+                *event = None;
+                forgotten.push(EventId(index as u32));
+            }
+        }
+        self.completed_on_host
+            .retain(|event| !forgotten.contains(event));
+        let slot = device.index();
+        for by_device in self.kernel_names.values_mut() {
+            if let Some(entry) = by_device.get_mut(slot) {
+                *entry = None;
+            }
+        }
+        for module in &mut self.modules {
+            if let Some(loaded) = module.loaded.get_mut(slot) {
+                *loaded = None;
+            }
+            for by_device in module.kernels.values_mut() {
+                if let Some(entry) = by_device.get_mut(slot) {
+                    *entry = None;
+                }
+            }
+        }
     }
 
     /// Loads the module image at `image` on `device` now (so a bad image fails here) and
@@ -547,7 +590,7 @@ impl<B: Backend> State<B> {
             }
         };
         let kernel = with_device(backend, device, || backend.module_kernel(loaded, name))?;
-        let index = self.push_kernel(kernel, info, Some(module));
+        let index = self.push_kernel(kernel, info, Some(module), device);
         let by_device = self.module(module)?.kernels.entry(name.into()).or_default();
         if by_device.len() <= slot {
             by_device.resize(slot + 1, None);
@@ -605,6 +648,12 @@ impl<B: Backend> State<B> {
                 backend: backend.name(),
                 name: String::from("(a handle this runtime did not make)"),
             })?;
+        if loaded.epoch != self.health.epoch(loaded.device) {
+            return Err(Error::StaleAfterReset {
+                device: loaded.device,
+                what: "kernel",
+            });
+        }
         if let Some(module) = loaded.module
             && self.modules[module.0 as usize].unloaded
         {

@@ -707,6 +707,15 @@ impl Planner {
         }
     }
 
+    /// How many live tokens have their point on a stream of `device` (work there that some
+    /// token may still wait for).
+    pub fn live_tokens_on(&self, device: DeviceId) -> usize {
+        self.tokens
+            .iter()
+            .filter(|token| token.live && self.streams[token.stream.index()].device == device)
+            .count()
+    }
+
     /// The sizes of the planner's bookkeeping now.
     pub fn footprint(&self) -> PlannerFootprint {
         PlannerFootprint {
