@@ -393,8 +393,11 @@ impl Harness {
                     allocation.address,
                     after.map(|s| self.stream(s)),
                 );
-                let after_live = after.is_none_or(|s| m.streams.get(s).is_some_and(|s| s.live));
-                let expect = m.on_device(d).unwrap_or(if !after_live {
+                // A free orders after a live stream of the device it frees on (CUDA's
+                // cuMemFreeAsync takes a stream of the current context).
+                let after_usable =
+                    after.is_none_or(|s| m.streams.get(s).is_some_and(|s| s.live && s.device == d));
+                let expect = m.on_device(d).unwrap_or(if !after_usable {
                     Host(InvalidHandle)
                 } else if allocation.device != d || allocation.kind != kind {
                     Host(InvalidValue)
