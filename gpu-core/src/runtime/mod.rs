@@ -25,6 +25,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use crate::allocator::{
     AllocRequest, Allocation, AllocatorConfig, AllocatorStats, BlockHandle, MemoryKind,
 };
+use crate::backend::library::{self, KernelEntry};
 use crate::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_same_device};
 use crate::error::{ByteRange, Error, Result};
 use crate::id::{DeviceId, StreamId};
@@ -762,11 +763,14 @@ impl<B: Backend> Runtime<B> {
             runtime: self,
             device,
             index,
+            entry: None,
         })
     }
 
     /// Kernel `name` of the backend's kernel library on `device`, loaded at the first call: a
-    /// handle to launch it by, with no lookup by name on each launch.
+    /// handle to launch it by, with no lookup by name on each launch. A kernel of the standard
+    /// library ([`library::LIBRARY`]) keeps its table entry, so every launch is checked against
+    /// it ([`Kernel::launch`]).
     pub fn kernel(&self, device: DeviceId, name: &str) -> Result<Kernel<'_, B>> {
         let info = self.device_info(device)?;
         let index = self
@@ -776,6 +780,7 @@ impl<B: Backend> Runtime<B> {
             runtime: self,
             device,
             index,
+            entry: library::entry(name),
         })
     }
 
@@ -1252,6 +1257,10 @@ pub struct Kernel<'rt, B: Backend> {
     runtime: &'rt Runtime<B>,
     device: DeviceId,
     index: KernelIndex,
+    /// The standard library's table entry of a library kernel, which its launches are checked
+    /// against (`None`: a module's kernel, or one the host backend registered under another
+    /// name).
+    entry: Option<&'static KernelEntry>,
 }
 
 // Copy whatever `B` is (a derive would ask `B: Copy`): a reference and two small ids.
@@ -1271,9 +1280,11 @@ impl<B: Backend> Kernel<'_, B> {
 
     /// Enqueues the kernel on its device after `after` with the program's own parameter array
     /// (CUDA's `void **kernelParams`), as a compiler lays it out: for kernels of a program's
-    /// module ([`Runtime::module_kernel`]). A dynamic workgroup size above the device's default
-    /// limit is opted in first (once per kernel and size); one above the device's opt-in limit
-    /// is refused with [`Error::LimitExceeded`] before the driver is asked.
+    /// module ([`Runtime::module_kernel`]). A launch shape no device runs is refused with
+    /// [`Error::LaunchShape`]; a dynamic workgroup size above the device's default limit is
+    /// opted in first (once per kernel and size); one above the device's opt-in limit is
+    /// refused with [`Error::LimitExceeded`] before the driver is asked. The values in `params`
+    /// cannot be checked.
     ///
     /// # Safety
     /// `params` points to one valid pointer per kernel parameter, each to a value of that
@@ -1306,8 +1317,10 @@ impl<B: Backend> Kernel<'_, B> {
         )
     }
 
-    /// Refuses dynamic workgroup memory above the device's opt-in limit, then locks the state.
+    /// Refuses a launch shape no device runs and dynamic workgroup memory above the device's
+    /// opt-in limit, then locks the state.
     fn prepare(&self, dims: LaunchDims) -> Result<MutexGuard<'_, State<B>>> {
+        dims.check_shape()?;
         let limit = self
             .runtime
             .device_info(self.device)?
@@ -1327,16 +1340,24 @@ impl<B: Backend> Kernel<'_, B> {
         self.runtime.state()
     }
 
-    /// Enqueues the kernel on its device after `after`. A dynamic workgroup size above the
-    /// device's default limit is opted in first (once per kernel and size); one above the
-    /// device's opt-in limit is refused with [`Error::LimitExceeded`].
+    /// Enqueues the kernel on its device after `after`. Refused before anything is queued:
+    /// a launch shape no device runs ([`Error::LaunchShape`]: a grid or workgroup dimension of
+    /// zero, more than [`crate::backend::MAX_THREADS_PER_WORKGROUP`] threads per workgroup),
+    /// and for a kernel of the standard library, arguments whose number or kinds differ from
+    /// its parameters ([`Error::KernelArgumentMismatch`]) or whose counts make it reach past a
+    /// span or past the launch's dynamic workgroup memory ([`Error::KernelReach`], naming the
+    /// argument, the span and the bytes). A dynamic workgroup size above the device's default
+    /// limit is opted in first (once per kernel and size); one above the device's opt-in
+    /// limit is refused with [`Error::LimitExceeded`].
     ///
     /// # Safety
-    /// The runtime keeps every span argument alive and ordered until the kernel has finished,
-    /// but how far the kernel reaches past each span's address is decided by the kernel and
-    /// its other arguments (a count, a words-per-group), which the runtime cannot know: the
-    /// caller guarantees that the kernel touches only bytes inside the spans it is given (the
-    /// host backend checks this and fails the launch; a GPU driver does not).
+    /// The runtime keeps every span argument alive and ordered until the kernel has finished.
+    /// How far a kernel reaches past each span's address is decided by the kernel and its
+    /// other arguments (a count, a words-per-group): for the standard library the runtime
+    /// knows this from the library's table and refuses launches that would reach past their
+    /// spans, so those launches meet this contract by construction; for any other kernel (one
+    /// the host backend registered under a name of its own) the caller guarantees that it
+    /// touches only bytes inside the spans it is given.
     pub unsafe fn launch(
         &self,
         dims: LaunchDims,
@@ -1359,6 +1380,10 @@ impl<B: Backend> Kernel<'_, B> {
             on_heap = args.iter().map(Arg::value).collect();
             &on_heap
         };
+        if let Some(entry) = self.entry {
+            let given = |index: usize| args.get(index).and_then(Arg::span).map_or(0, |s| s.len);
+            entry.check_launch(values, &dims, given)?;
+        }
         let mut state = self.prepare(dims)?;
         let kernel = state.kernel_for(
             &runtime.backend,
