@@ -1,12 +1,13 @@
 //! What the runtime refuses before anything is queued (issue 20): standard library launches
 //! whose arguments differ from the kernel's parameters or whose counts reach past their spans,
-//! and launch shapes no device runs; each a typed error saying what was wrong, with the
-//! stream, the device and the runtime still usable after.
+//! launch shapes no device runs, and fork counts above the stated limit; each a typed error
+//! saying what was wrong, with the stream, the device and the runtime still usable after.
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::LaunchDims;
 use gpu_core::host::{CallKind, HostBackend, HostConfig};
 use gpu_core::runtime::{Arg, Buffer, Runtime};
+use gpu_core::token::{self, MAX_FORK_BRANCHES, Token, UnwaitedKind};
 use gpu_core::{DeviceId, Error};
 
 const D0: DeviceId = DeviceId(0);
@@ -333,4 +334,51 @@ fn launch_shapes_no_device_runs_are_refused_naming_the_part() {
             .chunks_exact(4)
             .all(|w| w == 5u32.to_ne_bytes())
     );
+}
+
+/// `fork(t, 1 << 40)` aborted the process ("memory allocation of 8796093022208 bytes
+/// failed") and `usize::MAX` panicked (capacity overflow).
+#[test]
+fn huge_fork_counts_are_typed_errors_and_the_runtime_goes_on() {
+    let rt = runtime();
+    let buffer = rt.alloc(D0, MemoryKind::Device, 256).unwrap();
+    let mut discarded = 0;
+    for count in [MAX_FORK_BRANCHES + 1, 1 << 40, usize::MAX] {
+        let refused = Error::LimitExceeded {
+            what: "fork branch count",
+            required: count,
+            limit: MAX_FORK_BRANCHES,
+            detail: vec!["branches of one fork; fork a branch again for more".into()],
+        };
+        // The count checked first keeps the token usable.
+        assert_eq!(token::check_fork_count(count), Err(refused.clone()));
+        let filled = rt.fill(D0, buffer.all(), 1, &mut vec![]).unwrap();
+        assert_eq!(rt.fork(filled, count).err(), Some(refused.clone()));
+        let filled = rt.fill(D0, buffer.all(), 2, &mut vec![]).unwrap();
+        assert_eq!(rt.fork_detached(filled, count).err(), Some(refused));
+        discarded += 2;
+    }
+    // A refused fork discards its token (the docs' rule, as for a count of zero): its stream
+    // went back to the pool, so every fill above ran on the one stream.
+    assert_eq!(rt.stats().streams_created, 1);
+    let filled = rt.fill(D0, buffer.all(), 3, &mut vec![]).unwrap();
+    let branches: Vec<Token> = rt.fork(filled, MAX_FORK_BRANCHES).unwrap();
+    assert_eq!(branches.len(), MAX_FORK_BRANCHES);
+    let mut branches = branches.into_iter();
+    let mut back = vec![0u8; 256];
+    rt.download(
+        D0,
+        &mut back,
+        buffer.all(),
+        &mut vec![branches.next().unwrap()],
+    )
+    .unwrap();
+    assert!(back.iter().all(|&b| b == 3));
+    for branch in branches {
+        rt.release(branch).unwrap();
+    }
+    drop(buffer);
+    let report = rt.shutdown().unwrap();
+    let kinds: Vec<_> = report.program.unwaited.iter().map(|t| t.kind).collect();
+    assert_eq!(kinds, vec![UnwaitedKind::Discarded; discarded]);
 }

@@ -251,36 +251,38 @@ impl<B: Backend> Runtime<B> {
     }
 
     /// Forks `token` into `count` tokens, each usable once (branches wait lazily, at first use).
-    /// A fork into no branch is refused, and its token discarded: it cannot be handed back, and
-    /// what it holds goes back to the pools (shutdown reports it as discarded).
+    /// A fork into no branch, or into more than [`token::MAX_FORK_BRANCHES`], is refused
+    /// ([`Error::ZeroSize`], [`Error::LimitExceeded`]) before anything is allocated, and its
+    /// token discarded: it cannot be handed back, and what it holds goes back to the pools
+    /// (shutdown reports it as discarded). Check the count first with
+    /// [`token::check_fork_count`] to keep the token on refusal.
     pub fn fork(&self, token: Token, count: usize) -> Result<Vec<Token>> {
-        let mut state = self.state()?;
-        if count == 0 {
-            state.abandon(&self.backend, token);
-            return Err(Error::ZeroSize {
-                what: "fork branch count",
-            });
-        }
-        let mut branches = Vec::with_capacity(count);
-        state.planner.fork(token, count, &mut branches)?;
-        match state.execute(&self.backend, &mut state::no_work) {
-            Ok(()) => Ok(branches),
-            Err(e) => {
-                for branch in branches {
-                    state.abandon(&self.backend, branch);
-                }
-                Err(e)
-            }
-        }
+        self.fork_with(token, count, token::Planner::fork)
     }
 
     /// Forks `token` into `count` branches that share one event recorded now and gives its
     /// stream back to the pool at once (no branch keeps it), for layers whose handles may be
-    /// abandoned without a word: such a handle then holds an event, never a stream.
+    /// abandoned without a word: such a handle then holds an event, never a stream. Counts are
+    /// refused as by [`Runtime::fork`].
     pub fn fork_detached(&self, token: Token, count: usize) -> Result<Vec<Token>> {
+        self.fork_with(token, count, token::Planner::fork_detached)
+    }
+
+    /// A fork planned by `plan` (the planner's `fork` or `fork_detached`) and carried out.
+    fn fork_with(
+        &self,
+        token: Token,
+        count: usize,
+        plan: fn(&mut token::Planner, Token, usize, &mut Vec<Token>) -> Result<()>,
+    ) -> Result<Vec<Token>> {
         let mut state = self.state()?;
-        let mut branches = Vec::with_capacity(count);
-        state.planner.fork_detached(token, count, &mut branches)?;
+        if let Err(refused) = token::check_fork_count(count) {
+            state.abandon(&self.backend, token);
+            return Err(refused);
+        }
+        // The planner reserves room for the branches fallibly.
+        let mut branches = Vec::new();
+        plan(&mut state.planner, token, count, &mut branches)?;
         match state.execute(&self.backend, &mut state::no_work) {
             Ok(()) => Ok(branches),
             Err(e) => {
