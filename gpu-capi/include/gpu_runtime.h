@@ -48,7 +48,8 @@ typedef enum gpurt_status_t {
   // A size, length or count of zero where at least one is needed.
   GPURT_STATUS_ZERO_SIZE = 2,
   // An argument outside what the call accepts (an enum value, an alignment, a range that
-  // runs past the top of the address space, a backend name).
+  // runs past the top of the address space, a backend name, a launch shape no device runs:
+  // a grid or workgroup dimension of zero, more than 1024 threads per workgroup).
   GPURT_STATUS_INVALID_ARGUMENT = 3,
   // A range runs past the end of its buffer or registered memory, or two lengths differ.
   GPURT_STATUS_OUT_OF_BOUNDS = 4,
@@ -72,9 +73,11 @@ typedef enum gpurt_status_t {
   GPURT_STATUS_UNSUPPORTED = 12,
   // No kernel of that name in the backend's kernel library.
   GPURT_STATUS_UNKNOWN_KERNEL = 13,
-  // Launch arguments that do not match the kernel's parameters.
+  // Launch arguments that do not match the kernel's parameters (number or kinds), or whose
+  // counts make a standard library kernel reach past a span it was given or past the
+  // launch's dynamic workgroup memory; checked at launch, before anything is queued.
   GPURT_STATUS_KERNEL_ARGUMENTS = 14,
-  // A device limit exceeded (workgroup memory, say).
+  // A limit exceeded (a device's workgroup memory, the branches of one fork).
   GPURT_STATUS_LIMIT_EXCEEDED = 15,
   // A driver call failed; the message names the call and the driver's code.
   GPURT_STATUS_DRIVER = 16,
@@ -397,8 +400,9 @@ enum gpurt_status_t gpurt_lookup(const void *ptr,
                                  void **device_address);
 
 // Forks `token` into `count` tokens written to `branches[0..count]`, each usable once (each
-// branch waits lazily, at its first use). Consumes `token` on success. More branches than the
-// runtime can hold live tokens (2^24) is `GPURT_STATUS_LIMIT_EXCEEDED`.
+// branch waits lazily, at its first use). Consumes `token` on success. A count of zero is
+// `GPURT_STATUS_ZERO_SIZE` and one above 65,536 (the branches one fork may make)
+// `GPURT_STATUS_LIMIT_EXCEEDED`, both before anything is allocated and leaving `token` usable.
 //
 // Thread safety: any thread.
 //
@@ -497,15 +501,20 @@ enum gpurt_status_t gpurt_kernel(uint32_t device, const char *name, struct gpurt
 
 // Enqueues `kernel` on its device with `dims` and the `arg_count` arguments of `args`, after
 // `after`; writes the launch's token to `*done`. Span arguments are kept alive and ordered
-// until the kernel has run. Arguments that do not match the kernel's parameters are
-// `GPURT_STATUS_KERNEL_ARGUMENTS`. Consumes `after` on success.
+// until the kernel has run. Refused before anything is queued: arguments that do not match
+// the kernel's parameters in number or kinds, or whose counts make it reach past a span
+// (`fill_u32` of 2,048 words on a 4 KiB span) or past the launch's dynamic workgroup memory,
+// are `GPURT_STATUS_KERNEL_ARGUMENTS`; a grid or workgroup dimension of zero or more than 1024
+// threads per workgroup is `GPURT_STATUS_INVALID_ARGUMENT`; the message says what was wrong.
+// Consumes `after` on success.
 //
 // Thread safety: any thread.
 //
 // # Safety
-// The kernel touches only bytes inside its span arguments (the counts passed fit the spans;
-// the host backend checks this, a GPU does not). `dims` points to a `gpurt_dims`; `args` to
-// `arg_count` arguments (or is NULL with 0); `after` and `done` as for `gpurt_copy`.
+// The kernel touches only bytes inside its span arguments: for the standard library's
+// kernels the runtime checks the counts against the spans; for a kernel of the host backend
+// registered under another name the caller promises it. `dims` points to a `gpurt_dims`;
+// `args` to `arg_count` arguments (or is NULL with 0); `after` and `done` as for `gpurt_copy`.
 enum gpurt_status_t gpurt_launch(struct gpurt_kernel_t kernel,
                                  const struct gpurt_dims_t *dims,
                                  const struct gpurt_arg_t *args,

@@ -21,7 +21,7 @@ use gpu_runtime::backend::LaunchDims;
 use gpu_runtime::error::Error;
 use gpu_runtime::id::DeviceId;
 use gpu_runtime::runtime::{Arg, Buffer, Kernel, LockedHost, Span};
-use gpu_runtime::token::{Token, TokenId};
+use gpu_runtime::token::{Token, TokenId, check_fork_count};
 
 use crate::shared::{
     self, BackendChoice, CapiError, ClientBackend, Generation, GpurtStatus, HandleKind,
@@ -1058,8 +1058,9 @@ pub unsafe extern "C" fn gpurt_lookup(
 }
 
 /// Forks `token` into `count` tokens written to `branches[0..count]`, each usable once (each
-/// branch waits lazily, at its first use). Consumes `token` on success. More branches than the
-/// runtime can hold live tokens (2^24) is `GPURT_STATUS_LIMIT_EXCEEDED`.
+/// branch waits lazily, at its first use). Consumes `token` on success. A count of zero is
+/// `GPURT_STATUS_ZERO_SIZE` and one above 65,536 (the branches one fork may make)
+/// `GPURT_STATUS_LIMIT_EXCEEDED`, both before anything is allocated and leaving `token` usable.
 ///
 /// Thread safety: any thread.
 ///
@@ -1072,23 +1073,7 @@ pub unsafe extern "C" fn gpurt_fork(
     branches: *mut GpurtToken,
 ) -> GpurtStatus {
     status_of(|| {
-        if count == 0 {
-            return Err(Error::ZeroSize {
-                what: "fork branch count",
-            }
-            .into());
-        }
-        if count > TokenId::SLOT_LIMIT {
-            // More branches than a planner can hold live tokens: refused before the runtime
-            // makes room for them (which would abort the process on a count this large).
-            return Err(Error::LimitExceeded {
-                what: "fork branches",
-                required: count,
-                limit: TokenId::SLOT_LIMIT,
-                detail: vec!["the runtime holds at most this many live tokens".into()],
-            }
-            .into());
-        }
+        check_fork_count(count)?;
         let out = out_param(branches, "fork branches out-parameter")?;
         check_array(out, count, "fork branches out-parameter")?;
         let token = token_in(token)?;
@@ -1261,15 +1246,20 @@ pub unsafe extern "C" fn gpurt_kernel(
 
 /// Enqueues `kernel` on its device with `dims` and the `arg_count` arguments of `args`, after
 /// `after`; writes the launch's token to `*done`. Span arguments are kept alive and ordered
-/// until the kernel has run. Arguments that do not match the kernel's parameters are
-/// `GPURT_STATUS_KERNEL_ARGUMENTS`. Consumes `after` on success.
+/// until the kernel has run. Refused before anything is queued: arguments that do not match
+/// the kernel's parameters in number or kinds, or whose counts make it reach past a span
+/// (`fill_u32` of 2,048 words on a 4 KiB span) or past the launch's dynamic workgroup memory,
+/// are `GPURT_STATUS_KERNEL_ARGUMENTS`; a grid or workgroup dimension of zero or more than 1024
+/// threads per workgroup is `GPURT_STATUS_INVALID_ARGUMENT`; the message says what was wrong.
+/// Consumes `after` on success.
 ///
 /// Thread safety: any thread.
 ///
 /// # Safety
-/// The kernel touches only bytes inside its span arguments (the counts passed fit the spans;
-/// the host backend checks this, a GPU does not). `dims` points to a `gpurt_dims`; `args` to
-/// `arg_count` arguments (or is NULL with 0); `after` and `done` as for `gpurt_copy`.
+/// The kernel touches only bytes inside its span arguments: for the standard library's
+/// kernels the runtime checks the counts against the spans; for a kernel of the host backend
+/// registered under another name the caller promises it. `dims` points to a `gpurt_dims`;
+/// `args` to `arg_count` arguments (or is NULL with 0); `after` and `done` as for `gpurt_copy`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gpurt_launch(
     kernel: GpurtKernel,

@@ -17,6 +17,11 @@
 //! host memory included), so the calls that take them, [`Backend::copy`], [`Backend::fill`]
 //! and [`Backend::launch`], are `unsafe fn`s, as in wgpu-hal. The runtime's safe API wraps
 //! them with spans of memory it owns or borrows for as long as the work runs.
+//!
+//! The standard kernel library's table (names, parameters, reaches), which every backend
+//! implements and the runtime checks launches against, is [`library`].
+
+pub mod library;
 
 use alloc::string::String;
 use core::ffi::{CStr, c_void};
@@ -80,6 +85,10 @@ impl FillValue {
     }
 }
 
+/// Most threads one workgroup may have: CUDA's limit on every current NVIDIA GPU, and the
+/// largest workgroup AMD GPUs run. [`LaunchDims::check_shape`] refuses more.
+pub const MAX_THREADS_PER_WORKGROUP: u32 = 1024;
+
 /// The shape of a kernel launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchDims {
@@ -107,6 +116,41 @@ impl LaunchDims {
             .iter()
             .chain(&self.block)
             .try_fold(1u64, |acc, &n| acc.checked_mul(u64::from(n)))
+    }
+
+    /// [`Error::LaunchShape`] naming the first part of the shape no device runs: a grid or
+    /// workgroup dimension of zero, or more than [`MAX_THREADS_PER_WORKGROUP`] threads per
+    /// workgroup. (Dynamic workgroup memory is checked against the device's own limits.)
+    pub fn check_shape(&self) -> Result<()> {
+        const AXES: [(&str, &str); 3] = [
+            ("grid x", "workgroup x"),
+            ("grid y", "workgroup y"),
+            ("grid z", "workgroup z"),
+        ];
+        let refuse = |what, given, min, max| Error::LaunchShape {
+            what,
+            given,
+            min,
+            max,
+            grid: self.grid,
+            block: self.block,
+        };
+        let most = u64::from(MAX_THREADS_PER_WORKGROUP);
+        for ((grid_axis, block_axis), (&groups, &threads)) in
+            AXES.iter().zip(self.grid.iter().zip(&self.block))
+        {
+            if groups == 0 {
+                return Err(refuse(*grid_axis, 0, 1, u64::from(u32::MAX)));
+            }
+            if threads == 0 {
+                return Err(refuse(*block_axis, 0, 1, most));
+            }
+        }
+        let threads = self.block.iter().map(|&n| u64::from(n)).product::<u64>();
+        if threads > most {
+            return Err(refuse("threads per workgroup", threads, 1, most));
+        }
+        Ok(())
     }
 }
 
@@ -431,6 +475,44 @@ pub fn check_device_slots(device_count: usize, slots: &[usize]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn launch_shapes_with_a_zero_or_too_many_threads_name_the_part() {
+        assert_eq!(LaunchDims::linear(1, 1024).check_shape(), Ok(()));
+        let shape = |grid, block| LaunchDims {
+            grid,
+            block,
+            dynamic_workgroup_bytes: 0,
+        };
+        assert_eq!(shape([7, 3, 2], [8, 8, 16]).check_shape(), Ok(()));
+        let refused = |dims: LaunchDims| match dims.check_shape() {
+            Err(Error::LaunchShape {
+                what, given, max, ..
+            }) => (what, given, max),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            refused(LaunchDims::linear(0, 64)),
+            ("grid x", 0, u64::from(u32::MAX))
+        );
+        assert_eq!(refused(shape([1, 1, 0], [1, 1, 1])).0, "grid z");
+        assert_eq!(
+            refused(shape([1, 1, 1], [1, 0, 1])),
+            ("workgroup y", 0, 1024)
+        );
+        assert_eq!(
+            refused(LaunchDims::linear(1, 4096)),
+            ("threads per workgroup", 4096, 1024)
+        );
+        assert_eq!(
+            refused(shape([1, 1, 1], [64, 64, 1])),
+            ("threads per workgroup", 4096, 1024)
+        );
+        let message = alloc::string::ToString::to_string(
+            &LaunchDims::linear(0, 64).check_shape().unwrap_err(),
+        );
+        assert!(message.contains("grid x is 0"), "{message}");
+    }
 
     #[test]
     fn handles_of_one_device_pass_and_of_two_name_both() {

@@ -141,7 +141,7 @@ fn two_devices<B: Backend>(
 /// Runs every case on backends from `open`, in order.
 pub fn run_all<B: Backend>(open: Open<'_, B>) -> Vec<CaseReport> {
     type Case<B> = fn(Open<'_, B>) -> CaseResult;
-    let cases: [(&'static str, Case<B>); 11] = [
+    let cases: [(&'static str, Case<B>); 12] = [
         (
             "devices_report_capabilities",
             devices_report_capabilities::<B>,
@@ -169,6 +169,10 @@ pub fn run_all<B: Backend>(open: Open<'_, B>) -> Vec<CaseReport> {
         (
             "kernels_compute_and_opt_in",
             kernels_compute_and_opt_in::<B>,
+        ),
+        (
+            "library_launches_are_checked",
+            library_launches_are_checked::<B>,
         ),
         ("current_device_restored", current_device_restored::<B>),
         ("pools_are_reused", pools_are_reused::<B>),
@@ -587,6 +591,108 @@ fn kernels_compute_and_opt_in<B: Backend>(open: Open<'_, B>) -> CaseResult {
         }
     }
     drop((x, y, data));
+    h.close()
+}
+
+/// Launches of the standard library that are wrong (arguments of the wrong number or kinds,
+/// counts reaching past a span or past the dynamic workgroup memory, shapes no device runs)
+/// are typed errors before anything is queued, whatever the backend: the buffer after the one
+/// given keeps its bytes, and the device runs the next launch.
+fn library_launches_are_checked<B: Backend>(open: Open<'_, B>) -> CaseResult {
+    let h = Harness::open(open)?;
+    let rt = &h.runtime;
+    let d = DeviceId(0);
+    let (buffer, neighbour) = (
+        rt.alloc(d, MemoryKind::Device, 4096)?,
+        rt.alloc(d, MemoryKind::Device, 4096)?,
+    );
+    fill_and_verify(rt, d, neighbour.all(), 0x11)?;
+    let span = Arg::Span(buffer.all());
+    let linear = LaunchDims::linear(4, 64);
+    let fill = |value: u64, count: u64| [span, Arg::U64(value), Arg::U64(count)];
+    type Expect = fn(&Error) -> bool;
+    let mismatch: Expect = |e| matches!(e, Error::KernelArgumentMismatch { .. });
+    let shape: Expect = |e| matches!(e, Error::LaunchShape { .. });
+    let cases: [(&str, &str, LaunchDims, &[Arg<'_>], Expect); 6] = [
+        (
+            "fill_u32",
+            "two arguments",
+            linear,
+            &[span, Arg::U32(1)],
+            mismatch,
+        ),
+        ("fill_u32", "a U64 value", linear, &fill(1, 1024), mismatch),
+        (
+            "fill_u32",
+            "2,048 words on 4 KiB",
+            linear,
+            &[span, Arg::U32(1), Arg::U64(2048)],
+            |e| {
+                matches!(
+                    e,
+                    Error::KernelReach {
+                        argument: Some(0),
+                        given: 4096,
+                        reach: 8192,
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "fill_u32",
+            "grid 0",
+            LaunchDims::linear(0, 64),
+            &[span, Arg::U32(1), Arg::U64(1024)],
+            shape,
+        ),
+        (
+            "fill_u32",
+            "4,096 threads",
+            LaunchDims::linear(1, 4096),
+            &[span, Arg::U32(1), Arg::U64(1024)],
+            shape,
+        ),
+        (
+            "workgroup_reverse_u32",
+            "16 words and no workgroup memory",
+            LaunchDims::linear(1, 64),
+            &[span, Arg::U32(16)],
+            |e| {
+                matches!(
+                    e,
+                    Error::KernelReach {
+                        argument: None,
+                        reach: 64,
+                        ..
+                    }
+                )
+            },
+        ),
+    ];
+    for (name, what, dims, args, expected) in cases {
+        // SAFETY: each launch is refused before anything is queued (what the case checks).
+        let refused = unsafe { rt.launch(d, name, dims, args, &mut vec![]) };
+        ensure!(
+            refused.as_ref().err().is_some_and(expected),
+            "{name} with {what} gave {refused:?}"
+        );
+    }
+    let args = [span, Arg::U32(0x2222_2222), Arg::U64(1024)];
+    // SAFETY: 1,024 words: the whole 4 KiB span.
+    let filled = unsafe { rt.launch(d, "fill_u32", linear, &args, &mut vec![]) }?;
+    let mut back = vec![0u8; 4096];
+    rt.download(d, &mut back, buffer.all(), &mut vec![filled])?;
+    ensure!(
+        back.iter().all(|&b| b == 0x22),
+        "the launch after the refusals did not fill its span"
+    );
+    rt.download(d, &mut back, neighbour.all(), &mut vec![])?;
+    ensure!(
+        back.iter().all(|&b| b == 0x11),
+        "a refused launch wrote the neighbouring buffer"
+    );
+    drop((buffer, neighbour));
     h.close()
 }
 

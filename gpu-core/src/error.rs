@@ -407,6 +407,40 @@ pub enum Error {
         /// The parameters it takes, e.g. `"(Ptr dst, U32 value, U64 count)"`.
         expected: &'static str,
     },
+    /// A launch of a standard library kernel whose arguments make it reach past the memory it
+    /// was given (a count too large for its span, a workgroup needing more dynamic memory than
+    /// the launch gives), refused before anything is queued.
+    KernelReach {
+        /// The kernel launched.
+        kernel: &'static str,
+        /// The pointer argument's index, or `None` for the launch's dynamic workgroup memory.
+        argument: Option<usize>,
+        /// The parameter's name in the kernel's signature (`"dst"`), or
+        /// `"dynamic workgroup memory"`.
+        parameter: &'static str,
+        /// The first byte of the span given for the argument (0 for workgroup memory).
+        address: usize,
+        /// The bytes given: the span's length, or the launch's dynamic workgroup bytes.
+        given: usize,
+        /// The bytes the kernel would reach from there (`u64::MAX` when they overflow 64 bits).
+        reach: u64,
+    },
+    /// A launch shape no device runs (a grid or workgroup dimension of zero, more threads per
+    /// workgroup than the limit), refused before anything is queued.
+    LaunchShape {
+        /// Which part of the shape: `"grid x"`, `"workgroup y"`, `"threads per workgroup"`.
+        what: &'static str,
+        /// Its value in the launch.
+        given: u64,
+        /// The least value accepted.
+        min: u64,
+        /// The most accepted.
+        max: u64,
+        /// The launch's workgroups per dimension.
+        grid: [u32; 3],
+        /// The launch's threads per workgroup per dimension.
+        block: [u32; 3],
+    },
     /// The calling thread's current driver context is none of the backend's devices (a context
     /// the program created itself), so no device id names it and restoring through a device id
     /// would lose it.
@@ -692,6 +726,53 @@ impl fmt::Display for Error {
                 f,
                 "kernel {kernel} takes {expected}; the launch passed a different number or kind \
                  of arguments"
+            ),
+            Error::KernelReach {
+                kernel,
+                argument,
+                parameter,
+                address,
+                given,
+                reach,
+            } => {
+                let past = reach.saturating_sub(*given as u64);
+                let shown = |bytes: u64| {
+                    if bytes == u64::MAX {
+                        String::from("2^64 or more")
+                    } else {
+                        alloc::format!("{bytes}")
+                    }
+                };
+                match argument {
+                    Some(index) => write!(
+                        f,
+                        "kernel {kernel} would reach {} bytes from argument {index} \
+                         ({parameter}), but its span at {address:#x} has {given} bytes: {} \
+                         bytes past its end; pass a larger span or a smaller count",
+                        shown(*reach),
+                        shown(past)
+                    ),
+                    None => write!(
+                        f,
+                        "kernel {kernel} uses {} bytes of {parameter} per workgroup, but the \
+                         launch gives {given}: {} bytes past its end; give the launch at least \
+                         {0} dynamic workgroup bytes",
+                        shown(*reach),
+                        shown(past)
+                    ),
+                }
+            }
+            Error::LaunchShape {
+                what,
+                given,
+                min,
+                max,
+                grid,
+                block,
+            } => write!(
+                f,
+                "launch of grid {grid:?} x workgroup {block:?}: {what} is {given}, but it must \
+                 be between {min} and {max}"
             ),
             Error::ForeignContext { backend } => write!(
                 f,

@@ -393,20 +393,17 @@ impl Harness {
                     allocation.address,
                     after.map(|s| self.stream(s)),
                 );
-                let after_live = after.is_none_or(|s| m.streams.get(s).is_some_and(|s| s.live));
-                // Freeing in the order of another device's stream is refused, as
-                // cuMemFreeAsync takes a stream of the memory's context.
-                let after_other_device =
-                    after.is_some_and(|s| m.streams.get(s).is_some_and(|s| s.device != d));
-                let expect = m
-                    .on_device(d)
-                    .unwrap_or(if !after_live || after_other_device {
-                        Host(InvalidHandle)
-                    } else if allocation.device != d || allocation.kind != kind {
-                        Host(InvalidValue)
-                    } else {
-                        Expect::Ok
-                    });
+                // A free orders after a live stream of the device it frees on (CUDA's
+                // cuMemFreeAsync takes a stream of the current context).
+                let after_usable =
+                    after.is_none_or(|s| m.streams.get(s).is_some_and(|s| s.live && s.device == d));
+                let expect = m.on_device(d).unwrap_or(if !after_usable {
+                    Host(InvalidHandle)
+                } else if allocation.device != d || allocation.kind != kind {
+                    Host(InvalidValue)
+                } else {
+                    Expect::Ok
+                });
                 prop_assert_eq!(outcome(&got), expect);
                 if got.is_ok() {
                     self.model.allocations[a].live = false;

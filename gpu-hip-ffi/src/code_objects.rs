@@ -3,7 +3,7 @@
 //! layout; both AMD backends (HIP's module loader, HSA's code object reader) try each object
 //! and keep the first the device accepts.
 
-use gpu_cuda_ffi::kernels::ParamKind;
+use gpu_core::backend::library::ParamKind;
 
 /// The code objects, in the order they are tried: gfx90a (CDNA2), gfx942 (CDNA3), gfx1100
 /// (RDNA3).
@@ -42,7 +42,7 @@ pub fn kernarg_layout(params: &[ParamKind]) -> KernargLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpu_cuda_ffi::kernels::LIBRARY;
+    use gpu_core::backend::library::LIBRARY;
 
     fn u16_at(bytes: &[u8], at: usize) -> u16 {
         u16::from_le_bytes(bytes[at..at + 2].try_into().unwrap())
@@ -122,7 +122,7 @@ mod tests {
                 machine,
                 "{target}: e_flags' machine"
             );
-            for entry in &LIBRARY {
+            for entry in LIBRARY {
                 assert!(
                     symbol_bytes(elf, entry.name).is_some(),
                     "{target}: kernel {} is missing",

@@ -182,7 +182,7 @@ fn without_a_device_every_runtime_call_fails_with_a_hip_code() {
                 "hipModuleLoadData",
                 hip.hipModuleLoadData().unwrap()(
                     &mut module,
-                    gpu_cuda_ffi::kernels::PTX.as_ptr().cast(),
+                    gpu_hip_ffi::code_objects::CODE_OBJECTS[0].as_ptr().cast(),
                 ),
             ),
         ]

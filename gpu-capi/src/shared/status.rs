@@ -31,7 +31,8 @@ pub enum GpurtStatus {
     /// A size, length or count of zero where at least one is needed.
     ZeroSize = 2,
     /// An argument outside what the call accepts (an enum value, an alignment, a range that
-    /// runs past the top of the address space, a backend name).
+    /// runs past the top of the address space, a backend name, a launch shape no device runs:
+    /// a grid or workgroup dimension of zero, more than 1024 threads per workgroup).
     InvalidArgument = 3,
     /// A range runs past the end of its buffer or registered memory, or two lengths differ.
     OutOfBounds = 4,
@@ -55,9 +56,11 @@ pub enum GpurtStatus {
     Unsupported = 12,
     /// No kernel of that name in the backend's kernel library.
     UnknownKernel = 13,
-    /// Launch arguments that do not match the kernel's parameters.
+    /// Launch arguments that do not match the kernel's parameters (number or kinds), or whose
+    /// counts make a standard library kernel reach past a span it was given or past the
+    /// launch's dynamic workgroup memory; checked at launch, before anything is queued.
     KernelArguments = 14,
-    /// A device limit exceeded (workgroup memory, say).
+    /// A limit exceeded (a device's workgroup memory, the branches of one fork).
     LimitExceeded = 15,
     /// A driver call failed; the message names the call and the driver's code.
     Driver = 16,
@@ -228,7 +231,8 @@ fn core_status(error: &Error) -> GpurtStatus {
         | Error::WorkgroupLiveRange { .. }
         | Error::PrivateBufferInWorkgroup { .. }
         | Error::TraceSyntax { .. }
-        | Error::FreeSizeMismatch { .. } => S::InvalidArgument,
+        | Error::FreeSizeMismatch { .. }
+        | Error::LaunchShape { .. } => S::InvalidArgument,
         Error::OutOfBounds { .. } => S::OutOfBounds,
         Error::UnknownDevice { .. } => S::UnknownDevice,
         Error::WrongDevice { .. } => S::WrongDevice,
@@ -250,7 +254,9 @@ fn core_status(error: &Error) -> GpurtStatus {
         | Error::RegisteredNeedsLockTable
         | Error::Unsupported { .. } => S::Unsupported,
         Error::UnknownKernel { .. } => S::UnknownKernel,
-        Error::KernelArgumentMismatch { .. } | Error::LaunchSizeCount { .. } => S::KernelArguments,
+        Error::KernelArgumentMismatch { .. }
+        | Error::KernelReach { .. }
+        | Error::LaunchSizeCount { .. } => S::KernelArguments,
         Error::LimitExceeded { .. } => S::LimitExceeded,
         // A lost device is the driver's failure (the cause, in the message).
         Error::Driver(_)
@@ -460,6 +466,35 @@ mod tests {
                     token: gpu_runtime::token::TokenId::from_raw(5),
                 },
                 GpurtStatus::InvalidHandle,
+            ),
+            (
+                Error::KernelArgumentMismatch {
+                    kernel: "fill_u32",
+                    expected: "(Ptr dst, U32 value, U64 count)",
+                },
+                GpurtStatus::KernelArguments,
+            ),
+            (
+                Error::KernelReach {
+                    kernel: "fill_u32",
+                    argument: Some(0),
+                    parameter: "dst",
+                    address: 0x1000,
+                    given: 4096,
+                    reach: 8192,
+                },
+                GpurtStatus::KernelArguments,
+            ),
+            (
+                Error::LaunchShape {
+                    what: "grid x",
+                    given: 0,
+                    min: 1,
+                    max: u64::from(u32::MAX),
+                    grid: [0, 1, 1],
+                    block: [64, 1, 1],
+                },
+                GpurtStatus::InvalidArgument,
             ),
         ];
         for (error, status) in cases {

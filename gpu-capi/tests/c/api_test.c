@@ -383,6 +383,14 @@ static void tokens_fork_join_wait_and_misuse(void) {
     OK(gpurt_fill(0, gpurt_span_of(m, 0, 3 * 256), 0, NULL, 0, &start));
     EXPECT(GPURT_STATUS_ZERO_SIZE, gpurt_fork(start, 0, branches));
     EXPECT(GPURT_STATUS_NULL_POINTER, gpurt_fork(start, 3, NULL));
+    /* Counts above the branches one fork may make: refused before anything is allocated (a
+     * count of 2^40 aborted the process, SIZE_MAX panicked). */
+    EXPECT(GPURT_STATUS_LIMIT_EXCEEDED, gpurt_fork(start, 65537, branches));
+#if SIZE_MAX > 0xFFFFFFFFu
+    EXPECT(GPURT_STATUS_LIMIT_EXCEEDED, gpurt_fork(start, (size_t)1 << 40, branches));
+#endif
+    CHECK(strstr(gpurt_last_error(), "fork branch count") != NULL);
+    EXPECT(GPURT_STATUS_LIMIT_EXCEEDED, gpurt_fork(start, SIZE_MAX, branches));
     OK(gpurt_fork(start, 3, branches)); /* still valid after the refusals above */
     EXPECT(GPURT_STATUS_INVALID_HANDLE, gpurt_wait(start));
     gpurt_token_t filled[3];
@@ -532,11 +540,52 @@ static void shutdown_reports_and_writes_the_trace(const char *trace_path) {
     CHECK(report.released_objects == 0 && report.unwaited_tokens == 0);
 }
 
-/* Kernels that fail: a GPU backend refuses arguments that do not fit at launch; the host
- * backend checks them when the kernel runs, so the wait reports the failure. A failed stream
- * stays failed (as a CUDA context does after a faulting kernel), so this runs last, in a
- * runtime of its own: its shutdown reports the failure and closes the runtime anyway. */
-static void failing_kernels_are_reported(void) {
+/* The buffer's first `len` bytes all equal `value` (after the work of `after`, consumed). */
+static int holds(gpurt_memory_t memory, size_t len, unsigned char value, gpurt_token_t *after,
+                 size_t n) {
+    static unsigned char back[8192];
+    if (len > sizeof back)
+        return 0;
+    memset(back, (unsigned char)~value, len);
+    read_back(0, back, gpurt_span_of(memory, 0, len), after, n);
+    return all_bytes(back, len, value);
+}
+
+/* A launch whose count reaches past its span, on its own (no earlier failure on any stream):
+ * refused at launch, before anything is queued, and the neighbouring buffer keeps its bytes.
+ * fill_u32 of 2,048 words on a 4 KiB buffer returned OK and overwrote the buffer after it. */
+static void a_launch_past_its_span_is_refused_on_its_own(void) {
+    gpurt_kernel_t fill;
+    gpurt_memory_t words, neighbour;
+    gpurt_token_t t, filled;
+    OK(gpurt_kernel(0, "fill_u32", &fill));
+    OK(gpurt_alloc(0, GPURT_MEMORY_DEVICE, 4096, &words));
+    OK(gpurt_alloc(0, GPURT_MEMORY_DEVICE, 4096, &neighbour));
+    OK(gpurt_fill(0, gpurt_span_of(neighbour, 0, 4096), 0x11, NULL, 0, &filled));
+    gpurt_arg_t past_end[3] = {gpurt_arg_span(gpurt_span_of(words, 0, 16)), gpurt_arg_u32(1),
+                               gpurt_arg_u64(1000)};
+    EXPECT(GPURT_STATUS_KERNEL_ARGUMENTS, gpurt_launch(fill, &LINEAR, past_end, 3, NULL, 0, &t));
+    CHECK(strstr(gpurt_last_error(), "argument 0 (dst)") != NULL);
+    CHECK(strstr(gpurt_last_error(), "3984 bytes past") != NULL);
+    gpurt_arg_t two_k[3] = {gpurt_arg_span(gpurt_span_of(words, 0, 4096)),
+                            gpurt_arg_u32(0xDEADBEEF), gpurt_arg_u64(2048)};
+    EXPECT(GPURT_STATUS_KERNEL_ARGUMENTS, gpurt_launch(fill, &LINEAR, two_k, 3, &filled, 1, &t));
+    CHECK(strstr(gpurt_last_error(), "4096 bytes past") != NULL);
+    CHECK(holds(neighbour, 4096, 0x11, &filled, 1)); /* the refusal left `filled` valid */
+    two_k[1] = gpurt_arg_u32(0x22222222);
+    two_k[2] = gpurt_arg_u64(1024);
+    OK(gpurt_launch(fill, &LINEAR, two_k, 3, NULL, 0, &t));
+    CHECK(holds(words, 4096, 0x22, &t, 1));
+    CHECK(holds(neighbour, 4096, 0x11, NULL, 0));
+    OK(gpurt_free(words));
+    OK(gpurt_free(neighbour));
+}
+
+/* Wrong arguments and launch shapes no device runs: each refused at launch with a status and
+ * a message that say what was wrong (they were OK at launch and `DRIVER: HOST_INVALID_VALUE`
+ * at the wait, or that code at launch for every shape). The stream and device stay usable, so
+ * the runtime shuts down cleanly after. */
+static void wrong_arguments_and_shapes_are_refused_at_launch(void) {
     enum { N = 1000 };
     gpurt_kernel_t fill;
     gpurt_memory_t words;
@@ -545,18 +594,24 @@ static void failing_kernels_are_reported(void) {
     OK(gpurt_alloc(0, GPURT_MEMORY_DEVICE, N * 4, &words));
     gpurt_arg_t fill_y[3] = {gpurt_arg_span(gpurt_span_of(words, 0, N * 4)), gpurt_arg_u32(7),
                              gpurt_arg_u64(N)};
-    gpurt_status_t too_few = gpurt_launch(fill, &LINEAR, fill_y, 2, NULL, 0, &t);
-    CHECK(too_few == GPURT_STATUS_KERNEL_ARGUMENTS ||
-          (too_few == GPURT_STATUS_OK && gpurt_wait(t) == GPURT_STATUS_DRIVER));
-    gpurt_arg_t past_end[3] = {gpurt_arg_span(gpurt_span_of(words, 0, 16)), gpurt_arg_u32(1),
-                               gpurt_arg_u64(N)};
-    OK(gpurt_launch(fill, &LINEAR, past_end, 3, NULL, 0, &t));
-    EXPECT(GPURT_STATUS_DRIVER, gpurt_wait(t));
-    CHECK(strstr(gpurt_last_error(), "launch") != NULL);
+    EXPECT(GPURT_STATUS_KERNEL_ARGUMENTS, gpurt_launch(fill, &LINEAR, fill_y, 2, NULL, 0, &t));
+    CHECK(strstr(gpurt_last_error(), "(Ptr dst, U32 value, U64 count)") != NULL);
+    gpurt_arg_t wrong_kind[3] = {fill_y[0], gpurt_arg_u64(7), fill_y[2]};
+    EXPECT(GPURT_STATUS_KERNEL_ARGUMENTS,
+           gpurt_launch(fill, &LINEAR, wrong_kind, 3, NULL, 0, &t));
+    gpurt_dims_t no_grid = {{0, 1, 1}, {64, 1, 1}, 0};
+    EXPECT(GPURT_STATUS_INVALID_ARGUMENT, gpurt_launch(fill, &no_grid, fill_y, 3, NULL, 0, &t));
+    CHECK(strstr(gpurt_last_error(), "grid x is 0") != NULL);
+    gpurt_dims_t wide = {{1, 1, 1}, {4096, 1, 1}, 0};
+    EXPECT(GPURT_STATUS_INVALID_ARGUMENT, gpurt_launch(fill, &wide, fill_y, 3, NULL, 0, &t));
+    CHECK(strstr(gpurt_last_error(), "threads per workgroup is 4096") != NULL);
+    OK(gpurt_launch(fill, &LINEAR, fill_y, 3, NULL, 0, &t));
+    OK(gpurt_wait(t));
+    OK(gpurt_free(words));
     gpurt_report_t report;
     memset(&report, 0xFF, sizeof report);
-    EXPECT(GPURT_STATUS_DRIVER, gpurt_shutdown(&report));
-    CHECK(report.released_objects == 2); /* the buffer and the kernel */
+    OK(gpurt_shutdown(&report));
+    CHECK(report.unwaited_tokens == 0);
     CHECK(report.trace_written == 1 && report.trace_calls > 0);
     EXPECT(GPURT_STATUS_NOT_OPEN, gpurt_shutdown(NULL));
 }
@@ -572,6 +627,7 @@ int main(int argc, char **argv) {
     device_memory_fill_copy_and_bad_spans();
     stream_ordered_allocation_upload_and_download();
     pinned_and_managed_memory_are_reached_from_the_host();
+    a_launch_past_its_span_is_refused_on_its_own();
     kernels_by_handle();
     workgroup_memory_above_the_default_limit();
     registered_memory_nests_and_carries_transfers();
@@ -582,7 +638,7 @@ int main(int argc, char **argv) {
     threads_share_the_runtime();
     statistics();
     shutdown_reports_and_writes_the_trace(argv[1]);
-    failing_kernels_are_reported();
+    wrong_arguments_and_shapes_are_refused_at_launch();
     printf("%d checks, %d failed\n", checks, failures);
     return failures == 0 ? 0 : 1;
 }

@@ -11,6 +11,7 @@ use hashbrown::HashMap;
 
 use super::HostErrorCode;
 use super::memory::Region;
+use crate::backend::library::{self, KernelEntry};
 use crate::backend::{KernelArg, LaunchDims};
 use crate::error::{ByteRange, Error, Result};
 use crate::id::DeviceId;
@@ -35,6 +36,9 @@ pub(super) struct LoadedKernel {
     pub(super) device: DeviceId,
     pub(super) name: Arc<str>,
     pub(super) function: KernelFn,
+    /// The standard library's entry for the kernel's name: launches are checked against its
+    /// parameters (`None`: a kernel of the program's own, whose function checks them).
+    pub(super) entry: Option<&'static KernelEntry>,
     /// Workgroup bytes the kernel declares statically (as a GPU kernel's `__shared__` arrays):
     /// they count against the device's per-workgroup limit with the dynamic bytes.
     pub(super) static_workgroup_bytes: u32,
@@ -103,6 +107,7 @@ impl KernelRegistry {
                 device,
                 name: Arc::from(name),
                 function: function.clone(),
+                entry: library::entry(name),
                 static_workgroup_bytes: *static_workgroup_bytes,
                 allowed_workgroup_bytes: None,
             },

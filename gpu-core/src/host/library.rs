@@ -1,5 +1,6 @@
 //! The standard kernel library as host kernels: `fill_u32`, `axpy_f32` and
-//! `workgroup_reverse_u32`, with the same names and arguments as the GPU kernels.
+//! `workgroup_reverse_u32`, with the names and arguments of the library's table
+//! ([`crate::backend::library::LIBRARY`]), which the GPU kernels share.
 
 use alloc::sync::Arc;
 
@@ -84,4 +85,16 @@ fn workgroup_reverse_u32(context: &KernelContext<'_>, workgroup: &mut [u8]) -> R
         out.set(i, word.wrapping_add(1))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::library::LIBRARY;
+
+    #[test]
+    fn every_kernel_of_the_librarys_table_has_a_host_kernel() {
+        let names = super::standard_kernels().map(|(name, _)| name);
+        let table: alloc::vec::Vec<&str> = LIBRARY.iter().map(|entry| entry.name).collect();
+        assert_eq!(names.as_slice(), table.as_slice());
+    }
 }

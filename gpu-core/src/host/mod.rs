@@ -4,8 +4,9 @@
 //! It is the embedded default: the runtime, the conformance suite and the examples run on it.
 //! It is strict where a driver is strict, and a little stricter where that catches runtime
 //! bugs. Every misuse is a typed [`Error::Driver`] named `HOST_...` with CUDA's number for the
-//! same situation (see [`HostErrorCode`]), except an unknown kernel name, which is
-//! [`Error::UnknownKernel`] as on the CUDA backend.
+//! same situation (see [`HostErrorCode`]), except an unknown kernel name and library kernel
+//! arguments that do not match its parameters, which are [`Error::UnknownKernel`] and
+//! [`Error::KernelArgumentMismatch`] as on the CUDA backend.
 //!
 //! # Rules
 //! - **Current device.** Each OS thread has a current device per backend instance, as CUDA
@@ -58,7 +59,9 @@
 //!   device's address for host memory is the host address.
 //! - **Kernels** are registered by name ([`HostBackend::register_kernel`]; the standard
 //!   library is there from the start) and run one workgroup at a time, each with zeroed dynamic
-//!   workgroup memory. A launch's dynamic workgroup memory may not exceed the device's default
+//!   workgroup memory. A launch of a standard library kernel whose arguments differ in number
+//!   or kinds from the library's table is [`Error::KernelArgumentMismatch`] at once, as on the
+//!   GPU backends; other kernels check their arguments when they run. A launch's dynamic workgroup memory may not exceed the device's default
 //!   limit, or once `kernel_allow_workgroup_bytes` has set the kernel's own limit (at most the
 //!   device's opt-in maximum), that limit, as CUDA's `MAX_DYNAMIC_SHARED_SIZE_BYTES` works.
 //!   A kernel reaches only memory its pointer arguments lie in ([`KernelContext::view`]): an
@@ -112,8 +115,7 @@ pub use library::standard_kernels;
 pub use memory::HOST_ALLOCATION_ALIGNMENT;
 pub use streams::{HostEvent, HostStream, WorkOp, WorkOutcome, WorkRecord};
 
-/// Most threads one workgroup may have (CUDA's limit on every current GPU).
-pub const MAX_THREADS_PER_WORKGROUP: u64 = 1024;
+pub use crate::backend::MAX_THREADS_PER_WORKGROUP;
 
 /// The host backend's driver error codes: CUDA's numbers for the same situation, with names
 /// prefixed `HOST_` (the [`DriverError::name`] of each error).
@@ -405,7 +407,10 @@ impl HostBackend {
     }
 
     /// Registers `function` as the kernel `name` (replacing one of that name for later loads;
-    /// kernels already loaded keep their function, as a loaded module would).
+    /// kernels already loaded keep their function, as a loaded module would). A kernel
+    /// registered under a name of the standard library
+    /// ([`crate::backend::library::LIBRARY`]) must take that kernel's arguments: launches of it
+    /// are checked against the library's table, here and in the runtime.
     pub fn register_kernel(
         &self,
         name: &str,
@@ -1143,7 +1148,7 @@ impl Backend for HostBackend {
     ) -> Result<()> {
         let call = self.calls.enter(CallKind::Launch)?;
         let shared = self.current_stream(stream, call)?;
-        let (function, workgroup_limit) = {
+        let (function, entry, workgroup_limit) = {
             let kernels = lock(&self.kernels);
             let loaded = kernels.get(kernel, call)?;
             if loaded.device != shared.device {
@@ -1151,6 +1156,7 @@ impl Backend for HostBackend {
             }
             (
                 loaded.function.clone(),
+                loaded.entry,
                 loaded.allowed_workgroup_bytes.unwrap_or(
                     self.devices[shared.device.index()]
                         .workgroup
@@ -1162,10 +1168,13 @@ impl Backend for HostBackend {
         let threads_per_group = dims.block.iter().map(|&n| u64::from(n)).product::<u64>();
         let bad_shape = dims.grid.contains(&0)
             || dims.block.contains(&0)
-            || threads_per_group > MAX_THREADS_PER_WORKGROUP
+            || threads_per_group > u64::from(MAX_THREADS_PER_WORKGROUP)
             || dims.dynamic_workgroup_bytes > workgroup_limit;
         if bad_shape {
             return Err(HostErrorCode::InvalidValue.error(call));
+        }
+        if let Some(entry) = entry {
+            entry.check_arguments(args)?;
         }
         let regions = {
             let memory = lock(&self.memory);

@@ -1012,20 +1012,30 @@ fn kernels_reach_only_memory_their_pointer_arguments_lie_in() {
     assert!(host.iter().all(|&w| w == 5));
     b.host_unregister(addr(&host)).unwrap();
 
-    // Wrong argument types fail the launch.
-    // SAFETY: no pointer arguments.
-    unsafe {
-        launch_named(
-            &b,
-            s,
-            D0,
-            "fill_u32",
-            LaunchDims::linear(1, 32),
-            &[KernelArg::U32(0)],
-        )
+    // Arguments of the wrong number or kinds are refused at launch, naming the parameters;
+    // nothing is queued and the stream stays usable.
+    let mismatch = Error::KernelArgumentMismatch {
+        kernel: "fill_u32",
+        expected: "(Ptr dst, U32 value, U64 count)",
+    };
+    let wrong: [&[KernelArg]; 3] = [
+        &[KernelArg::U32(0)],
+        &[KernelArg::Ptr(a), KernelArg::U32(0)],
+        &[KernelArg::Ptr(a), KernelArg::U64(0), KernelArg::U64(1)],
+    ];
+    for args in wrong {
+        // SAFETY: refused before anything is queued.
+        let refused =
+            unsafe { launch_named(&b, s, D0, "fill_u32", LaunchDims::linear(1, 32), args) };
+        assert_eq!(refused, Err(mismatch.clone()));
     }
-    .unwrap();
-    assert_eq!(code(b.stream_synchronize(s)), HostErrorCode::InvalidValue);
+    b.stream_synchronize(s).unwrap();
+    let args = [KernelArg::Ptr(a), KernelArg::U32(3), KernelArg::U64(16)];
+    // SAFETY: 16 words of the 64-byte allocation `a`.
+    unsafe { launch_named(&b, s, D0, "fill_u32", LaunchDims::linear(1, 32), &args) }.unwrap();
+    // SAFETY: `a` is a live allocation of 64 bytes.
+    let words: Vec<u32> = unsafe { read_words(&b, s, a, 16) };
+    assert!(words.iter().all(|&w| w == 3));
     b.stream_destroy(s).unwrap();
     b.free(D0, MemoryKind::Device, a, None).unwrap();
     zero_stats(&b);

@@ -26,6 +26,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use crate::allocator::{
     AllocRequest, Allocation, AllocatorConfig, AllocatorStats, BlockHandle, MemoryKind,
 };
+use crate::backend::library::{self, KernelEntry};
 use crate::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_same_device};
 use crate::error::{ByteRange, Error, Result};
 use crate::id::{DeviceId, StreamId};
@@ -343,36 +344,38 @@ impl<B: Backend> Runtime<B> {
     }
 
     /// Forks `token` into `count` tokens, each usable once (branches wait lazily, at first use).
-    /// A fork into no branch is refused, and its token discarded: it cannot be handed back, and
-    /// what it holds goes back to the pools (shutdown reports it as discarded).
+    /// A fork into no branch, or into more than [`token::MAX_FORK_BRANCHES`], is refused
+    /// ([`Error::ZeroSize`], [`Error::LimitExceeded`]) before anything is allocated, and its
+    /// token discarded: it cannot be handed back, and what it holds goes back to the pools
+    /// (shutdown reports it as discarded). Check the count first with
+    /// [`token::check_fork_count`] to keep the token on refusal.
     pub fn fork(&self, token: Token, count: usize) -> Result<Vec<Token>> {
-        let mut state = self.state()?;
-        if count == 0 {
-            state.abandon(&self.backend, token);
-            return Err(Error::ZeroSize {
-                what: "fork branch count",
-            });
-        }
-        let mut branches = Vec::with_capacity(count);
-        state.planner.fork(token, count, &mut branches)?;
-        match state.execute(&self.backend, &mut state::no_work) {
-            Ok(()) => Ok(branches),
-            Err(e) => {
-                for branch in branches {
-                    state.abandon(&self.backend, branch);
-                }
-                Err(e)
-            }
-        }
+        self.fork_with(token, count, token::Planner::fork)
     }
 
     /// Forks `token` into `count` branches that share one event recorded now and gives its
     /// stream back to the pool at once (no branch keeps it), for layers whose handles may be
-    /// abandoned without a word: such a handle then holds an event, never a stream.
+    /// abandoned without a word: such a handle then holds an event, never a stream. Counts are
+    /// refused as by [`Runtime::fork`].
     pub fn fork_detached(&self, token: Token, count: usize) -> Result<Vec<Token>> {
+        self.fork_with(token, count, token::Planner::fork_detached)
+    }
+
+    /// A fork planned by `plan` (the planner's `fork` or `fork_detached`) and carried out.
+    fn fork_with(
+        &self,
+        token: Token,
+        count: usize,
+        plan: fn(&mut token::Planner, Token, usize, &mut Vec<Token>) -> Result<()>,
+    ) -> Result<Vec<Token>> {
         let mut state = self.state()?;
-        let mut branches = Vec::with_capacity(count);
-        state.planner.fork_detached(token, count, &mut branches)?;
+        if let Err(refused) = token::check_fork_count(count) {
+            state.abandon(&self.backend, token);
+            return Err(refused);
+        }
+        // The planner reserves room for the branches fallibly.
+        let mut branches = Vec::new();
+        plan(&mut state.planner, token, count, &mut branches)?;
         match state.execute(&self.backend, &mut state::no_work) {
             Ok(()) => Ok(branches),
             Err(e) => {
@@ -925,11 +928,14 @@ impl<B: Backend> Runtime<B> {
             runtime: self,
             device,
             index,
+            entry: None,
         })
     }
 
     /// Kernel `name` of the backend's kernel library on `device`, loaded at the first call: a
-    /// handle to launch it by, with no lookup by name on each launch.
+    /// handle to launch it by, with no lookup by name on each launch. A kernel of the standard
+    /// library ([`library::LIBRARY`]) keeps its table entry, so every launch is checked against
+    /// it ([`Kernel::launch`]).
     pub fn kernel(&self, device: DeviceId, name: &str) -> Result<Kernel<'_, B>> {
         let info = self.usable(device)?;
         let index = self
@@ -939,6 +945,7 @@ impl<B: Backend> Runtime<B> {
             runtime: self,
             device,
             index,
+            entry: library::entry(name),
         })
     }
 
@@ -1454,6 +1461,10 @@ pub struct Kernel<'rt, B: Backend> {
     runtime: &'rt Runtime<B>,
     device: DeviceId,
     index: KernelIndex,
+    /// The standard library's table entry of a library kernel, which its launches are checked
+    /// against (`None`: a module's kernel, or one the host backend registered under another
+    /// name).
+    entry: Option<&'static KernelEntry>,
 }
 
 // Copy whatever `B` is (a derive would ask `B: Copy`): a reference and two small ids.
@@ -1473,9 +1484,11 @@ impl<B: Backend> Kernel<'_, B> {
 
     /// Enqueues the kernel on its device after `after` with the program's own parameter array
     /// (CUDA's `void **kernelParams`), as a compiler lays it out: for kernels of a program's
-    /// module ([`Runtime::module_kernel`]). A dynamic workgroup size above the device's default
-    /// limit is opted in first (once per kernel and size); one above the device's opt-in limit
-    /// is refused with [`Error::LimitExceeded`] before the driver is asked.
+    /// module ([`Runtime::module_kernel`]). A launch shape no device runs is refused with
+    /// [`Error::LaunchShape`]; a dynamic workgroup size above the device's default limit is
+    /// opted in first (once per kernel and size); one above the device's opt-in limit is
+    /// refused with [`Error::LimitExceeded`] before the driver is asked. The values in `params`
+    /// cannot be checked.
     ///
     /// # Safety
     /// `params` points to one valid pointer per kernel parameter, each to a value of that
@@ -1508,8 +1521,10 @@ impl<B: Backend> Kernel<'_, B> {
         )
     }
 
-    /// Refuses dynamic workgroup memory above the device's opt-in limit, then locks the state.
+    /// Refuses a launch shape no device runs and dynamic workgroup memory above the device's
+    /// opt-in limit, then locks the state.
     fn prepare(&self, dims: LaunchDims) -> Result<MutexGuard<'_, State<B>>> {
+        dims.check_shape()?;
         let limit = self
             .runtime
             .usable(self.device)?
@@ -1529,16 +1544,24 @@ impl<B: Backend> Kernel<'_, B> {
         self.runtime.state()
     }
 
-    /// Enqueues the kernel on its device after `after`. A dynamic workgroup size above the
-    /// device's default limit is opted in first (once per kernel and size); one above the
-    /// device's opt-in limit is refused with [`Error::LimitExceeded`].
+    /// Enqueues the kernel on its device after `after`. Refused before anything is queued:
+    /// a launch shape no device runs ([`Error::LaunchShape`]: a grid or workgroup dimension of
+    /// zero, more than [`crate::backend::MAX_THREADS_PER_WORKGROUP`] threads per workgroup),
+    /// and for a kernel of the standard library, arguments whose number or kinds differ from
+    /// its parameters ([`Error::KernelArgumentMismatch`]) or whose counts make it reach past a
+    /// span or past the launch's dynamic workgroup memory ([`Error::KernelReach`], naming the
+    /// argument, the span and the bytes). A dynamic workgroup size above the device's default
+    /// limit is opted in first (once per kernel and size); one above the device's opt-in
+    /// limit is refused with [`Error::LimitExceeded`].
     ///
     /// # Safety
-    /// The runtime keeps every span argument alive and ordered until the kernel has finished,
-    /// but how far the kernel reaches past each span's address is decided by the kernel and
-    /// its other arguments (a count, a words-per-group), which the runtime cannot know: the
-    /// caller guarantees that the kernel touches only bytes inside the spans it is given (the
-    /// host backend checks this and fails the launch; a GPU driver does not).
+    /// The runtime keeps every span argument alive and ordered until the kernel has finished.
+    /// How far a kernel reaches past each span's address is decided by the kernel and its
+    /// other arguments (a count, a words-per-group): for the standard library the runtime
+    /// knows this from the library's table and refuses launches that would reach past their
+    /// spans, so those launches meet this contract by construction; for any other kernel (one
+    /// the host backend registered under a name of its own) the caller guarantees that it
+    /// touches only bytes inside the spans it is given.
     pub unsafe fn launch(
         &self,
         dims: LaunchDims,
@@ -1562,6 +1585,10 @@ impl<B: Backend> Kernel<'_, B> {
             on_heap = args.iter().map(Arg::value).collect();
             &on_heap
         };
+        if let Some(entry) = self.entry {
+            let given = |index: usize| args.get(index).and_then(Arg::span).map_or(0, |s| s.len);
+            entry.check_launch(values, &dims, given)?;
+        }
         let mut state = self.prepare(dims)?;
         let kernel = state.kernel_for(
             &runtime.backend,

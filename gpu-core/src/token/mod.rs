@@ -23,7 +23,8 @@ pub use checker::{Checker, Defect, DefectKind, Finding, NameFn, TraceObject, che
 #[cfg(feature = "std")]
 pub(crate) use planner::PendingWait;
 pub use planner::{
-    PlanStep, Planner, PlannerFootprint, ProgramReport, UNWAITED_NAMED, UnwaitedKind, UnwaitedToken,
+    MAX_FORK_BRANCHES, PlanStep, Planner, PlannerFootprint, ProgramReport, UNWAITED_NAMED,
+    UnwaitedKind, UnwaitedToken, check_fork_count,
 };
 pub use streaming::{Report, StreamingChecker};
 pub use trace::{ParsedTrace, TraceOp, TraceView, parse_trace, plan_trace, write_trace};

@@ -1,6 +1,7 @@
 //! The token planner: turns operations with token dependencies into stream/event steps, with
 //! per-device pools, lazy fork waits and no wait that the plan already implies.
 
+use alloc::string::String;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -400,6 +401,38 @@ fn pair_mut(streams: &mut [StreamState], a: usize, b: usize) -> (&mut StreamStat
 
 static NEXT_PLANNER_ID: AtomicU32 = AtomicU32::new(1);
 
+/// Most branches one fork may make ([`Planner::fork`], [`Planner::fork_detached`], the
+/// runtime's and the C API's forks). A fork hands one token to each consumer that must wait
+/// for the same point: a branch per stream, worker thread, device or pipeline stage. Even one
+/// branch per multiprocessor of the largest GPU (144) on each device of an eight-GPU host is
+/// about a thousand; 65,536 leaves ample room, while a fork's memory (a token slot and a handle,
+/// about 48 bytes a branch: 3 MiB at the limit) stays bounded whatever count a caller passes.
+/// Larger counts are [`Error::LimitExceeded`] before anything is allocated; fork a branch
+/// again for more (live tokens are bounded by [`TokenId::SLOT_LIMIT`]).
+pub const MAX_FORK_BRANCHES: usize = 1 << 16;
+
+/// The typed error for a fork branch count outside `1..=`[`MAX_FORK_BRANCHES`]: zero is
+/// [`Error::ZeroSize`], more [`Error::LimitExceeded`]. Layers that must keep the token usable
+/// when the count is refused check it with this before handing the token over.
+pub fn check_fork_count(count: usize) -> Result<()> {
+    if count == 0 {
+        Err(Error::ZeroSize {
+            what: "fork branch count",
+        })
+    } else if count > MAX_FORK_BRANCHES {
+        Err(Error::LimitExceeded {
+            what: "fork branch count",
+            required: count,
+            limit: MAX_FORK_BRANCHES,
+            detail: alloc::vec![String::from(
+                "branches of one fork; fork a branch again for more"
+            )],
+        })
+    } else {
+        Ok(())
+    }
+}
+
 /// Generations count modulo 2^24 (the width [`TokenId`] packs).
 const GENERATION_MASK: u32 = (1 << 24) - 1;
 
@@ -551,13 +584,16 @@ impl Planner {
 
     /// Forks `token` into `count` tokens, appended to `branches`. The first branch keeps the
     /// stream; the others share one event recorded now, and each waits on it only when it is
-    /// first used. Forking a fork branch shares that branch's event.
+    /// first used. Forking a fork branch shares that branch's event. A count of zero or above
+    /// [`MAX_FORK_BRANCHES`] is refused ([`check_fork_count`]); on any error nothing changes
+    /// and the token stays live.
     pub fn fork(&mut self, token: Token, count: usize, branches: &mut Vec<Token>) -> Result<()> {
-        if count == 0 {
-            return Err(Error::ZeroSize {
-                what: "fork branch count",
-            });
-        }
+        check_fork_count(count)?;
+        self.fork_into(token, count, branches)
+    }
+
+    /// [`Planner::fork`] for a count already known to lie in `1..=MAX_FORK_BRANCHES + 1`.
+    fn fork_into(&mut self, token: Token, count: usize, branches: &mut Vec<Token>) -> Result<()> {
         let slot = self.validate(token.id())?;
         if count == 1 {
             branches.push(token);
@@ -644,20 +680,17 @@ impl Planner {
     /// and gives the stream back to its pool at once: unlike [`Planner::fork`], no branch keeps
     /// the stream. For layers whose handles may be abandoned without a word (MLIR's lowering
     /// never destroys the input streams of a join): a branch held by such a handle keeps an
-    /// event from its pool, never a stream. On error nothing changes.
+    /// event from its pool, never a stream. Counts are limited as for [`Planner::fork`]; on
+    /// error nothing changes.
     pub fn fork_detached(
         &mut self,
         token: Token,
         count: usize,
         branches: &mut Vec<Token>,
     ) -> Result<()> {
-        if count == 0 {
-            return Err(Error::ZeroSize {
-                what: "fork branch count",
-            });
-        }
+        check_fork_count(count)?;
         let first = branches.len();
-        self.fork(token, count + 1, branches)?;
+        self.fork_into(token, count + 1, branches)?;
         let owner = branches.remove(first);
         self.release(owner)
     }
@@ -1721,30 +1754,66 @@ mod tests {
         finish_clean(&mut p, &mut plan);
     }
 
-    /// A fork count whose branches fit one event's share counter but not the live-token limit
-    /// is refused naming the tokens it would need, capped at `usize::MAX`: on a 32-bit target
-    /// "live + count" overflowed (a panic in debug builds, a wrong number in release).
+    /// Fork counts above the stated limit, up to `usize::MAX`, are refused before anything is
+    /// allocated (`Vec::with_capacity(1 << 40)` aborted the process), changing nothing: the
+    /// token stays live and forks within the limit.
     #[test]
-    fn a_fork_beyond_the_live_token_limit_is_refused_with_the_tokens_it_needs() {
+    fn a_fork_above_the_branch_limit_is_refused_and_changes_nothing() {
+        let mut p = Planner::new(1);
+        let mut plan = Vec::new();
+        let token = start(&mut p, 0, D0);
+        let id = token.id();
+        let before = p.clone();
+        // 2^40 where usize holds it (the i686 run of this suite has 32 bits).
+        let huge = usize::try_from(1u64 << 40).unwrap_or(usize::MAX);
+        for count in [MAX_FORK_BRANCHES + 1, u32::MAX as usize, huge, usize::MAX] {
+            let refused = Error::LimitExceeded {
+                what: "fork branch count",
+                required: count,
+                limit: MAX_FORK_BRANCHES,
+                detail: alloc::vec![String::from(
+                    "branches of one fork; fork a branch again for more"
+                )],
+            };
+            let mut branches = Vec::new();
+            assert_eq!(
+                p.fork(Token::from_id(id), count, &mut branches),
+                Err(refused.clone())
+            );
+            assert_eq!(
+                p.fork_detached(Token::from_id(id), count, &mut branches),
+                Err(refused)
+            );
+            assert!(branches.is_empty() && branches.capacity() == 0);
+            assert!(p == before);
+        }
+        let branches = fork(&mut p, Token::from_id(id), MAX_FORK_BRANCHES);
+        assert_eq!(branches.len(), MAX_FORK_BRANCHES);
+        for branch in branches {
+            p.wait(branch).unwrap();
+        }
+        finish_clean(&mut p, &mut plan);
+    }
+
+    /// The live-token limit names the tokens a request would need, capped at `usize::MAX`: on
+    /// a 32-bit target "live + count" overflowed (a panic in debug builds, a wrong number in
+    /// release).
+    #[test]
+    fn the_live_token_limit_names_the_tokens_needed_without_overflow() {
         let mut p = Planner::new(1);
         let mut plan = Vec::new();
         let kept = start(&mut p, 0, D0);
-        let forked = start(&mut p, 1, D0);
-        let before = p.clone();
-        let count = u32::MAX as usize;
-        let (live, new) = (2usize, count - 1);
         assert_eq!(
-            p.fork(Token::from_id(forked.id()), count, &mut Vec::new()),
+            p.check_room(usize::MAX),
             Err(Error::LimitExceeded {
                 what: "live tokens of one planner",
-                required: live.saturating_add(new),
+                required: usize::MAX,
                 limit: TokenId::SLOT_LIMIT,
                 detail: Vec::new(),
             })
         );
-        assert!(p == before);
+        assert_eq!(p.check_room(TokenId::SLOT_LIMIT - 1), Ok(()));
         p.wait(kept).unwrap();
-        p.wait(forked).unwrap();
         finish_clean(&mut p, &mut plan);
     }
 

@@ -17,6 +17,7 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 
 use gpu_core::allocator::MemoryKind;
+use gpu_core::backend::library::{ArgBuffer, LIBRARY};
 use gpu_core::backend::{
     Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device_slots, check_same_device,
 };
@@ -27,7 +28,6 @@ use crate::result::{BACKEND, check, driver_error};
 use crate::sys;
 
 use context::{ContextScope, current_context, device_of_context};
-use kernels::{ArgBuffer, LIBRARY};
 
 // Device addresses (CUdeviceptr) are 64-bit and the backend stores them as usize: the CUDA
 // driver exists only for 64-bit platforms.
@@ -341,7 +341,7 @@ impl CudaBackend {
             cuModuleLoadData(&mut module, kernels::PTX.as_ptr().cast())
         )?;
         let mut functions = [ptr::null_mut(); LIBRARY.len()];
-        for (function, entry) in functions.iter_mut().zip(&LIBRARY) {
+        for (function, entry) in functions.iter_mut().zip(LIBRARY) {
             if let Err(error) = call!(
                 self.driver,
                 cuModuleGetFunction(function, module, entry.symbol.as_ptr())

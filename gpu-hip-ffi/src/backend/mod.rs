@@ -16,11 +16,11 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 
 use gpu_core::allocator::MemoryKind;
+use gpu_core::backend::library::{ArgBuffer, LIBRARY, find_for};
 use gpu_core::backend::{
     Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device_slots, check_same_device,
 };
 use gpu_core::{ByteRange, DeviceId, Error, Result};
-use gpu_cuda_ffi::kernels::{ArgBuffer, LIBRARY, find_for};
 
 use crate::library::Hip;
 use crate::result::{BACKEND, check, driver_error};
@@ -311,7 +311,7 @@ impl HipBackend {
         let _scope = self.enter(device)?;
         let module = self.load_module()?;
         let mut functions = [ptr::null_mut(); LIBRARY.len()];
-        for (function, entry) in functions.iter_mut().zip(&LIBRARY) {
+        for (function, entry) in functions.iter_mut().zip(LIBRARY) {
             if let Err(error) = call!(
                 self.hip,
                 hipModuleGetFunction(function, module, entry.symbol.as_ptr())

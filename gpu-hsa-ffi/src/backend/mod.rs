@@ -19,12 +19,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use gpu_core::allocator::{AllocatorCapabilities, KindSupport, MemoryKind};
+use gpu_core::backend::library::{LIBRARY, ParamKind, find_for};
 use gpu_core::backend::{
     Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device_slots, check_same_device,
 };
 use gpu_core::workgroup::WorkgroupLimits;
 use gpu_core::{ByteRange, DeviceId, Error, Result};
-use gpu_cuda_ffi::kernels::{LIBRARY, ParamKind, find_for};
 use gpu_hip_ffi::code_objects::CODE_OBJECTS;
 
 use crate::library::Hsa;
@@ -696,7 +696,7 @@ impl HsaBackend {
             match self.load_executable(state.agent, image) {
                 Ok(executable) => {
                     let mut kernels = [KernelObject::default(); LIBRARY.len()];
-                    for (kernel, entry) in kernels.iter_mut().zip(&LIBRARY) {
+                    for (kernel, entry) in kernels.iter_mut().zip(LIBRARY) {
                         match self.kernel_object(executable, state.agent, entry.symbol) {
                             Ok(object) => *kernel = object,
                             Err(error) => {
@@ -1632,9 +1632,7 @@ impl Backend for HsaBackend {
         args: &[KernelArg],
     ) -> Result<()> {
         match kernel.library_index {
-            Some(index) => {
-                gpu_cuda_ffi::kernels::ArgBuffer::pack(&LIBRARY[index], args)?;
-            }
+            Some(index) => LIBRARY[index].check_arguments(args)?,
             None => {
                 let kinds: Vec<ParamKind> = args.iter().map(ParamKind::of).collect();
                 let size = gpu_hip_ffi::code_objects::kernarg_layout(&kinds).size;

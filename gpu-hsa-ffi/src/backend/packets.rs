@@ -4,9 +4,9 @@
 
 use core::ffi::c_void;
 
+use gpu_core::backend::library::ParamKind;
 use gpu_core::backend::{KernelArg, LaunchDims};
 use gpu_core::{Error, Result};
-use gpu_cuda_ffi::kernels::ParamKind;
 use gpu_hip_ffi::code_objects::kernarg_layout;
 
 use crate::sys;
