@@ -179,7 +179,8 @@ struct LoadedLibrary {
 /// stream-ordered allocation is used), description, and kernel library once loaded.
 struct DeviceState {
     ordinal: sys::CUdevice,
-    context: sys::CUcontext,
+    /// Retained at open; retained again after a reset (which destroys the old one).
+    context: AtomicPtr<sys::CUctx_st>,
     /// The default pool, with its release threshold raised to the maximum at open (and again
     /// after a reset); null where the device has no stream-ordered allocation.
     pool: AtomicPtr<sys::CUmemPoolHandle_st>,
@@ -189,6 +190,11 @@ struct DeviceState {
 }
 
 impl DeviceState {
+    /// The primary context, as retained now.
+    fn context(&self) -> sys::CUcontext {
+        self.context.load(Ordering::Acquire)
+    }
+
     /// The default pool, where the device has stream-ordered allocation.
     fn pool(&self) -> Option<sys::CUmemoryPool> {
         let pool = self.pool.load(Ordering::Acquire);
@@ -288,7 +294,7 @@ impl CudaBackend {
     /// # Errors
     /// [`Error::UnknownDevice`] for a device the backend does not have.
     pub fn primary_context(&self, device: DeviceId) -> Result<sys::CUcontext> {
-        Ok(self.device(device)?.context)
+        Ok(self.device(device)?.context())
     }
 
     /// The opened device `device`.
@@ -303,7 +309,7 @@ impl CudaBackend {
 
     /// Makes `device`'s context current until the returned scope ends.
     fn enter(&self, device: DeviceId) -> Result<ContextScope> {
-        ContextScope::enter(self.driver, self.device(device)?.context)
+        ContextScope::enter(self.driver, self.device(device)?.context())
     }
 
     /// Writes each device's address for the pinned host address `host` into `device_ptrs`
@@ -397,7 +403,7 @@ fn open_device(driver: &Driver, index: c_int, pool_entry_points: bool) -> Result
     call!(driver, cuDevicePrimaryCtxRetain(&mut context, ordinal))?;
     Ok(DeviceState {
         ordinal,
-        context,
+        context: AtomicPtr::new(context),
         pool: AtomicPtr::new(ptr::null_mut()),
         info,
         library: Mutex::new(None),
@@ -408,7 +414,7 @@ fn open_device(driver: &Driver, index: c_int, pool_entry_points: bool) -> Result
 /// memory freed in stream order stays in the pool instead of going back to the system at each
 /// synchronisation (0.61 us for a warm alloc+free pair against 55 us for cuMemAlloc+cuMemFree).
 fn configure_default_pool(driver: &Driver, state: &DeviceState) -> Result<sys::CUmemoryPool> {
-    let _scope = ContextScope::enter(driver, state.context)?;
+    let _scope = ContextScope::enter(driver, state.context())?;
     let mut pool = ptr::null_mut();
     call!(driver, cuDeviceGetDefaultMemPool(&mut pool, state.ordinal))?;
     let mut threshold: u64 = u64::MAX;
@@ -445,7 +451,7 @@ impl Drop for CudaBackend {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .take();
             if let Some(loaded) = loaded
-                && let Ok(_scope) = ContextScope::enter(self.driver, state.context)
+                && let Ok(_scope) = ContextScope::enter(self.driver, state.context())
                 && let Ok(unload) = self.driver.cuModuleUnload()
             {
                 // SAFETY: the module was loaded in this context and its functions are not used
@@ -487,13 +493,13 @@ impl Backend for CudaBackend {
     /// `Option<DeviceId>` cannot name it, and a guard that restored `None` would lose it.
     fn current_device(&self) -> Result<Option<DeviceId>> {
         let current = current_context(self.driver)?;
-        device_of_context(self.devices.iter().map(|state| state.context), current)
+        device_of_context(self.devices.iter().map(|state| state.context()), current)
     }
 
     /// cuCtxSetCurrent with the device's primary context (`None`: with no context).
     fn set_current_device(&self, device: Option<DeviceId>) -> Result<()> {
         let context = match device {
-            Some(device) => self.device(device)?.context,
+            Some(device) => self.device(device)?.context(),
             None => ptr::null_mut(),
         };
         call!(self.driver, cuCtxSetCurrent(context))
@@ -515,7 +521,7 @@ impl Backend for CudaBackend {
     fn is_current(&self, saved: SavedContext, device: DeviceId) -> bool {
         self.devices
             .get(device.index())
-            .is_some_and(|state| state.context == saved.0)
+            .is_some_and(|state| state.context() == saved.0)
     }
 
     /// Device: cuMemAlloc; managed: cuMemAllocManaged with `ATTACH_GLOBAL`; pinned host:
@@ -820,6 +826,18 @@ impl Backend for CudaBackend {
         call!(self.driver, cuDevicePrimaryCtxReset(state.ordinal))?;
         *library = None;
         drop(library);
+        // The reset destroyed the context this backend retained (calls in it say
+        // CUDA_ERROR_CONTEXT_IS_DESTROYED, seen on two H200s): give that retain back and
+        // retain the device's primary context afresh.
+        let release = self.driver.cuDevicePrimaryCtxRelease()?;
+        // SAFETY: the backend retained this device's primary context once, at open.
+        let _ = unsafe { release(state.ordinal) };
+        let mut context = ptr::null_mut();
+        call!(
+            self.driver,
+            cuDevicePrimaryCtxRetain(&mut context, state.ordinal)
+        )?;
+        state.context.store(context, Ordering::Release);
         if state.info.allocator.device.stream_ordered {
             let pool = configure_default_pool(self.driver, state)?;
             state.pool.store(pool, Ordering::Release);
@@ -850,7 +868,7 @@ impl Backend for CudaBackend {
         let disable = self.driver.cuCtxDisablePeerAccess()?;
         let _scope = self.enter(device)?;
         let newly_enabled =
-            match call_raw!(self.driver, cuCtxEnablePeerAccess(peer_state.context, 0)) {
+            match call_raw!(self.driver, cuCtxEnablePeerAccess(peer_state.context(), 0)) {
                 sys::CUDA_SUCCESS => true,
                 sys::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => false,
                 failed => {
@@ -870,7 +888,7 @@ impl Backend for CudaBackend {
         let granted = call!(self.driver, cuMemPoolSetAccess(pool, &access, 1));
         if granted.is_err() && newly_enabled {
             // SAFETY: this context enabled access to the peer's context just above.
-            let _ = unsafe { disable(peer_state.context) };
+            let _ = unsafe { disable(peer_state.context()) };
         }
         granted
     }
@@ -888,8 +906,8 @@ impl Backend for CudaBackend {
         src_device: DeviceId,
         bytes: usize,
     ) -> Result<()> {
-        let dst_context = self.device(dst_device)?.context;
-        let src_context = self.device(src_device)?.context;
+        let dst_context = self.device(dst_device)?.context();
+        let src_context = self.device(src_device)?.context();
         let _scope = self.enter(stream.device)?;
         call!(
             self.driver,
