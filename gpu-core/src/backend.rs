@@ -180,6 +180,15 @@ pub trait Backend: Send + Sync + 'static {
     /// only repeat that query. Backends that rely on the contract above leave it `false`.
     const SCOPES_ITS_CALLS: bool = false;
 
+    /// Whether an error that loses a device ([`crate::error::DriverError::loses_device`])
+    /// loses every device of the process, and for good: on CUDA (driver 580, two H200s) a
+    /// kernel's illegal address on one device made the other's next allocation fail with the
+    /// same code, and after a primary context reset even retaining the context again failed,
+    /// as CUDA's documentation says ("the process must be terminated and relaunched"). The
+    /// runtime then marks every device lost at once, and [`Backend::reset_device`] cannot
+    /// bring them back. False: the loss is the one device's, and a reset recovers it.
+    const DEVICE_LOSS_ENDS_THE_PROCESS: bool = false;
+
     /// Short lower-case name (`"cuda"`, `"host"`), used in errors and reports.
     fn name(&self) -> &'static str;
 

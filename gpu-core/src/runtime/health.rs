@@ -27,12 +27,15 @@ struct DeviceHealth {
 /// The health of every device of a runtime.
 pub(crate) struct Health {
     devices: Vec<DeviceHealth>,
+    /// A loss is every device's (the backend's `DEVICE_LOSS_ENDS_THE_PROCESS`).
+    process_wide: bool,
 }
 
 impl Health {
-    pub(crate) fn new(device_count: usize) -> Self {
+    pub(crate) fn new(device_count: usize, process_wide: bool) -> Self {
         Self {
             devices: (0..device_count).map(|_| DeviceHealth::default()).collect(),
+            process_wide,
         }
     }
 
@@ -66,6 +69,12 @@ impl Health {
         };
         let cause = health.cause.lock().get_or_insert(error).clone();
         health.lost.store(true, Ordering::Release);
+        if self.process_wide {
+            for other in &self.devices {
+                other.cause.lock().get_or_insert_with(|| cause.clone());
+                other.lost.store(true, Ordering::Release);
+            }
+        }
         lost(device, cause)
     }
 
@@ -97,5 +106,45 @@ fn lost(device: DeviceId, cause: Error) -> Error {
     Error::DeviceLost {
         device,
         cause: Box::new(cause),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::DriverError;
+
+    fn illegal_address() -> Error {
+        Error::Driver(DriverError {
+            backend: "cuda",
+            call: "cuStreamSynchronize",
+            name: "CUDA_ERROR_ILLEGAL_ADDRESS",
+            code: 700,
+        })
+    }
+
+    #[test]
+    fn a_device_loss_is_the_devices_own_or_every_devices_as_the_backend_says() {
+        let (d0, d1) = (DeviceId(0), DeviceId(1));
+        for process_wide in [false, true] {
+            let health = Health::new(2, process_wide);
+            let other = Error::Driver(DriverError {
+                code: 1,
+                ..match illegal_address() {
+                    Error::Driver(driver) => driver,
+                    _ => unreachable!(),
+                }
+            });
+            // An error that does not lose the device passes through and changes nothing.
+            assert_eq!(health.note(d1, other.clone()), other);
+            assert_eq!(health.check(d1), Ok(()));
+            let lost = health.note(d1, illegal_address());
+            assert_eq!(lost, super::lost(d1, illegal_address()));
+            assert_eq!(health.check(d1), Err(lost));
+            assert_eq!(health.check(d0).is_err(), process_wide);
+            assert_eq!(health.cause(d0).is_some(), process_wide);
+            health.restore(d1);
+            assert_eq!((health.check(d1), health.epoch(d1)), (Ok(()), 1));
+        }
     }
 }

@@ -149,11 +149,12 @@ impl ShutdownReport {
     /// The report, or the first failure that a lost device does not explain (a device's loss
     /// was reported by the call that met it; its shutdown failures follow from it).
     pub fn into_result(self) -> Result<ShutdownReport> {
-        match self
-            .errors
-            .iter()
-            .find(|error| !matches!(error, Error::DeviceLost { .. }))
-        {
+        let explained = |error: &Error| match error {
+            Error::DeviceLost { .. } => true,
+            Error::Driver(driver) => driver.loses_device(),
+            _ => false,
+        };
+        match self.errors.iter().find(|error| !explained(error)) {
             Some(error) => Err(error.clone()),
             None => Ok(self),
         }
@@ -219,7 +220,7 @@ impl<B: Backend> Runtime<B> {
             count,
         )?;
         let peers = Peers::open(&*backend, count, config.peer_access)?;
-        let health = Arc::new(Health::new(count));
+        let health = Arc::new(Health::new(count, B::DEVICE_LOSS_ENDS_THE_PROCESS));
         Ok(Self {
             backend,
             memory: DeviceMemory::for_devices(&infos, config.allocator),
@@ -523,7 +524,9 @@ impl<B: Backend> Runtime<B> {
         memory.free(&self.backend, Streams::OnDemand(&self.state), handle, uses)
     }
 
-    /// Makes a lost device usable again ([`Runtime::device_lost`]): the backend resets it
+    /// Makes a lost device usable again ([`Runtime::device_lost`]) where the backend can
+    /// (not CUDA, HIP or HSA: [`Backend::DEVICE_LOSS_ENDS_THE_PROCESS`], refused with
+    /// [`Error::Unsupported`]; the host backend can): the backend resets it
     /// (CUDA: its primary context), and the runtime forgets everything of it. Its buffers from
     /// before are gone (using one is [`Error::StaleAfterReset`], dropping one does nothing), as
     /// are its kernels (ask for them again); its streams and events are made afresh when next
@@ -537,6 +540,13 @@ impl<B: Backend> Runtime<B> {
     /// reset of device 0 while the lock table still lists it.
     pub fn reset_device(&self, device: DeviceId) -> Result<()> {
         let info = self.device_info(device)?;
+        if B::DEVICE_LOSS_ENDS_THE_PROCESS && self.health.cause(device).is_some() {
+            return Err(Error::Unsupported {
+                backend: self.backend.name(),
+                what: "bringing a device back after a sticky error: the driver's state of the \
+                       whole process is lost (CUDA: restart the process)",
+            });
+        }
         // The lock order: every device's memory, in order, then the state.
         let mut memories: Vec<MemoryGuard<'_, B>> =
             self.memory.iter().map(BackoffMutex::lock).collect();

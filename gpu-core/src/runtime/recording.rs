@@ -200,6 +200,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     type Kernel = B::Kernel;
     type Module = B::Module;
     const SCOPES_ITS_CALLS: bool = B::SCOPES_ITS_CALLS;
+    const DEVICE_LOSS_ENDS_THE_PROCESS: bool = B::DEVICE_LOSS_ENDS_THE_PROCESS;
     type SavedCurrent = B::SavedCurrent;
 
     fn name(&self) -> &'static str {

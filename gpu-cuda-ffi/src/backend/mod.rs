@@ -474,6 +474,8 @@ impl Backend for CudaBackend {
     // Every method enters its device's context itself (`ContextScope`) and leaves the
     // caller's current again.
     const SCOPES_ITS_CALLS: bool = true;
+    // A sticky error poisons every context of the process (measured: see the trait).
+    const DEVICE_LOSS_ENDS_THE_PROCESS: bool = true;
     type SavedCurrent = SavedContext;
 
     fn name(&self) -> &'static str {

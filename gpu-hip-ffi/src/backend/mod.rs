@@ -449,6 +449,8 @@ impl Backend for HipBackend {
     type Module = HipModule;
     // Every method makes its device current itself (`DeviceScope`) and puts the caller's back.
     const SCOPES_ITS_CALLS: bool = true;
+    // As CUDA's (on NVIDIA it is CUDA underneath; ROCm ends the process on a GPU memory fault).
+    const DEVICE_LOSS_ENDS_THE_PROCESS: bool = true;
     type SavedCurrent = SavedDevice;
 
     fn name(&self) -> &'static str {

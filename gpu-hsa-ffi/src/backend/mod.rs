@@ -997,6 +997,8 @@ impl Backend for HsaBackend {
     type Module = HsaModule;
     // No method depends on a current device: each names its device through its handles.
     const SCOPES_ITS_CALLS: bool = true;
+    // ROCr ends the process on a GPU memory fault by default, and has no per-agent reset.
+    const DEVICE_LOSS_ENDS_THE_PROCESS: bool = true;
     type SavedCurrent = SavedDevice;
 
     fn name(&self) -> &'static str {
