@@ -533,7 +533,7 @@ mod tests {
         let entry = library("axpy_f32");
         let args = [
             KernelArg::F32(-2.5),
-            KernelArg::Ptr(0x7f00_dead_beef),
+            KernelArg::Ptr(0xdead_bee0),
             KernelArg::Ptr(usize::MAX),
             KernelArg::U64(u64::MAX - 3),
         ];
@@ -542,7 +542,7 @@ mod tests {
         // SAFETY: each pointer points at a live slot holding a value of the read type.
         unsafe {
             assert_eq!(*pointers[0].cast::<f32>(), -2.5);
-            assert_eq!(*pointers[1].cast::<u64>(), 0x7f00_dead_beef);
+            assert_eq!(*pointers[1].cast::<u64>(), 0xdead_bee0);
             assert_eq!(*pointers[2].cast::<u64>(), usize::MAX as u64);
             assert_eq!(*pointers[3].cast::<u64>(), u64::MAX - 3);
         }
