@@ -310,11 +310,18 @@ fn median(mut samples: Vec<f64>) -> f64 {
 /// medians of 9 after a warm-up round. Prints one table row per size and direction, and the
 /// runtime's count of direct and staged peer copies.
 fn peer_copies<B: Backend>(rt: &Runtime<B>, path: &str) -> Result<()> {
-    const SIZES: [usize; 3] = [4 << 10, 64 << 20, 256 << 20];
+    // 64 and 256 MiB on a GPU; a simulated device's share of its memory on the host backend
+    // (1 and 4 MiB for its default 1 GiB: it copies byte by byte).
+    let memory = rt.device_info(D0)?.total_memory;
+    let sizes = [
+        4 << 10,
+        (64 << 20).min(memory / 1024),
+        (256 << 20).min(memory / 256),
+    ];
     println!("peer copies, {path}:");
     println!("| size | direction | runtime | backend's peer copy | runtime / backend |");
     println!("|---|---|---|---|---|");
-    for bytes in SIZES {
+    for bytes in sizes {
         for (from, to) in [(D0, D1), (D1, D0)] {
             let (ours, raw) = peer_copy_seconds(rt, from, to, bytes)?;
             let (ours_text, raw_text, ratio) = if bytes < 1 << 20 {
@@ -396,8 +403,9 @@ fn peer_copy_seconds<B: Backend>(
 /// Device 1's latency for a small fill + wait, idle and while device 0 runs about 100 ms of
 /// fills, queued by another thread through the runtime, or to device 0's worker (medians of 30).
 fn busy_device_latency<B: Backend>(rt: &Runtime<B>) -> Result<()> {
-    const BIG: usize = 256 << 20;
-    let busy = rt.alloc(D0, MemoryKind::Device, BIG)?;
+    // 256 MiB on a GPU, 16 MiB on the host backend's default device.
+    let big: usize = (256 << 20).min(rt.device_info(D0)?.total_memory / 64);
+    let busy = rt.alloc(D0, MemoryKind::Device, big)?;
     let small = rt.alloc(D1, MemoryKind::Device, 4096)?;
     let fill_u32 = rt.kernel(D0, "fill_u32")?;
     let long_work = |launches: usize| -> Result<()> {
@@ -406,9 +414,9 @@ fn busy_device_latency<B: Backend>(rt: &Runtime<B>) -> Result<()> {
             let args = [
                 Arg::Span(busy.all()),
                 Arg::U32(value as u32),
-                Arg::U64((BIG / 4) as u64),
+                Arg::U64((big / 4) as u64),
             ];
-            // SAFETY: fill_u32 writes BIG / 4 words: the whole buffer.
+            // SAFETY: fill_u32 writes big / 4 words: the whole buffer.
             let token = unsafe { fill_u32.launch(LaunchDims::linear(1, 32), &args, &mut chain) }?;
             chain.push(token);
         }
@@ -442,7 +450,7 @@ fn busy_device_latency<B: Backend>(rt: &Runtime<B>) -> Result<()> {
     })??;
     let busy_latency = median(busy_latency?);
     // The same work handed to device 0's worker (raw launches on a stream of its own).
-    let (address, words) = (busy.address(), (BIG / 4) as u64);
+    let (address, words) = (busy.address(), (big / 4) as u64);
     let started = Instant::now();
     let ticket = rt.worker(D0)?.submit(move |backend: &B| {
         let kernel = backend.kernel(D0, "fill_u32")?;

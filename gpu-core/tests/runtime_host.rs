@@ -1062,3 +1062,22 @@ fn detached_forks_polls_releases_and_frees_after_a_token() {
     let report = rt.shutdown().unwrap();
     assert_eq!(report.program.unwaited, vec![], "releases are not reported");
 }
+
+/// Unordered writes from safe code: eight fills of one buffer with no tokens between them land
+/// on different streams, which a GPU allows (the bytes end up holding one of the values). On
+/// the host backend that must not be a data race either: its work touches device memory with
+/// relaxed atomic bytes. Before, the stream threads wrote the same bytes with plain memset,
+/// which ThreadSanitizer reported (run this test under Miri or ThreadSanitizer to check).
+#[test]
+fn unordered_fills_of_one_buffer_leave_one_of_the_values_and_no_race() {
+    let rt = runtime();
+    let buffer = rt.alloc(D0, MemoryKind::Device, 256).unwrap();
+    let tokens: Vec<_> = (1..=8u8)
+        .map(|value| rt.fill(D0, buffer.all(), value, &mut vec![]).unwrap())
+        .collect();
+    let mut after = tokens;
+    let joined = rt.join(&mut after).unwrap();
+    let mut back = vec![0u8; 256];
+    rt.download(D0, &mut back, buffer.all(), &mut vec![joined]).unwrap();
+    assert!(back.iter().all(|&b| (1..=8).contains(&b)), "{back:?}");
+}

@@ -243,8 +243,9 @@ impl<'a> KernelContext<'a> {
     }
 }
 
-/// `len` values of `T` in device memory, read and written through raw pointers (several
-/// streams may touch the same memory, as on a GPU; no Rust reference to it is ever formed).
+/// `len` values of `T` in device memory, read and written byte by byte with relaxed atomics
+/// (several streams may touch the same memory, as on a GPU: unordered work gives unspecified
+/// values, never a data race; no Rust reference to it is ever formed).
 pub struct DeviceView<'a, T> {
     address: usize,
     len: usize,
@@ -262,9 +263,9 @@ impl<T: DeviceScalar> DeviceView<'_, T> {
         self.len == 0
     }
 
-    fn slot(&self, index: usize) -> Result<*mut T> {
+    fn slot(&self, index: usize) -> Result<usize> {
         if index < self.len {
-            Ok((self.address + index * size_of::<T>()) as *mut T)
+            Ok(self.address + index * size_of::<T>())
         } else {
             Err(HostErrorCode::IllegalAddress.error("launch"))
         }
@@ -273,16 +274,16 @@ impl<T: DeviceScalar> DeviceView<'_, T> {
     /// The value at `index`.
     pub fn get(&self, index: usize) -> Result<T> {
         let slot = self.slot(index)?;
-        // SAFETY: `view` checked the whole view lies in memory the launch holds alive; `T` has
-        // no invalid bit patterns.
-        Ok(unsafe { slot.read_unaligned() })
+        // SAFETY: `view` checked the whole view lies in memory the launch holds alive, which
+        // other work touches atomically too; `T` has no invalid bit patterns.
+        Ok(unsafe { super::bytes::read(slot) })
     }
 
     /// Stores `value` at `index`.
     pub fn set(&self, index: usize, value: T) -> Result<()> {
         let slot = self.slot(index)?;
         // SAFETY: as in `get`.
-        unsafe { slot.write_unaligned(value) };
+        unsafe { super::bytes::write(slot, value) };
         Ok(())
     }
 
@@ -291,15 +292,9 @@ impl<T: DeviceScalar> DeviceView<'_, T> {
         if out.len() != self.len {
             return Err(HostErrorCode::InvalidValue.error("launch"));
         }
-        // SAFETY: the view's bytes lie in live memory (see `get`); `out` is a distinct Rust
-        // slice of the same length, so the regions cannot overlap.
-        unsafe {
-            core::ptr::copy_nonoverlapping(
-                self.address as *const u8,
-                out.as_mut_ptr().cast::<u8>(),
-                size_of_val(out),
-            )
-        };
+        for (index, value) in out.iter_mut().enumerate() {
+            *value = self.get(index)?;
+        }
         Ok(())
     }
 }

@@ -77,6 +77,7 @@
 //! item's start and finish in one backend-wide sequence. Dropping the backend lets every
 //! stream finish its work, joins every worker thread, and frees what is left.
 
+mod bytes;
 mod current;
 mod faults;
 mod kernels;

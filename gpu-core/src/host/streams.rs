@@ -390,29 +390,22 @@ fn execute(item: &WorkItem) -> Result<()> {
         (WorkOp::Copy { dst, src, bytes }, _) => {
             // SAFETY: the backend checked both ranges lie wholly in live allocations it holds
             // for this item, or touch none (the caller's host memory, as a unified-addressing
-            // driver accepts); `copy` allows overlap.
-            unsafe { core::ptr::copy(*src as *const u8, *dst as *mut u8, *bytes) };
+            // driver accepts, kept valid by the caller); other work on them is atomic too.
+            unsafe { super::bytes::copy(*dst, *src, *bytes) };
             Ok(())
         }
         (WorkOp::Fill { dst, value, bytes }, _) => {
-            let pattern = match *value {
-                FillValue::U8(v) => {
-                    // SAFETY: as for a copy's destination.
-                    unsafe { core::ptr::write_bytes(*dst as *mut u8, v, *bytes) };
-                    return Ok(());
-                }
+            let (pattern, width) = match *value {
+                FillValue::U8(v) => ([v, 0, 0, 0], 1),
                 FillValue::U16(v) => {
                     let [a, b] = v.to_ne_bytes();
-                    [a, b, a, b]
+                    ([a, b, 0, 0], 2)
                 }
-                FillValue::U32(v) => v.to_ne_bytes(),
+                FillValue::U32(v) => (v.to_ne_bytes(), 4),
             };
             // SAFETY: as for a copy's destination; the pattern repeats every element's bytes,
             // so writing it byte by byte sets each element (whatever the alignment).
-            let dst = unsafe { core::slice::from_raw_parts_mut(*dst as *mut u8, *bytes) };
-            dst.iter_mut()
-                .zip(pattern.iter().cycle())
-                .for_each(|(byte, &value)| *byte = value);
+            unsafe { super::bytes::fill(*dst, &pattern[..width], *bytes) };
             Ok(())
         }
         (WorkOp::Launch { .. }, Payload::Launch(launch)) => {

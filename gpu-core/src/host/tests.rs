@@ -1298,9 +1298,12 @@ fn the_work_log_keeps_the_most_recent_items() {
     b.set_current_device(Some(D0)).unwrap();
     let s = b.stream_create(D0).unwrap();
     let mut host = [0u8; 3];
+    // The address is taken once: borrowing `host` again while the stream fills it would race
+    // with that fill (Miri saw it).
+    let base = addr_mut(&mut host);
     for (i, value) in (1..=3u8).enumerate() {
         // SAFETY: byte `i` of `host`, untouched until the synchronise below.
-        unsafe { b.fill(s, addr_mut(&mut host) + i, value, 1) }.unwrap();
+        unsafe { b.fill(s, base + i, value, 1) }.unwrap();
     }
     b.stream_synchronize(s).unwrap();
     assert_eq!(host, [1, 2, 3]);
