@@ -36,7 +36,10 @@
 //!   the caller's host memory, which must stay valid until the queued work has run (the one
 //!   obligation of their `# Safety` sections that the backend cannot check).
 //! - **Streams** run their work in order on one worker thread each. Destroying a stream lets
-//!   its queued work finish.
+//!   its queued work finish. Work reads and writes device memory with relaxed atomic bytes
+//!   (`bytes.rs`): work a program left unordered, which a GPU runs with an unspecified
+//!   result, gives an unspecified value here too and is never a data race (CI runs those
+//!   accesses under Miri).
 //! - **Failures**, as a GPU driver's: a call refused for its arguments (a bad launch shape,
 //!   an address out of bounds, an injected fault) changes nothing and affects nothing else.
 //!   Work that fails while it runs is the stream's failure: its later items are skipped and
