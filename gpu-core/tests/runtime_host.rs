@@ -1078,6 +1078,7 @@ fn unordered_fills_of_one_buffer_leave_one_of_the_values_and_no_race() {
     let mut after = tokens;
     let joined = rt.join(&mut after).unwrap();
     let mut back = vec![0u8; 256];
-    rt.download(D0, &mut back, buffer.all(), &mut vec![joined]).unwrap();
+    rt.download(D0, &mut back, buffer.all(), &mut vec![joined])
+        .unwrap();
     assert!(back.iter().all(|&b| (1..=8).contains(&b)), "{back:?}");
 }
