@@ -24,19 +24,22 @@ fn bytes_of(rt: &Runtime<HostBackend>, buffer: &Buffer<'_, HostBackend>) -> Vec<
     back
 }
 
+/// Launches library kernel `name` on device 0 with no dependencies.
+fn launch(
+    rt: &Runtime<HostBackend>,
+    name: &str,
+    dims: LaunchDims,
+    args: &[Arg<'_>],
+) -> Result<Token, Error> {
+    // SAFETY: the runtime checks a library kernel's arguments and reach against its spans
+    // before anything is queued (this file's subject): what it lets through stays inside them.
+    unsafe { rt.launch(D0, name, dims, args, &mut vec![]) }
+}
+
 /// Launches `fill_u32` of `count` words of `value` over `span` and waits for it.
 fn fill_words(rt: &Runtime<HostBackend>, span: Arg<'_>, value: u32, count: u64) {
     let args = [span, Arg::U32(value), Arg::U64(count)];
-    // SAFETY: the runtime checks the count against the span (this file's subject).
-    let token = unsafe {
-        rt.launch(
-            D0,
-            "fill_u32",
-            LaunchDims::linear(4, 64),
-            &args,
-            &mut vec![],
-        )
-    };
+    let token = launch(rt, "fill_u32", LaunchDims::linear(4, 64), &args);
     rt.wait(token.unwrap()).unwrap();
 }
 
@@ -105,16 +108,7 @@ fn a_fill_past_its_span_is_refused_naming_the_argument_the_span_and_the_excess()
     let buffer = rt.alloc(D0, MemoryKind::Device, 4096).unwrap();
     let neighbour = rt.alloc(D0, MemoryKind::Device, 4096).unwrap();
     let args = [Arg::Span(buffer.all()), Arg::U32(0xDEAD), Arg::U64(2048)];
-    // SAFETY: refused before anything is queued.
-    let refused = unsafe {
-        rt.launch(
-            D0,
-            "fill_u32",
-            LaunchDims::linear(4, 64),
-            &args,
-            &mut vec![],
-        )
-    };
+    let refused = launch(&rt, "fill_u32", LaunchDims::linear(4, 64), &args);
     let error = refused.err().unwrap();
     assert_eq!(
         error,
@@ -142,16 +136,7 @@ fn a_fill_past_its_span_is_refused_naming_the_argument_the_span_and_the_excess()
     // Part of a buffer is bounded by the part, not the buffer.
     let head = buffer.span(0, 16).unwrap();
     let args = [Arg::Span(head), Arg::U32(1), Arg::U64(5)];
-    // SAFETY: refused before anything is queued.
-    let refused = unsafe {
-        rt.launch(
-            D0,
-            "fill_u32",
-            LaunchDims::linear(1, 64),
-            &args,
-            &mut vec![],
-        )
-    };
+    let refused = launch(&rt, "fill_u32", LaunchDims::linear(1, 64), &args);
     assert!(matches!(
         refused,
         Err(Error::KernelReach {
@@ -162,16 +147,7 @@ fn a_fill_past_its_span_is_refused_naming_the_argument_the_span_and_the_excess()
     ));
     // Counts that overflow are refused too, never wrapped.
     let args = [Arg::Span(buffer.all()), Arg::U32(1), Arg::U64(u64::MAX)];
-    // SAFETY: refused before anything is queued.
-    let refused = unsafe {
-        rt.launch(
-            D0,
-            "fill_u32",
-            LaunchDims::linear(1, 64),
-            &args,
-            &mut vec![],
-        )
-    };
+    let refused = launch(&rt, "fill_u32", LaunchDims::linear(1, 64), &args);
     assert!(matches!(
         refused,
         Err(Error::KernelReach {
@@ -200,16 +176,7 @@ fn axpy_and_workgroup_reverse_are_bounded_by_each_span_and_the_workgroup_memory(
         Arg::Span(y.all()),
         Arg::U64(100),
     ];
-    // SAFETY: refused before anything is queued.
-    let refused = unsafe {
-        rt.launch(
-            D0,
-            "axpy_f32",
-            LaunchDims::linear(1, 64),
-            &args,
-            &mut vec![],
-        )
-    };
+    let refused = launch(&rt, "axpy_f32", LaunchDims::linear(1, 64), &args);
     assert_eq!(
         refused.err(),
         Some(Error::KernelReach {
@@ -230,8 +197,7 @@ fn axpy_and_workgroup_reverse_are_bounded_by_each_span_and_the_workgroup_memory(
         block: [32, 1, 1],
         dynamic_workgroup_bytes: 64,
     };
-    // SAFETY: refused before anything is queued.
-    let refused = unsafe { rt.launch(D0, "workgroup_reverse_u32", dims, &args, &mut vec![]) };
+    let refused = launch(&rt, "workgroup_reverse_u32", dims, &args);
     assert!(matches!(
         refused,
         Err(Error::KernelReach {
@@ -248,8 +214,7 @@ fn axpy_and_workgroup_reverse_are_bounded_by_each_span_and_the_workgroup_memory(
         dynamic_workgroup_bytes: 60,
         ..dims
     };
-    // SAFETY: refused before anything is queued.
-    let refused = unsafe { rt.launch(D0, "workgroup_reverse_u32", short, &args, &mut vec![]) };
+    let refused = launch(&rt, "workgroup_reverse_u32", short, &args);
     let error = refused.err().unwrap();
     assert_eq!(
         error,
@@ -267,8 +232,7 @@ fn axpy_and_workgroup_reverse_are_bounded_by_each_span_and_the_workgroup_memory(
         grid: [5, 1, 1],
         ..dims
     };
-    // SAFETY: five workgroups of 16 words: the whole 320-byte span.
-    let token = unsafe { rt.launch(D0, "workgroup_reverse_u32", fits, &args, &mut vec![]) };
+    let token = launch(&rt, "workgroup_reverse_u32", fits, &args);
     rt.wait(token.unwrap()).unwrap();
 }
 
@@ -310,8 +274,7 @@ fn launch_shapes_no_device_runs_are_refused_naming_the_part() {
         ),
     ];
     for (dims, part, value, most) in cases {
-        // SAFETY: refused before anything is queued.
-        let refused = unsafe { rt.launch(D0, "fill_u32", dims, &args, &mut vec![]) };
+        let refused = launch(&rt, "fill_u32", dims, &args);
         let error = refused.err().unwrap();
         assert_eq!(
             error,
