@@ -81,6 +81,8 @@
 //! stream finish its work, joins every worker thread, and frees what is left.
 
 mod bytes;
+mod codes;
+mod config;
 mod current;
 mod faults;
 mod kernels;
@@ -92,7 +94,6 @@ mod tests;
 
 use alloc::boxed::Box;
 use alloc::format;
-use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -100,11 +101,10 @@ use hashbrown::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
-use crate::allocator::{AllocatorCapabilities, KindSupport, MemoryKind};
+use crate::allocator::MemoryKind;
 use crate::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device};
-use crate::error::{ByteRange, DriverError, Error, Result};
+use crate::error::{ByteRange, Error, Result};
 use crate::id::DeviceId;
-use crate::workgroup::WorkgroupLimits;
 use core::ffi::{CStr, c_void};
 
 use current::CurrentDevice;
@@ -113,6 +113,8 @@ use kernels::{KernelRegistry, Launch};
 use memory::Memory;
 use streams::{DeviceHealth, EventSlot, Payload, RecordPoint, StreamShared, WorkLog, run_worker};
 
+pub use codes::HostErrorCode;
+pub use config::{HostConfig, HostDeviceConfig, HostStats};
 pub use faults::{CallCounts, CallKind};
 pub use kernels::{DeviceScalar, DeviceView, HostKernel, KernelContext, KernelFn};
 pub use library::standard_kernels;
@@ -121,215 +123,10 @@ pub use streams::{HostEvent, HostStream, WorkOp, WorkOutcome, WorkRecord};
 
 pub use crate::backend::MAX_THREADS_PER_WORKGROUP;
 
-/// The host backend's driver error codes: CUDA's numbers for the same situation, with names
-/// prefixed `HOST_` (the [`DriverError::name`] of each error).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum HostErrorCode {
-    /// A bad argument: wrong kind or device for an address, out-of-bounds range, bad launch
-    /// shape, too much workgroup memory, an interior pointer to unregister (CUDA 1).
-    InvalidValue,
-    /// The calling thread's current device is not the device the call acts on (CUDA 201,
-    /// `CUDA_ERROR_INVALID_CONTEXT`): the runtime forgot its device guard.
-    WrongCurrentDevice,
-    /// The operating system refused a resource, e.g. a worker thread (CUDA 304).
-    OperatingSystem,
-    /// An unknown or destroyed stream, event or kernel, or one of the wrong device (CUDA 400,
-    /// "invalid resource handle").
-    InvalidHandle,
-    /// A kernel touched memory outside what its pointer arguments point into (CUDA 700).
-    IllegalAddress,
-    /// Peer access between devices with no link, or of a device to itself (CUDA 217,
-    /// `CUDA_ERROR_PEER_ACCESS_UNSUPPORTED`).
-    PeerAccessUnsupported,
-    /// The range overlaps memory already registered or allocated pinned (CUDA 712).
-    MemoryAlreadyRegistered,
-    /// No registered range starts at the pointer (CUDA 713).
-    MemoryNotRegistered,
-    /// A kernel panicked (CUDA 719).
-    LaunchFailed,
-    /// The device does not offer this (a memory kind, or its stream-ordered form) (CUDA 801).
-    NotSupported,
-    /// A fault injected by [`HostBackend::fail_nth`] or [`HostBackend::fail_nth_call`]
-    /// (CUDA 999, `CUDA_ERROR_UNKNOWN`).
-    InjectedFault,
-}
-
-impl HostErrorCode {
-    /// Every code.
-    pub const ALL: [HostErrorCode; 11] = [
-        HostErrorCode::InvalidValue,
-        HostErrorCode::PeerAccessUnsupported,
-        HostErrorCode::WrongCurrentDevice,
-        HostErrorCode::OperatingSystem,
-        HostErrorCode::InvalidHandle,
-        HostErrorCode::IllegalAddress,
-        HostErrorCode::MemoryAlreadyRegistered,
-        HostErrorCode::MemoryNotRegistered,
-        HostErrorCode::LaunchFailed,
-        HostErrorCode::NotSupported,
-        HostErrorCode::InjectedFault,
-    ];
-
-    /// The name in [`DriverError::name`].
-    pub const fn name(self) -> &'static str {
-        match self {
-            HostErrorCode::InvalidValue => "HOST_INVALID_VALUE",
-            HostErrorCode::PeerAccessUnsupported => "HOST_PEER_ACCESS_UNSUPPORTED",
-            HostErrorCode::WrongCurrentDevice => "HOST_WRONG_CURRENT_DEVICE",
-            HostErrorCode::OperatingSystem => "HOST_OPERATING_SYSTEM",
-            HostErrorCode::InvalidHandle => "HOST_INVALID_HANDLE",
-            HostErrorCode::IllegalAddress => "HOST_ILLEGAL_ADDRESS",
-            HostErrorCode::MemoryAlreadyRegistered => "HOST_MEMORY_ALREADY_REGISTERED",
-            HostErrorCode::MemoryNotRegistered => "HOST_MEMORY_NOT_REGISTERED",
-            HostErrorCode::LaunchFailed => "HOST_LAUNCH_FAILED",
-            HostErrorCode::NotSupported => "HOST_NOT_SUPPORTED",
-            HostErrorCode::InjectedFault => "HOST_INJECTED_FAULT",
-        }
-    }
-
-    /// The number in [`DriverError::code`] (CUDA's code for the same situation).
-    pub const fn code(self) -> i64 {
-        match self {
-            HostErrorCode::InvalidValue => 1,
-            HostErrorCode::PeerAccessUnsupported => 217,
-            HostErrorCode::WrongCurrentDevice => 201,
-            HostErrorCode::OperatingSystem => 304,
-            HostErrorCode::InvalidHandle => 400,
-            HostErrorCode::IllegalAddress => 700,
-            HostErrorCode::MemoryAlreadyRegistered => 712,
-            HostErrorCode::MemoryNotRegistered => 713,
-            HostErrorCode::LaunchFailed => 719,
-            HostErrorCode::NotSupported => 801,
-            HostErrorCode::InjectedFault => 999,
-        }
-    }
-
-    /// The error a failed `call` reports with this code.
-    pub const fn error(self, call: &'static str) -> Error {
-        Error::Driver(DriverError {
-            backend: "host",
-            call,
-            name: self.name(),
-            code: self.code(),
-        })
-    }
-
-    /// The code of a host backend driver error, if `error` is one.
-    pub fn of(error: &Error) -> Option<HostErrorCode> {
-        match error {
-            Error::Driver(e) if e.backend == "host" => {
-                HostErrorCode::ALL.into_iter().find(|c| c.code() == e.code)
-            }
-            _ => None,
-        }
-    }
-}
-
 /// Locks `mutex`, ignoring poisoning: every critical section leaves its data consistent
 /// before anything that can panic runs.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// One simulated device.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostDeviceConfig {
-    /// The name [`Backend::device_info`] reports.
-    pub name: String,
-    /// Bytes `allocate` may hand out on this device, all kinds together; beyond it
-    /// `allocate` reports out of memory (`Ok(None)`).
-    pub memory_capacity: usize,
-    /// Which memory kinds exist and which have a stream-ordered form.
-    pub allocator: AllocatorCapabilities,
-    /// Workgroup memory limits, enforced by `launch` and `kernel_allow_workgroup_bytes`.
-    pub workgroup: WorkgroupLimits,
-    /// On the link that joins devices for peer access (NVLink on the GPU box): peer access is
-    /// possible between two devices that both have it. True by default.
-    pub peer_link: bool,
-}
-
-impl HostDeviceConfig {
-    /// An NVIDIA H200's workgroup memory limits: 48 KiB by default, 227 KiB after opt-in,
-    /// 228 KiB per multiprocessor, 1 KiB reserved per block.
-    pub const H200_WORKGROUP: WorkgroupLimits = WorkgroupLimits {
-        default_per_block: 48 * 1024,
-        max_per_block_opt_in: 232_448,
-        per_multiprocessor: 233_472,
-        reserved_per_block: 1024,
-    };
-
-    /// Every kind, each with a stream-ordered form, and host registration (a CUDA 13 driver).
-    pub const ALL_CAPABILITIES: AllocatorCapabilities = AllocatorCapabilities {
-        device: KindSupport::STREAM_ORDERED,
-        managed: KindSupport::STREAM_ORDERED,
-        host_pinned: KindSupport::STREAM_ORDERED,
-        host_register: true,
-    };
-}
-
-impl Default for HostDeviceConfig {
-    /// A device named "host device" with 1 GiB, every capability, and an H200's limits.
-    fn default() -> Self {
-        Self {
-            name: String::from("host device"),
-            memory_capacity: 1 << 30,
-            allocator: Self::ALL_CAPABILITIES,
-            workgroup: Self::H200_WORKGROUP,
-            peer_link: true,
-        }
-    }
-}
-
-/// How to build a [`HostBackend`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostConfig {
-    /// The devices, numbered in this order.
-    pub devices: Vec<HostDeviceConfig>,
-    /// How many finished work items [`HostBackend::work_log`] keeps (the oldest go first).
-    pub work_log_capacity: usize,
-}
-
-impl HostConfig {
-    /// `count` default devices, named "host device 0", "host device 1", ...
-    pub fn with_devices(count: usize) -> Self {
-        Self {
-            devices: (0..count)
-                .map(|i| HostDeviceConfig {
-                    name: format!("host device {i}"),
-                    ..HostDeviceConfig::default()
-                })
-                .collect(),
-            work_log_capacity: 1 << 16,
-        }
-    }
-}
-
-impl Default for HostConfig {
-    /// Two default devices.
-    fn default() -> Self {
-        Self::with_devices(2)
-    }
-}
-
-/// Live objects of a host backend, for leak checks (all zero after a clean shutdown).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct HostStats {
-    /// Streams created and not destroyed.
-    pub streams: usize,
-    /// Destroyed streams whose worker thread has not been joined yet.
-    pub draining_streams: usize,
-    /// Events created and not destroyed.
-    pub events: usize,
-    /// Allocations not freed.
-    pub allocations: usize,
-    /// Bytes of those allocations.
-    pub allocated_bytes: usize,
-    /// Registered host ranges.
-    pub registered_ranges: usize,
-    /// Bytes of those ranges.
-    pub registered_bytes: usize,
-    /// Faults injected so far.
-    pub faults_injected: u64,
 }
 
 /// A live stream and its worker.

@@ -7,6 +7,7 @@ use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use super::*;
+use crate::allocator::KindSupport;
 
 const D0: DeviceId = DeviceId(0);
 const D1: DeviceId = DeviceId(1);
