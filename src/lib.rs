@@ -1,9 +1,15 @@
-//! The crate users add: re-exports the pure core ([`gpu_core`]) and, by feature, the driver
-//! backends (`cuda`, `hip`, `hsa`). The host backend, which needs no GPU, is always present,
-//! and [`with_best_backend`] picks the best backend present at run time.
+//! The crate users add: re-exports the pure core ([`gpu_core`]), with `std` (default) the
+//! runtime and the host backend ([`gpu_rt`]) and the test kit ([`gpu_testkit`]), and by
+//! feature the driver backends (`cuda`, `hip`, `hsa`). The host backend, which needs no GPU,
+//! is always present with `std`, and [`with_best_backend`] picks the best backend present at
+//! run time.
 #![cfg_attr(not(feature = "std"), no_std)]
 
 pub use gpu_core::*;
+#[cfg(feature = "std")]
+pub use gpu_rt::{host, runtime};
+#[cfg(feature = "std")]
+pub use gpu_testkit::{conformance, stress};
 
 #[cfg(feature = "cuda")]
 pub use gpu_cuda_ffi as cuda;

@@ -11,7 +11,7 @@ use std::hint::black_box;
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, criterion_group, criterion_main};
 use gpu_core::lock_table::{LockTable, PinDriver, SharedLockTable};
-use gpu_core::stress::SplitMix64 as Rng;
+use gpu_core::seeded::SplitMix64 as Rng;
 use gpu_core::{ByteRange, DeviceId, Result};
 
 const PAGE: usize = 4096;

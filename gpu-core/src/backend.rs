@@ -267,7 +267,7 @@ pub trait Backend: Send + Sync + 'static {
     /// given as the driver's raw handle, to enqueue work and events on without owning it: the
     /// runtime never destroys an adopted stream. CUDA: any `CUstream` of `device`'s primary
     /// context, the legacy default stream (`0`) and the per-thread default stream included;
-    /// host backend: the number of a live stream of `device` ([`crate::host::HostStream::raw`]).
+    /// host backend: the number of a live stream of `device` (`gpu_rt::host::HostStream::raw`).
     ///
     /// # Safety
     /// `raw` must be a live stream of `device` in the driver's sense (or one of the driver's

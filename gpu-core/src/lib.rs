@@ -3,7 +3,8 @@
 //! caching sub-allocator, the workgroup memory planner, and the backend trait drivers
 //! implement.
 //!
-//! The crate is `#![no_std]` with `alloc`; the default `std` feature adds what needs threads.
+//! The crate is `#![no_std]` with `alloc` and knows no driver and no thread: the runtime users
+//! hold, its workers and the host backend are the `gpu-rt` crate, built on this one.
 #![no_std]
 #![warn(missing_docs)]
 // Errors are built lazily (`ok_or_else`) everywhere: an `Error` built eagerly and dropped on
@@ -12,22 +13,16 @@
 #![allow(clippy::unnecessary_lazy_evaluations)]
 
 extern crate alloc;
-#[cfg(feature = "std")]
+#[cfg(test)]
 extern crate std;
 
 pub mod allocator;
 pub mod backend;
-#[cfg(feature = "std")]
-pub mod conformance;
 pub mod error;
-#[cfg(feature = "std")]
-pub mod host;
 pub mod id;
 pub mod lock_table;
-#[cfg(feature = "std")]
-pub mod runtime;
-#[cfg(feature = "std")]
-pub mod stress;
+#[cfg(feature = "model")]
+pub mod seeded;
 pub mod token;
 pub mod workgroup;
 

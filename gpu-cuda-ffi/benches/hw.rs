@@ -40,13 +40,13 @@ use std::time::{Duration, Instant};
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::{Backend, KernelArg, LaunchDims};
-use gpu_core::runtime::{Arg, Runtime, RuntimeConfig};
 use gpu_core::token::Token;
 use gpu_core::{DeviceId, Error};
 use gpu_cuda_ffi::{CudaBackend, Driver, check, reports_no_device, sys};
 use gpu_ffi_loader::hw_bench::{
     KIB, MIB, Outcome, Plan, Report, Target, figure, size_text, today, whole,
 };
+use gpu_rt::runtime::{Arg, Runtime, RuntimeConfig};
 
 const D0: DeviceId = DeviceId(0);
 /// Calls a driver entry point held in a local of the same name and checks its result.

@@ -8,10 +8,10 @@ use core::ptr;
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::{Backend, FillValue, KernelArg, LaunchDims};
-use gpu_core::conformance::run_and_print;
-use gpu_core::runtime::{Arg, DeviceGuard, Runtime};
 use gpu_core::{ByteRange, DeviceId, DriverError, Error};
 use gpu_cuda_ffi::{CudaBackend, CudaStream, Driver, check, reports_no_device, sys};
+use gpu_rt::runtime::{Arg, DeviceGuard, Runtime};
+use gpu_testkit::conformance::run_and_print;
 
 /// The backend, or `None` after printing why the test is skipped.
 fn open() -> Option<CudaBackend> {

@@ -23,11 +23,11 @@ use std::time::Instant;
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::{Backend, LaunchDims};
-use gpu_core::runtime::{Arg, Runtime, RuntimeConfig};
 use gpu_core::token::Token;
 use gpu_core::{DeviceId, Error};
 use gpu_ffi_loader::hw_bench::{KIB, MIB, Outcome, Plan, Report, Target, size_text, today, whole};
 use gpu_hip_ffi::{Hip, HipBackend, check, reports_no_device, sys};
+use gpu_rt::runtime::{Arg, Runtime, RuntimeConfig};
 
 const D0: DeviceId = DeviceId(0);
 

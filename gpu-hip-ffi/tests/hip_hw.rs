@@ -8,9 +8,9 @@ use core::ffi::c_int;
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::{Backend, KernelArg, LaunchDims};
-use gpu_core::conformance::run_and_print;
 use gpu_core::{ByteRange, DeviceId, DriverError, Error};
 use gpu_hip_ffi::{HipBackend, HipStream, reports_no_device, sys};
+use gpu_testkit::conformance::run_and_print;
 
 /// The backend, or `None` after printing why the test is skipped (on a line of its own: the
 /// harness has printed "test NAME ... ", and the runner looks for "backend hip: skipped" at the

@@ -21,11 +21,11 @@ use std::time::Duration;
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::Backend;
-use gpu_core::conformance::run_and_print;
-use gpu_core::runtime::{LiveObjects, RecordingBackend, Runtime, RuntimeConfig};
-use gpu_core::stress::{self, StressConfig};
 use gpu_core::{DeviceId, Error};
 use gpu_hsa_ffi::{Hsa, HsaBackend, sys};
+use gpu_rt::runtime::{LiveObjects, RecordingBackend, Runtime, RuntimeConfig};
+use gpu_testkit::conformance::run_and_print;
+use gpu_testkit::stress::{self, StressConfig};
 
 unsafe extern "C" {
     fn dlopen(file: *const c_char, mode: c_int) -> *mut c_void;

@@ -7,8 +7,8 @@
 mod common;
 
 use gpu_core::Error;
-use gpu_core::conformance::run_and_print;
 use gpu_hsa_ffi::{HsaBackend, reports_no_device};
+use gpu_testkit::conformance::run_and_print;
 
 /// The backend, or `None` after printing why the test is skipped.
 fn open() -> Option<HsaBackend> {

@@ -20,11 +20,9 @@ mod trace;
 use core::fmt;
 
 pub use checker::{Checker, Defect, DefectKind, Finding, NameFn, TraceObject, check};
-#[cfg(feature = "std")]
-pub(crate) use planner::PendingWait;
 pub use planner::{
-    MAX_FORK_BRANCHES, PlanStep, Planner, PlannerFootprint, ProgramReport, UNWAITED_NAMED,
-    UnwaitedKind, UnwaitedToken, check_fork_count,
+    MAX_FORK_BRANCHES, PendingWait, PlanStep, Planner, PlannerFootprint, ProgramReport,
+    UNWAITED_NAMED, UnwaitedKind, UnwaitedToken, check_fork_count,
 };
 pub use streaming::{Report, StreamingChecker};
 pub use trace::{ParsedTrace, TraceOp, TraceView, parse_trace, plan_trace, write_trace};

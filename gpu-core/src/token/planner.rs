@@ -160,7 +160,7 @@ pub struct PlannerFootprint {
 /// of the pools until [`Planner::end_wait`]. Not `Copy`: it is ended exactly once.
 #[derive(Debug, PartialEq, Eq)]
 #[must_use = "a begun wait holds its stream or event until it is ended"]
-pub(crate) enum PendingWait {
+pub enum PendingWait {
     /// The token owned this stream: synchronise it.
     Stream(StreamId),
     /// The token was a fork branch: synchronise this event (one share of it is held).
@@ -660,7 +660,11 @@ impl Planner {
     /// the planner: consumes `token` and returns what to synchronise, which stays out of the
     /// pools (no other operation gets the stream, no fork re-records the event) until
     /// [`Planner::end_wait`]. Plans no step.
-    pub(crate) fn begin_wait(&mut self, token: Token) -> Result<PendingWait> {
+    ///
+    /// # Errors
+    /// [`Error::TokenForeign`], [`Error::TokenConsumed`] or [`Error::TokenUnknown`] for a
+    /// token this planner does not hold live; nothing changes then.
+    pub fn begin_wait(&mut self, token: Token) -> Result<PendingWait> {
         let slot = self.validate(token.id())?;
         let pending = self.held_by(slot);
         self.free_slot(slot);
@@ -669,7 +673,7 @@ impl Planner {
 
     /// Ends a wait begun with [`Planner::begin_wait`]: what it held goes back to the pools.
     #[inline(always)]
-    pub(crate) fn end_wait(&mut self, pending: PendingWait) {
+    pub fn end_wait(&mut self, pending: PendingWait) {
         match pending {
             PendingWait::Stream(stream) => self.release_stream(stream),
             PendingWait::Event(event) => self.release_event_share(event),
@@ -707,9 +711,11 @@ impl Planner {
     }
 
     /// What a live token would have the host synchronise, without consuming it (for the
-    /// runtime's `wait_if_done`).
-    #[cfg(feature = "std")]
-    pub(crate) fn pending_of(&self, token: &Token) -> Result<PendingWait> {
+    /// runtime's `wait_if_done`: it asks the driver whether that is done, and only then waits).
+    ///
+    /// # Errors
+    /// As [`Planner::begin_wait`].
+    pub fn pending_of(&self, token: &Token) -> Result<PendingWait> {
         Ok(self.held_by(self.validate(token.id())?))
     }
 

@@ -1,0 +1,406 @@
+//! The runtime's cost over the raw backend call, on the host backend, same run:
+//! - an operation in a token chain (`Runtime::fill` after the previous token) against the raw
+//!   `Backend::fill` on a stream made ahead, with the device already current;
+//! - a join of two chains (one event record and one wait) against raw record + wait;
+//! - the device guard, switching and not switching, against one raw current-device query
+//!   and one raw save of the current state (what the guard does first);
+//! - a worker hand-off round trip (submit an empty action and wait for it);
+//! - an allocation hit (alloc + free of a cached size) through the runtime against the same
+//!   pair on a bare `DeviceAllocator` (no lock, a fake driver): what the runtime's memory lock,
+//!   buffer and use list cost;
+//! - a chained launch through a kernel handle on a backend whose calls do nothing
+//!   (`NullBackend`), against that backend's own launch: the runtime's cost per launch, which on
+//!   a GPU comes on top of the driver's.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use gpu_core::allocator::model::{FakeDriver, capabilities};
+use gpu_core::allocator::{AllocRequest, AllocatorConfig, DeviceAllocator, MemoryKind, Release};
+use gpu_core::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims};
+use gpu_core::token::Token;
+use gpu_core::{ByteRange, DeviceId, Result};
+use gpu_rt::host::{HostBackend, HostConfig};
+use gpu_rt::runtime::{Arg, Runtime, with_device};
+use std::ffi::{CStr, c_void};
+
+const D0: DeviceId = DeviceId(0);
+const D1: DeviceId = DeviceId(1);
+/// Operations between synchronisations, so queues stay short.
+const BATCH: usize = 256;
+
+fn operations(c: &mut Criterion) {
+    let mut group = c.benchmark_group("operation");
+    let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(2))).unwrap();
+    let buffer = rt.alloc(D0, MemoryKind::Device, 64).unwrap();
+    group.bench_function("runtime_fill_in_chain", |b| {
+        b.iter_custom(|iterations| {
+            let start = std::time::Instant::now();
+            let mut chain: Option<Token> = None;
+            for i in 0..iterations {
+                let token = rt
+                    .fill(
+                        D0,
+                        buffer.all(),
+                        i as u8,
+                        &mut chain.take().into_iter().collect(),
+                    )
+                    .unwrap();
+                chain = Some(token);
+                if i as usize % BATCH == BATCH - 1 {
+                    rt.wait(chain.take().unwrap()).unwrap();
+                }
+            }
+            if let Some(token) = chain {
+                rt.wait(token).unwrap();
+            }
+            start.elapsed()
+        })
+    });
+
+    let backend = rt.backend();
+    backend.set_current_device(Some(D0)).unwrap();
+    let stream = backend.stream_create(D0).unwrap();
+    group.bench_function("raw_backend_fill", |b| {
+        b.iter_custom(|iterations| {
+            let start = std::time::Instant::now();
+            for i in 0..iterations {
+                // SAFETY: the runtime's live 64-byte buffer, untouched by the host.
+                unsafe { backend.fill(stream, buffer.address(), i as u8, 64) }.unwrap();
+                if i as usize % BATCH == BATCH - 1 {
+                    backend.stream_synchronize(stream).unwrap();
+                }
+            }
+            backend.stream_synchronize(stream).unwrap();
+            start.elapsed()
+        })
+    });
+
+    group.bench_function("runtime_join_of_two_chains", |b| {
+        b.iter_custom(|iterations| {
+            let start = std::time::Instant::now();
+            for _ in 0..iterations {
+                let first = rt
+                    .fill(D0, buffer.span(0, 32).unwrap(), 1, &mut vec![])
+                    .unwrap();
+                let second = rt
+                    .fill(D0, buffer.span(32, 32).unwrap(), 2, &mut vec![])
+                    .unwrap();
+                let joined = rt.join(&mut vec![first, second]).unwrap();
+                rt.wait(joined).unwrap();
+            }
+            start.elapsed()
+        })
+    });
+    let other = backend.stream_create(D0).unwrap();
+    let event = backend.event_create(D0).unwrap();
+    group.bench_function("raw_two_fills_record_wait_sync", |b| {
+        b.iter(|| {
+            // SAFETY: the two halves of the runtime's live 64-byte buffer.
+            unsafe {
+                backend.fill(stream, buffer.address(), 1, 32).unwrap();
+                backend.fill(other, buffer.address() + 32, 2, 32).unwrap();
+            }
+            backend.event_record(event, other).unwrap();
+            backend.stream_wait_event(stream, event).unwrap();
+            backend.stream_synchronize(stream).unwrap();
+        })
+    });
+    backend.event_destroy(event).unwrap();
+    backend.stream_destroy(other).unwrap();
+    backend.stream_destroy(stream).unwrap();
+    backend.set_current_device(None).unwrap();
+    group.finish();
+}
+
+fn guard(c: &mut Criterion) {
+    let mut group = c.benchmark_group("device_guard");
+    let backend = HostBackend::new(HostConfig::with_devices(2));
+    backend.set_current_device(Some(D0)).unwrap();
+    group.bench_function("raw_current_device_query", |b| {
+        b.iter(|| black_box(backend.current_device().unwrap()))
+    });
+    group.bench_function("raw_save_current", |b| {
+        b.iter(|| black_box(backend.save_current().unwrap()))
+    });
+    group.bench_function("guard_same_device", |b| {
+        b.iter(|| with_device(&backend, D0, || Ok(black_box(1))).unwrap())
+    });
+    group.bench_function("guard_switch_and_restore", |b| {
+        b.iter(|| with_device(&backend, D1, || Ok(black_box(1))).unwrap())
+    });
+    group.finish();
+}
+
+fn worker(c: &mut Criterion) {
+    let mut group = c.benchmark_group("worker");
+    let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(2))).unwrap();
+    let worker = rt.worker(D1).unwrap();
+    group.bench_function("hand_off_round_trip", |b| {
+        b.iter(|| {
+            worker
+                .submit(|_: &HostBackend| -> Result<u32> { Ok(1) })
+                .wait()
+                .unwrap()
+        })
+    });
+    group.finish();
+}
+
+fn allocation_hit(c: &mut Criterion) {
+    const SIZE: usize = 64 << 10;
+    let mut group = c.benchmark_group("allocation_hit");
+    let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(2))).unwrap();
+    rt.free(rt.alloc(D0, MemoryKind::Device, SIZE).unwrap())
+        .unwrap();
+    group.bench_function("runtime_alloc_free", |b| {
+        b.iter(|| {
+            let buffer = rt.alloc(D0, MemoryKind::Device, black_box(SIZE)).unwrap();
+            rt.free(black_box(buffer)).unwrap();
+        })
+    });
+    let mut driver = FakeDriver::new(1 << 40);
+    let mut allocator = DeviceAllocator::new(
+        D0,
+        capabilities([true; 3], true),
+        AllocatorConfig::default(),
+    );
+    group.bench_function("bare_allocator_alloc_free", |b| {
+        b.iter(|| {
+            let request = AllocRequest::new(MemoryKind::Device, black_box(SIZE));
+            let allocation = allocator.allocate(&mut driver, &request).unwrap();
+            allocator
+                .free(&mut driver, black_box(allocation.handle), Release::Idle)
+                .unwrap();
+        })
+    });
+    group.finish();
+}
+
+/// A backend whose calls succeed and do nothing (device descriptions from the host backend's
+/// defaults), so a benchmark through it times the runtime alone.
+struct NullBackend {
+    infos: Vec<DeviceInfo>,
+    next_handle: std::sync::atomic::AtomicUsize,
+}
+
+impl NullBackend {
+    fn new() -> Self {
+        let host = HostBackend::new(HostConfig::with_devices(1));
+        Self {
+            infos: vec![host.device_info(D0).unwrap()],
+            next_handle: std::sync::atomic::AtomicUsize::new(1 << 20),
+        }
+    }
+
+    /// A fresh handle or address (`bytes` apart), never zero.
+    fn next(&self, bytes: usize) -> usize {
+        let step = bytes.next_multiple_of(4096);
+        self.next_handle
+            .fetch_add(step, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Backend for NullBackend {
+    type Stream = usize;
+    type Event = usize;
+    type Kernel = usize;
+    type Module = usize;
+    type SavedCurrent = ();
+    const SCOPES_ITS_CALLS: bool = true;
+
+    fn name(&self) -> &'static str {
+        "null"
+    }
+    fn device_count(&self) -> usize {
+        self.infos.len()
+    }
+    fn device_info(&self, device: DeviceId) -> Result<DeviceInfo> {
+        Ok(self.infos[device.index()].clone())
+    }
+    fn current_device(&self) -> Result<Option<DeviceId>> {
+        Ok(None)
+    }
+    fn set_current_device(&self, _: Option<DeviceId>) -> Result<()> {
+        Ok(())
+    }
+    fn save_current(&self) -> Result<()> {
+        Ok(())
+    }
+    fn restore_current(&self, _: ()) -> Result<()> {
+        Ok(())
+    }
+    fn is_current(&self, _: (), _: DeviceId) -> bool {
+        true
+    }
+    fn allocate(&self, _: DeviceId, _: MemoryKind, bytes: usize) -> Result<Option<usize>> {
+        Ok(Some(self.next(bytes)))
+    }
+    fn allocate_on_stream(&self, _: usize, _: MemoryKind, bytes: usize) -> Result<Option<usize>> {
+        Ok(Some(self.next(bytes)))
+    }
+    fn free(&self, _: DeviceId, _: MemoryKind, _: usize, _: Option<usize>) -> Result<()> {
+        Ok(())
+    }
+    fn host_register(&self, _: ByteRange, _: &mut [usize]) -> Result<()> {
+        Ok(())
+    }
+    fn host_unregister(&self, _: usize) -> Result<()> {
+        Ok(())
+    }
+    fn host_pinned_extent(&self, _: usize, _: &mut [usize]) -> Result<Option<ByteRange>> {
+        Ok(None)
+    }
+    fn stream_create(&self, _: DeviceId) -> Result<usize> {
+        Ok(self.next(1))
+    }
+    unsafe fn adopt_stream(&self, _: DeviceId, raw: usize) -> Result<usize> {
+        Ok(raw)
+    }
+    fn stream_destroy(&self, _: usize) -> Result<()> {
+        Ok(())
+    }
+    fn stream_synchronize(&self, _: usize) -> Result<()> {
+        Ok(())
+    }
+    fn event_create(&self, _: DeviceId) -> Result<usize> {
+        Ok(self.next(1))
+    }
+    fn event_destroy(&self, _: usize) -> Result<()> {
+        Ok(())
+    }
+    fn event_record(&self, _: usize, _: usize) -> Result<()> {
+        Ok(())
+    }
+    fn stream_wait_event(&self, _: usize, _: usize) -> Result<()> {
+        Ok(())
+    }
+    fn event_query(&self, _: usize) -> Result<bool> {
+        Ok(true)
+    }
+    fn event_synchronize(&self, _: usize) -> Result<()> {
+        Ok(())
+    }
+    fn device_synchronize(&self, _: DeviceId) -> Result<()> {
+        Ok(())
+    }
+    fn reset_device(&self, _: DeviceId) -> Result<()> {
+        Ok(())
+    }
+    fn peer_access_possible(&self, _: DeviceId, _: DeviceId) -> Result<bool> {
+        Ok(false)
+    }
+    fn enable_peer_access(&self, _: DeviceId, _: DeviceId) -> Result<()> {
+        Ok(())
+    }
+    unsafe fn copy(&self, _: usize, _: usize, _: usize, _: usize) -> Result<()> {
+        Ok(())
+    }
+    unsafe fn copy_peer(
+        &self,
+        _: usize,
+        _: usize,
+        _: DeviceId,
+        _: usize,
+        _: DeviceId,
+        _: usize,
+    ) -> Result<()> {
+        Ok(())
+    }
+    unsafe fn fill(&self, _: usize, _: usize, _: u8, _: usize) -> Result<()> {
+        Ok(())
+    }
+    unsafe fn fill_elements(&self, _: usize, _: usize, _: FillValue, _: usize) -> Result<()> {
+        Ok(())
+    }
+    unsafe fn module_load(&self, _: DeviceId, _: *const c_void) -> Result<usize> {
+        Ok(self.next(1))
+    }
+    fn module_unload(&self, _: usize) -> Result<()> {
+        Ok(())
+    }
+    fn module_kernel(&self, _: usize, _: &CStr) -> Result<usize> {
+        Ok(self.next(1))
+    }
+    fn kernel(&self, _: DeviceId, _: &str) -> Result<usize> {
+        Ok(self.next(1))
+    }
+    fn kernel_static_workgroup_bytes(&self, _: usize) -> Result<u32> {
+        Ok(0)
+    }
+    fn kernel_allow_workgroup_bytes(&self, _: usize, _: u32) -> Result<()> {
+        Ok(())
+    }
+    unsafe fn launch(
+        &self,
+        stream: usize,
+        kernel: usize,
+        _: LaunchDims,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        black_box((stream, kernel, args));
+        Ok(())
+    }
+    unsafe fn launch_packed(
+        &self,
+        stream: usize,
+        kernel: usize,
+        _: LaunchDims,
+        params: *mut *mut c_void,
+    ) -> Result<()> {
+        black_box((stream, kernel, params));
+        Ok(())
+    }
+}
+
+fn null_backend(c: &mut Criterion) {
+    let mut group = c.benchmark_group("null_backend");
+    let rt = Runtime::new(NullBackend::new()).unwrap();
+    let buffer = rt.alloc(D0, MemoryKind::Device, 1024).unwrap();
+    let fill = rt.kernel(D0, "fill_u32").unwrap();
+    let dims = LaunchDims::linear(1, 256);
+    let args = [Arg::Span(buffer.all()), Arg::U32(7), Arg::U64(256)];
+    group.bench_function("runtime_launch_in_chain", |b| {
+        b.iter_custom(|iterations| {
+            let start = std::time::Instant::now();
+            let mut chain = Vec::with_capacity(1);
+            for i in 0..iterations {
+                // SAFETY: the null backend touches no memory.
+                let token = unsafe { fill.launch(dims, &args, &mut chain) }.unwrap();
+                chain.push(token);
+                if i as usize % BATCH == BATCH - 1 {
+                    rt.wait(chain.pop().unwrap()).unwrap();
+                }
+            }
+            if let Some(token) = chain.pop() {
+                rt.wait(token).unwrap();
+            }
+            start.elapsed()
+        })
+    });
+    let backend = rt.backend();
+    let (stream, kernel) = (
+        backend.stream_create(D0).unwrap(),
+        backend.kernel(D0, "fill_u32").unwrap(),
+    );
+    let values = [
+        KernelArg::Ptr(buffer.address()),
+        KernelArg::U32(7),
+        KernelArg::U64(256),
+    ];
+    group.bench_function("backend_launch", |b| {
+        // SAFETY: the null backend touches no memory.
+        b.iter(|| unsafe { backend.launch(black_box(stream), kernel, dims, &values) }.unwrap())
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    operations,
+    guard,
+    worker,
+    allocation_hit,
+    null_backend
+);
+criterion_main!(benches);

@@ -1,0 +1,315 @@
+//! The host backend's memory: device allocations backed by host memory (tracked, capacity
+//! limited, freed only once no queued work holds them) and the registered host ranges.
+
+use alloc::collections::BTreeMap;
+use alloc::collections::btree_map::Entry;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicUsize, Ordering};
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+
+use super::HostErrorCode;
+use gpu_core::allocator::MemoryKind;
+use gpu_core::error::{ByteRange, Error, Result};
+use gpu_core::id::DeviceId;
+
+/// Alignment of every allocation, as CUDA guarantees for device memory.
+pub const HOST_ALLOCATION_ALIGNMENT: usize = 256;
+
+/// One block of host memory standing in for device memory. It is shared (`Arc`) by the
+/// allocation table and by every queued work item that touches it, and returned to the host
+/// allocator when the last holder lets go: a free never pulls memory from under queued work.
+#[derive(Debug)]
+pub(super) struct Block {
+    ptr: NonNull<u8>,
+    layout: Layout,
+    /// The owning device's bytes in use, given back when the block is released.
+    usage: Arc<AtomicUsize>,
+}
+
+// SAFETY: a `Block` owns its memory outright; the pointer is only an address for other
+// threads, which access the memory through raw pointers in queue order (as a GPU would).
+unsafe impl Send for Block {}
+// SAFETY: as above; `Block` has no interior state behind `&self`.
+unsafe impl Sync for Block {}
+
+impl Block {
+    /// The block's bytes as a range.
+    pub(super) fn range(&self) -> ByteRange {
+        ByteRange {
+            start: self.ptr.as_ptr() as usize,
+            len: self.layout.size(),
+        }
+    }
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from `alloc_zeroed(self.layout)` and is released exactly once.
+        unsafe { dealloc(self.ptr.as_ptr(), self.layout) };
+        self.usage.fetch_sub(self.layout.size(), Ordering::AcqRel);
+    }
+}
+
+/// A live allocation as the table records it.
+#[derive(Debug)]
+pub(super) struct Allocation {
+    /// The device it was allocated on.
+    pub(super) device: DeviceId,
+    /// Its memory kind.
+    pub(super) kind: MemoryKind,
+    /// Allocated in a stream's order (from the device's pool, on a GPU driver).
+    pub(super) stream_ordered: bool,
+    /// The memory, shared with queued work that touches it.
+    pub(super) block: Arc<Block>,
+}
+
+impl Allocation {
+    /// Whether a copy on a stream of `stream_device` may touch this allocation with the plain
+    /// copy call, given `reaches(stream_device, owner)`: the driver rule of
+    /// [`gpu_core::backend::Backend::copy`]: another device's stream-ordered device memory only
+    /// with peer access.
+    pub(super) fn plain_copy_allowed(
+        &self,
+        stream_device: DeviceId,
+        reaches: impl Fn(DeviceId, DeviceId) -> bool,
+    ) -> bool {
+        self.device == stream_device
+            || self.kind != MemoryKind::Device
+            || !self.stream_ordered
+            || reaches(stream_device, self.device)
+    }
+}
+
+/// Memory a launch's pointer argument lies in, kept alive (allocations) or remembered
+/// (registered ranges) for the launch's lifetime.
+#[derive(Clone, Debug)]
+pub(super) enum Region {
+    /// A backend allocation.
+    Allocation(Arc<Block>),
+    /// A registered host range.
+    Registered(ByteRange),
+}
+
+impl Region {
+    pub(super) fn range(&self) -> ByteRange {
+        match self {
+            Region::Allocation(block) => block.range(),
+            Region::Registered(range) => *range,
+        }
+    }
+}
+
+/// Every allocation and registered range of one backend.
+#[derive(Debug)]
+pub(super) struct Memory {
+    allocations: BTreeMap<usize, Allocation>,
+    registered: BTreeMap<usize, usize>,
+    /// Per device: bytes of live blocks (including blocks freed but still held by queued work).
+    usage: Vec<Arc<AtomicUsize>>,
+    capacity: Vec<usize>,
+}
+
+/// The entry of `map` (keyed by start) with the highest start at or below `range`'s last
+/// byte, if it shares a byte with `range`: the only entry that can, since entries never overlap.
+fn overlapping<V>(
+    map: &BTreeMap<usize, V>,
+    range: ByteRange,
+    extent: impl Fn(usize, &V) -> ByteRange,
+) -> Option<&V> {
+    map.range(..=range.last())
+        .next_back()
+        .filter(|&(&start, v)| extent(start, v).overlaps(&range))
+        .map(|(_, v)| v)
+}
+
+fn allocation_extent(_start: usize, a: &Allocation) -> ByteRange {
+    a.block.range()
+}
+
+fn registered_extent(start: usize, len: &usize) -> ByteRange {
+    ByteRange { start, len: *len }
+}
+
+/// The one-byte range at `ptr`.
+fn byte_at(ptr: usize) -> ByteRange {
+    ByteRange { start: ptr, len: 1 }
+}
+
+impl Memory {
+    /// Empty memory for devices with the given capacities.
+    pub(super) fn new(capacity: Vec<usize>) -> Self {
+        Self {
+            allocations: BTreeMap::new(),
+            registered: BTreeMap::new(),
+            usage: capacity
+                .iter()
+                .map(|_| Arc::new(AtomicUsize::new(0)))
+                .collect(),
+            capacity,
+        }
+    }
+
+    /// Allocates `bytes` zeroed bytes of `kind` on `device` (`stream_ordered`: in a stream's
+    /// order, as from a driver's pool), or `None` when the device's capacity (or the host)
+    /// cannot hold them.
+    pub(super) fn allocate(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        bytes: usize,
+        stream_ordered: bool,
+    ) -> Result<Option<usize>> {
+        if bytes == 0 {
+            return Err(Error::ZeroSize {
+                what: "allocation size",
+            });
+        }
+        let usage = &self.usage[device.index()];
+        // The table's lock serialises allocations; releases only make room meanwhile.
+        let available = self.capacity[device.index()].saturating_sub(usage.load(Ordering::Acquire));
+        if bytes > available {
+            return Ok(None);
+        }
+        let Ok(layout) = Layout::from_size_align(bytes, HOST_ALLOCATION_ALIGNMENT) else {
+            return Ok(None);
+        };
+        // SAFETY: `layout` has a non-zero size.
+        let Some(ptr) = NonNull::new(unsafe { alloc_zeroed(layout) }) else {
+            return Ok(None);
+        };
+        usage.fetch_add(bytes, Ordering::AcqRel);
+        let block = Arc::new(Block {
+            ptr,
+            layout,
+            usage: usage.clone(),
+        });
+        let address = ptr.as_ptr() as usize;
+        self.allocations.insert(
+            address,
+            Allocation {
+                device,
+                kind,
+                stream_ordered,
+                block,
+            },
+        );
+        Ok(Some(address))
+    }
+
+    /// Takes the allocation at `address` out of the table, after checking it is a live
+    /// allocation of `device` and `kind`. The caller drops the block (free now) or hands it to
+    /// a stream (free after the stream's queued work).
+    pub(super) fn release(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        call: &'static str,
+    ) -> Result<Arc<Block>> {
+        match self.allocations.entry(address) {
+            Entry::Occupied(a) if a.get().device == device && a.get().kind == kind => {
+                Ok(a.remove().block)
+            }
+            _ => Err(HostErrorCode::InvalidValue.error(call)),
+        }
+    }
+
+    /// The allocation `range` lies in, or `None` if it touches no allocation (caller's host
+    /// memory). A range that runs out of an allocation is an error, as a driver's bounds check.
+    pub(super) fn holder(
+        &self,
+        range: ByteRange,
+        call: &'static str,
+    ) -> Result<Option<&Allocation>> {
+        match overlapping(&self.allocations, range, allocation_extent) {
+            None => Ok(None),
+            Some(a) if a.block.range().contains(&range) => Ok(Some(a)),
+            Some(_) => Err(HostErrorCode::InvalidValue.error(call)),
+        }
+    }
+
+    /// The allocation or registered range `ptr` lies in, if any.
+    pub(super) fn region_of(&self, ptr: usize) -> Option<Region> {
+        if let Some(a) = overlapping(&self.allocations, byte_at(ptr), allocation_extent) {
+            return Some(Region::Allocation(a.block.clone()));
+        }
+        self.registered_containing(ptr).map(Region::Registered)
+    }
+
+    fn registered_containing(&self, ptr: usize) -> Option<ByteRange> {
+        self.registered
+            .range(..=ptr)
+            .next_back()
+            .map(|(&start, len)| registered_extent(start, len))
+            .filter(|r| r.last() >= ptr)
+    }
+
+    /// Records `range` as pinned. Overlapping a registered range or a host-pinned allocation
+    /// is `HOST_MEMORY_ALREADY_REGISTERED`; overlapping device or managed memory is
+    /// `HOST_INVALID_VALUE` (it is not the caller's host memory).
+    pub(super) fn register(&mut self, range: ByteRange, call: &'static str) -> Result<()> {
+        if overlapping(&self.registered, range, registered_extent).is_some() {
+            return Err(HostErrorCode::MemoryAlreadyRegistered.error(call));
+        }
+        if let Some(a) = overlapping(&self.allocations, range, allocation_extent) {
+            return Err(if a.kind == MemoryKind::HostPinned {
+                HostErrorCode::MemoryAlreadyRegistered.error(call)
+            } else {
+                HostErrorCode::InvalidValue.error(call)
+            });
+        }
+        self.registered.insert(range.start, range.len);
+        Ok(())
+    }
+
+    /// Forgets the registered range that starts at `start`.
+    pub(super) fn unregister(&mut self, start: usize, call: &'static str) -> Result<()> {
+        if self.registered.remove(&start).is_some() {
+            Ok(())
+        } else if self.registered_containing(start).is_some() {
+            Err(HostErrorCode::InvalidValue.error(call))
+        } else {
+            Err(HostErrorCode::MemoryNotRegistered.error(call))
+        }
+    }
+
+    /// The pinned extent `ptr` lies in: a registered range or a host-pinned allocation.
+    pub(super) fn pinned_extent(&self, ptr: usize) -> Option<ByteRange> {
+        self.registered_containing(ptr).or_else(|| {
+            overlapping(&self.allocations, byte_at(ptr), allocation_extent)
+                .filter(|a| a.kind == MemoryKind::HostPinned)
+                .map(|a| a.block.range())
+        })
+    }
+
+    /// Live allocations and their bytes.
+    pub(super) fn allocation_totals(&self) -> (usize, usize) {
+        let bytes = self.allocations.values().map(|a| a.block.range().len).sum();
+        (self.allocations.len(), bytes)
+    }
+
+    /// Registered ranges and their bytes.
+    pub(super) fn registered_totals(&self) -> (usize, usize) {
+        (self.registered.len(), self.registered.values().sum())
+    }
+
+    /// Bytes of `device`'s blocks not yet returned to the host (live, or freed and still held
+    /// by queued work).
+    pub(super) fn device_usage(&self, device: DeviceId) -> usize {
+        self.usage[device.index()].load(Ordering::Acquire)
+    }
+
+    /// Drops every allocation of `device` (a reset): each block goes back to the host once
+    /// the queued work holding it lets go.
+    pub(super) fn release_device(&mut self, device: DeviceId) {
+        self.allocations.retain(|_, a| a.device != device);
+    }
+
+    /// Drops every allocation and registration (the backend is going away).
+    pub(super) fn clear(&mut self) {
+        self.allocations.clear();
+        self.registered.clear();
+    }
+}

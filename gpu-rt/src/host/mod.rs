@@ -1,0 +1,1013 @@
+//! The host backend: a complete [`Backend`] with no GPU, where device memory is host memory,
+//! streams are worker threads, kernels are registered Rust functions, and faults can be injected.
+//!
+//! It is the embedded default: the runtime, the conformance suite and the examples run on it.
+//! It is strict where a driver is strict, and a little stricter where that catches runtime
+//! bugs. Every misuse is a typed [`Error::Driver`] named `HOST_...` with CUDA's number for the
+//! same situation (see [`HostErrorCode`]), except an unknown kernel name and library kernel
+//! arguments that do not match its parameters, which are [`Error::UnknownKernel`] and
+//! [`Error::KernelArgumentMismatch`] as on the CUDA backend.
+//!
+//! # Rules
+//! - **Current device.** Each OS thread has a current device per backend instance, as CUDA
+//!   keeps a current context. Every call that acts on a device, directly or through a stream,
+//!   event or kernel of it, fails with `HOST_WRONG_CURRENT_DEVICE` unless that device is
+//!   current. As in CUDA, `stream_wait_event` checks the stream's device only (the event may be
+//!   another device's), and `event_query`, `event_synchronize` and the `host_*` calls need no
+//!   current device. There are no foreign contexts, so [`Backend::SavedCurrent`] is
+//!   `Option<DeviceId>` and saving and restoring are getting and setting the current device.
+//! - **Memory.** Allocations are zeroed host memory aligned to
+//!   [`HOST_ALLOCATION_ALIGNMENT`], counted against the device's capacity (`Ok(None)` beyond
+//!   it). Freeing an address that is not a live allocation of that device and kind is
+//!   `HOST_INVALID_VALUE`; freeing after a stream of another device is `HOST_INVALID_HANDLE`. A freed block goes back to the host only once the queued work that
+//!   touches it has run (`free` with `after` also waits for the stream's earlier work), so a
+//!   free never pulls memory from under a copy or kernel.
+//! - **Peer access.** Two devices whose configs both have [`HostDeviceConfig::peer_link`] can
+//!   be given access to each other's memory ([`Backend::enable_peer_access`], one direction a
+//!   call). As on CUDA (measured on two H100s), a plain `copy` on a stream of device S that
+//!   touches device memory another device allocated in a stream's order is
+//!   `HOST_INVALID_VALUE` unless S has access to that device; `copy_peer` names each side's
+//!   device and is accepted either way (a side that is an allocation must be of the device
+//!   named for it).
+//! - **Copies and fills** accept any address, as a unified-addressing driver does: a null
+//!   address is [`Error::NullPointer`], a range past the end of the address space
+//!   [`Error::AddressOverflow`], and a range that touches an allocation must lie inside it
+//!   (else `HOST_INVALID_VALUE`), all before anything is queued; any other address is taken as
+//!   the caller's host memory, which must stay valid until the queued work has run (the one
+//!   obligation of their `# Safety` sections that the backend cannot check).
+//! - **Streams** run their work in order on one worker thread each. Destroying a stream lets
+//!   its queued work finish. Work reads and writes device memory with relaxed atomic bytes
+//!   (`bytes.rs`): work a program left unordered, which a GPU runs with an unspecified
+//!   result, gives an unspecified value here too and is never a data race (CI runs those
+//!   accesses under Miri).
+//! - **Failures**, as a GPU driver's: a call refused for its arguments (a bad launch shape,
+//!   an address out of bounds, an injected fault) changes nothing and affects nothing else.
+//!   Work that fails while it runs is the stream's failure: its later items are skipped and
+//!   its synchronisations report it. A fault (a kernel's illegal address or panic:
+//!   `HOST_ILLEGAL_ADDRESS`, `HOST_LAUNCH_FAILED`, the codes of
+//!   [`gpu_core::error::DriverError::loses_device`]) also loses the device, as a kernel fault's
+//!   sticky error does on CUDA: every later call that works on the device
+//!   (creating, enqueuing, synchronising, querying, on any stream or event of it) reports that
+//!   failure with its code, until [`Backend::reset_device`], which tears down the device's
+//!   streams, events, allocations, kernels and peer access and makes it usable again.
+//!   Destroys and frees still work on a lost device. Other devices go on: a stream that waits
+//!   on a lost device's record goes past it.
+//! - **Events** belong to the device current at creation; recording on another device's
+//!   stream is `HOST_INVALID_HANDLE`. An event never recorded is complete; a wait captures the
+//!   event's last record at the time of the call.
+//! - **Host registration** is process-wide for the backend: overlapping a registered range or
+//!   a host-pinned allocation is `HOST_MEMORY_ALREADY_REGISTERED`, unregistering needs the
+//!   exact start (`HOST_INVALID_VALUE` inside a range, `HOST_MEMORY_NOT_REGISTERED` elsewhere);
+//!   host-pinned allocations count as pinned for [`Backend::host_pinned_extent`]. Every
+//!   device's address for host memory is the host address.
+//! - **Kernels** are registered by name ([`HostBackend::register_kernel`]; the standard
+//!   library is there from the start) and run one workgroup at a time, each with zeroed dynamic
+//!   workgroup memory. A launch of a standard library kernel whose arguments differ in number
+//!   or kinds from the library's table is [`Error::KernelArgumentMismatch`] at once, as on the
+//!   GPU backends; other kernels check their arguments when they run. A launch's dynamic workgroup memory may not exceed the device's default
+//!   limit, or once `kernel_allow_workgroup_bytes` has set the kernel's own limit (at most the
+//!   device's opt-in maximum), that limit, as CUDA's `MAX_DYNAMIC_SHARED_SIZE_BYTES` works.
+//!   A kernel reaches only memory its pointer arguments lie in ([`KernelContext::view`]): an
+//!   allocation (held until the kernel has run) or a registered host range (which the caller
+//!   must keep valid, and registered, until then).
+//! - **Handles** are never reused, by this backend or any other in the process, so a stale or
+//!   foreign handle is always `HOST_INVALID_HANDLE`.
+//!
+//! # Test support
+//! [`HostBackend::fail_nth`] and [`HostBackend::fail_nth_call`] make a chosen call fail with
+//! `HOST_INJECTED_FAULT` and no effect, [`HostBackend::calls`] counts calls,
+//! [`HostBackend::stats`] counts live objects, and [`HostBackend::work_log`] gives each work
+//! item's start and finish in one backend-wide sequence. Dropping the backend lets every
+//! stream finish its work, joins every worker thread, and frees what is left.
+
+mod bytes;
+mod codes;
+mod config;
+mod current;
+mod faults;
+mod kernels;
+mod library;
+mod memory;
+mod streams;
+#[cfg(test)]
+mod tests;
+
+use alloc::boxed::Box;
+use alloc::format;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, Ordering};
+use hashbrown::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+
+use core::ffi::{CStr, c_void};
+use gpu_core::allocator::MemoryKind;
+use gpu_core::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device};
+use gpu_core::error::{ByteRange, Error, Result};
+use gpu_core::id::DeviceId;
+
+use current::CurrentDevice;
+use faults::CallLedger;
+use kernels::{KernelRegistry, Launch};
+use memory::Memory;
+use streams::{DeviceHealth, EventSlot, Payload, RecordPoint, StreamShared, WorkLog, run_worker};
+
+pub use codes::HostErrorCode;
+pub use config::{HostConfig, HostDeviceConfig, HostStats};
+pub use faults::{CallCounts, CallKind};
+pub use kernels::{DeviceScalar, DeviceView, HostKernel, KernelContext, KernelFn};
+pub use library::standard_kernels;
+pub use memory::HOST_ALLOCATION_ALIGNMENT;
+pub use streams::{HostEvent, HostStream, WorkOp, WorkOutcome, WorkRecord};
+
+pub use gpu_core::backend::MAX_THREADS_PER_WORKGROUP;
+
+/// Locks `mutex`, ignoring poisoning: every critical section leaves its data consistent
+/// before anything that can panic runs.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A live stream and its worker.
+struct StreamEntry {
+    shared: Arc<StreamShared>,
+    worker: JoinHandle<()>,
+}
+
+/// Live streams, and destroyed ones whose worker may still be draining.
+#[derive(Default)]
+struct StreamTable {
+    live: HashMap<HostStream, StreamEntry>,
+    draining: Vec<StreamEntry>,
+}
+
+impl StreamTable {
+    /// Joins the workers of destroyed streams that have finished.
+    fn reap(&mut self) {
+        let (done, running) = core::mem::take(&mut self.draining)
+            .into_iter()
+            .partition(|e| e.worker.is_finished());
+        self.draining = running;
+        join_all(done);
+    }
+}
+
+fn join_all(entries: Vec<StreamEntry>) {
+    for entry in entries {
+        // A worker only panics if a lock's data was left inconsistent, which no section does.
+        let _ = entry.worker.join();
+    }
+}
+
+/// A module image on the host backend, which cannot load any ([`Backend::module_load`] is
+/// [`Error::Unsupported`] there): a type with no values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostModule {}
+
+/// The host backend. See the [module documentation](self).
+pub struct HostBackend {
+    devices: Vec<HostDeviceConfig>,
+    current: CurrentDevice,
+    calls: CallLedger,
+    memory: Mutex<Memory>,
+    streams: Mutex<StreamTable>,
+    events: Mutex<HashMap<HostEvent, EventSlot>>,
+    kernels: Mutex<KernelRegistry>,
+    log: Arc<WorkLog>,
+    /// `peer_access[device * count + peer]`: whether `device` was given access to `peer`.
+    peer_access: Vec<AtomicBool>,
+    /// Per device: lost after a failure of work on it, until reset.
+    health: Vec<Arc<DeviceHealth>>,
+}
+
+impl HostBackend {
+    /// A backend with `config`'s devices and the standard kernel library registered.
+    pub fn new(config: HostConfig) -> Self {
+        let mut kernels = KernelRegistry::default();
+        for (name, function) in standard_kernels() {
+            kernels.register(name, function, 0);
+        }
+        let device_count = config.devices.len();
+        Self {
+            memory: Mutex::new(Memory::new(
+                config.devices.iter().map(|d| d.memory_capacity).collect(),
+            )),
+            devices: config.devices,
+            current: CurrentDevice::new(),
+            calls: CallLedger::new(),
+            streams: Mutex::new(StreamTable::default()),
+            events: Mutex::new(HashMap::new()),
+            kernels: Mutex::new(kernels),
+            log: Arc::new(WorkLog::new(config.work_log_capacity)),
+            peer_access: (0..device_count * device_count)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+            health: (0..device_count).map(|_| Arc::default()).collect(),
+        }
+    }
+
+    /// Registers `function` as the kernel `name` (replacing one of that name for later loads;
+    /// kernels already loaded keep their function, as a loaded module would). A kernel
+    /// registered under a name of the standard library
+    /// ([`gpu_core::backend::library::LIBRARY`]) must take that kernel's arguments: launches of it
+    /// are checked against the library's table, here and in the runtime.
+    pub fn register_kernel(
+        &self,
+        name: &str,
+        function: impl Fn(&KernelContext<'_>, &mut [u8]) -> Result<()> + Send + Sync + 'static,
+    ) {
+        self.register_kernel_with_static_workgroup_bytes(name, 0, function);
+    }
+
+    /// [`Self::register_kernel`] for a kernel that declares `static_bytes` of workgroup memory
+    /// (as a GPU kernel's fixed-size shared arrays): they count against the device's limits
+    /// with the dynamic bytes, as a driver counts them ([`Backend::kernel_static_workgroup_bytes`]
+    /// reports them; the opt-in and launches refuse what would pass the limits with them).
+    pub fn register_kernel_with_static_workgroup_bytes(
+        &self,
+        name: &str,
+        static_bytes: u32,
+        function: impl Fn(&KernelContext<'_>, &mut [u8]) -> Result<()> + Send + Sync + 'static,
+    ) {
+        lock(&self.kernels).register(name, Arc::new(function), static_bytes);
+    }
+
+    /// Makes the `n`th call of `kind` from now fail with `HOST_INJECTED_FAULT`, changing
+    /// nothing (1 = the next call; 0 also means the next).
+    pub fn fail_nth(&self, kind: CallKind, n: u64) {
+        self.calls.fail_nth(kind, n);
+    }
+
+    /// Makes the `n`th driver call of any kind from now fail with `HOST_INJECTED_FAULT`,
+    /// changing nothing (1 = the next call; 0 also means the next). Only calls counted in
+    /// [`CallCounts::total`] are counted (see [`CallKind::in_total`]).
+    pub fn fail_nth_call(&self, n: u64) {
+        self.calls.fail_nth_call(n);
+    }
+
+    /// Disarms every injected fault that has not fired; returns how many there were.
+    pub fn clear_faults(&self) -> usize {
+        self.calls.clear()
+    }
+
+    /// How many driver calls have been made, in all and per kind.
+    pub fn calls(&self) -> CallCounts {
+        self.calls.counts()
+    }
+
+    /// Live objects, for leak checks.
+    pub fn stats(&self) -> HostStats {
+        let (allocations, allocated_bytes, registered_ranges, registered_bytes) = {
+            let memory = lock(&self.memory);
+            let (allocations, allocated) = memory.allocation_totals();
+            let (ranges, registered) = memory.registered_totals();
+            (allocations, allocated, ranges, registered)
+        };
+        let (streams, draining_streams) = {
+            let mut table = lock(&self.streams);
+            table.reap();
+            (table.live.len(), table.draining.len())
+        };
+        HostStats {
+            streams,
+            draining_streams,
+            events: lock(&self.events).len(),
+            allocations,
+            allocated_bytes,
+            registered_ranges,
+            registered_bytes,
+            faults_injected: self.calls.injected(),
+        }
+    }
+
+    /// Bytes of `device`'s memory not yet returned to the host: live allocations plus freed
+    /// ones still held by queued work.
+    pub fn device_memory_in_use(&self, device: DeviceId) -> Result<usize> {
+        check_device(self, device)?;
+        Ok(lock(&self.memory).device_usage(device))
+    }
+
+    /// The most recent finished work items (up to the configured capacity), in the order they
+    /// finished.
+    pub fn work_log(&self) -> Vec<WorkRecord> {
+        self.log.records()
+    }
+
+    /// Forgets the work log's records (the sequence numbers go on increasing).
+    pub fn clear_work_log(&self) {
+        self.log.clear();
+    }
+
+    // ----- shared checks -----
+
+    /// Makes `device` current on the calling thread, after checking it exists.
+    fn make_current(&self, device: Option<DeviceId>) -> Result<()> {
+        if let Some(device) = device {
+            check_device(self, device)?;
+        }
+        self.current.set(device);
+        Ok(())
+    }
+
+    fn device_config(&self, device: DeviceId) -> Result<&HostDeviceConfig> {
+        check_device(self, device)?;
+        Ok(&self.devices[device.index()])
+    }
+
+    /// The live stream behind `stream`.
+    fn stream(&self, stream: HostStream, call: &'static str) -> Result<Arc<StreamShared>> {
+        lock(&self.streams)
+            .live
+            .get(&stream)
+            .map(|e| e.shared.clone())
+            .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))
+    }
+
+    /// The live stream behind `stream`, whose device must be current and not lost.
+    fn current_stream(&self, stream: HostStream, call: &'static str) -> Result<Arc<StreamShared>> {
+        let shared = self.stream(stream, call)?;
+        self.usable(shared.device, call)?;
+        Ok(shared)
+    }
+
+    /// Refuses a call that works on `device` unless the device is current and not lost (a
+    /// lost device's calls report the failure that lost it, with its code, as a GPU driver's
+    /// sticky error does).
+    fn usable(&self, device: DeviceId, call: &'static str) -> Result<()> {
+        self.current.require(device, call)?;
+        self.not_lost(device, call)
+    }
+
+    fn not_lost(&self, device: DeviceId, call: &'static str) -> Result<()> {
+        match self.health[device.index()].lost() {
+            None => Ok(()),
+            Some(cause) => Err(HostErrorCode::of(&cause)
+                .unwrap_or(HostErrorCode::LaunchFailed)
+                .error(call)),
+        }
+    }
+
+    /// The failure that lost `device`, if it is lost (a device is lost by the first work
+    /// item that fails on it, until [`Backend::reset_device`]).
+    pub fn device_lost(&self, device: DeviceId) -> Option<Error> {
+        self.health
+            .get(device.index())
+            .and_then(|health| health.lost())
+    }
+
+    /// The last record of the live event behind `event`, whose device must not be lost.
+    fn event_of_usable_device(
+        &self,
+        event: HostEvent,
+        call: &'static str,
+    ) -> Result<Option<RecordPoint>> {
+        let device = lock(&self.events)
+            .get(&event)
+            .map(|slot| slot.device)
+            .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))?;
+        self.not_lost(device, call)?;
+        self.last_record(event, call)
+    }
+
+    /// The last record of the live event behind `event` (`None`: never recorded).
+    fn last_record(&self, event: HostEvent, call: &'static str) -> Result<Option<RecordPoint>> {
+        lock(&self.events)
+            .get(&event)
+            .map(|slot| slot.last.clone())
+            .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))
+    }
+
+    /// The allocation a copy or fill touches at `address`, if any, checked to lie inside it
+    /// (the caller holds its block for the queued item).
+    fn hold_range<'m>(
+        memory: &'m Memory,
+        address: usize,
+        bytes: usize,
+        what: &'static str,
+        call: &'static str,
+    ) -> Result<Option<&'m memory::Allocation>> {
+        if address == 0 {
+            return Err(Error::NullPointer { what });
+        }
+        if bytes == 0 {
+            return Ok(None);
+        }
+        let range = ByteRange::new(address, bytes).ok_or_else(|| Error::AddressOverflow {
+            ptr: address,
+            len: bytes,
+        })?;
+        memory.holder(range, call)
+    }
+
+    fn allocate_checked(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        bytes: usize,
+        stream_ordered: bool,
+        call: &'static str,
+    ) -> Result<Option<usize>> {
+        let support = self.device_config(device)?.allocator.support(kind);
+        if kind == MemoryKind::HostRegistered {
+            return Err(HostErrorCode::InvalidValue.error(call));
+        }
+        if !support.available || (stream_ordered && !support.stream_ordered) {
+            return Err(HostErrorCode::NotSupported.error(call));
+        }
+        if bytes > support.max_size {
+            return Ok(None);
+        }
+        lock(&self.memory).allocate(device, kind, bytes, stream_ordered)
+    }
+
+    /// Whether `device` was given access to `peer`'s memory.
+    fn reaches(&self, device: DeviceId, peer: DeviceId) -> bool {
+        self.peer_access[device.index() * self.devices.len() + peer.index()].load(Ordering::Acquire)
+    }
+
+    /// Queues a copy on `shared` after checking both sides; `allowed` judges each side that is
+    /// an allocation (the rule of the calling copy form).
+    fn enqueue_copy(
+        &self,
+        shared: &Arc<StreamShared>,
+        dst: usize,
+        src: usize,
+        bytes: usize,
+        call: &'static str,
+        allowed: impl Fn(&memory::Allocation, &'static str) -> bool,
+    ) -> Result<()> {
+        let hold = {
+            let memory = lock(&self.memory);
+            let dst_side = Self::hold_range(&memory, dst, bytes, "copy destination", call)?;
+            let src_side = Self::hold_range(&memory, src, bytes, "copy source", call)?;
+            let mut hold = Vec::new();
+            for (side, what) in [(dst_side, "destination"), (src_side, "source")] {
+                if let Some(allocation) = side {
+                    if !allowed(allocation, what) {
+                        return Err(HostErrorCode::InvalidValue.error(call));
+                    }
+                    hold.push(allocation.block.clone());
+                }
+            }
+            hold
+        };
+        shared.enqueue(WorkOp::Copy { dst, src, bytes }, Payload::Hold(hold));
+        Ok(())
+    }
+
+    /// One slot per device in `device_ptrs` (the caller's array may be longer).
+    fn device_slots<'a>(
+        &self,
+        device_ptrs: &'a mut [usize],
+        call: &'static str,
+    ) -> Result<&'a mut [usize]> {
+        device_ptrs
+            .get_mut(..self.devices.len())
+            .ok_or_else(|| HostErrorCode::InvalidValue.error(call))
+    }
+}
+
+impl Drop for HostBackend {
+    /// Destroys every stream, lets each worker finish its queue, joins them all, then frees
+    /// what is left.
+    fn drop(&mut self) {
+        let mut table = lock(&self.streams);
+        let live: Vec<StreamEntry> = table.live.drain().map(|(_, e)| e).collect();
+        let mut entries = core::mem::take(&mut table.draining);
+        drop(table);
+        for entry in &live {
+            entry.shared.close();
+        }
+        entries.extend(live);
+        join_all(entries);
+        lock(&self.events).clear();
+        lock(&self.memory).clear();
+    }
+}
+
+impl Backend for HostBackend {
+    type Stream = HostStream;
+    type Event = HostEvent;
+    type Kernel = HostKernel;
+    type Module = HostModule;
+    type SavedCurrent = Option<DeviceId>;
+
+    fn name(&self) -> &'static str {
+        "host"
+    }
+
+    fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    fn device_info(&self, device: DeviceId) -> Result<DeviceInfo> {
+        self.calls.enter(CallKind::DeviceInfo)?;
+        let config = self.device_config(device)?;
+        Ok(DeviceInfo {
+            name: config.name.clone(),
+            total_memory: config.memory_capacity,
+            allocator: config.allocator,
+            workgroup: config.workgroup,
+            unified_addressing: true,
+            pageable_memory_access: false,
+        })
+    }
+
+    fn current_device(&self) -> Result<Option<DeviceId>> {
+        self.calls.enter(CallKind::CurrentDevice)?;
+        Ok(self.current.get())
+    }
+
+    fn set_current_device(&self, device: Option<DeviceId>) -> Result<()> {
+        self.calls.enter(CallKind::SetCurrentDevice)?;
+        self.make_current(device)
+    }
+
+    fn save_current(&self) -> Result<Option<DeviceId>> {
+        self.calls.enter(CallKind::SaveCurrent)?;
+        Ok(self.current.get())
+    }
+
+    fn restore_current(&self, saved: Option<DeviceId>) -> Result<()> {
+        self.calls.enter(CallKind::RestoreCurrent)?;
+        self.make_current(saved)
+    }
+
+    fn is_current(&self, saved: Option<DeviceId>, device: DeviceId) -> bool {
+        saved == Some(device)
+    }
+
+    fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
+        let call = self.calls.enter(CallKind::Allocate)?;
+        check_device(self, device)?;
+        self.usable(device, call)?;
+        self.allocate_checked(device, kind, bytes, false, call)
+    }
+
+    fn allocate_on_stream(
+        &self,
+        stream: HostStream,
+        kind: MemoryKind,
+        bytes: usize,
+    ) -> Result<Option<usize>> {
+        let call = self.calls.enter(CallKind::AllocateOnStream)?;
+        let shared = self.current_stream(stream, call)?;
+        // Host memory is usable at once, so it is usable in the stream's order too.
+        self.allocate_checked(shared.device, kind, bytes, true, call)
+    }
+
+    fn free(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        after: Option<HostStream>,
+    ) -> Result<()> {
+        let call = self.calls.enter(CallKind::Free)?;
+        check_device(self, device)?;
+        self.current.require(device, call)?;
+        let stream = after.map(|s| self.stream(s, call)).transpose()?;
+        if stream.as_ref().is_some_and(|s| s.device != device) {
+            return Err(HostErrorCode::InvalidHandle.error(call));
+        }
+        let block = lock(&self.memory).release(device, kind, address, call)?;
+        // Queued work holds the block too; it is returned to the host once all let go.
+        if let Some(stream) = stream {
+            stream.enqueue(WorkOp::Free { address }, Payload::Hold(alloc::vec![block]));
+        }
+        Ok(())
+    }
+
+    fn host_register(&self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
+        let call = self.calls.enter(CallKind::HostRegister)?;
+        let slots = self.device_slots(device_ptrs, call)?;
+        lock(&self.memory).register(range, call)?;
+        // Every device reaches host memory at its host address.
+        slots.fill(range.start);
+        Ok(())
+    }
+
+    fn host_unregister(&self, start: usize) -> Result<()> {
+        let call = self.calls.enter(CallKind::HostUnregister)?;
+        lock(&self.memory).unregister(start, call)
+    }
+
+    fn host_pinned_extent(
+        &self,
+        ptr: usize,
+        device_ptrs: &mut [usize],
+    ) -> Result<Option<ByteRange>> {
+        let call = self.calls.enter(CallKind::HostPinnedExtent)?;
+        let slots = self.device_slots(device_ptrs, call)?;
+        let extent = lock(&self.memory).pinned_extent(ptr);
+        if let Some(extent) = extent {
+            slots.fill(extent.start);
+        }
+        Ok(extent)
+    }
+
+    fn stream_create(&self, device: DeviceId) -> Result<HostStream> {
+        let call = self.calls.enter(CallKind::StreamCreate)?;
+        check_device(self, device)?;
+        self.usable(device, call)?;
+        let handle = HostStream::fresh();
+        let shared = Arc::new(StreamShared::new(
+            handle,
+            device,
+            self.health[device.index()].clone(),
+        ));
+        let worker = {
+            let (shared, log) = (shared.clone(), self.log.clone());
+            std::thread::Builder::new()
+                .name(format!("host-stream-{}", device.index()))
+                .spawn(move || run_worker(shared, log))
+                .map_err(|_| HostErrorCode::OperatingSystem.error(call))?
+        };
+        let mut table = lock(&self.streams);
+        table.reap();
+        table.live.insert(handle, StreamEntry { shared, worker });
+        Ok(handle)
+    }
+
+    /// Checks that `raw` numbers a live stream of `device` (else `HOST_INVALID_HANDLE`); not a
+    /// driver call (no call is counted and no current device is needed), as wrapping a
+    /// `CUstream` is none.
+    unsafe fn adopt_stream(&self, device: DeviceId, raw: usize) -> Result<HostStream> {
+        check_device(self, device)?;
+        let stream = HostStream::from_raw(raw);
+        let shared = self.stream(stream, "adopt_stream")?;
+        if shared.device != device {
+            // What CUDA reports for a stream of another device's context.
+            return Err(HostErrorCode::InvalidHandle.error("adopt_stream"));
+        }
+        Ok(stream)
+    }
+
+    fn stream_destroy(&self, stream: HostStream) -> Result<()> {
+        let call = self.calls.enter(CallKind::StreamDestroy)?;
+        // Destroying works on a lost device too, so that its owner can clean up.
+        let shared = self.stream(stream, call)?;
+        self.current.require(shared.device, call)?;
+        let mut table = lock(&self.streams);
+        let entry = table
+            .live
+            .remove(&shared.handle)
+            .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))?;
+        entry.shared.close();
+        table.draining.push(entry);
+        table.reap();
+        Ok(())
+    }
+
+    fn stream_synchronize(&self, stream: HostStream) -> Result<()> {
+        let call = self.calls.enter(CallKind::StreamSynchronize)?;
+        self.current_stream(stream, call)?.tail().wait()
+    }
+
+    fn event_create(&self, device: DeviceId) -> Result<HostEvent> {
+        let call = self.calls.enter(CallKind::EventCreate)?;
+        check_device(self, device)?;
+        self.usable(device, call)?;
+        let event = HostEvent::fresh();
+        lock(&self.events).insert(event, EventSlot { device, last: None });
+        Ok(event)
+    }
+
+    fn event_destroy(&self, event: HostEvent) -> Result<()> {
+        let call = self.calls.enter(CallKind::EventDestroy)?;
+        let mut events = lock(&self.events);
+        let slot = events
+            .get(&event)
+            .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))?;
+        self.current.require(slot.device, call)?;
+        events.remove(&event);
+        Ok(())
+    }
+
+    fn event_record(&self, event: HostEvent, stream: HostStream) -> Result<()> {
+        let call = self.calls.enter(CallKind::EventRecord)?;
+        let shared = self.current_stream(stream, call)?;
+        let mut events = lock(&self.events);
+        let slot = events
+            .get_mut(&event)
+            .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))?;
+        if slot.device != shared.device {
+            return Err(HostErrorCode::InvalidHandle.error(call));
+        }
+        slot.last = Some(shared.enqueue(WorkOp::Record { event }, Payload::None));
+        Ok(())
+    }
+
+    fn stream_wait_event(&self, stream: HostStream, event: HostEvent) -> Result<()> {
+        let call = self.calls.enter(CallKind::StreamWaitEvent)?;
+        let shared = self.current_stream(stream, call)?;
+        let events = lock(&self.events);
+        let slot = events
+            .get(&event)
+            .ok_or_else(|| HostErrorCode::InvalidHandle.error(call))?;
+        shared.enqueue(WorkOp::Wait { event }, Payload::Wait(slot.last.clone()));
+        Ok(())
+    }
+
+    fn event_query(&self, event: HostEvent) -> Result<bool> {
+        let call = self.calls.enter(CallKind::EventQuery)?;
+        self.event_of_usable_device(event, call)?
+            .map_or(Ok(true), |point| point.query())
+    }
+
+    fn event_synchronize(&self, event: HostEvent) -> Result<()> {
+        let call = self.calls.enter(CallKind::EventSynchronize)?;
+        self.event_of_usable_device(event, call)?
+            .map_or(Ok(()), |point| point.wait())
+    }
+
+    fn device_synchronize(&self, device: DeviceId) -> Result<()> {
+        let call = self.calls.enter(CallKind::DeviceSynchronize)?;
+        check_device(self, device)?;
+        self.usable(device, call)?;
+        let (live, draining): (Vec<_>, Vec<_>) = {
+            let table = lock(&self.streams);
+            let of_device = |e: &StreamEntry| e.shared.device == device;
+            (
+                table
+                    .live
+                    .values()
+                    .filter(|e| of_device(e))
+                    .map(|e| e.shared.tail())
+                    .collect(),
+                table
+                    .draining
+                    .iter()
+                    .filter(|e| of_device(e))
+                    .map(|e| e.shared.tail())
+                    .collect(),
+            )
+        };
+        // Destroyed streams are waited for, but their errors surface only through events.
+        for point in &draining {
+            let _ = point.wait();
+        }
+        live.iter().try_for_each(|point| point.wait())
+    }
+
+    /// Tears down everything of `device`: its streams (their queued work still runs), events,
+    /// allocations (returned once queued work lets go), loaded kernels and peer access both
+    /// ways, then makes it usable again. Host registrations are the backend's and stay.
+    fn reset_device(&self, device: DeviceId) -> Result<()> {
+        self.calls.enter(CallKind::ResetDevice)?;
+        check_device(self, device)?;
+        {
+            let mut table = lock(&self.streams);
+            let handles: Vec<HostStream> = table
+                .live
+                .iter()
+                .filter(|(_, entry)| entry.shared.device == device)
+                .map(|(&handle, _)| handle)
+                .collect();
+            for handle in handles {
+                if let Some(entry) = table.live.remove(&handle) {
+                    entry.shared.close();
+                    table.draining.push(entry);
+                }
+            }
+            table.reap();
+        }
+        lock(&self.events).retain(|_, slot| slot.device != device);
+        lock(&self.memory).release_device(device);
+        lock(&self.kernels).unload_device(device);
+        let count = self.devices.len();
+        for other in 0..count {
+            self.peer_access[device.index() * count + other].store(false, Ordering::Release);
+            self.peer_access[other * count + device.index()].store(false, Ordering::Release);
+        }
+        self.health[device.index()].restore();
+        Ok(())
+    }
+
+    fn peer_access_possible(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {
+        self.calls.enter(CallKind::PeerAccessPossible)?;
+        let linked =
+            |d: DeviceId| check_device(self, d).map(|()| self.devices[d.index()].peer_link);
+        Ok(device != peer && linked(device)? && linked(peer)?)
+    }
+
+    /// Refused (`HOST_PEER_ACCESS_UNSUPPORTED`) between devices without a link and for a
+    /// device and itself.
+    fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()> {
+        let call = self.calls.enter(CallKind::EnablePeerAccess)?;
+        check_device(self, device)?;
+        check_device(self, peer)?;
+        self.usable(device, call)?;
+        if device == peer
+            || !self.devices[device.index()].peer_link
+            || !self.devices[peer.index()].peer_link
+        {
+            return Err(HostErrorCode::PeerAccessUnsupported.error(call));
+        }
+        self.peer_access[device.index() * self.devices.len() + peer.index()]
+            .store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// # Safety
+    /// As the trait's, but only for memory that is not an allocation of this backend (the
+    /// caller's host memory, registered or not): a null, overflowing or partly allocated range
+    /// is refused, and an allocation is held until the copy has run. The host must still not
+    /// race with the copy on the bytes it touches.
+    unsafe fn copy(&self, stream: HostStream, dst: usize, src: usize, bytes: usize) -> Result<()> {
+        let call = self.calls.enter(CallKind::Copy)?;
+        let shared = self.current_stream(stream, call)?;
+        let device = shared.device;
+        self.enqueue_copy(&shared, dst, src, bytes, call, |allocation, _| {
+            allocation.plain_copy_allowed(device, |from, to| self.reaches(from, to))
+        })
+    }
+
+    /// # Safety
+    /// As for `copy`.
+    unsafe fn copy_peer(
+        &self,
+        stream: HostStream,
+        dst: usize,
+        dst_device: DeviceId,
+        src: usize,
+        src_device: DeviceId,
+        bytes: usize,
+    ) -> Result<()> {
+        let call = self.calls.enter(CallKind::CopyPeer)?;
+        check_device(self, dst_device)?;
+        check_device(self, src_device)?;
+        let shared = self.current_stream(stream, call)?;
+        self.enqueue_copy(&shared, dst, src, bytes, call, |allocation, what| {
+            let named = if what == "destination" {
+                dst_device
+            } else {
+                src_device
+            };
+            allocation.device == named
+        })
+    }
+
+    /// # Safety
+    /// As for `copy`: only a range outside this backend's allocations must be kept valid by
+    /// the caller; the host must still not race with the fill.
+    unsafe fn fill(&self, stream: HostStream, dst: usize, value: u8, bytes: usize) -> Result<()> {
+        // SAFETY: the caller's promise, for the same bytes.
+        unsafe { self.fill_elements(stream, dst, FillValue::U8(value), bytes) }
+    }
+
+    /// # Safety
+    /// As for `fill`. A destination not aligned to the element width is the driver's invalid
+    /// value, as on CUDA.
+    unsafe fn fill_elements(
+        &self,
+        stream: HostStream,
+        dst: usize,
+        value: FillValue,
+        count: usize,
+    ) -> Result<()> {
+        let call = self.calls.enter(CallKind::Fill)?;
+        let shared = self.current_stream(stream, call)?;
+        let width = value.width();
+        let bytes = count.checked_mul(width).ok_or(Error::AddressOverflow {
+            ptr: dst,
+            len: count,
+        })?;
+        if !dst.is_multiple_of(width) {
+            return Err(HostErrorCode::InvalidValue.error(call));
+        }
+        let hold = Self::hold_range(&lock(&self.memory), dst, bytes, "fill destination", call)?
+            .map(|allocation| allocation.block.clone());
+        shared.enqueue(
+            WorkOp::Fill { dst, value, bytes },
+            Payload::Hold(hold.into_iter().collect()),
+        );
+        Ok(())
+    }
+
+    /// Unsupported: the host backend runs kernels written in Rust and registered by name, and
+    /// cannot compile a foreign module image (PTX, cubin), which only a GPU driver can.
+    unsafe fn module_load(&self, device: DeviceId, _image: *const c_void) -> Result<HostModule> {
+        check_device(self, device)?;
+        Err(Error::Unsupported {
+            backend: "host",
+            what: "loading a module image (PTX or cubin: only a GPU driver compiles those)",
+        })
+    }
+
+    fn module_unload(&self, module: HostModule) -> Result<()> {
+        match module {}
+    }
+
+    fn module_kernel(&self, module: HostModule, _name: &CStr) -> Result<HostKernel> {
+        match module {}
+    }
+
+    fn kernel(&self, device: DeviceId, name: &str) -> Result<HostKernel> {
+        let call = self.calls.enter(CallKind::KernelLoad)?;
+        check_device(self, device)?;
+        self.usable(device, call)?;
+        lock(&self.kernels).load(device, name)
+    }
+
+    fn kernel_static_workgroup_bytes(&self, kernel: HostKernel) -> Result<u32> {
+        let call = self.calls.enter(CallKind::KernelStaticWorkgroupBytes)?;
+        Ok(lock(&self.kernels)
+            .get(kernel, call)?
+            .static_workgroup_bytes)
+    }
+
+    fn kernel_allow_workgroup_bytes(&self, kernel: HostKernel, bytes: u32) -> Result<()> {
+        let call = self.calls.enter(CallKind::KernelAllowWorkgroupBytes)?;
+        let mut kernels = lock(&self.kernels);
+        let loaded = kernels.get_mut(kernel, call)?;
+        self.current.require(loaded.device, call)?;
+        let limits = self.devices[loaded.device.index()].workgroup;
+        if bytes
+            > limits
+                .max_per_block()
+                .saturating_sub(loaded.static_workgroup_bytes)
+        {
+            return Err(HostErrorCode::InvalidValue.error(call));
+        }
+        loaded.allowed_workgroup_bytes = Some(bytes);
+        Ok(())
+    }
+
+    /// # Safety
+    /// As the trait's, but only for pointer arguments into registered host ranges: a kernel
+    /// reaches nothing but the allocations and registered ranges its pointer arguments lie in
+    /// ([`KernelContext::view`] refuses the rest), and allocations are held until it has run.
+    /// The host must still not race with the kernel on the bytes it touches.
+    unsafe fn launch(
+        &self,
+        stream: HostStream,
+        kernel: HostKernel,
+        dims: LaunchDims,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        let call = self.calls.enter(CallKind::Launch)?;
+        let shared = self.current_stream(stream, call)?;
+        let (function, entry, workgroup_limit) = {
+            let kernels = lock(&self.kernels);
+            let loaded = kernels.get(kernel, call)?;
+            if loaded.device != shared.device {
+                return Err(HostErrorCode::InvalidHandle.error(call));
+            }
+            (
+                loaded.function.clone(),
+                loaded.entry,
+                loaded.allowed_workgroup_bytes.unwrap_or(
+                    self.devices[shared.device.index()]
+                        .workgroup
+                        .default_per_block
+                        .saturating_sub(loaded.static_workgroup_bytes),
+                ),
+            )
+        };
+        let threads_per_group = dims.block.iter().map(|&n| u64::from(n)).product::<u64>();
+        let bad_shape = dims.grid.contains(&0)
+            || dims.block.contains(&0)
+            || threads_per_group > u64::from(MAX_THREADS_PER_WORKGROUP)
+            || dims.dynamic_workgroup_bytes > workgroup_limit;
+        if bad_shape {
+            return Err(HostErrorCode::InvalidValue.error(call));
+        }
+        if let Some(entry) = entry {
+            entry.check_arguments(args)?;
+        }
+        let regions = {
+            let memory = lock(&self.memory);
+            args.iter()
+                .filter_map(|arg| match arg {
+                    KernelArg::Ptr(p) => memory.region_of(*p),
+                    _ => None,
+                })
+                .collect()
+        };
+        let launch = Launch {
+            function,
+            dims,
+            args: args.to_vec(),
+            regions,
+        };
+        shared.enqueue(WorkOp::Launch { kernel }, Payload::Launch(Box::new(launch)));
+        Ok(())
+    }
+
+    /// Unsupported: the host backend's kernels take typed arguments ([`KernelArg`]), which a
+    /// raw parameter array does not describe.
+    unsafe fn launch_packed(
+        &self,
+        _stream: HostStream,
+        _kernel: HostKernel,
+        _dims: LaunchDims,
+        _params: *mut *mut c_void,
+    ) -> Result<()> {
+        Err(Error::Unsupported {
+            backend: "host",
+            what: "launching with a raw parameter array (its kernels take typed arguments)",
+        })
+    }
+}

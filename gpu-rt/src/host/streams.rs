@@ -1,0 +1,429 @@
+//! Streams and events of the host backend: in-order work queues, each drained by its own
+//! worker thread, completion points recorded as events, and the start/finish log of work.
+
+use alloc::boxed::Box;
+use alloc::collections::VecDeque;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU64, Ordering};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Condvar, Mutex};
+
+use super::kernels::{HostKernel, Launch};
+use super::memory::Block;
+use super::{HostErrorCode, lock};
+use gpu_core::backend::FillValue;
+use gpu_core::error::{Error, Result};
+use gpu_core::id::DeviceId;
+
+/// A stream of the host backend (the backend's [`gpu_core::backend::Backend::Stream`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HostStream {
+    id: u64,
+}
+
+/// An event of the host backend (the backend's [`gpu_core::backend::Backend::Event`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HostEvent {
+    id: u64,
+}
+
+/// Stream and event numbers, never reused by any backend in the process, so a handle from
+/// another backend or a destroyed object is always recognised as invalid.
+static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
+
+impl HostStream {
+    pub(super) fn fresh() -> Self {
+        Self {
+            id: NEXT_HANDLE.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// The stream's number, as a program that created it would hand it to another library
+    /// (what [`gpu_core::backend::Backend::adopt_stream`] takes back). Never zero.
+    pub fn raw(&self) -> usize {
+        self.id as usize
+    }
+
+    /// The handle of raw number `raw` (checked against the live streams by the caller).
+    pub(super) fn from_raw(raw: usize) -> Self {
+        Self { id: raw as u64 }
+    }
+}
+
+impl HostEvent {
+    pub(super) fn fresh() -> Self {
+        Self {
+            id: NEXT_HANDLE.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+}
+
+/// What a queued work item does, as the work log reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkOp {
+    /// Copy `bytes` from `src` to `dst`.
+    Copy {
+        /// Destination address.
+        dst: usize,
+        /// Source address.
+        src: usize,
+        /// Bytes copied.
+        bytes: usize,
+    },
+    /// Set `bytes` at `dst` to `value`, element by element.
+    Fill {
+        /// Destination address.
+        dst: usize,
+        /// The element written (a byte, or a 16- or 32-bit word).
+        value: FillValue,
+        /// Bytes written (a whole number of elements).
+        bytes: usize,
+    },
+    /// Run a kernel.
+    Launch {
+        /// The kernel launched.
+        kernel: HostKernel,
+    },
+    /// Complete an event's record.
+    Record {
+        /// The event recorded.
+        event: HostEvent,
+    },
+    /// Wait for an event's last record (as it was when the wait was enqueued).
+    Wait {
+        /// The event waited on.
+        event: HostEvent,
+    },
+    /// Return freed memory (a free ordered after the stream's earlier work).
+    Free {
+        /// The freed address.
+        address: usize,
+    },
+}
+
+/// How a work item ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkOutcome {
+    /// It ran and succeeded.
+    Done,
+    /// It ran and failed; its error is now the stream's sticky error.
+    Failed,
+    /// It did not run because an earlier item of its stream had failed (memory is still
+    /// returned by a skipped free).
+    Skipped,
+}
+
+/// One finished work item, with the backend-wide sequence numbers of its start and finish.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkRecord {
+    /// The stream it ran on.
+    pub stream: HostStream,
+    /// The stream's device.
+    pub device: DeviceId,
+    /// What it did.
+    pub op: WorkOp,
+    /// Sequence number taken when it started.
+    pub started: u64,
+    /// Sequence number taken when it finished (greater than `started`).
+    pub finished: u64,
+    /// How it ended.
+    pub outcome: WorkOutcome,
+}
+
+/// The backend-wide sequence counter and the most recent work records.
+#[derive(Debug)]
+pub(super) struct WorkLog {
+    sequence: AtomicU64,
+    capacity: usize,
+    records: Mutex<VecDeque<WorkRecord>>,
+}
+
+impl WorkLog {
+    /// A log keeping the last `capacity` records.
+    pub(super) fn new(capacity: usize) -> Self {
+        Self {
+            sequence: AtomicU64::new(0),
+            capacity,
+            records: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    fn next(&self) -> u64 {
+        self.sequence.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    fn push(&self, record: WorkRecord) {
+        if self.capacity == 0 {
+            return;
+        }
+        let mut records = lock(&self.records);
+        if records.len() == self.capacity {
+            records.pop_front();
+        }
+        records.push_back(record);
+    }
+
+    /// The kept records, in the order they finished.
+    pub(super) fn records(&self) -> Vec<WorkRecord> {
+        lock(&self.records).iter().copied().collect()
+    }
+
+    /// Forgets the kept records (the sequence counter goes on).
+    pub(super) fn clear(&self) {
+        lock(&self.records).clear();
+    }
+}
+
+/// What a work item holds while queued: the memory it touches (kept alive until it has run),
+/// the kernel it launches, or the event record it waits for.
+pub(super) enum Payload {
+    /// Nothing beyond the operation.
+    None,
+    /// Blocks the item reads or writes, or the block a deferred free returns: held only so
+    /// that they are returned to the host after the item has run.
+    Hold(#[expect(dead_code, reason = "held for its drop, never read")] Vec<Arc<Block>>),
+    /// A kernel launch.
+    Launch(Box<Launch>),
+    /// The record waited for (`None`: never recorded, so already complete).
+    Wait(Option<RecordPoint>),
+}
+
+struct WorkItem {
+    op: WorkOp,
+    payload: Payload,
+}
+
+/// A point in a stream's queue: complete when the stream has finished `count` items.
+#[derive(Clone)]
+pub(super) struct RecordPoint {
+    stream: Arc<StreamShared>,
+    count: u64,
+}
+
+impl RecordPoint {
+    /// Whether the point is complete; `Err` if the stream failed before it.
+    pub(super) fn query(&self) -> Result<bool> {
+        let state = lock(&self.stream.state);
+        if state.completed < self.count {
+            return Ok(false);
+        }
+        state.failure_before(self.count).map_or(Ok(true), Err)
+    }
+
+    /// Blocks until the point is complete; `Err` if the stream failed before it.
+    pub(super) fn wait(&self) -> Result<()> {
+        let state = self.stream.wait_for(self.count);
+        state.failure_before(self.count).map_or(Ok(()), Err)
+    }
+}
+
+struct StreamState {
+    queue: VecDeque<WorkItem>,
+    enqueued: u64,
+    completed: u64,
+    /// The first failure: the number of the failed item (from 1) and its error.
+    failure: Option<(u64, Error)>,
+    /// Destroyed: the worker exits once the queue is empty.
+    closing: bool,
+}
+
+impl StreamState {
+    fn failure_before(&self, count: u64) -> Option<Error> {
+        self.failure
+            .as_ref()
+            .filter(|(item, _)| *item <= count)
+            .map(|(_, error)| error.clone())
+    }
+}
+
+/// Whether a device is lost: the first failure of work on it, which every later call that
+/// works on the device reports until the device is reset (as a GPU driver's sticky error).
+#[derive(Default)]
+pub(super) struct DeviceHealth(Mutex<Option<Error>>);
+
+impl DeviceHealth {
+    /// The failure that lost the device, if it is lost.
+    pub(super) fn lost(&self) -> Option<Error> {
+        lock(&self.0).clone()
+    }
+
+    /// Loses the device with `cause`, unless an earlier failure already did.
+    fn lose(&self, cause: &Error) {
+        lock(&self.0).get_or_insert_with(|| cause.clone());
+    }
+
+    /// Makes the device usable again (a reset).
+    pub(super) fn restore(&self) {
+        *lock(&self.0) = None;
+    }
+}
+
+/// A stream's queue, shared by the backend, its worker, and the events recorded on it.
+pub(super) struct StreamShared {
+    pub(super) handle: HostStream,
+    pub(super) device: DeviceId,
+    health: Arc<DeviceHealth>,
+    state: Mutex<StreamState>,
+    changed: Condvar,
+}
+
+impl StreamShared {
+    pub(super) fn new(handle: HostStream, device: DeviceId, health: Arc<DeviceHealth>) -> Self {
+        Self {
+            handle,
+            device,
+            health,
+            state: Mutex::new(StreamState {
+                queue: VecDeque::new(),
+                enqueued: 0,
+                completed: 0,
+                failure: None,
+                closing: false,
+            }),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Appends an item; returns the point at which it is complete.
+    pub(super) fn enqueue(self: &Arc<Self>, op: WorkOp, payload: Payload) -> RecordPoint {
+        let mut state = lock(&self.state);
+        state.queue.push_back(WorkItem { op, payload });
+        state.enqueued += 1;
+        let count = state.enqueued;
+        drop(state);
+        self.changed.notify_all();
+        RecordPoint {
+            stream: self.clone(),
+            count,
+        }
+    }
+
+    /// The point at which everything enqueued so far is complete.
+    pub(super) fn tail(self: &Arc<Self>) -> RecordPoint {
+        RecordPoint {
+            stream: self.clone(),
+            count: lock(&self.state).enqueued,
+        }
+    }
+
+    /// Lets the worker exit once the queue is empty (work already queued still runs).
+    pub(super) fn close(&self) {
+        lock(&self.state).closing = true;
+        self.changed.notify_all();
+    }
+
+    fn wait_for(&self, count: u64) -> std::sync::MutexGuard<'_, StreamState> {
+        let mut state = lock(&self.state);
+        while state.completed < count {
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        state
+    }
+}
+
+/// The worker loop of one stream: runs items in order until the stream is closed and empty.
+pub(super) fn run_worker(stream: Arc<StreamShared>, log: Arc<WorkLog>) {
+    loop {
+        let mut state = lock(&stream.state);
+        let item = loop {
+            if let Some(item) = state.queue.pop_front() {
+                break item;
+            }
+            if state.closing {
+                return;
+            }
+            state = stream
+                .changed
+                .wait(state)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        };
+        let failed_earlier = state.failure.is_some();
+        drop(state);
+
+        let started = log.next();
+        let result = if failed_earlier {
+            None
+        } else {
+            Some(execute(&item))
+        };
+        let finished = log.next();
+        // The item's memory and kernel are released before anyone can see it complete.
+        let WorkItem { op, payload } = item;
+        drop(payload);
+
+        let (outcome, error) = match result {
+            None => (WorkOutcome::Skipped, None),
+            Some(Ok(())) => (WorkOutcome::Done, None),
+            Some(Err(error)) => (WorkOutcome::Failed, Some(error)),
+        };
+        // Logged before it is seen complete, so a synchronised caller finds it in the log.
+        log.push(WorkRecord {
+            stream: stream.handle,
+            device: stream.device,
+            op,
+            started,
+            finished,
+            outcome,
+        });
+        let mut state = lock(&stream.state);
+        state.completed += 1;
+        if let Some(error) = error {
+            // A fault (an illegal address, a launch failure: a GPU driver's sticky codes)
+            // loses the device; any other failure stays the stream's.
+            if matches!(&error, Error::Driver(driver) if driver.loses_device()) {
+                stream.health.lose(&error);
+            }
+            state.failure = Some((state.completed, error));
+        }
+        drop(state);
+        stream.changed.notify_all();
+    }
+}
+
+/// Carries out one item; a panicking kernel fails the item instead of the worker.
+fn execute(item: &WorkItem) -> Result<()> {
+    match (&item.op, &item.payload) {
+        (WorkOp::Copy { dst, src, bytes }, _) => {
+            // SAFETY: the backend checked both ranges lie wholly in live allocations it holds
+            // for this item, or touch none (the caller's host memory, as a unified-addressing
+            // driver accepts, kept valid by the caller); other work on them is atomic too.
+            unsafe { super::bytes::copy(*dst, *src, *bytes) };
+            Ok(())
+        }
+        (WorkOp::Fill { dst, value, bytes }, _) => {
+            let (pattern, width) = match *value {
+                FillValue::U8(v) => ([v, 0, 0, 0], 1),
+                FillValue::U16(v) => {
+                    let [a, b] = v.to_ne_bytes();
+                    ([a, b, 0, 0], 2)
+                }
+                FillValue::U32(v) => (v.to_ne_bytes(), 4),
+            };
+            // SAFETY: as for a copy's destination; the pattern repeats every element's bytes,
+            // so writing it byte by byte sets each element (whatever the alignment).
+            unsafe { super::bytes::fill(*dst, &pattern[..width], *bytes) };
+            Ok(())
+        }
+        (WorkOp::Launch { .. }, Payload::Launch(launch)) => {
+            catch_unwind(AssertUnwindSafe(|| launch.run()))
+                .unwrap_or_else(|_| Err(HostErrorCode::LaunchFailed.error("launch")))
+        }
+        // A record that failed belongs to a lost device, which reports the failure itself:
+        // the waiting stream (perhaps of a device that keeps working) goes on.
+        (WorkOp::Wait { .. }, Payload::Wait(Some(point))) => {
+            let _ = point.wait();
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// An event: the device it belongs to and its last record.
+pub(super) struct EventSlot {
+    pub(super) device: DeviceId,
+    pub(super) last: Option<RecordPoint>,
+}

@@ -1,0 +1,15 @@
+//! The runtime programs hold, over any backend: memory, streams and tokens, kernels and pinned
+//! host memory ([`runtime`]), and the host backend that needs no GPU ([`host`]).
+//!
+//! The policies are gpu-core's (lock table, token planner, allocator, workgroup planner); this
+//! crate adds what needs threads: the device guard, per-device workers, the recording backend,
+//! device health and peer links.
+#![warn(missing_docs)]
+// Errors are built lazily (`ok_or_else`), as in gpu-core: an `Error` built eagerly and dropped
+// on the success path costs its drop glue on the hot paths.
+#![allow(clippy::unnecessary_lazy_evaluations)]
+
+extern crate alloc;
+
+pub mod host;
+pub mod runtime;

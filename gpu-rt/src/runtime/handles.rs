@@ -1,0 +1,555 @@
+//! What the runtime hands out and takes back: spans of memory ([`Span`]), buffers
+//! ([`Buffer`]), kernel handles ([`Kernel`] and their arguments, [`Arg`]) and pinned host memory
+//! ([`LockedHost`]), each tied to its runtime (and a buffer to its device's epoch).
+
+use alloc::vec::Vec;
+use core::ffi::c_void;
+use std::sync::{MutexGuard, OnceLock};
+
+use super::Runtime;
+use super::state::{KernelIndex, State};
+use gpu_core::allocator::{Allocation, BlockHandle, MemoryKind};
+use gpu_core::backend::library::KernelEntry;
+use gpu_core::backend::{Backend, KernelArg, LaunchDims, check_same_device};
+use gpu_core::error::{Error, Result};
+use gpu_core::id::{DeviceId, StreamId};
+use gpu_core::token::Token;
+
+/// The streams that used a buffer or locked range. A spin lock: it is only ever taken for a
+/// few instructions (noting a stream, or taking the list at a free), never across a call, and
+/// unlike `std::sync::Mutex` it costs no poison bookkeeping on the allocation hot path.
+pub(super) type UseList = spin::Mutex<Vec<StreamId>>;
+
+/// A byte range of memory an operation uses: part of a [`Buffer`], of [`LockedHost`] memory,
+/// or (for the runtime's own staging) a raw address.
+#[derive(Clone, Copy)]
+pub struct Span<'a> {
+    pub(super) address: usize,
+    pub(super) len: usize,
+    /// The device whose memory this is (device memory only): operations elsewhere refuse it.
+    pub(super) device: Option<DeviceId>,
+    /// The runtime whose buffer or pinned memory this is (none for a raw span): other
+    /// runtimes refuse it.
+    pub(super) runtime: Option<u32>,
+    /// For a buffer: the device that allocated it and that device's epoch then (a reset since
+    /// freed it).
+    pub(super) epoch: Option<(DeviceId, u32)>,
+    pub(super) uses: Option<&'a UseList>,
+}
+
+impl<'a> Span<'a> {
+    pub(super) fn raw(address: usize, len: usize) -> Self {
+        Self {
+            address,
+            len,
+            device: None,
+            runtime: None,
+            epoch: None,
+            uses: None,
+        }
+    }
+
+    /// A span of memory the runtime neither owns nor borrows (a program's own pointers, as an
+    /// FFI layer receives them): nothing orders its release after the work that uses it, so
+    /// the caller does.
+    ///
+    /// # Safety
+    /// `[address, address + len)` stays valid, as memory the devices that use it can reach,
+    /// until every operation given this span has completed, and the host does not race with
+    /// those operations.
+    pub unsafe fn from_raw(address: usize, len: usize) -> Span<'static> {
+        Span::raw(address, len)
+    }
+
+    /// The address of the span's first byte.
+    pub fn address(&self) -> usize {
+        self.address
+    }
+
+    /// The span's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the span is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The part `[offset, offset + len)` of this span.
+    pub fn sub(&self, offset: usize, len: usize) -> Result<Span<'a>> {
+        check_bounds(offset, len, self.len)?;
+        Ok(Span {
+            address: self.address + offset,
+            len,
+            ..*self
+        })
+    }
+
+    pub(super) fn check_device(&self, device: DeviceId) -> Result<()> {
+        self.device
+            .map_or(Ok(()), |found| check_same_device(device, found))
+    }
+
+    pub(super) fn note_use(&self, stream: StreamId) {
+        if let Some(uses) = self.uses {
+            Self::note_stream(uses, stream);
+        }
+    }
+
+    pub(super) fn note_stream(uses: &UseList, stream: StreamId) {
+        let mut uses = uses.lock();
+        if !uses.contains(&stream) {
+            uses.push(stream);
+        }
+    }
+}
+
+/// Copies `len` bytes between host memory regions, with up to four threads for large copies:
+/// one core's memcpy runs well below the DMA rate of a GPU link, so staged transfers from and
+/// to pageable memory would otherwise be bound by the host copy.
+///
+/// # Safety
+/// `src` and `dst` are valid for `len` bytes, do not overlap, and nothing else writes them
+/// (or, for `dst`, reads them) during the call.
+unsafe fn host_copy(dst: *mut u8, src: *const u8, len: usize) {
+    const PART: usize = 2 << 20;
+    static THREADS: OnceLock<usize> = OnceLock::new();
+    let available =
+        *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)));
+    let threads = available.min(len / PART).max(1);
+    let part = len.div_ceil(threads);
+    // Raw pointers are not `Send`; the parts are disjoint, so each thread owns its own.
+    let (dst, src) = (dst as usize, src as usize);
+    let copy_part = move |index: usize| {
+        let (offset, bytes) = (index * part, part.min(len - index * part));
+        // SAFETY: part `index` of the two regions the caller vouched for; parts are disjoint.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                (src + offset) as *const u8,
+                (dst + offset) as *mut u8,
+                bytes,
+            )
+        }
+    };
+    if threads == 1 {
+        return copy_part(0);
+    }
+    std::thread::scope(|scope| {
+        for index in 1..threads {
+            // A thread the system refuses costs only speed: that part is copied here.
+            if std::thread::Builder::new()
+                .spawn_scoped(scope, move || copy_part(index))
+                .is_err()
+            {
+                copy_part(index);
+            }
+        }
+        copy_part(0);
+    });
+}
+
+fn check_bounds(offset: usize, len: usize, size: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size && len > 0 => Ok(()),
+        _ if len == 0 => Err(Error::ZeroSize {
+            what: "span length",
+        }),
+        _ => Err(Error::OutOfBounds { offset, len, size }),
+    }
+}
+
+/// One argument of [`Runtime::launch`].
+#[derive(Clone, Copy)]
+pub enum Arg<'a> {
+    /// Memory the kernel reads or writes (its address is passed).
+    Span(Span<'a>),
+    /// A 32-bit unsigned integer.
+    U32(u32),
+    /// A 64-bit unsigned integer.
+    U64(u64),
+    /// A 32-bit float.
+    F32(f32),
+}
+
+impl<'a> Arg<'a> {
+    pub(super) fn span(&self) -> Option<Span<'a>> {
+        match self {
+            Arg::Span(span) => Some(*span),
+            _ => None,
+        }
+    }
+
+    pub(super) fn value(&self) -> KernelArg {
+        match *self {
+            Arg::Span(span) => KernelArg::Ptr(span.address),
+            Arg::U32(v) => KernelArg::U32(v),
+            Arg::U64(v) => KernelArg::U64(v),
+            Arg::F32(v) => KernelArg::F32(v),
+        }
+    }
+}
+
+/// A kernel loaded on one device of a runtime, from [`Runtime::kernel`]. Copy it freely: it
+/// borrows the runtime.
+pub struct Kernel<'rt, B: Backend> {
+    pub(super) runtime: &'rt Runtime<B>,
+    pub(super) device: DeviceId,
+    pub(super) index: KernelIndex,
+    /// The standard library's table entry of a library kernel, which its launches are checked
+    /// against (`None`: a module's kernel, or one the host backend registered under another
+    /// name).
+    pub(super) entry: Option<&'static KernelEntry>,
+}
+
+// Copy whatever `B` is (a derive would ask `B: Copy`): a reference and two small ids.
+impl<B: Backend> Clone for Kernel<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Backend> Copy for Kernel<'_, B> {}
+
+impl<B: Backend> Kernel<'_, B> {
+    /// The device the kernel is loaded on.
+    pub fn device(&self) -> DeviceId {
+        self.device
+    }
+
+    /// Enqueues the kernel on its device after `after` with the program's own parameter array
+    /// (CUDA's `void **kernelParams`), as a compiler lays it out: for kernels of a program's
+    /// module ([`Runtime::module_kernel`]). A launch shape no device runs is refused with
+    /// [`Error::LaunchShape`]; a dynamic workgroup size above the device's default limit is
+    /// opted in first (once per kernel and size); one above the device's opt-in limit is
+    /// refused with [`Error::LimitExceeded`] before the driver is asked. The values in `params`
+    /// cannot be checked.
+    ///
+    /// # Safety
+    /// `params` points to one valid pointer per kernel parameter, each to a value of that
+    /// parameter's type, readable during the call; every byte the kernel reaches stays valid
+    /// until it has completed, and the host does not race with it.
+    pub unsafe fn launch_packed(
+        &self,
+        dims: LaunchDims,
+        params: *mut *mut c_void,
+        after: &mut Vec<Token>,
+    ) -> Result<Token> {
+        let (runtime, device) = (self.runtime, self.device);
+        let mut state = self.prepare(dims)?;
+        let kernel = state.kernel_for(
+            &runtime.backend,
+            device,
+            self.index,
+            dims.dynamic_workgroup_bytes,
+        )?;
+        Runtime::run_planned(
+            &mut state,
+            &runtime.backend,
+            device,
+            after,
+            &|_| (),
+            |backend, stream| {
+                // SAFETY: this function's contract, passed on.
+                unsafe { backend.launch_packed(stream, kernel, dims, params) }
+            },
+        )
+    }
+
+    /// Refuses a launch shape no device runs and dynamic workgroup memory above the device's
+    /// opt-in limit, then locks the state.
+    pub(super) fn prepare(&self, dims: LaunchDims) -> Result<MutexGuard<'_, State<B>>> {
+        dims.check_shape()?;
+        let limit = self
+            .runtime
+            .usable(self.device)?
+            .workgroup
+            .max_per_block_opt_in;
+        if dims.dynamic_workgroup_bytes > limit {
+            return Err(Error::LimitExceeded {
+                what: "dynamic workgroup memory per workgroup",
+                required: dims.dynamic_workgroup_bytes as usize,
+                limit: limit as usize,
+                detail: alloc::vec![alloc::format!(
+                    "{} with opt-in; less, or split the work",
+                    self.device
+                )],
+            });
+        }
+        self.runtime.state()
+    }
+
+    /// Enqueues the kernel on its device after `after`. Refused before anything is queued:
+    /// a launch shape no device runs ([`Error::LaunchShape`]: a grid or workgroup dimension of
+    /// zero, more than [`gpu_core::backend::MAX_THREADS_PER_WORKGROUP`] threads per workgroup),
+    /// and for a kernel of the standard library, arguments whose number or kinds differ from
+    /// its parameters ([`Error::KernelArgumentMismatch`]) or whose counts make it reach past a
+    /// span or past the launch's dynamic workgroup memory ([`Error::KernelReach`], naming the
+    /// argument, the span and the bytes). A dynamic workgroup size above the device's default
+    /// limit is opted in first (once per kernel and size); one above the device's opt-in
+    /// limit is refused with [`Error::LimitExceeded`].
+    ///
+    /// # Safety
+    /// The runtime keeps every span argument alive and ordered until the kernel has finished.
+    /// How far a kernel reaches past each span's address is decided by the kernel and its
+    /// other arguments (a count, a words-per-group): for the standard library the runtime
+    /// knows this from the library's table and refuses launches that would reach past their
+    /// spans, so those launches meet this contract by construction; for any other kernel (one
+    /// the host backend registered under a name of its own) the caller guarantees that it
+    /// touches only bytes inside the spans it is given.
+    pub unsafe fn launch(
+        &self,
+        dims: LaunchDims,
+        args: &[Arg<'_>],
+        after: &mut Vec<Token>,
+    ) -> Result<Token> {
+        let (runtime, device) = (self.runtime, self.device);
+        for span in args.iter().filter_map(Arg::span) {
+            runtime.own(&span)?;
+            span.check_device(device)?;
+        }
+        // Up to 16 arguments go on the stack: a launch is a hot path.
+        let mut on_stack = [KernelArg::U32(0); 16];
+        let on_heap: Vec<KernelArg>;
+        let values: &[KernelArg] = if args.len() <= on_stack.len() {
+            for (value, arg) in on_stack.iter_mut().zip(args) {
+                *value = arg.value();
+            }
+            &on_stack[..args.len()]
+        } else {
+            on_heap = args.iter().map(Arg::value).collect();
+            &on_heap
+        };
+        if let Some(entry) = self.entry {
+            let given = |index: usize| args.get(index).and_then(Arg::span).map_or(0, |s| s.len);
+            entry.check_launch(values, &dims, given)?;
+        }
+        let mut state = self.prepare(dims)?;
+        let kernel = state.kernel_for(
+            &runtime.backend,
+            device,
+            self.index,
+            dims.dynamic_workgroup_bytes,
+        )?;
+        let note = |stream| {
+            args.iter()
+                .filter_map(Arg::span)
+                .for_each(|span| span.note_use(stream))
+        };
+        Runtime::run_planned(
+            &mut state,
+            &runtime.backend,
+            device,
+            after,
+            &note,
+            |backend, stream| {
+                // SAFETY: every pointer argument is the address of a span (no `Arg` holds a raw
+                // address), kept valid as in `copy` until the stream noted on it has finished; the
+                // caller guarantees (this function's contract) that the kernel stays inside them.
+                unsafe { backend.launch(stream, kernel, dims, values) }
+            },
+        )
+    }
+}
+
+/// Memory from the runtime's allocator. Freed when dropped (or by [`Runtime::free`]), after
+/// every stream that used it is done with it.
+pub struct Buffer<'rt, B: Backend> {
+    pub(super) runtime: &'rt Runtime<B>,
+    pub(super) device: DeviceId,
+    pub(super) handle: BlockHandle,
+    pub(super) address: usize,
+    pub(super) size: usize,
+    pub(super) uses: UseList,
+    /// The device's epoch when it was allocated: a reset frees the buffer.
+    pub(super) epoch: u32,
+}
+
+impl<'rt, B: Backend> Buffer<'rt, B> {
+    pub(super) fn new(
+        runtime: &'rt Runtime<B>,
+        device: DeviceId,
+        allocation: &Allocation,
+        size: usize,
+        epoch: u32,
+    ) -> Self {
+        Self {
+            runtime,
+            device,
+            handle: allocation.handle,
+            address: allocation.address,
+            size,
+            uses: UseList::new(Vec::new()),
+            epoch,
+        }
+    }
+
+    /// The device the buffer belongs to.
+    pub fn device(&self) -> DeviceId {
+        self.device
+    }
+
+    /// The kind of memory.
+    pub fn kind(&self) -> MemoryKind {
+        self.handle.kind()
+    }
+
+    /// The buffer's size in bytes (as asked for).
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The buffer's address (device address for device memory).
+    pub fn address(&self) -> usize {
+        self.address
+    }
+
+    /// The part `[offset, offset + len)` of the buffer, for operations.
+    pub fn span(&self, offset: usize, len: usize) -> Result<Span<'_>> {
+        check_bounds(offset, len, self.size)?;
+        let device = (self.kind() == MemoryKind::Device).then_some(self.device);
+        Ok(Span {
+            address: self.address + offset,
+            len,
+            device,
+            runtime: Some(self.runtime.id),
+            epoch: Some((self.device, self.epoch)),
+            uses: Some(&self.uses),
+        })
+    }
+
+    /// The whole buffer, for operations.
+    pub fn all(&self) -> Span<'_> {
+        let device = (self.kind() == MemoryKind::Device).then_some(self.device);
+        Span {
+            address: self.address,
+            len: self.size,
+            device,
+            runtime: Some(self.runtime.id),
+            epoch: Some((self.device, self.epoch)),
+            uses: Some(&self.uses),
+        }
+    }
+
+    /// Copies `data` into a host-side buffer (pinned or managed) at `offset`, from the host.
+    ///
+    /// # Safety
+    /// No enqueued work may be using these bytes.
+    pub unsafe fn write_host(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check_host_access(offset, data.len())?;
+        // SAFETY: host-accessible memory of this buffer, in bounds (checked); the caller
+        // guarantees no concurrent device access.
+        unsafe {
+            host_copy(
+                (self.address + offset) as *mut u8,
+                data.as_ptr(),
+                data.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// Copies bytes of a host-side buffer (pinned or managed) at `offset` into `out`.
+    ///
+    /// # Safety
+    /// No enqueued work may be writing these bytes.
+    pub unsafe fn read_host(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check_host_access(offset, out.len())?;
+        // SAFETY: as in `write_host`.
+        unsafe {
+            host_copy(
+                out.as_mut_ptr(),
+                (self.address + offset) as *const u8,
+                out.len(),
+            )
+        };
+        Ok(())
+    }
+
+    pub(super) fn check_host_access(&self, offset: usize, len: usize) -> Result<()> {
+        if self.kind() == MemoryKind::Device {
+            return Err(Error::KindUnsupported {
+                device: self.device,
+                kind: self.kind(),
+            });
+        }
+        check_bounds(offset, len, self.size)
+    }
+
+    #[inline]
+    pub(super) fn release(self) -> Result<()> {
+        // Freed here, so not again by `drop`; the use list is the one field that owns memory.
+        let mut this = core::mem::ManuallyDrop::new(self);
+        let uses = core::mem::take(this.uses.get_mut());
+        this.runtime
+            .release_block(this.device, this.handle, &uses, this.epoch)
+    }
+}
+
+impl<B: Backend> Drop for Buffer<'_, B> {
+    fn drop(&mut self) {
+        // Errors cannot be reported from a drop; `Runtime::free` reports them.
+        let _ =
+            (self.runtime).release_block(self.device, self.handle, self.uses.get_mut(), self.epoch);
+    }
+}
+
+/// The caller's host memory, pinned for DMA while this guard lives.
+pub struct LockedHost<'rt, 'm, B: Backend> {
+    pub(super) runtime: &'rt Runtime<B>,
+    /// The memory's first byte and length: held raw, since memory pinned through
+    /// [`Runtime::lock_host_raw`] is not borrowed (nested guards may cover the same bytes).
+    pub(super) address: *mut u8,
+    pub(super) len: usize,
+    pub(super) memory: core::marker::PhantomData<&'m mut [u8]>,
+    pub(super) uses: UseList,
+}
+
+// SAFETY: the guard owns no memory and touches the pinned bytes only in `memory`, which needs
+// `&mut self`; it acts as the `&'m mut [u8]` it stands for, which is `Send` and `Sync`, and its
+// other fields (the runtime reference, the use list) are both.
+unsafe impl<B: Backend> Send for LockedHost<'_, '_, B> {}
+// SAFETY: as for `Send`: through `&self` the guard hands out only spans (addresses).
+unsafe impl<B: Backend> Sync for LockedHost<'_, '_, B> {}
+
+impl<B: Backend> LockedHost<'_, '_, B> {
+    /// The part `[offset, offset + len)`, for transfers.
+    pub fn span(&self, offset: usize, len: usize) -> Result<Span<'_>> {
+        check_bounds(offset, len, self.len)?;
+        Ok(Span {
+            address: self.address as usize + offset,
+            len,
+            device: None,
+            runtime: Some(self.runtime.id),
+            epoch: None,
+            uses: Some(&self.uses),
+        })
+    }
+
+    /// The pinned memory, for the host to read or write, once the transfers that used it have
+    /// finished: waits for the streams that did (a span's borrow ends when its transfer is
+    /// enqueued, not when it completes). Borrowing it mutably needs the guard mutably, so no
+    /// new transfer can use it while the host holds it.
+    pub fn memory(&mut self) -> Result<&mut [u8]> {
+        let uses = self.uses.get_mut();
+        self.runtime.synchronize_streams(uses)?;
+        uses.clear();
+        // SAFETY: the memory was borrowed for `'m` (`lock_host`) or vouched for by the caller
+        // of `lock_host_raw` (valid, and not accessed elsewhere while this slice is borrowed);
+        // every transfer that used it has finished.
+        Ok(unsafe { core::slice::from_raw_parts_mut(self.address, self.len) })
+    }
+
+    /// Unpins now, reporting a failure (dropping the guard unpins too, silently).
+    pub fn unlock(self) -> Result<()> {
+        let this = core::mem::ManuallyDrop::new(self);
+        this.runtime.unlock_host(&this)
+    }
+}
+
+impl<B: Backend> Drop for LockedHost<'_, '_, B> {
+    fn drop(&mut self) {
+        // Errors cannot be reported from a drop; `LockedHost::unlock` reports them.
+        let _ = self.runtime.unlock_host(self);
+    }
+}

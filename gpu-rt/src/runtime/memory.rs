@@ -1,0 +1,346 @@
+//! One device's memory as the runtime keeps it: the caching allocator, the events it records at
+//! frees and the frees the driver refused, each device behind a lock of its own.
+//!
+//! An allocation hit or a free takes only its device's lock, never the runtime's state: the
+//! state is locked, after the memory, only when the allocator needs a stream's driver handle.
+
+use alloc::vec::Vec;
+
+use super::drivers::{AllocatorEvents, Segments, StreamSlot, Streams};
+use super::guard::with_device;
+use super::lock::{BackoffGuard, BackoffMutex};
+use gpu_core::allocator::{
+    AllocRequest, Allocation, AllocatorConfig, AllocatorStats, BlockHandle, DeviceAllocator,
+    MemoryKind, Release,
+};
+use gpu_core::backend::{Backend, DeviceInfo};
+use gpu_core::error::{Error, Result};
+use gpu_core::id::{DeviceId, StreamId};
+
+/// A device's memory, locked.
+pub(crate) type MemoryGuard<'a, B> = BackoffGuard<'a, DeviceMemory<B>>;
+
+/// The memory of one device.
+pub(crate) struct DeviceMemory<B: Backend> {
+    allocator: DeviceAllocator,
+    /// Events the allocator records at frees (on the using stream's device, which may be
+    /// another device's).
+    pub(crate) events: AllocatorEvents<B::Event>,
+    /// Frees the driver failed, with the streams that used the memory: retried by `trim`
+    /// (the buffer that held the handle is gone).
+    deferred_frees: Vec<(BlockHandle, Vec<StreamId>)>,
+    /// Streams of other programs adopted on this device: (raw driver handle, id). A program
+    /// uses a few (PyTorch: its default stream and its pools), so a scan is the fastest lookup.
+    adopted: Vec<(usize, StreamId)>,
+    /// Live allocations handed out by address (to programs that free by address, such as
+    /// PyTorch): address -> (handle, size asked for).
+    by_address: hashbrown::HashMap<usize, (BlockHandle, usize)>,
+}
+
+impl<B: Backend> DeviceMemory<B> {
+    /// The memory of every device in `infos`, each behind its own lock.
+    pub(crate) fn for_devices(
+        infos: &[DeviceInfo],
+        config: AllocatorConfig,
+    ) -> Vec<BackoffMutex<Self>> {
+        infos
+            .iter()
+            .enumerate()
+            .map(|(index, info)| {
+                BackoffMutex::new(Self::new(DeviceId(index as u32), info, config, infos.len()))
+            })
+            .collect()
+    }
+
+    /// Empty memory of `device` (of `device_count`).
+    pub(crate) fn new(
+        device: DeviceId,
+        info: &DeviceInfo,
+        config: AllocatorConfig,
+        device_count: usize,
+    ) -> Self {
+        Self {
+            allocator: DeviceAllocator::new(device, info.allocator, config),
+            events: AllocatorEvents::new(device_count),
+            deferred_frees: Vec::new(),
+            adopted: Vec::new(),
+            by_address: hashbrown::HashMap::new(),
+        }
+    }
+
+    /// Replaces this device's memory with empty memory after a reset of the device, which
+    /// freed its segments: nothing is freed again. Its events of other devices (recorded on
+    /// their streams, for blocks they used) are destroyed; its own device's died with it.
+    pub(crate) fn reset(&mut self, backend: &B, device: DeviceId, fresh: Self) {
+        let old = core::mem::replace(self, fresh);
+        let mut events = old.events;
+        for (of, event) in events.drain() {
+            if of != device {
+                // A failed destroy leaves an event of a working device behind: nothing to do
+                // about it here but not to stop the reset.
+                let _ = with_device(backend, of, || backend.event_destroy(event));
+            }
+        }
+    }
+
+    /// Forgets `device`'s streams and events after a reset of that device (this memory is
+    /// another device's): the blocks freed on its streams become usable by every stream, and
+    /// the fences on its events count as passed (the work they stood for is gone).
+    pub(crate) fn forget_device(
+        &mut self,
+        backend: &B,
+        streams: &[StreamSlot<B::Stream>],
+        device: DeviceId,
+    ) {
+        let (allocator, mut driver) = self.parts(backend, Streams::Held(streams));
+        for (index, slot) in streams.iter().enumerate() {
+            if slot.device == device {
+                allocator.retire_stream(&mut driver, StreamId(index as u32));
+            }
+        }
+        self.events.forget_device(device);
+    }
+
+    /// The allocator with its driver: the backend, the runtime's streams, these events.
+    fn parts<'a>(
+        &'a mut self,
+        backend: &'a B,
+        streams: Streams<'a, B>,
+    ) -> (&'a mut DeviceAllocator, Segments<'a, B>) {
+        let driver = Segments {
+            backend,
+            streams,
+            events: &mut self.events,
+        };
+        (&mut self.allocator, driver)
+    }
+
+    /// Serves `request` from the cache or the driver.
+    #[inline]
+    pub(crate) fn allocate(
+        &mut self,
+        backend: &B,
+        streams: Streams<'_, B>,
+        request: &AllocRequest<'_>,
+    ) -> Result<Allocation> {
+        let (allocator, mut driver) = self.parts(backend, streams);
+        allocator.allocate(&mut driver, request)
+    }
+
+    /// Frees `handle`, ordered after the work of every stream in `uses`. A free the driver
+    /// fails is kept and retried by the next trim (and at teardown, once every stream is idle).
+    #[inline]
+    pub(crate) fn free(
+        &mut self,
+        backend: &B,
+        streams: Streams<'_, B>,
+        handle: BlockHandle,
+        uses: &[StreamId],
+    ) -> Result<()> {
+        self.free_once(backend, streams, handle, uses)
+            .inspect_err(|_| self.deferred_frees.push((handle, uses.to_vec())))
+    }
+
+    #[inline]
+    fn free_once(
+        &mut self,
+        backend: &B,
+        streams: Streams<'_, B>,
+        handle: BlockHandle,
+        uses: &[StreamId],
+    ) -> Result<()> {
+        let (allocator, mut driver) = self.parts(backend, streams);
+        let release = match uses.split_first() {
+            None => Release::Idle,
+            Some((&first, others)) => {
+                for &stream in others {
+                    allocator.mark_used_on(handle, stream)?;
+                }
+                Release::OnStream(first)
+            }
+        };
+        allocator.free(&mut driver, handle, release)
+    }
+
+    /// The id of the adopted stream with raw handle `raw`, if adopted.
+    #[inline]
+    pub(crate) fn adopted_stream(&self, raw: usize) -> Option<StreamId> {
+        self.adopted
+            .iter()
+            .find(|&&(adopted, _)| adopted == raw)
+            .map(|&(_, stream)| stream)
+    }
+
+    /// Remembers that raw handle `raw` is adopted as `stream`.
+    pub(crate) fn note_adopted(&mut self, raw: usize, stream: StreamId) {
+        self.adopted.push((raw, stream));
+    }
+
+    /// Serves `request` and remembers the allocation by its address.
+    #[inline]
+    pub(crate) fn allocate_by_address(
+        &mut self,
+        backend: &B,
+        streams: Streams<'_, B>,
+        request: &AllocRequest<'_>,
+    ) -> Result<usize> {
+        let allocation = self.allocate(backend, streams, request)?;
+        self.by_address
+            .insert(allocation.address, (allocation.handle, request.size));
+        Ok(allocation.address)
+    }
+
+    /// Frees the allocation at `address` (made with `size` bytes) in the order of `stream`.
+    /// An unknown address or another size is refused with nothing changed; once checked, the
+    /// address is no longer the caller's, even if the driver fails the free (it is retried by
+    /// the next trim).
+    #[inline]
+    pub(crate) fn free_by_address(
+        &mut self,
+        backend: &B,
+        streams: Streams<'_, B>,
+        device: DeviceId,
+        (address, size): (usize, usize),
+        stream: StreamId,
+    ) -> Result<()> {
+        let handle = self.live_by_address(device, (address, size))?;
+        self.by_address.remove(&address);
+        self.free(backend, streams, handle, &[stream])
+    }
+
+    /// The block of the live allocation at `address`, made with `size` bytes; an unknown
+    /// address or another size is an error (nothing changes).
+    pub(crate) fn live_by_address(
+        &self,
+        device: DeviceId,
+        (address, size): (usize, usize),
+    ) -> Result<BlockHandle> {
+        let &(handle, allocated) = self
+            .by_address
+            .get(&address)
+            .ok_or(Error::UnknownAddress { device, address })?;
+        if size != allocated {
+            return Err(Error::FreeSizeMismatch {
+                address,
+                given: size,
+                allocated,
+            });
+        }
+        Ok(handle)
+    }
+
+    /// Records that the live allocation at `address` is also used by work on `stream` (as
+    /// PyTorch's `record_stream`): its free is ordered after that work too. An unknown address
+    /// is an error (nothing changes).
+    pub(crate) fn mark_used_by_address(
+        &mut self,
+        device: DeviceId,
+        address: usize,
+        stream: StreamId,
+    ) -> Result<()> {
+        let &(handle, _) = self
+            .by_address
+            .get(&address)
+            .ok_or(Error::UnknownAddress { device, address })?;
+        self.allocator.mark_used_on(handle, stream)
+    }
+
+    /// Whether `address` is a live allocation handed out by address.
+    pub(crate) fn holds_address(&self, address: usize) -> bool {
+        self.by_address.contains_key(&address)
+    }
+
+    /// Frees every allocation still held by address, as if no work used it: for teardown,
+    /// once every stream has been synchronised (the next trim carries the frees out).
+    pub(crate) fn release_by_address(&mut self) {
+        let live = self
+            .by_address
+            .drain()
+            .map(|(_, (handle, _))| (handle, Vec::new()));
+        self.deferred_frees.extend(live);
+    }
+
+    /// Retries the frees that failed, then gives cached memory back to the driver; returns
+    /// the bytes released. Frees that fail again stay for the next trim.
+    pub(crate) fn trim(&mut self, backend: &B, streams: Streams<'_, B>) -> Result<usize> {
+        let mut first_error = Ok(());
+        for (handle, uses) in core::mem::take(&mut self.deferred_frees) {
+            if let Err(e) = self.free(backend, streams, handle, &uses) {
+                first_error = first_error.and(Err(e));
+            }
+        }
+        first_error?;
+        let (allocator, mut driver) = self.parts(backend, streams);
+        allocator.trim(&mut driver)
+    }
+
+    /// Takes every stream in `streams` as idle (all synchronised, about to be destroyed): what
+    /// was freed on them, and what waits on events recorded on them, is known complete and
+    /// usable by every stream, and the fences' events go back.
+    pub(crate) fn all_streams_idle(&mut self, backend: &B, streams: &[StreamSlot<B::Stream>]) {
+        let (allocator, mut driver) = self.parts(backend, Streams::Held(streams));
+        allocator.all_streams_idle(&mut driver);
+    }
+
+    /// The allocator's figures for each cached kind.
+    pub(crate) fn stats(&self) -> impl Iterator<Item = (MemoryKind, AllocatorStats)> + '_ {
+        MemoryKind::CACHED
+            .into_iter()
+            .map(|kind| (kind, self.allocator_stats(kind)))
+    }
+
+    /// The allocator's figures for `kind`.
+    pub(crate) fn allocator_stats(&self, kind: MemoryKind) -> AllocatorStats {
+        self.allocator.stats(kind)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use crate::host::{HostBackend, HostConfig};
+    use crate::runtime::Runtime;
+    use gpu_core::allocator::MemoryKind;
+    use gpu_core::id::DeviceId;
+
+    /// An allocation hit and its free take only their own device's memory lock: they finish
+    /// while another thread holds the runtime's state and device 0's memory.
+    #[test]
+    fn a_hit_takes_neither_the_state_nor_another_devices_memory() {
+        let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(2))).unwrap();
+        let device = DeviceId(1);
+        rt.free(rt.alloc(device, MemoryKind::Device, 4096).unwrap())
+            .unwrap();
+        let hits = |rt: &Runtime<HostBackend>| {
+            rt.stats()
+                .allocator
+                .iter()
+                .find(|&&(d, kind, _)| d == device && kind == MemoryKind::Device)
+                .map_or(0, |(_, _, figures)| figures.hits)
+        };
+        let hits_before = hits(&rt);
+        std::thread::scope(|scope| {
+            let state = rt.state.lock().unwrap();
+            let other_device = rt.memory[0].lock();
+            let (done_tx, done_rx) = mpsc::channel();
+            let rt = &rt;
+            scope.spawn(move || {
+                let outcome = rt
+                    .alloc(device, MemoryKind::Device, 4096)
+                    .and_then(|buffer| rt.free(buffer));
+                done_tx.send(outcome).ok();
+            });
+            // Not a timing assertion: a hit that waited for either lock would never finish.
+            let outcome = done_rx.recv_timeout(Duration::from_secs(60));
+            drop((state, other_device));
+            assert_eq!(
+                outcome,
+                Ok(Ok(())),
+                "the hit waited for a lock it does not need"
+            );
+        });
+        assert_eq!(hits(&rt), hits_before + 1);
+    }
+}

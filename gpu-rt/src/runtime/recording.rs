@@ -1,0 +1,576 @@
+//! A backend wrapper that records every stream and event call crossing the backend boundary,
+//! as a trace for the checker (what the driver really saw, not what the planner meant), counts
+//! live allocations and host registrations, and can make the Nth call fail: the conformance
+//! suite's instrument, usable on any backend.
+//!
+//! Raw handles get trace ids at creation; a handle value the driver reuses after a destroy
+//! gets a new id, so a use of the old object after its destroy still shows as one.
+
+use alloc::vec::Vec;
+use std::sync::{Mutex, PoisonError};
+
+use core::ffi::{CStr, c_void};
+use gpu_core::allocator::MemoryKind;
+use gpu_core::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims};
+use gpu_core::error::{ByteRange, DriverError, Error, Result};
+use gpu_core::id::{DeviceId, EventId, StreamId};
+use gpu_core::token::{Defect, TraceOp, check};
+
+/// Trace ids given to raw handles, newest last.
+struct Names<H> {
+    handles: Vec<(H, u32)>,
+    next: u32,
+}
+
+impl<H: PartialEq + Copy> Names<H> {
+    const fn new() -> Self {
+        Self {
+            handles: Vec::new(),
+            next: 0,
+        }
+    }
+
+    fn create(&mut self, handle: H) -> u32 {
+        let id = self.next;
+        self.next += 1;
+        self.handles.push((handle, id));
+        id
+    }
+
+    /// The id of `handle`: its newest name, or a fresh one for a handle never seen created
+    /// (which the checker then reports as used without creation).
+    fn of(&mut self, handle: H) -> u32 {
+        match self.handles.iter().rev().find(|(h, _)| *h == handle) {
+            Some(&(_, id)) => id,
+            None => self.create(handle),
+        }
+    }
+}
+
+struct Log<B: Backend> {
+    ops: Vec<TraceOp>,
+    streams: Names<B::Stream>,
+    events: Names<B::Event>,
+    live: LiveObjects,
+    /// Calls counted so far (all but name, device count, device info and `is_current`).
+    calls: u64,
+    /// The call number that fails, once.
+    fail_at: Option<u64>,
+    /// Whether calls are recorded as a trace (else only counted).
+    tracing: bool,
+    /// Ordered device pairs given peer access through this wrapper: a peer copy between two
+    /// devices with access both ways is recorded as direct.
+    peer_access: Vec<(DeviceId, DeviceId)>,
+}
+
+/// Objects the wrapped backend holds for its caller right now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveObjects {
+    /// Streams created and not destroyed.
+    pub streams: usize,
+    /// Events created and not destroyed.
+    pub events: usize,
+    /// Allocations not freed.
+    pub allocations: usize,
+    /// Host registrations not undone.
+    pub registrations: usize,
+}
+
+/// Wraps any backend and records its stream/event calls (successful ones) as [`TraceOp`]s.
+pub struct RecordingBackend<B: Backend> {
+    inner: B,
+    log: Mutex<Log<B>>,
+}
+
+impl<B: Backend> RecordingBackend<B> {
+    /// Records the calls made to `inner`.
+    pub fn new(inner: B) -> Self {
+        Self::with_trace(inner, true)
+    }
+
+    /// Counts the calls made to `inner` and the objects it holds, keeping no trace: for long
+    /// runs, where a trace would grow with every call ([`RecordingBackend::trace`] stays empty).
+    pub fn counting(inner: B) -> Self {
+        Self::with_trace(inner, false)
+    }
+
+    fn with_trace(inner: B, tracing: bool) -> Self {
+        Self {
+            inner,
+            log: Mutex::new(Log {
+                ops: Vec::new(),
+                streams: Names::new(),
+                events: Names::new(),
+                live: LiveObjects::default(),
+                calls: 0,
+                fail_at: None,
+                tracing,
+                peer_access: Vec::new(),
+            }),
+        }
+    }
+
+    /// Makes call number `n` (counted from the wrapper's creation) fail once with an injected
+    /// driver error, without reaching the wrapped backend.
+    pub fn fail_call(&self, n: u64) {
+        self.log().fail_at = Some(n);
+    }
+
+    /// Calls made so far (every trait method but `name`, `device_count`, `device_info` and
+    /// `is_current`).
+    pub fn calls(&self) -> u64 {
+        self.log().calls
+    }
+
+    /// What the wrapped backend holds for the caller right now.
+    pub fn live(&self) -> LiveObjects {
+        self.log().live
+    }
+
+    fn log(&self) -> std::sync::MutexGuard<'_, Log<B>> {
+        self.log.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Counts a call; fails it if it is the one chosen by [`RecordingBackend::fail_call`].
+    fn enter(&self, call: &'static str) -> Result<()> {
+        let mut log = self.log();
+        log.calls += 1;
+        if log.fail_at == Some(log.calls) {
+            log.fail_at = None;
+            return Err(Error::Driver(DriverError {
+                backend: "recording",
+                call,
+                name: "INJECTED_FAILURE",
+                code: -1,
+            }));
+        }
+        Ok(())
+    }
+
+    /// The wrapped backend.
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    /// The calls recorded so far.
+    pub fn trace(&self) -> Vec<TraceOp> {
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .ops
+            .clone()
+    }
+
+    /// Checks the calls recorded so far (a trace checked before every object was destroyed
+    /// reports the live ones as leaks).
+    pub fn defects(&self) -> Vec<Defect> {
+        check(&self.trace())
+    }
+
+    fn record(&self, result: &Result<impl Sized>, make: impl FnOnce(&mut Log<B>) -> TraceOp) {
+        if result.is_ok() {
+            let mut log = self.log();
+            if !log.tracing {
+                return;
+            }
+            let op = make(&mut log);
+            log.ops.push(op);
+        }
+    }
+
+    /// Records an operation enqueued on `stream`, with the device current at the call. A
+    /// backend that enters each call's device itself ([`Backend::SCOPES_ITS_CALLS`]) ran it
+    /// with the stream's device current whatever the thread had: the trace says "unknown".
+    fn launch_on(&self, result: &Result<impl Sized>, stream: B::Stream) {
+        let device = if result.is_ok() && !B::SCOPES_ITS_CALLS {
+            self.inner.current_device().ok().flatten()
+        } else {
+            None
+        };
+        self.record(result, |log| TraceOp::Launch {
+            stream: StreamId(log.streams.of(stream)),
+            device,
+        });
+    }
+}
+
+impl<B: Backend> Backend for RecordingBackend<B> {
+    type Stream = B::Stream;
+    type Event = B::Event;
+    type Kernel = B::Kernel;
+    type Module = B::Module;
+    const SCOPES_ITS_CALLS: bool = B::SCOPES_ITS_CALLS;
+    const DEVICE_LOSS_ENDS_THE_PROCESS: bool = B::DEVICE_LOSS_ENDS_THE_PROCESS;
+    type SavedCurrent = B::SavedCurrent;
+
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn device_count(&self) -> usize {
+        self.inner.device_count()
+    }
+
+    fn device_info(&self, device: DeviceId) -> Result<DeviceInfo> {
+        self.inner.device_info(device)
+    }
+
+    fn current_device(&self) -> Result<Option<DeviceId>> {
+        self.enter("current_device")?;
+        self.inner.current_device()
+    }
+
+    fn set_current_device(&self, device: Option<DeviceId>) -> Result<()> {
+        self.enter("set_current_device")?;
+        self.inner.set_current_device(device)
+    }
+
+    fn save_current(&self) -> Result<B::SavedCurrent> {
+        self.enter("save_current")?;
+        self.inner.save_current()
+    }
+
+    fn restore_current(&self, saved: B::SavedCurrent) -> Result<()> {
+        self.enter("restore_current")?;
+        self.inner.restore_current(saved)
+    }
+
+    /// Forwarded, neither counted nor failed: a comparison, not a driver call.
+    fn is_current(&self, saved: B::SavedCurrent, device: DeviceId) -> bool {
+        self.inner.is_current(saved, device)
+    }
+
+    /// Forwarded, neither counted nor failed: wrapping a handle, not a driver call; the
+    /// adopted stream is not counted as live (the runtime never destroys it).
+    unsafe fn adopt_stream(&self, device: DeviceId, raw: usize) -> Result<B::Stream> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.inner.adopt_stream(device, raw) }
+    }
+
+    fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
+        self.enter("allocate")?;
+        let result = self.inner.allocate(device, kind, bytes);
+        if let Ok(Some(_)) = result {
+            self.log().live.allocations += 1;
+        }
+        result
+    }
+
+    fn allocate_on_stream(
+        &self,
+        stream: B::Stream,
+        kind: MemoryKind,
+        bytes: usize,
+    ) -> Result<Option<usize>> {
+        self.enter("allocate_on_stream")?;
+        let result = self.inner.allocate_on_stream(stream, kind, bytes);
+        if let Ok(Some(_)) = result {
+            self.log().live.allocations += 1;
+        }
+        self.launch_on(&result, stream);
+        result
+    }
+
+    fn free(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        after: Option<B::Stream>,
+    ) -> Result<()> {
+        self.enter("free")?;
+        let result = self.inner.free(device, kind, address, after);
+        if result.is_ok() {
+            self.log().live.allocations -= 1;
+        }
+        if let Some(stream) = after {
+            self.launch_on(&result, stream);
+        }
+        result
+    }
+
+    fn host_register(&self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
+        self.enter("host_register")?;
+        let result = self.inner.host_register(range, device_ptrs);
+        if result.is_ok() {
+            self.log().live.registrations += 1;
+        }
+        result
+    }
+
+    fn host_unregister(&self, start: usize) -> Result<()> {
+        self.enter("host_unregister")?;
+        let result = self.inner.host_unregister(start);
+        if result.is_ok() {
+            self.log().live.registrations -= 1;
+        }
+        result
+    }
+
+    fn host_pinned_extent(
+        &self,
+        ptr: usize,
+        device_ptrs: &mut [usize],
+    ) -> Result<Option<ByteRange>> {
+        self.enter("host_pinned_extent")?;
+        self.inner.host_pinned_extent(ptr, device_ptrs)
+    }
+
+    fn stream_create(&self, device: DeviceId) -> Result<B::Stream> {
+        self.enter("stream_create")?;
+        let result = self.inner.stream_create(device);
+        if let Ok(stream) = result {
+            self.log().live.streams += 1;
+            self.record(&result, |log| TraceOp::CreateStream {
+                stream: StreamId(log.streams.create(stream)),
+                device,
+            });
+        }
+        result
+    }
+
+    fn stream_destroy(&self, stream: B::Stream) -> Result<()> {
+        self.enter("stream_destroy")?;
+        let result = self.inner.stream_destroy(stream);
+        if result.is_ok() {
+            self.log().live.streams -= 1;
+        }
+        self.record(&result, |log| TraceOp::DestroyStream {
+            stream: StreamId(log.streams.of(stream)),
+        });
+        result
+    }
+
+    fn stream_synchronize(&self, stream: B::Stream) -> Result<()> {
+        self.enter("stream_synchronize")?;
+        let result = self.inner.stream_synchronize(stream);
+        self.record(&result, |log| TraceOp::SynchronizeStream {
+            stream: StreamId(log.streams.of(stream)),
+        });
+        result
+    }
+
+    fn event_create(&self, device: DeviceId) -> Result<B::Event> {
+        self.enter("event_create")?;
+        let result = self.inner.event_create(device);
+        if let Ok(event) = result {
+            self.log().live.events += 1;
+            self.record(&result, |log| TraceOp::CreateEvent {
+                event: EventId(log.events.create(event)),
+                device,
+            });
+        }
+        result
+    }
+
+    fn event_destroy(&self, event: B::Event) -> Result<()> {
+        self.enter("event_destroy")?;
+        let result = self.inner.event_destroy(event);
+        if result.is_ok() {
+            self.log().live.events -= 1;
+        }
+        self.record(&result, |log| TraceOp::DestroyEvent {
+            event: EventId(log.events.of(event)),
+        });
+        result
+    }
+
+    fn event_record(&self, event: B::Event, stream: B::Stream) -> Result<()> {
+        self.enter("event_record")?;
+        let result = self.inner.event_record(event, stream);
+        self.record(&result, |log| TraceOp::Record {
+            event: EventId(log.events.of(event)),
+            stream: StreamId(log.streams.of(stream)),
+        });
+        result
+    }
+
+    fn stream_wait_event(&self, stream: B::Stream, event: B::Event) -> Result<()> {
+        self.enter("stream_wait_event")?;
+        let result = self.inner.stream_wait_event(stream, event);
+        self.record(&result, |log| TraceOp::Wait {
+            stream: StreamId(log.streams.of(stream)),
+            event: EventId(log.events.of(event)),
+        });
+        result
+    }
+
+    fn event_query(&self, event: B::Event) -> Result<bool> {
+        self.enter("event_query")?;
+        let result = self.inner.event_query(event);
+        self.record(&result, |log| TraceOp::QueryEvent {
+            event: EventId(log.events.of(event)),
+        });
+        result
+    }
+
+    fn event_synchronize(&self, event: B::Event) -> Result<()> {
+        self.enter("event_synchronize")?;
+        let result = self.inner.event_synchronize(event);
+        self.record(&result, |log| TraceOp::SynchronizeEvent {
+            event: EventId(log.events.of(event)),
+        });
+        result
+    }
+
+    fn device_synchronize(&self, device: DeviceId) -> Result<()> {
+        self.enter("device_synchronize")?;
+        self.inner.device_synchronize(device)
+    }
+
+    /// Forwarded; the objects of the device are gone from the live counts' point of view
+    /// only as their owner forgets them (the runtime does not destroy them after a reset).
+    fn reset_device(&self, device: DeviceId) -> Result<()> {
+        self.enter("reset_device")?;
+        let result = self.inner.reset_device(device);
+        if result.is_ok() {
+            self.log()
+                .peer_access
+                .retain(|&(a, b)| a != device && b != device);
+        }
+        result
+    }
+
+    fn peer_access_possible(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {
+        self.enter("peer_access_possible")?;
+        self.inner.peer_access_possible(device, peer)
+    }
+
+    fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()> {
+        self.enter("enable_peer_access")?;
+        let result = self.inner.enable_peer_access(device, peer);
+        if result.is_ok() {
+            self.log().peer_access.push((device, peer));
+        }
+        result
+    }
+
+    /// # Safety
+    /// The wrapped backend's: the arguments reach it unchanged.
+    unsafe fn copy_peer(
+        &self,
+        stream: B::Stream,
+        dst: usize,
+        dst_device: DeviceId,
+        src: usize,
+        src_device: DeviceId,
+        bytes: usize,
+    ) -> Result<()> {
+        self.enter("copy_peer")?;
+        // SAFETY: the caller upholds `copy_peer`'s contract for these very arguments.
+        let result = unsafe {
+            self.inner
+                .copy_peer(stream, dst, dst_device, src, src_device, bytes)
+        };
+        self.record(&result, |log| {
+            let reaches = |pair| log.peer_access.contains(&pair);
+            let direct = reaches((dst_device, src_device)) && reaches((src_device, dst_device));
+            TraceOp::PeerCopy {
+                stream: StreamId(log.streams.of(stream)),
+                direct,
+            }
+        });
+        result
+    }
+
+    /// # Safety
+    /// The wrapped backend's: the arguments reach it unchanged.
+    unsafe fn copy(&self, stream: B::Stream, dst: usize, src: usize, bytes: usize) -> Result<()> {
+        self.enter("copy")?;
+        // SAFETY: the caller upholds `copy`'s contract for these very arguments.
+        let result = unsafe { self.inner.copy(stream, dst, src, bytes) };
+        self.launch_on(&result, stream);
+        result
+    }
+
+    /// # Safety
+    /// The wrapped backend's: the arguments reach it unchanged.
+    unsafe fn fill(&self, stream: B::Stream, dst: usize, value: u8, bytes: usize) -> Result<()> {
+        self.enter("fill")?;
+        // SAFETY: the caller upholds `fill`'s contract for these very arguments.
+        let result = unsafe { self.inner.fill(stream, dst, value, bytes) };
+        self.launch_on(&result, stream);
+        result
+    }
+
+    /// # Safety
+    /// The wrapped backend's: the arguments reach it unchanged.
+    unsafe fn fill_elements(
+        &self,
+        stream: B::Stream,
+        dst: usize,
+        value: FillValue,
+        count: usize,
+    ) -> Result<()> {
+        self.enter("fill_elements")?;
+        // SAFETY: the caller upholds `fill_elements`'s contract for these very arguments.
+        let result = unsafe { self.inner.fill_elements(stream, dst, value, count) };
+        self.launch_on(&result, stream);
+        result
+    }
+
+    /// # Safety
+    /// The wrapped backend's: the arguments reach it unchanged.
+    unsafe fn module_load(&self, device: DeviceId, image: *const c_void) -> Result<B::Module> {
+        self.enter("module_load")?;
+        // SAFETY: the caller upholds `module_load`'s contract for this very image.
+        unsafe { self.inner.module_load(device, image) }
+    }
+
+    fn module_unload(&self, module: B::Module) -> Result<()> {
+        self.enter("module_unload")?;
+        self.inner.module_unload(module)
+    }
+
+    fn module_kernel(&self, module: B::Module, name: &CStr) -> Result<B::Kernel> {
+        self.enter("module_kernel")?;
+        self.inner.module_kernel(module, name)
+    }
+
+    fn kernel(&self, device: DeviceId, name: &str) -> Result<B::Kernel> {
+        self.enter("kernel")?;
+        self.inner.kernel(device, name)
+    }
+
+    fn kernel_static_workgroup_bytes(&self, kernel: B::Kernel) -> Result<u32> {
+        self.enter("kernel_static_workgroup_bytes")?;
+        self.inner.kernel_static_workgroup_bytes(kernel)
+    }
+
+    fn kernel_allow_workgroup_bytes(&self, kernel: B::Kernel, bytes: u32) -> Result<()> {
+        self.enter("kernel_allow_workgroup_bytes")?;
+        self.inner.kernel_allow_workgroup_bytes(kernel, bytes)
+    }
+
+    /// # Safety
+    /// The wrapped backend's: the arguments reach it unchanged.
+    unsafe fn launch(
+        &self,
+        stream: B::Stream,
+        kernel: B::Kernel,
+        dims: LaunchDims,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        self.enter("launch")?;
+        // SAFETY: the caller upholds `launch`'s contract for these very arguments.
+        let result = unsafe { self.inner.launch(stream, kernel, dims, args) };
+        self.launch_on(&result, stream);
+        result
+    }
+
+    /// # Safety
+    /// The wrapped backend's: the arguments reach it unchanged.
+    unsafe fn launch_packed(
+        &self,
+        stream: B::Stream,
+        kernel: B::Kernel,
+        dims: LaunchDims,
+        params: *mut *mut c_void,
+    ) -> Result<()> {
+        self.enter("launch_packed")?;
+        // SAFETY: the caller upholds `launch_packed`'s contract for these very arguments.
+        let result = unsafe { self.inner.launch_packed(stream, kernel, dims, params) };
+        self.launch_on(&result, stream);
+        result
+    }
+}

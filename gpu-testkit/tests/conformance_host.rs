@@ -1,0 +1,74 @@
+//! The conformance suite on the host backend, with two simulated devices (so the two-device
+//! cases run) and with one (so they are skipped, not failed), and with the device's
+//! stream-ordered allocation switched off (so the allocator's fallback path is exercised), and
+//! with two devices that cannot have peer access.
+
+use gpu_core::allocator::KindSupport;
+use gpu_rt::host::{HostBackend, HostConfig, HostDeviceConfig};
+use gpu_testkit::conformance::{CaseReport, Outcome, run_all};
+
+fn assert_all_passed(reports: &[CaseReport], skipped_allowed: &[&str]) {
+    for report in reports {
+        println!("{report}");
+    }
+    for report in reports {
+        match &report.outcome {
+            Outcome::Passed => {}
+            Outcome::Skipped(_) if skipped_allowed.contains(&report.name) => {}
+            other => panic!("{}: {other:?}", report.name),
+        }
+    }
+}
+
+#[test]
+fn conformance_on_two_host_devices() {
+    let open = || Ok(HostBackend::new(HostConfig::with_devices(2)));
+    assert_all_passed(&run_all(&open), &[]);
+}
+
+#[test]
+fn conformance_on_one_host_device_skips_the_two_device_cases() {
+    let open = || Ok(HostBackend::new(HostConfig::with_devices(1)));
+    let reports = run_all(&open);
+    let two_device_cases = [
+        "cross_device_order_and_data",
+        "peer_copies_of_every_memory_form",
+    ];
+    assert_all_passed(&reports, &two_device_cases);
+    for name in two_device_cases {
+        let skipped = reports.iter().find(|r| r.name == name);
+        assert_eq!(
+            skipped.map(|r| &r.outcome),
+            Some(&Outcome::Skipped("one device".into())),
+            "{name}"
+        );
+    }
+}
+
+/// Two devices with no link between them (a PCIe box without peer access): every copy between
+/// them is staged, and still correct.
+#[test]
+fn conformance_on_two_host_devices_without_peer_access() {
+    let open = || {
+        let mut config = HostConfig::with_devices(2);
+        config.devices[1].peer_link = false;
+        Ok(HostBackend::new(config))
+    };
+    assert_all_passed(&run_all(&open), &[]);
+}
+
+#[test]
+fn conformance_without_stream_ordered_allocation() {
+    let open = || {
+        let mut config = HostConfig::with_devices(2);
+        for device in &mut config.devices {
+            device.allocator = gpu_core::allocator::AllocatorCapabilities {
+                device: KindSupport::SYNCHRONOUS,
+                managed: KindSupport::NONE,
+                ..HostDeviceConfig::ALL_CAPABILITIES
+            };
+        }
+        Ok(HostBackend::new(config))
+    };
+    assert_all_passed(&run_all(&open), &[]);
+}
