@@ -358,7 +358,6 @@ impl<B: ClientBackend> Memory<B> {
                     MemoryKind::Device => GPURT_MEMORY_DEVICE,
                     MemoryKind::Managed => GPURT_MEMORY_MANAGED,
                     MemoryKind::HostPinned => GPURT_MEMORY_PINNED,
-                    MemoryKind::HostRegistered => GPURT_MEMORY_REGISTERED,
                 },
             },
             Memory::Registered { address, size, .. } => GpurtMemoryInfo {

@@ -264,8 +264,6 @@ pub enum Error {
         /// The size the allocation was made with.
         allocated: usize,
     },
-    /// A host-registered request or handle given to a call without the lock table.
-    RegisteredNeedsLockTable,
     /// The driver handed back a segment whose address breaks its alignment contract.
     MisalignedSegment {
         /// The address the driver returned.
@@ -624,11 +622,6 @@ impl fmt::Display for Error {
                 f,
                 "the allocation at {address:#x} has {allocated} bytes, but its free gave \
                  {given}; free with the size it was allocated with"
-            ),
-            Error::RegisteredNeedsLockTable => write!(
-                f,
-                "host-registered memory is pinned through the lock table; use \
-                 DeviceAllocator::allocate_with / free_with and pass the table"
             ),
             Error::MisalignedSegment { address, required } => write!(
                 f,

@@ -126,7 +126,6 @@ fn the_generator_reaches_every_path() {
         "stream-ordered",
         "synchronous",
         "fallback",
-        "registered",
         "injected failure",
         "out of memory",
     ] {

@@ -144,14 +144,6 @@ fn memory(b: &CudaBackend, stream: CudaStream) {
             })
         );
     }
-    let unsupported = Err(Error::KindUnsupported {
-        device: D0,
-        kind: MemoryKind::HostRegistered,
-    });
-    assert_eq!(
-        kept!(b, b.allocate(D0, MemoryKind::HostRegistered, 64)),
-        unsupported
-    );
     // Out of memory is `None`, not an error (never tried for managed memory, which can hang
     // the GPU when asked for more than it has).
     let huge = 1usize << 50;

@@ -131,13 +131,6 @@ fn memory(b: &HipBackend, stream: HipStream) {
             })
         );
     }
-    assert_eq!(
-        kept!(b, b.allocate(D0, MemoryKind::HostRegistered, 64)),
-        Err(Error::KindUnsupported {
-            device: D0,
-            kind: MemoryKind::HostRegistered,
-        })
-    );
     let huge = 1usize << 50;
     assert_eq!(kept!(b, b.allocate(D0, MemoryKind::Device, huge)), Ok(None));
     assert!(

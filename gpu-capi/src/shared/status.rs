@@ -250,9 +250,7 @@ fn core_status(error: &Error) -> GpurtStatus {
         Error::PinOwned { .. } => S::PinOwned,
         Error::OutOfMemory { .. } => S::OutOfMemory,
         Error::HostOutOfMemory { .. } => S::HostOutOfMemory,
-        Error::KindUnsupported { .. }
-        | Error::RegisteredNeedsLockTable
-        | Error::Unsupported { .. } => S::Unsupported,
+        Error::KindUnsupported { .. } | Error::Unsupported { .. } => S::Unsupported,
         Error::UnknownKernel { .. } => S::UnknownKernel,
         Error::KernelArgumentMismatch { .. }
         | Error::KernelReach { .. }

@@ -3,9 +3,8 @@
 //!
 //! [`DeviceAllocator`] is the single-threaded core for one device: one cache per memory kind
 //! (device, managed, host-pinned), each with per-stream size-class bins over segments obtained
-//! through [`SegmentDriver`]. [`SharedAllocator`] puts each device's core behind its own lock,
-//! so threads working on different devices never contend. Host-registered memory is not
-//! cached: it goes through the lock interval table (see [`DeviceAllocator::allocate_with`]).
+//! through [`SegmentDriver`]. The caller's own host memory is not allocated here: it is pinned
+//! in place through the lock interval table ([`crate::lock_table`]).
 
 mod bins;
 mod cache;
@@ -13,7 +12,6 @@ mod driver;
 #[cfg(feature = "model")]
 pub mod model;
 mod policy;
-mod registered;
 mod stats;
 #[cfg(test)]
 mod tests;
@@ -22,7 +20,6 @@ use core::fmt;
 
 use crate::error::{Error, Result};
 use crate::id::{DeviceId, EventId, StreamId};
-use crate::lock_table::{LockTable, PinDriver};
 
 pub use driver::SegmentDriver;
 pub use policy::{
@@ -32,7 +29,6 @@ pub use policy::{
 pub use stats::AllocatorStats;
 
 use cache::KindCache;
-use registered::RegisteredMemory;
 
 /// What kind of memory a request wants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -45,28 +41,20 @@ pub enum MemoryKind {
     /// Page-locked host memory the device can DMA from and map (`cuMemHostAlloc` with
     /// `PORTABLE | DEVICEMAP`).
     HostPinned,
-    /// The caller's own host memory, pinned through the lock interval table; never cached and
-    /// never freed by the allocator.
-    HostRegistered,
 }
 
 impl MemoryKind {
-    /// The kinds the caching sub-allocator serves, in the order of the per-kind caches.
+    /// Every kind, in the order of the per-kind caches.
     pub const CACHED: [MemoryKind; 3] = [
         MemoryKind::Device,
         MemoryKind::Managed,
         MemoryKind::HostPinned,
     ];
 
-    /// Position among [`MemoryKind::CACHED`], or `None` for host-registered memory.
+    /// Position among [`MemoryKind::CACHED`].
     #[inline]
-    const fn cache_index(self) -> Option<usize> {
-        match self {
-            MemoryKind::Device => Some(0),
-            MemoryKind::Managed => Some(1),
-            MemoryKind::HostPinned => Some(2),
-            MemoryKind::HostRegistered => None,
-        }
+    const fn cache_index(self) -> usize {
+        self as usize
     }
 }
 
@@ -76,7 +64,6 @@ impl fmt::Display for MemoryKind {
             MemoryKind::Device => "device",
             MemoryKind::Managed => "managed",
             MemoryKind::HostPinned => "host-pinned",
-            MemoryKind::HostRegistered => "host-registered",
         })
     }
 }
@@ -101,15 +88,12 @@ pub enum Order<'a> {
 pub struct AllocRequest<'a> {
     /// The kind of memory.
     pub kind: MemoryKind,
-    /// Bytes wanted (for host-registered memory: the length of the caller's range).
+    /// Bytes wanted.
     pub size: usize,
-    /// Required alignment of the address: a power of two (ignored for host-registered memory,
-    /// whose address is the caller's pointer).
+    /// Required alignment of the address: a power of two.
     pub alignment: usize,
     /// When the memory must be usable.
     pub order: Order<'a>,
-    /// Host-registered memory only: the caller's pointer (ignored for other kinds).
-    pub host_ptr: usize,
 }
 
 impl<'a> AllocRequest<'a> {
@@ -121,18 +105,6 @@ impl<'a> AllocRequest<'a> {
             size,
             alignment: MIN_ALIGNMENT,
             order: Order::Synchronous,
-            host_ptr: 0,
-        }
-    }
-
-    /// A request to pin the caller's `len` bytes at `ptr` (host-registered memory).
-    pub const fn host_registered(ptr: usize, len: usize) -> Self {
-        Self {
-            kind: MemoryKind::HostRegistered,
-            size: len,
-            alignment: 1,
-            order: Order::Synchronous,
-            host_ptr: ptr,
         }
     }
 
@@ -169,8 +141,6 @@ pub enum AllocPath {
     /// A stream-ordered request for a kind without a stream-ordered form: the host waited for
     /// the request's dependencies, then the driver allocated synchronously.
     Fallback,
-    /// The caller's host memory, pinned through the lock interval table.
-    Registered,
 }
 
 /// A handle to one live allocation; give it back to [`DeviceAllocator::free`].
@@ -217,7 +187,6 @@ pub struct DeviceAllocator {
     capabilities: AllocatorCapabilities,
     config: AllocatorConfig,
     caches: [KindCache; 3],
-    registered: RegisteredMemory,
 }
 
 impl DeviceAllocator {
@@ -232,7 +201,6 @@ impl DeviceAllocator {
             capabilities,
             config,
             caches: MemoryKind::CACHED.map(|kind| KindCache::new(device, kind)),
-            registered: RegisteredMemory::default(),
         }
     }
 
@@ -246,8 +214,7 @@ impl DeviceAllocator {
         &self.capabilities
     }
 
-    /// Serves a request for a cached kind (device, managed, host-pinned). Host-registered
-    /// requests need the lock table: see [`DeviceAllocator::allocate_with`].
+    /// Serves a request.
     ///
     /// Impossible requests (size zero, a bad alignment, a kind the device lacks, a size above
     /// the kind's limit) fail with a typed error before any driver call. A failed call leaves
@@ -259,9 +226,6 @@ impl DeviceAllocator {
         driver: &mut D,
         request: &AllocRequest<'_>,
     ) -> Result<Allocation> {
-        let Some(cache_index) = request.kind.cache_index() else {
-            return Err(Error::RegisteredNeedsLockTable);
-        };
         let support = self.capabilities.support(request.kind);
         if !support.available {
             return Err(Error::KindUnsupported {
@@ -275,7 +239,7 @@ impl DeviceAllocator {
             support.max_size,
             &self.config,
         )?;
-        let (slot, generation, address, path) = self.caches[cache_index].allocate(
+        let (slot, generation, address, path) = self.caches[request.kind.cache_index()].allocate(
             driver,
             &shape,
             request.order,
@@ -294,81 +258,6 @@ impl DeviceAllocator {
         })
     }
 
-    /// Serves any request: cached kinds as [`DeviceAllocator::allocate`] does, and
-    /// host-registered memory by locking the caller's range in `table` (the backend's one lock
-    /// interval table), never cached. The allocation's address is the caller's pointer; the
-    /// address a device uses for it comes from [`LockTable::lookup`]. A stream-ordered request
-    /// makes its stream wait on its dependencies.
-    pub fn allocate_with<D: SegmentDriver + PinDriver>(
-        &mut self,
-        driver: &mut D,
-        table: &mut LockTable,
-        request: &AllocRequest<'_>,
-    ) -> Result<Allocation> {
-        if request.kind != MemoryKind::HostRegistered {
-            return self.allocate(driver, request);
-        }
-        if !self.capabilities.host_register {
-            return Err(Error::KindUnsupported {
-                device: self.device,
-                kind: request.kind,
-            });
-        }
-        self.registered.poll(driver, table, self.device)?;
-        if let Order::Stream { stream, after } = request.order {
-            for &event in after {
-                driver.wait_event(self.device, stream, event)?;
-            }
-        }
-        let (slot, generation) =
-            self.registered
-                .register(driver, table, request.host_ptr, request.size)?;
-        Ok(Allocation {
-            handle: BlockHandle {
-                kind: MemoryKind::HostRegistered,
-                slot,
-                generation,
-            },
-            address: request.host_ptr,
-            size: request.size,
-            path: AllocPath::Registered,
-        })
-    }
-
-    /// Frees any allocation: cached kinds as [`DeviceAllocator::free`] does; host-registered
-    /// memory is unlocked in `table` at once for [`Release::Idle`], else once the work of every
-    /// stream that used it has completed (checked by later calls with the table, and by
-    /// [`DeviceAllocator::trim_with`]).
-    pub fn free_with<D: SegmentDriver + PinDriver>(
-        &mut self,
-        driver: &mut D,
-        table: &mut LockTable,
-        handle: BlockHandle,
-        release: Release,
-    ) -> Result<()> {
-        if handle.kind != MemoryKind::HostRegistered {
-            return self.free(driver, handle, release);
-        }
-        self.registered.free(
-            driver,
-            table,
-            self.device,
-            (handle.slot, handle.generation),
-            release,
-        )
-    }
-
-    /// [`DeviceAllocator::trim`], after unlocking the freed host-registered ranges whose work
-    /// has completed.
-    pub fn trim_with<D: SegmentDriver + PinDriver>(
-        &mut self,
-        driver: &mut D,
-        table: &mut LockTable,
-    ) -> Result<usize> {
-        self.registered.poll(driver, table, self.device)?;
-        self.trim(driver)
-    }
-
     /// Frees an allocation. With [`Release::OnStream`], the block is at once reusable on that
     /// stream, and on other streams only once ordered after the free; blocks marked as used on
     /// other streams return to the cache when those uses have completed.
@@ -380,20 +269,19 @@ impl DeviceAllocator {
         release: Release,
     ) -> Result<()> {
         let config = self.config;
-        let cache = self.cache_for(handle)?;
-        cache.free(driver, handle.slot, handle.generation, release, &config)
+        self.caches[handle.kind.cache_index()].free(
+            driver,
+            handle.slot,
+            handle.generation,
+            release,
+            &config,
+        )
     }
 
     /// Records that the allocation is also used by work on `stream` (as PyTorch's
     /// `recordStream`): when freed, it is reused only after that work has completed.
     pub fn mark_used_on(&mut self, handle: BlockHandle, stream: StreamId) -> Result<()> {
-        if handle.kind == MemoryKind::HostRegistered {
-            return self
-                .registered
-                .mark_used_on(handle.slot, handle.generation, stream);
-        }
-        let cache = self.cache_for(handle)?;
-        cache.mark_used_on(handle.slot, handle.generation, stream)
+        self.caches[handle.kind.cache_index()].mark_used_on(handle.slot, handle.generation, stream)
     }
 
     /// Takes every stream that used this memory as idle (the caller has synchronised them all,
@@ -424,13 +312,9 @@ impl DeviceAllocator {
         Ok(released)
     }
 
-    /// Statistics of one memory kind (for host-registered memory: bytes locked through this
-    /// allocator, hits for locks nested in an existing entry, misses for new pins).
+    /// Statistics of one memory kind.
     pub fn stats(&self, kind: MemoryKind) -> AllocatorStats {
-        match kind.cache_index() {
-            Some(index) => self.caches[index].stats().clone(),
-            None => self.registered.stats().clone(),
-        }
+        self.caches[kind.cache_index()].stats().clone()
     }
 
     /// Checks the caches' invariants and that their statistics match their blocks.
@@ -439,49 +323,5 @@ impl DeviceAllocator {
         self.caches
             .iter()
             .try_for_each(KindCache::check_consistency)
-    }
-
-    fn cache_for(&mut self, handle: BlockHandle) -> Result<&mut KindCache> {
-        match handle.kind.cache_index() {
-            Some(index) => Ok(&mut self.caches[index]),
-            None => Err(Error::RegisteredNeedsLockTable),
-        }
-    }
-}
-
-/// One [`DeviceAllocator`] per device, each behind its own lock (`R`, a `lock_api` raw mutex;
-/// a spin lock by default), so threads on different devices never contend and no lock is
-/// global.
-pub struct SharedAllocator<R: lock_api::RawMutex = spin::Mutex<()>> {
-    devices: alloc::vec::Vec<lock_api::Mutex<R, DeviceAllocator>>,
-}
-
-impl<R: lock_api::RawMutex> SharedAllocator<R> {
-    /// One allocator per device, numbered from 0 in the order of `capabilities`.
-    pub fn new(capabilities: &[AllocatorCapabilities], config: AllocatorConfig) -> Self {
-        Self {
-            devices: capabilities
-                .iter()
-                .enumerate()
-                .map(|(number, caps)| {
-                    lock_api::Mutex::new(DeviceAllocator::new(
-                        DeviceId(number as u32),
-                        *caps,
-                        config,
-                    ))
-                })
-                .collect(),
-        }
-    }
-
-    /// Locks the allocator of `device`.
-    pub fn device(&self, device: DeviceId) -> Result<lock_api::MutexGuard<'_, R, DeviceAllocator>> {
-        self.devices
-            .get(device.index())
-            .map(lock_api::Mutex::lock)
-            .ok_or_else(|| Error::UnknownDevice {
-                device,
-                device_count: self.devices.len(),
-            })
     }
 }

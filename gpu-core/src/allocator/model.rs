@@ -7,33 +7,24 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use crate::error::{ByteRange, DriverError, Error, Result};
+use crate::error::{DriverError, Error, Result};
 use crate::id::{DeviceId, EventId, StreamId};
-use crate::lock_table::model::fill_fake_device_addresses;
-use crate::lock_table::{LockTable, PinDriver};
 
 use super::{
     AllocPath, AllocRequest, AllocatorCapabilities, AllocatorConfig, BlockHandle, DeviceAllocator,
     MemoryKind, Release, SegmentDriver,
 };
 
-/// Every kind, host-registered last.
-const ALL_KINDS: [MemoryKind; 4] = [
-    MemoryKind::Device,
-    MemoryKind::Managed,
-    MemoryKind::HostPinned,
-    MemoryKind::HostRegistered,
-];
-/// Where the harness's host-registered ranges lie.
-const HOST_ARENA: usize = 0x10_0000;
+/// Every kind.
+const ALL_KINDS: [MemoryKind; 3] = MemoryKind::CACHED;
 /// Alignment of the addresses the fake driver hands out, and the gap it leaves between segments.
 const FAKE_ALIGNMENT: usize = 4096;
 /// The fake driver's segments end at most here: at the top of the address space whatever the
 /// pointer width, so the allocator's address arithmetic meets it on 32-bit targets too (the
 /// last page stays unused, so a segment's end is representable, as on every real driver).
 const FAKE_TOP: usize = usize::MAX - (FAKE_ALIGNMENT - 1);
-/// The fake driver's segments start at least here, far above the host arena.
-const FAKE_FLOOR: usize = HOST_ARENA * 16;
+/// The fake driver's segments start at least here.
+const FAKE_FLOOR: usize = 0x100_0000;
 
 /// One piece of work enqueued on a modelled stream.
 #[derive(Clone, Debug)]
@@ -88,8 +79,6 @@ pub struct FakeDriver {
     streams: BTreeMap<u32, ModelStream>,
     events: BTreeMap<u32, ModelEvent>,
     next_event: u32,
-    /// Host ranges pinned through [`PinDriver`]: start -> length.
-    pins: BTreeMap<usize, usize>,
 }
 
 impl FakeDriver {
@@ -107,7 +96,6 @@ impl FakeDriver {
             streams: BTreeMap::new(),
             events: BTreeMap::new(),
             next_event: 0,
-            pins: BTreeMap::new(),
         }
     }
 
@@ -123,11 +111,6 @@ impl FakeDriver {
             .filter(|(_, k)| *k == kind)
             .map(|(size, _)| size)
             .sum()
-    }
-
-    /// Host ranges pinned and not unpinned: start -> length.
-    pub fn pinned(&self) -> &BTreeMap<usize, usize> {
-        &self.pins
     }
 
     /// Events the allocator recorded and has not released.
@@ -444,57 +427,13 @@ impl SegmentDriver for FakeDriver {
     }
 }
 
-impl PinDriver for FakeDriver {
-    fn pin(&mut self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
-        self.call("pin")?;
-        let overlapping = self
-            .pins
-            .range(..=range.last())
-            .next_back()
-            .is_some_and(|(&start, &len)| start + len > range.start);
-        if overlapping {
-            self.violations
-                .push(format!("{range} pinned over an existing pin"));
-        }
-        self.pins.insert(range.start, range.len);
-        fill_fake_device_addresses(range.start, device_ptrs);
-        Ok(())
-    }
-
-    fn unpin(&mut self, start: usize) -> Result<()> {
-        self.call("unpin")?;
-        match self.pins.remove(&start) {
-            Some(len) => {
-                if let Some((stream, position)) = self.pending_touching(start, start + len, None) {
-                    self.violations.push(format!(
-                        "host range {start:#x} unpinned while work {position} of stream {stream} may use it"
-                    ));
-                }
-            }
-            None => self
-                .violations
-                .push(format!("unpin of {start:#x}, which is not pinned")),
-        }
-        Ok(())
-    }
-
-    fn pinned_extent(
-        &mut self,
-        _ptr: usize,
-        _device_ptrs: &mut [usize],
-    ) -> Result<Option<ByteRange>> {
-        self.call("pinned_extent")?;
-        Ok(None)
-    }
-}
-
 // ----- the checking harness -----
 
 /// One step of a generated operation sequence; indices pick among live allocations and
 /// streams modulo their counts, so any values are valid.
 #[derive(Clone, Debug)]
 pub enum Step {
-    /// Allocate: `kind` picks among the four kinds, `stream` `None` is synchronous, `deps`
+    /// Allocate: `kind` picks among the three kinds, `stream` `None` is synchronous, `deps`
     /// events recorded on the streams in `deps` (by index) are the request's dependencies.
     Allocate {
         /// Picks the kind.
@@ -569,8 +508,6 @@ pub struct Harness {
     pub allocator: DeviceAllocator,
     /// The fake driver.
     pub driver: FakeDriver,
-    /// The lock table host-registered requests go through.
-    pub table: LockTable,
     streams: u8,
     live: Vec<Live>,
     /// How often each path served a request, by name; also how many steps failed with an
@@ -589,7 +526,6 @@ impl Harness {
         Self {
             allocator: DeviceAllocator::new(DeviceId(0), capabilities, config),
             driver: FakeDriver::new(capacity),
-            table: LockTable::new(1).expect("one device"),
             streams: streams.max(1),
             live: Vec::new(),
             paths: BTreeMap::new(),
@@ -631,7 +567,7 @@ impl Harness {
             }
             Step::Trim => self
                 .allocator
-                .trim_with(&mut self.driver, &mut self.table)
+                .trim(&mut self.driver)
                 .map(|_| ())
                 .map_err(|e| format!("{e}")),
         };
@@ -660,36 +596,24 @@ impl Harness {
         stream: Option<u8>,
         deps: &[u8],
     ) -> core::result::Result<(), String> {
-        let kind = ALL_KINDS[usize::from(kind % 4)];
+        let kind = ALL_KINDS[usize::from(kind % 3)];
         let home = stream.map(|s| self.stream(s));
         let events: Vec<EventId> = deps
             .iter()
             .map(|&d| self.driver.record_user_event(self.stream(d)))
             .collect();
-        let registered = kind == MemoryKind::HostRegistered;
-        // Host ranges come from a small arena, so nested and overlapping locks are common.
-        let mut request = if registered {
-            AllocRequest::host_registered(HOST_ARENA + alignment % 32 * 4096, size % (64 << 10))
-        } else {
-            AllocRequest::new(kind, size).aligned(alignment)
-        };
-        let size = request.size;
+        let mut request = AllocRequest::new(kind, size).aligned(alignment);
         if let Some(home) = home {
             request = request.on_stream(home, &events);
         }
-        let result = self
-            .allocator
-            .allocate_with(&mut self.driver, &mut self.table, &request);
+        let result = self.allocator.allocate(&mut self.driver, &request);
         for event in &events {
             self.driver.events.remove(&event.0);
         }
         let support = self.allocator.capabilities().support(kind);
         let allocation = match result {
             Ok(allocation) => allocation,
-            Err(Error::KindUnsupported { .. }) if !support.available && !registered => {
-                return Ok(());
-            }
-            Err(Error::LockOverlap { .. }) if registered => return Ok(()),
+            Err(Error::KindUnsupported { .. }) if !support.available => return Ok(()),
             Err(Error::InvalidAlignment { limit, .. })
                 if limit >= super::SMALL_SEGMENT
                     && (!alignment.is_power_of_two() || alignment > limit) =>
@@ -715,7 +639,6 @@ impl Harness {
             AllocPath::DriverStreamOrdered => "stream-ordered",
             AllocPath::DriverSynchronous => "synchronous",
             AllocPath::Fallback => "fallback",
-            AllocPath::Registered => "registered",
         };
         *self.paths.entry(name).or_default() += 1;
         let expected_driver_path = match (home, support.stream_ordered) {
@@ -738,29 +661,13 @@ impl Harness {
                 "{allocation:?} does not honour size {size} and alignment {alignment}"
             ));
         }
-        if registered {
-            if allocation.path != AllocPath::Registered || allocation.address != request.host_ptr {
-                return Err(format!("{allocation:?} does not name the caller's range"));
-            }
-            self.live.push(Live {
-                handle: allocation.handle,
-                address: allocation.address,
-                size,
-                kind,
-                home,
-                other_user: None,
-            });
-            return Ok(());
-        }
         if !self.driver.inside_segment(kind, allocation.address, size) {
             return Err(format!(
                 "{allocation:?} lies outside every {kind} segment the driver handed out"
             ));
         }
         if let Some(other) = self.live.iter().find(|l| {
-            l.kind != MemoryKind::HostRegistered
-                && l.address < allocation.address + size
-                && allocation.address < l.address + l.size
+            l.address < allocation.address + size && allocation.address < l.address + l.size
         }) {
             return Err(format!("{allocation:?} overlaps the live {other:?}"));
         }
@@ -817,12 +724,12 @@ impl Harness {
             }
         };
         self.allocator
-            .free_with(&mut self.driver, &mut self.table, live.handle, release)
+            .free(&mut self.driver, live.handle, release)
             .map_err(|e| format!("{e}"))?;
         self.live.swap_remove(index);
         if self
             .allocator
-            .free_with(&mut self.driver, &mut self.table, live.handle, release)
+            .free(&mut self.driver, live.handle, release)
             .is_ok()
         {
             return Err(format!("{:?} freed twice", live.handle));
@@ -867,19 +774,9 @@ impl Harness {
         }
         self.driver.finish_all();
         self.allocator
-            .trim_with(&mut self.driver, &mut self.table)
+            .trim(&mut self.driver)
             .map_err(|e| format!("{e}"))?;
         self.check()?;
-        if !self.driver.pinned().is_empty() || self.table.stats().entries != 0 {
-            return Err(format!(
-                "after trim {:?} are still pinned, {} table entries",
-                self.driver.pinned(),
-                self.table.stats().entries
-            ));
-        }
-        if self.allocator.stats(MemoryKind::HostRegistered).pending != 0 {
-            return Err("host-registered ranges still wait to be unlocked".into());
-        }
         if !self.driver.live_segments().is_empty() {
             return Err(format!(
                 "after trim the driver still has {:?} out",

@@ -87,14 +87,12 @@ pub struct AllocatorCapabilities {
 }
 
 impl AllocatorCapabilities {
-    /// What the driver offers for `kind` (host-registered memory is never cached, so it has no
-    /// [`KindSupport`]: see [`AllocatorCapabilities::host_register`]).
+    /// What the driver offers for `kind`.
     pub const fn support(&self, kind: MemoryKind) -> KindSupport {
         match kind {
             MemoryKind::Device => self.device,
             MemoryKind::Managed => self.managed,
             MemoryKind::HostPinned => self.host_pinned,
-            MemoryKind::HostRegistered => KindSupport::NONE,
         }
     }
 }

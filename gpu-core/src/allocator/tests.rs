@@ -3,7 +3,6 @@
 
 use super::model::{FakeDriver, capabilities};
 use super::*;
-use crate::lock_table::LockTable;
 use alloc::vec::Vec;
 
 const S0: StreamId = StreamId(0);
@@ -360,127 +359,6 @@ fn a_failed_driver_call_leaves_the_allocator_as_it_was() {
     a.check_consistency().unwrap();
     a.free(&mut d, block.handle, Release::OnStream(S0)).unwrap();
     a.check_consistency().unwrap();
-}
-
-#[test]
-fn the_shared_allocator_locks_each_device_alone() {
-    let shared: SharedAllocator = SharedAllocator::new(
-        &[capabilities([true; 3], true); 2],
-        AllocatorConfig::default(),
-    );
-    let mut d = FakeDriver::new(usize::MAX / 2);
-    let first = shared.device(DeviceId(0)).unwrap();
-    let mut second = shared.device(DeviceId(1)).unwrap();
-    assert_eq!(
-        (first.device(), second.device()),
-        (DeviceId(0), DeviceId(1))
-    );
-    second.allocate(&mut d, &on(S0, 64)).unwrap();
-    assert!(matches!(
-        shared.device(DeviceId(2)),
-        Err(Error::UnknownDevice {
-            device_count: 2,
-            ..
-        })
-    ));
-}
-
-#[test]
-fn host_registered_memory_goes_through_the_lock_table_and_unpins_after_its_work() {
-    let (mut a, mut d) = (allocator(true), FakeDriver::new(usize::MAX / 2));
-    let mut table = LockTable::new(1).unwrap();
-    let range = AllocRequest::host_registered(0x10_0000, 8192);
-    assert_eq!(
-        a.allocate(&mut d, &range),
-        Err(Error::RegisteredNeedsLockTable)
-    );
-    let outer = a.allocate_with(&mut d, &mut table, &range).unwrap();
-    assert_eq!(
-        (outer.path, outer.address, outer.size),
-        (AllocPath::Registered, 0x10_0000, 8192)
-    );
-    let inner = a
-        .allocate_with(
-            &mut d,
-            &mut table,
-            &AllocRequest::host_registered(0x10_1000, 16),
-        )
-        .unwrap();
-    assert_eq!(d.pinned().len(), 1, "the nested lock pinned again");
-    assert!(matches!(
-        a.allocate_with(
-            &mut d,
-            &mut table,
-            &AllocRequest::host_registered(0x10_1000, 8192)
-        ),
-        Err(Error::LockOverlap { .. })
-    ));
-
-    d.enqueue(S0, 0x10_0000, 8192);
-    a.free_with(&mut d, &mut table, outer.handle, Release::OnStream(S0))
-        .unwrap();
-    a.free_with(&mut d, &mut table, inner.handle, Release::Idle)
-        .unwrap();
-    assert_eq!(
-        d.pinned().len(),
-        1,
-        "unpinned while stream 0 may still copy from it"
-    );
-    assert_eq!(a.stats(MemoryKind::HostRegistered).pending, 8192);
-    d.progress(S0, 1);
-    a.trim_with(&mut d, &mut table).unwrap();
-    assert!(d.pinned().is_empty() && d.violations.is_empty());
-    assert_eq!(d.allocator_events(), 0);
-    let stats = a.stats(MemoryKind::HostRegistered);
-    assert_eq!(
-        (stats.allocated, stats.pending, stats.hits, stats.misses),
-        (0, 0, 1, 1)
-    );
-    assert!(matches!(
-        a.free_with(&mut d, &mut table, inner.handle, Release::Idle),
-        Err(Error::UnknownAllocation { .. })
-    ));
-}
-
-#[test]
-fn host_registration_needs_the_capability() {
-    let mut caps = capabilities([true; 3], true);
-    caps.host_register = false;
-    let mut a = DeviceAllocator::new(DeviceId(0), caps, AllocatorConfig::default());
-    let (mut d, mut table) = (FakeDriver::new(usize::MAX / 2), LockTable::new(1).unwrap());
-    let request = AllocRequest::host_registered(0x10_0000, 64);
-    assert!(matches!(
-        a.allocate_with(&mut d, &mut table, &request),
-        Err(Error::KindUnsupported {
-            kind: MemoryKind::HostRegistered,
-            ..
-        })
-    ));
-}
-
-#[test]
-fn host_registered_polls_count_only_the_queries_made() {
-    let (mut a, mut d) = (allocator(true), FakeDriver::new(usize::MAX / 2));
-    let mut table = LockTable::new(1).unwrap();
-    let range = a
-        .allocate_with(
-            &mut d,
-            &mut table,
-            &AllocRequest::host_registered(0x10_0000, 4096),
-        )
-        .unwrap();
-    a.mark_used_on(range.handle, S1).unwrap();
-    d.enqueue(S0, 0x10_0000, 4096);
-    a.free_with(&mut d, &mut table, range.handle, Release::OnStream(S0))
-        .unwrap();
-    // S0's event is not complete, so the poll stops there without asking about S1's.
-    let (calls, counted) = (d.calls, a.stats(MemoryKind::HostRegistered).driver_calls);
-    a.trim_with(&mut d, &mut table).unwrap();
-    assert_eq!(d.calls - calls, 1);
-    assert_eq!(
-        a.stats(MemoryKind::HostRegistered).driver_calls - counted,
-        d.calls - calls
-    );
 }
 
 /// The fake driver hands out segments from the top of the address space down, whatever the

@@ -73,8 +73,8 @@ pub enum LockOwner {
     /// A plain counted lock ([`LockTable::lock`]; the runtime's `lock_range`, C's
     /// `gpurt_lock`): any raw unlock of the entry releases one.
     Raw,
-    /// A lock a guard object holds (the runtime's `LockedHost`, C's `gpurt_host_register`, a
-    /// host-registered allocation): released only through [`LockTable::unlock_as`] with this
+    /// A lock a guard object holds (the runtime's `LockedHost`, C's `gpurt_host_register`):
+    /// released only through [`LockTable::unlock_as`] with this
     /// owner, which only the guard calls, never by a raw unlock; the pin lasts as long as the
     /// guard.
     Guard,

@@ -527,7 +527,7 @@ impl Backend for CudaBackend {
     }
 
     /// Device: cuMemAlloc; managed: cuMemAllocManaged with `ATTACH_GLOBAL`; pinned host:
-    /// cuMemHostAlloc with `PORTABLE | DEVICEMAP`. Host-registered memory is never allocated.
+    /// cuMemHostAlloc with `PORTABLE | DEVICEMAP`.
     fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
         let state = self.device(device)?;
         if !state.info.allocator.support(kind).available {
@@ -559,7 +559,6 @@ impl Backend for CudaBackend {
                 let code = call_raw!(self.driver, cuMemHostAlloc(&mut address, bytes, flags));
                 allocation_outcome("cuMemHostAlloc", code, address as usize)
             }
-            MemoryKind::HostRegistered => Err(Error::KindUnsupported { device, kind }),
         }
     }
 
@@ -610,9 +609,6 @@ impl Backend for CudaBackend {
         after: Option<CudaStream>,
     ) -> Result<()> {
         self.device(device)?;
-        if kind == MemoryKind::HostRegistered {
-            return Err(Error::KindUnsupported { device, kind });
-        }
         if address == 0 {
             return Err(Error::NullPointer {
                 what: "freed address",

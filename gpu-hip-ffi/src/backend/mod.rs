@@ -508,7 +508,7 @@ impl Backend for HipBackend {
     }
 
     /// Device: hipMalloc; managed: hipMallocManaged with `hipMemAttachGlobal`; pinned host:
-    /// hipHostMalloc with `Portable | Mapped`. Host-registered memory is never allocated.
+    /// hipHostMalloc with `Portable | Mapped`.
     fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
         let state = self.device(device)?;
         if !state.info.allocator.support(kind).available {
@@ -538,7 +538,6 @@ impl Backend for HipBackend {
                 let code = call_raw!(self.hip, hipHostMalloc(&mut address, bytes, flags));
                 allocation_outcome("hipHostMalloc", code, address)
             }
-            MemoryKind::HostRegistered => Err(Error::KindUnsupported { device, kind }),
         }
     }
 
@@ -578,9 +577,6 @@ impl Backend for HipBackend {
         after: Option<HipStream>,
     ) -> Result<()> {
         self.device(device)?;
-        if kind == MemoryKind::HostRegistered {
-            return Err(Error::KindUnsupported { device, kind });
-        }
         if address == 0 {
             return Err(Error::NullPointer {
                 what: "freed address",

@@ -343,11 +343,10 @@ impl HsaBackend {
     }
 
     /// The opened device `device`, which allocates memory of `kind` ([`Error::KindUnsupported`]
-    /// for managed memory, which it does not offer, and host-registered memory, which is
-    /// never allocated).
+    /// for managed memory, which it does not offer).
     fn allocating_device(&self, device: DeviceId, kind: MemoryKind) -> Result<&DeviceState> {
         let state = self.device(device)?;
-        if !state.info.allocator.support(kind).available || kind == MemoryKind::HostRegistered {
+        if !state.info.allocator.support(kind).available {
             return Err(Error::KindUnsupported { device, kind });
         }
         Ok(state)
@@ -1043,7 +1042,7 @@ impl Backend for HsaBackend {
     /// from the CPU's fine-grained pool. Then hsa_amd_agents_allow_access: pinned host memory
     /// for every GPU, device memory for the other GPUs that may reach the pool, where any (so
     /// their copies and kernels reach it: this is the backend's peer access).
-    /// Managed and host-registered memory are [`Error::KindUnsupported`].
+    /// Managed memory is [`Error::KindUnsupported`].
     fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
         let state = self.allocating_device(device, kind)?;
         if bytes == 0 {
@@ -1736,12 +1735,7 @@ mod tests {
         assert_eq!(backend.device_count(), 0);
         assert_eq!(backend.device_info(d0), Err(unknown.clone()));
         assert_eq!(backend.set_current_device(Some(d0)), Err(unknown.clone()));
-        for kind in [
-            MemoryKind::Device,
-            MemoryKind::Managed,
-            MemoryKind::HostPinned,
-            MemoryKind::HostRegistered,
-        ] {
+        for kind in MemoryKind::CACHED {
             assert_eq!(backend.allocate(d0, kind, 64), Err(unknown.clone()));
             assert_eq!(
                 backend.allocate_on_stream(stream, kind, 64),

@@ -409,9 +409,6 @@ impl HostBackend {
         call: &'static str,
     ) -> Result<Option<usize>> {
         let support = self.device_config(device)?.allocator.support(kind);
-        if kind == MemoryKind::HostRegistered {
-            return Err(HostErrorCode::InvalidValue.error(call));
-        }
         if !support.available || (stream_ordered && !support.stream_ordered) {
             return Err(HostErrorCode::NotSupported.error(call));
         }

@@ -513,10 +513,6 @@ fn capabilities_decide_which_kinds_and_forms_exist() {
         code(b.allocate(D0, MemoryKind::Managed, 64)),
         HostErrorCode::NotSupported
     );
-    assert_eq!(
-        code(b.allocate(D0, MemoryKind::HostRegistered, 64)),
-        HostErrorCode::InvalidValue
-    );
     let p = b
         .allocate_on_stream(s, MemoryKind::HostPinned, 64)
         .unwrap()

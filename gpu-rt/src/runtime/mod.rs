@@ -904,8 +904,7 @@ impl<B: Backend> Runtime<B> {
     }
 
     /// The allocator's figures for `kind` on `device`, taking only that device's memory lock
-    /// (host-registered memory: the bytes pinned through the lock table are in
-    /// [`RuntimeStats::locks`]).
+    /// (the caller's host memory pinned in place is counted in [`RuntimeStats::locks`]).
     pub fn allocator_stats(&self, device: DeviceId, kind: MemoryKind) -> Result<AllocatorStats> {
         Ok(self.memory(device)?.allocator_stats(kind))
     }
