@@ -1,6 +1,8 @@
 //! The crate users add: re-exports the pure core ([`gpu_core`]) and, by feature, the driver
 //! backends (`cuda`, `hip`, `hsa`). The host backend, which needs no GPU, is always present,
 //! and [`with_best_backend`] picks the best backend present at run time.
+//!
+#![doc = include_str!("../README.md")]
 #![cfg_attr(not(feature = "std"), no_std)]
 
 pub use gpu_core::*;
