@@ -4,7 +4,7 @@
 //!
 //! Links with a scheme (`https:`, `mailto:`, ...) are not followed. A target must lie inside
 //! the repository and be tracked by git or new and not ignored, so a link into build output
-//! (`target/`) or beside the repository (`../shared`) fails here as it would on a clean clone.
+//! (`target/`) or beside the repository (`../elsewhere`) fails here as it would on a clean clone.
 //! Links are read from inline links and images (`[text](dest "title")`, `![alt](<dest>)`) and
 //! reference definitions (`[label]: dest`), outside fenced code blocks and code spans.
 //! Anchors are GitHub's: a heading's text in lower case, punctuation dropped, spaces as `-`,
