@@ -3,6 +3,8 @@
 //! feature the driver backends (`cuda`, `hip`, `hsa`). The host backend, which needs no GPU,
 //! is always present with `std`, and [`with_best_backend`] picks the best backend present at
 //! run time.
+//!
+#![doc = include_str!("../README.md")]
 #![cfg_attr(not(feature = "std"), no_std)]
 
 pub use gpu_core::*;

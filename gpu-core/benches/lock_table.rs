@@ -1,4 +1,4 @@
-//! Lock table against the baseline of spec/lock-table.md (`BTreeMap<usize, Entry>` keyed by
+//! Lock table against the baseline of docs/lock-table.md (`BTreeMap<usize, Entry>` keyed by
 //! start, `range(..=p).next_back()`), same workloads, same run:
 //! - lookups of (ptr, len) at random interior addresses, 80% hits, over 16 / 4,096 / 65,536
 //!   disjoint page-aligned regions of 4 KiB to 4 MiB, bare table and thread-safe form;

@@ -6,6 +6,7 @@ mod bindgen;
 mod capi_header;
 mod hip_shim;
 mod iree;
+mod links;
 mod mlir;
 mod no_std;
 mod test_hw;
@@ -48,6 +49,9 @@ commands:
                               -runtime) for CUDA and the CPU, check its outputs on the CPU, and put
                               the CUDA module, its flag files and iree-run-module in DIR (default
                               target/iree; test-hw puts them in its bundle)
+  check-links                 check that every relative link in the tracked Markdown files
+                              points at a file or directory of the repository (and an anchor at
+                              a heading of its Markdown file)
 ";
 
 fn main() -> ExitCode {
@@ -63,6 +67,7 @@ fn main() -> ExitCode {
         Some("mlir") => mlir::mlir(&args[1..]),
         Some("iree") => iree::iree(&args[1..]),
         Some("test-hw") => test_hw::test_hw(&args[1..]),
+        Some("check-links") => links::check_links(&args[1..]),
         Some("fuzz-list") => run(Command::new("cargo")
             .args(["+nightly", "fuzz", "list"])
             .current_dir(root().join("fuzz"))),

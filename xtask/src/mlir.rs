@@ -13,8 +13,8 @@ use std::process::Command;
 
 use crate::{root, run};
 
-/// The lowering of clients.md: the kernels become PTX for sm_90 (the driver JITs them; PTX ISA
-/// 8.0 is needed for sm_90), the host code calls the `mgpu*` runtime ABI.
+/// The lowering of gpu-capi/README.md: the kernels become PTX for sm_90 (the driver JITs them;
+/// PTX ISA 8.0 is needed for sm_90), the host code calls the `mgpu*` runtime ABI.
 const PIPELINE: &str =
     "--gpu-lower-to-nvvm-pipeline=cubin-chip=sm_90 cubin-features=+ptx80 cubin-format=isa";
 /// The library name MLIR's lowered programs are linked against.

@@ -1,4 +1,4 @@
-//! The allocator policy and the caching sub-allocator (spec: alloc.md): which path serves each
+//! The allocator policy and the caching sub-allocator (docs/allocator.md): which path serves each
 //! request (cached block, stream-ordered driver call, or wait-then-synchronous fallback).
 //!
 //! [`DeviceAllocator`] is the single-threaded core for one device: one cache per memory kind

@@ -5,7 +5,7 @@
 //! cuMemHostRegister / hipHostRegister / hsa_amd_memory_lock. The table decides; the driver,
 //! behind [`PinDriver`], only pins, unpins and answers "who pinned this?".
 //!
-//! Rules (spec: lock-table.md), all enforced before any driver call:
+//! Rules (docs/lock-table.md), all enforced before any driver call:
 //! - entries never overlap; adjacent entries stay separate;
 //! - locking a range inside an entry counts one more lock on it, with no driver call;
 //! - each lock has an owner ([`LockOwner`]): a raw lock, or one a guard holds (the runtime's

@@ -1,4 +1,4 @@
-//! One test per rule and per error case of spec/lock-table.md.
+//! One test per rule and per error case of docs/lock-table.md.
 
 use super::model::{CallKind, FakeDriver, fake_device_address};
 use super::*;

@@ -1,5 +1,5 @@
 //! Async tokens: the planner that maps token programs onto streams and events, and the
-//! checker that finds lifetime defects in any trace of stream/event calls (spec: tokens.md).
+//! checker that finds lifetime defects in any trace of stream/event calls (docs/tokens.md).
 //!
 //! - [`Planner`] takes operations with token dependencies and emits [`PlanStep`]s: which
 //!   stream each operation runs on, the events recorded, the waits inserted, and the streams

@@ -2,7 +2,7 @@
 //! many bytes a launch needs and whether the kernel must opt in above the default limit.
 //!
 //! Workgroup memory (CUDA "shared memory", address space 3) is allocated once per workgroup
-//! for the whole kernel and shared by its threads (spec: workgroup.md). The planner works in
+//! for the whole kernel and shared by its threads (docs/workgroup.md). The planner works in
 //! two steps: [`WorkgroupPlanner::plan`] places the buffers whose size is known up front (the
 //! static part, declared by the kernel itself), then [`StaticPlan::for_launch`] places the
 //! launch-sized buffers after them (the dynamic part, given to the launch). A kernel that takes

@@ -65,7 +65,7 @@ mod tests {
     use super::*;
     use gpu_core::{DriverError, Error};
 
-    /// The attributes an H200 with driver 580 reports (shared/baselines, and read on the GPU box).
+    /// The attributes an H200 with driver 580 reports (read on the GPU box).
     fn h200(which: sys::CUdevice_attribute) -> Result<c_int> {
         Ok(match which {
             sys::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED
