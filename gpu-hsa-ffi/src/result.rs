@@ -45,8 +45,17 @@ pub fn reports_no_device(error: &Error) -> bool {
         Error::Driver(DriverError { call, .. }) if *call == "hsa_init" => {
             CODES.is_one_of(error, &[sys::HSA_STATUS_ERROR_OUT_OF_RESOURCES])
         }
-        _ => *error == crate::backend::no_gpu_agent(),
+        _ => *error == no_gpu_agent(),
     }
+}
+
+/// The error for an initialised HSA runtime without GPU agents (the backend's open reports
+/// it; [`reports_no_device`] says so).
+pub(crate) fn no_gpu_agent() -> Error {
+    Error::Driver(driver_error(
+        "hsa_iterate_agents (no GPU agent)",
+        sys::HSA_STATUS_ERROR_INVALID_AGENT,
+    ))
 }
 
 #[cfg(test)]
@@ -79,7 +88,7 @@ mod tests {
         assert!(!reports_no_device(
             &check("hsa_init", sys::HSA_STATUS_ERROR).unwrap_err()
         ));
-        assert!(reports_no_device(&crate::backend::no_gpu_agent()));
+        assert!(reports_no_device(&no_gpu_agent()));
         assert!(!reports_no_device(
             &check("hsa_iterate_agents", sys::HSA_STATUS_ERROR_INVALID_AGENT).unwrap_err()
         ));

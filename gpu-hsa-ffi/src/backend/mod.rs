@@ -28,7 +28,7 @@ use gpu_core::{ByteRange, DeviceId, Error, Result};
 use gpu_hip_ffi::code_objects::CODE_OBJECTS;
 
 use crate::library::Hsa;
-use crate::result::{BACKEND, check, driver_error};
+use crate::result::{BACKEND, check, driver_error, no_gpu_agent};
 use crate::runtime::HsaRuntime;
 use crate::sys;
 
@@ -242,14 +242,6 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// with HSA's status for that kind of object.
 fn stale(call: &'static str, code: sys::hsa_status_t) -> Error {
     Error::Driver(driver_error(call, code))
-}
-
-/// The error for an HSA runtime without GPU agents ([`crate::reports_no_device`] says so).
-pub(crate) fn no_gpu_agent() -> Error {
-    Error::Driver(driver_error(
-        "hsa_iterate_agents (no GPU agent)",
-        sys::HSA_STATUS_ERROR_INVALID_AGENT,
-    ))
 }
 
 /// The error for peer access, or a peer copy, between GPUs that cannot have it: one's device

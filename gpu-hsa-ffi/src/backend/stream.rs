@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 
 use gpu_core::{DeviceId, Result};
 
-use crate::backend::packets::header_word;
+use super::packets::header_word;
 use crate::library::Hsa;
 use crate::sys;
 
