@@ -5,11 +5,11 @@
 //! HSA has no current device: the calling thread's device is a per-thread value of this crate,
 //! and every method names its device through its handles (`SCOPES_ITS_CALLS`).
 
-mod events;
 mod fill;
 mod image;
 mod packets;
 mod pools;
+mod records;
 mod stream;
 
 use core::cell::Cell;
@@ -32,10 +32,10 @@ use crate::result::{BACKEND, check, driver_error, no_gpu_agent};
 use crate::runtime::HsaRuntime;
 use crate::sys;
 
-use events::RecordSignals;
 use image::{ELF_HEADER_BYTES, elf_image_size};
 use packets::{KernelObject, args_from_parameter_array, barrier_and_packets, dispatch_packet};
 use pools::CopyAgents;
+use records::RecordSignals;
 use stream::{Op, Packet, Producer, StreamState};
 
 /// Calls HSA function `$name` through the loader and checks its status, naming the call.
