@@ -35,6 +35,19 @@ pub fn check(call: &'static str, code: sys::hsa_status_t) -> Result<(), Error> {
     CODES.check(call, code)
 }
 
+/// Calls HSA function `$name` of the library `$hsa` through the loader and [`check`]s its
+/// status, naming the call: `hsa!(hsa, hsa_signal_destroy(signal))`.
+macro_rules! hsa {
+    ($hsa:expr, $name:ident($($argument:expr),* $(,)?)) => {
+        $hsa.$name().and_then(|function| {
+            // SAFETY: each call site passes handles the backend owns (or the caller vouched
+            // for through the trait contract) and out-parameters valid for writes.
+            $crate::result::check(stringify!($name), unsafe { function($($argument),*) })
+        })
+    };
+}
+pub(crate) use hsa;
+
 /// Whether `error` says there is no AMD GPU to use: hsa_init's
 /// `HSA_STATUS_ERROR_OUT_OF_RESOURCES` (what ROCm 5.2.3's runtime reports when /dev/kfd is
 /// absent, observed on these machines), or an initialised runtime without GPU agents (the

@@ -167,6 +167,15 @@ pub(crate) fn agent_pools(
     Ok(scan.pools)
 }
 
+/// Gives pool memory back, if any, on paths that report something else (nothing to report: a
+/// buffer nothing reads is freed, or left to the process if even the lookup fails).
+pub(crate) fn free_pool_memory(hsa: &Hsa, address: Option<usize>) {
+    if let (Some(address), Ok(free)) = (address, hsa.hsa_amd_memory_pool_free()) {
+        // SAFETY: pool memory of the backend that nothing reads any more.
+        let _ = unsafe { free(address as *mut c_void) };
+    }
+}
+
 /// Whether an agent may be given direct access to a pool's memory, by what
 /// `HSA_AMD_AGENT_MEMORY_POOL_INFO_ACCESS` says: anything but `NEVER_ALLOWED` (allowed by
 /// default, or for each buffer hsa_amd_agents_allow_access opens to the agent).
