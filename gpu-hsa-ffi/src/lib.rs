@@ -3,7 +3,9 @@
 //! opened at run time with each function looked up on first use ([`library`]), `hsa_status_t`
 //! codes turned into [`gpu_core::Error`] values ([`result`]), an initialised runtime and its
 //! agents ([`runtime`]), and [`HsaBackend`], the toolkit's backend trait on top ([`backend`]).
+#![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod backend;
 pub mod library;
@@ -18,7 +20,8 @@ pub mod runtime;
     non_snake_case,
     non_upper_case_globals,
     missing_docs,
-    clippy::all
+    clippy::all,
+    clippy::undocumented_unsafe_blocks
 )]
 #[rustfmt::skip]
 pub mod sys;

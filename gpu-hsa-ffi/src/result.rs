@@ -36,12 +36,13 @@ pub fn check(call: &'static str, code: sys::hsa_status_t) -> Result<(), Error> {
 }
 
 /// Calls HSA function `$name` of the library `$hsa` through the loader and [`check`]s its
-/// status, naming the call: `hsa!(hsa, hsa_signal_destroy(signal))`.
+/// status, naming the call: `hsa!(hsa, hsa_signal_destroy(signal))`. The call is unsafe, so
+/// each use has its own `// SAFETY:` comment for its arguments.
 macro_rules! hsa {
     ($hsa:expr, $name:ident($($argument:expr),* $(,)?)) => {
         $hsa.$name().and_then(|function| {
-            // SAFETY: each call site passes handles the backend owns (or the caller vouched
-            // for through the trait contract) and out-parameters valid for writes.
+            // SAFETY: the `// SAFETY:` comment at each use says why its arguments are valid
+            // for the function it names.
             $crate::result::check(stringify!($name), unsafe { function($($argument),*) })
         })
     };

@@ -71,6 +71,8 @@ pub(super) fn open_device(
     agent: sys::hsa_agent_t,
     gpus: &[sys::hsa_agent_t],
 ) -> Result<DeviceState> {
+    // SAFETY: an agent the runtime reported; each use passes `value` valid for writes of its
+    // attribute's type (64 bytes for the name, a u32 for the queue size).
     let info =
         |attribute, value: *mut c_void| hsa!(hsa, hsa_agent_get_info(agent, attribute, value));
     let mut name = [0 as c_char; 64];

@@ -26,10 +26,15 @@ impl Drop for HsaBackend {
             let _ = self.drain(&mut state);
             if !state.adopted {
                 let _ = self.wait_queue_idle(state.queue);
+                // SAFETY: a queue the backend created, taken out of the tables so destroyed
+                // once, after the drain and wait above.
                 let _ = hsa!(self.hsa, hsa_queue_destroy(state.queue));
             }
             for op in core::mem::take(&mut state.chain) {
                 free_pool_memory(self.hsa, op.scratch);
+                // SAFETY: a signal the backend created, taken out of the chain so destroyed
+                // once, after the drain above waited for the operations that read it (teardown
+                // is best effort: a failed drain is not reported, and the signal goes anyway).
                 let _ = hsa!(self.hsa, hsa_signal_destroy(op.signal));
             }
         }
@@ -40,6 +45,8 @@ impl Drop for HsaBackend {
             .chain(records.take_all())
             .chain(tables.events.values().filter_map(|event| event.current));
         for signal in signals {
+            // SAFETY: free, superseded and current record signals the backend created, each in
+            // one list once; every stream was drained above, so no queue waits for them.
             let _ = hsa!(self.hsa, hsa_signal_destroy(signal));
         }
         for loaded in tables.modules.into_values() {

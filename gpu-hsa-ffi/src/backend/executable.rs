@@ -34,6 +34,8 @@ impl Executable {
         hsa.hsa_executable_destroy()?;
         hsa.hsa_code_object_reader_destroy()?;
         let mut reader = sys::hsa_code_object_reader_t::default();
+        // SAFETY: `image` is `image.len()` bytes readable during the call; `reader` is valid
+        // for writes.
         hsa!(
             hsa,
             hsa_code_object_reader_create_from_memory(
@@ -43,6 +45,7 @@ impl Executable {
             )
         )?;
         let mut executable = sys::hsa_executable_t::default();
+        // SAFETY: no options (null); `executable` is valid for writes.
         if let Err(error) = hsa!(
             hsa,
             hsa_executable_create_alt(
@@ -52,10 +55,13 @@ impl Executable {
                 &mut executable
             )
         ) {
+            // SAFETY: the reader created above, destroyed once, on this path only.
             let _ = hsa!(hsa, hsa_code_object_reader_destroy(reader));
             return Err(error);
         }
         let loaded = Self { executable, reader };
+        // SAFETY: the executable and reader created above and an agent the runtime reported;
+        // no options (null) and no loaded-code-object out-parameter (null).
         let finished = hsa!(
             hsa,
             hsa_executable_load_agent_code_object(
@@ -66,7 +72,10 @@ impl Executable {
                 ptr::null_mut()
             )
         )
-        .and_then(|()| hsa!(hsa, hsa_executable_freeze(executable, ptr::null())));
+        .and_then(|()| {
+            // SAFETY: the executable created above, its code object loaded; no options (null).
+            hsa!(hsa, hsa_executable_freeze(executable, ptr::null()))
+        });
         match finished {
             Ok(()) => Ok(loaded),
             Err(error) => {
@@ -78,7 +87,10 @@ impl Executable {
 
     /// Destroys the executable and its reader (nothing to report: they are gone either way).
     pub(super) fn destroy(self, hsa: &Hsa) {
+        // SAFETY: the executable this value names; its owner (a table entry, a device's library
+        // slot, or a load that failed) gives it up here, so it is destroyed once.
         let _ = hsa!(hsa, hsa_executable_destroy(self.executable));
+        // SAFETY: its reader, given up by the same owner.
         let _ = hsa!(hsa, hsa_code_object_reader_destroy(self.reader));
     }
 
@@ -92,6 +104,8 @@ impl Executable {
         let mut symbol_name = name.to_bytes().to_vec();
         symbol_name.extend_from_slice(b".kd\0");
         let mut symbol = sys::hsa_executable_symbol_t::default();
+        // SAFETY: a live, frozen executable; `symbol_name` is NUL-terminated and `agent` read
+        // during the call; `symbol` is valid for writes.
         hsa!(
             hsa,
             hsa_executable_get_symbol_by_name(
@@ -103,6 +117,8 @@ impl Executable {
         )?;
         let mut object = KernelObject::default();
         let info = |attribute, value: *mut c_void| {
+            // SAFETY: a symbol of a live executable; each use passes `value` valid for writes
+            // of its attribute's type (a u64 kernel object, u32 segment sizes).
             hsa!(
                 hsa,
                 hsa_executable_symbol_get_info(symbol, attribute, value)

@@ -98,6 +98,8 @@ impl HsaBackend {
         if let Some(stream) = after {
             self.wait_stream(stream)?;
         }
+        // SAFETY: HSA looks the address up among its allocations and refuses one it did not
+        // make; nothing is read or written through it.
         hsa!(self.hsa, hsa_amd_memory_pool_free(address as *mut c_void))
     }
 
@@ -121,6 +123,9 @@ impl HsaBackend {
                 external: false,
             });
         }
+        // SAFETY: HSA pins the range's pages (refusing a range it cannot pin) without reading
+        // or writing them; `agents` is `agents.len()` GPU agents, `agent_address` valid for
+        // writes.
         hsa!(
             self.hsa,
             hsa_amd_memory_lock(
@@ -158,6 +163,7 @@ impl HsaBackend {
                 _ => Error::NotLocked { ptr: start },
             });
         }
+        // SAFETY: a start this backend locked (checked above); nothing is read or written.
         hsa!(self.hsa, hsa_amd_memory_unlock(start as *mut c_void))?;
         tables.locks.remove(&start);
         Ok(())
@@ -195,6 +201,8 @@ impl HsaBackend {
             size: size_of::<sys::hsa_amd_pointer_info_t>() as u32,
             ..Default::default()
         };
+        // SAFETY: HSA only looks `address` up; `info` is valid for writes and its `size` says
+        // how large it is; no allocator, no accessible-agents list (null).
         hsa!(
             self.hsa,
             hsa_amd_pointer_info(
@@ -216,6 +224,7 @@ impl HsaBackend {
         }
         let host = self.host()?;
         let mut address = ptr::null_mut();
+        // SAFETY: the host's kernarg pool; `address` is valid for writes.
         hsa!(
             self.hsa,
             hsa_amd_memory_pool_allocate(host.kernarg_pool, bytes.len(), 0, &mut address)
@@ -232,6 +241,8 @@ impl HsaBackend {
     /// Lets `agents` reach pool memory at `address` (host memory of a CPU pool, or a device
     /// allocation for its peers).
     fn allow(&self, agents: &[sys::hsa_agent_t], address: *mut c_void) -> Result<()> {
+        // SAFETY: `agents` is `agents.len()` agents the runtime reported, read during the call;
+        // `address` is pool memory the backend allocated; no attributes (null).
         hsa!(
             self.hsa,
             hsa_amd_agents_allow_access(agents.len() as u32, agents.as_ptr(), ptr::null(), address)

@@ -99,7 +99,9 @@ pub struct HsaBackend {
 // SAFETY: the raw handles inside (agents, pools, executables, signals, queues) are HSA
 // handles, used only through the thread-safe HSA runtime; mutable state is behind mutexes.
 unsafe impl Send for HsaBackend {}
-// SAFETY: see above.
+// SAFETY: shared use goes through the HSA runtime, which is thread-safe, and through the
+// mutexes around the tables and each device's library; the fields that are not behind a
+// mutex are read-only after opening.
 unsafe impl Sync for HsaBackend {}
 
 impl core::fmt::Debug for HsaBackend {

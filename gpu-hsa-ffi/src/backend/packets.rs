@@ -406,15 +406,16 @@ mod tests {
             ]
         );
         array[1] = core::ptr::null_mut();
-        // SAFETY: as above, with a null value pointer the function refuses.
         assert_eq!(
+            // SAFETY: a valid array of three pointers; the function refuses the null one before
+            // reading through it.
             unsafe { args_from_parameter_array(&params, array.as_mut_ptr()) },
             Err(Error::NullPointer {
                 what: "kernel parameter value"
             })
         );
-        // SAFETY: a null array is refused before it is read.
         assert_eq!(
+            // SAFETY: a null array is refused before it is read.
             unsafe { args_from_parameter_array(&params, core::ptr::null_mut()) },
             Err(Error::NullPointer {
                 what: "kernel parameter array"

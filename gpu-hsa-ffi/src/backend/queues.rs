@@ -17,6 +17,8 @@ impl HsaBackend {
     pub(super) fn create_queue(&self, device: DeviceId) -> Result<HsaStream> {
         let state = self.device(device)?;
         let mut queue = ptr::null_mut();
+        // SAFETY: an agent the runtime reported; no callback, no service queues (nulls), the
+        // default segment sizes; `queue` is valid for writes.
         hsa!(
             self.hsa,
             hsa_queue_create(
@@ -79,6 +81,8 @@ impl HsaBackend {
         self.drain(&mut state)?;
         if !state.adopted {
             self.wait_queue_idle(state.queue)?;
+            // SAFETY: a queue the backend created, drained and idle, destroyed once: the
+            // stream's mutex is held until the stream leaves the tables below.
             hsa!(self.hsa, hsa_queue_destroy(state.queue))?;
         }
         lock(&self.tables).streams.remove(&stream.serial);

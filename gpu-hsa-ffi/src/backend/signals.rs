@@ -50,6 +50,7 @@ impl HsaBackend {
             return Ok(signal);
         }
         let mut signal = sys::hsa_signal_t::default();
+        // SAFETY: no consumer list (0 agents, null); `signal` is valid for writes.
         hsa!(self.hsa, hsa_signal_create(1, 0, ptr::null(), &mut signal))?;
         Ok(signal)
     }
@@ -71,15 +72,18 @@ impl HsaBackend {
     /// superseded record signals whose records have completed.
     pub(super) fn reclaim(&self, state: &mut StreamState) -> Result<()> {
         let load = self.hsa.hsa_signal_load_scacquire()?;
-        // SAFETY (both closures): the chain's and the records' signals are live signals of
-        // the backend.
-        for op in state.retire(|op| unsafe { load(op.signal) } <= 0) {
+        let retired = state.retire(|op| {
+            // SAFETY: the signals of the stream's chain are live signals of the backend.
+            unsafe { load(op.signal) <= 0 }
+        });
+        for op in retired {
             self.recycle(op);
         }
         let mut tables = lock(&self.tables);
-        let free = tables
-            .records
-            .collect(|signal| unsafe { load(signal) } <= 0);
+        let free = tables.records.collect(|signal| {
+            // SAFETY: superseded record signals stay live signals of the backend until freed.
+            unsafe { load(signal) <= 0 }
+        });
         tables.free_signals.extend(free);
         Ok(())
     }

@@ -134,7 +134,7 @@ impl Producer {
         for packet in packets {
             // SAFETY: a live queue; HSA's atomic index functions.
             let index = unsafe { (self.reserve)(queue, 1) };
-            // SAFETY: as above.
+            // SAFETY: a live queue; HSA's atomic read-index function.
             while index - unsafe { (self.read_index)(queue) } >= size {
                 std::thread::yield_now();
             }
@@ -246,7 +246,8 @@ mod tests {
     }
 
     unsafe extern "C" fn read_index(queue: *const sys::hsa_queue_t) -> u64 {
-        // SAFETY: as above.
+        // SAFETY: the queue is the first field of a live FakeQueue (the producer is given no
+        // other queue).
         unsafe { &*queue.cast::<FakeQueue>() }
             .read
             .load(Ordering::Acquire)

@@ -106,8 +106,8 @@ fn every_method_of_a_backend_without_devices_is_a_typed_error() {
         Err(unknown.clone())
     );
     assert_eq!(backend.stream_create(d0), Err(unknown.clone()));
-    // SAFETY: refused before the raw handle is used.
     assert_eq!(
+        // SAFETY: refused before the raw handle is used.
         unsafe { backend.adopt_stream(d0, 0x1000) },
         Err(unknown.clone())
     );
