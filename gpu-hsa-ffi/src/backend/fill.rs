@@ -1,6 +1,9 @@
-//! How a fill of 8-, 16- or 32-bit elements becomes work HSA can order on a stream: the 4-byte
-//! aligned middle as the `fill_u32` kernel (hsa_amd_memory_fill is synchronous), the few bytes
-//! before and after it as copies from a small host buffer holding the pattern.
+//! Fills of 8-, 16- or 32-bit elements: the plan that splits one into work HSA can order on a
+//! stream, and the backend method that enqueues that work.
+//!
+//! The 4-byte aligned middle runs as the `fill_u32` kernel (hsa_amd_memory_fill is
+//! synchronous), the few bytes before and after it as copies from a small host buffer holding
+//! the pattern.
 
 use gpu_core::backend::library::find_for;
 use gpu_core::backend::{FillValue, KernelArg, LaunchDims};

@@ -1,18 +1,18 @@
-//! The HSA backend: `gpu_core::backend::Backend` on the HSA runtime (what LLVM's AMDGPU offload
-//! plugin uses): agents and memory pools, locked host memory, signals as events, and streams as
-//! user-mode AQL queues with DMA copies and kernel dispatches ordered by signals.
+//! The HSA backend, `gpu_core::backend::Backend` on the HSA runtime: [`HsaBackend`] itself (its
+//! fields and tables of live objects), opening it, and the lookups a handle goes through.
 //!
-//! HSA has no current device: the calling thread's device is a per-thread value of this crate,
-//! and every method names its device through its handles (`SCOPES_ITS_CALLS`).
+//! As LLVM's AMDGPU offload plugin does: agents and memory pools, locked host memory, signals
+//! as events, and streams as user-mode AQL queues with DMA copies and kernel dispatches ordered
+//! by signals. HSA has no current device: the calling thread's device is a per-thread value of
+//! this crate, and every method names its device through its handles (`SCOPES_ITS_CALLS`).
 //!
-//! This module holds [`HsaBackend`] itself: what it holds, opening it, and the lookups a handle
-//! goes through. `dispatch.rs` implements the trait, each method handing over to the module of
-//! its concern: `memory.rs`, `queues.rs`, `events.rs`, `copies.rs`, `fill.rs`, `kernels.rs`,
-//! which build on `signals.rs` (the chain of completion signals). Below them lie modules that
-//! know nothing of the backend: the handles (`handles.rs`), the devices as opened
-//! (`devices.rs`), code objects (`executable.rs`), memory pools (`pools.rs`), a stream's queue
-//! and chain (`stream.rs`), record signals (`records.rs`), AQL packets (`packets.rs`) and ELF
-//! sizes (`image.rs`). No module imports one above it.
+//! `dispatch.rs` implements the trait, each method handing over to the module of its concern:
+//! `memory.rs`, `queues.rs`, `events.rs`, `copies.rs`, `fill.rs`, `kernels.rs`, which build on
+//! `signals.rs` (the chain of completion signals). Below them lie modules that know nothing of
+//! the backend: the handles (`handles.rs`), the devices as opened (`devices.rs`), code objects
+//! (`executable.rs`), memory pools (`pools.rs`), a stream's queue and chain (`stream.rs`),
+//! record signals (`records.rs`), AQL packets (`packets.rs`) and ELF sizes (`image.rs`). No
+//! module imports one above it.
 
 mod copies;
 mod devices;

@@ -1,6 +1,9 @@
-//! AQL packets as plain values: the header word, kernel-dispatch packets from a launch's shape,
-//! barrier-AND packets for any number of dependency signals, and a launch's kernarg bytes.
-//! Pure logic with no HSA call, so every rule here is unit-tested without a GPU.
+//! AQL packets as plain values: the header word, kernel-dispatch and barrier-AND packets, a
+//! launch's kernarg bytes, and a parameter array read back as a launch's arguments.
+//!
+//! Dispatch packets come from a launch's shape, barrier-AND packets hold any number of
+//! dependency signals. Pure logic with no HSA call, so every rule here is unit-tested without a
+//! GPU.
 
 use core::ffi::c_void;
 

@@ -1,6 +1,9 @@
-//! Which memory pool serves what: each agent's pools read once at open (segment, flags, size),
-//! the choice among them (pure, from those facts), which other agents may reach a pool, what
-//! `hsa_amd_pointer_info` says about host memory pinned by anyone, and the agents a copy names.
+//! Memory pools: which pool serves what, which agents may reach a pool, what an address's
+//! `hsa_amd_pointer_info` means for pinning and copies, and giving pool memory back.
+//!
+//! Each agent's pools are read once at open (segment, flags, size); the choice among them is
+//! pure, from those facts, and so are the readings of `hsa_amd_pointer_info`: host memory
+//! pinned by anyone, and the agents a copy names.
 
 use core::ffi::c_void;
 

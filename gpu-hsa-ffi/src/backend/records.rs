@@ -1,8 +1,11 @@
-//! When a record's signal may be reused. Each record of an event completes a signal of its
-//! own, so a wait names exactly the record it saw (as CUDA's events behave); a record's signal
-//! is superseded when the event is recorded again or destroyed, and is free once its record
-//! has completed and every barrier packet that waited for it has been processed (known when
-//! the waiting stream retires that barrier's operation). Pure bookkeeping over signal handles.
+//! When an event record's signal may be reused: the record signals that barrier packets wait
+//! on, or that no event names any more. Pure bookkeeping over signal handles.
+//!
+//! Each record of an event completes a signal of its own, so a wait names exactly the record it
+//! saw (as CUDA's events behave); a record's signal is superseded when the event is recorded
+//! again or destroyed, and is free once its record has completed and every barrier packet that
+//! waited for it has been processed (known when the waiting stream retires that barrier's
+//! operation).
 
 use std::collections::BTreeMap;
 

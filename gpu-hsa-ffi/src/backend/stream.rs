@@ -96,7 +96,7 @@ impl Packet {
     }
 }
 
-/// The functions [`submit`] calls, looked up first so that nothing can fail once a slot of the
+/// The functions [`Producer::submit`] calls, looked up first so that nothing can fail once a slot of the
 /// ring has been reserved.
 pub(crate) struct Producer {
     reserve: sys::PFN_hsa_queue_add_write_index_screlease,
