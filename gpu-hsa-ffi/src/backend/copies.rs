@@ -39,9 +39,10 @@ impl HsaBackend {
         }
     }
 
-    /// [`Backend::copy`](gpu_core::backend::Backend::copy) and, with both agents named,
-    /// [`Backend::copy_peer`](gpu_core::backend::Backend::copy_peer) once the pair is checked:
-    /// a copy of `bytes` after the stream's previous operation.
+    /// [`Backend::copy`](gpu_core::backend::Backend::copy) and, with the agents of
+    /// [`HsaBackend::peer_copy_agents`],
+    /// [`Backend::copy_peer`](gpu_core::backend::Backend::copy_peer): a copy of `bytes` after
+    /// the stream's previous operation.
     ///
     /// # Safety
     /// [`Backend::copy`](gpu_core::backend::Backend::copy)'s.
@@ -61,21 +62,13 @@ impl HsaBackend {
         unsafe { self.enqueue_copy(&mut lock(&state), agents, dst, src, bytes, None) }
     }
 
-    /// [`Backend::copy_peer`](gpu_core::backend::Backend::copy_peer): each side's GPU agent
-    /// named, refused before anything is enqueued unless the two devices reach each other both
-    /// ways.
-    ///
-    /// # Safety
-    /// The trait's.
-    pub(super) unsafe fn copy_between_devices(
+    /// The agents of a [`Backend::copy_peer`](gpu_core::backend::Backend::copy_peer): each
+    /// device's GPU agent, [`no_peer_access`] unless the two devices reach each other both ways.
+    pub(super) fn peer_copy_agents(
         &self,
-        stream: HsaStream,
-        dst: usize,
         dst_device: DeviceId,
-        src: usize,
         src_device: DeviceId,
-        bytes: usize,
-    ) -> Result<()> {
+    ) -> Result<CopyAgents> {
         let agents = CopyAgents::Named {
             dst: self.device(dst_device)?.agent,
             src: self.device(src_device)?.agent,
@@ -86,8 +79,7 @@ impl HsaBackend {
         {
             return Err(no_peer_access());
         }
-        // SAFETY: the caller's promise, passed on.
-        unsafe { self.copy_on_stream(stream, agents, dst, src, bytes) }
+        Ok(agents)
     }
 
     /// Enqueues a DMA copy of `bytes` from `src` to `dst` after the stream's previous

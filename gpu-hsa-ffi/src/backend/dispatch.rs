@@ -10,6 +10,7 @@ use gpu_core::{ByteRange, DeviceId, Error, Result};
 
 use super::devices::{set_thread_device, thread_device};
 use super::executable::Executable;
+use super::kernels;
 use super::pools::{CopyAgents, free_pool_memory};
 use super::{HsaBackend, HsaEvent, HsaKernel, HsaModule, HsaStream, SavedDevice, lock};
 use crate::result::{BACKEND, hsa};
@@ -298,8 +299,9 @@ impl Backend for HsaBackend {
         src_device: DeviceId,
         bytes: usize,
     ) -> Result<()> {
+        let agents = self.peer_copy_agents(dst_device, src_device)?;
         // SAFETY: the caller's promise, passed on.
-        unsafe { self.copy_between_devices(stream, dst, dst_device, src, src_device, bytes) }
+        unsafe { self.copy_on_stream(stream, agents, dst, src, bytes) }
     }
 
     /// As [`Backend::fill_elements`] with bytes.
@@ -380,8 +382,9 @@ impl Backend for HsaBackend {
         dims: LaunchDims,
         args: &[KernelArg],
     ) -> Result<()> {
+        kernels::check_arguments(kernel, args)?;
         // SAFETY: the caller's promise, passed on.
-        unsafe { self.launch_kernel(stream, kernel, dims, args) }
+        unsafe { self.enqueue_dispatch(stream, kernel, dims, args) }
     }
 
     /// A library kernel's parameter array is read by its parameter table; a module's kernel
@@ -397,7 +400,9 @@ impl Backend for HsaBackend {
         dims: LaunchDims,
         params: *mut *mut c_void,
     ) -> Result<()> {
+        // SAFETY: the caller's promise: one pointer per parameter, to a value of its type.
+        let args = unsafe { kernels::packed_arguments(kernel, params)? };
         // SAFETY: the caller's promise, passed on.
-        unsafe { self.launch_packed_kernel(stream, kernel, dims, params) }
+        unsafe { self.enqueue_dispatch(stream, kernel, dims, &args) }
     }
 }

@@ -129,59 +129,6 @@ impl HsaBackend {
         Ok(())
     }
 
-    /// [`Backend::launch`](gpu_core::backend::Backend::launch): the arguments checked against
-    /// a library kernel's parameters, or a module kernel's kernarg segment, then dispatched.
-    ///
-    /// # Safety
-    /// The trait's.
-    pub(super) unsafe fn launch_kernel(
-        &self,
-        stream: HsaStream,
-        kernel: HsaKernel,
-        dims: LaunchDims,
-        args: &[KernelArg],
-    ) -> Result<()> {
-        match kernel.library_index {
-            Some(index) => LIBRARY[index].check_arguments(args)?,
-            None => {
-                let kinds: Vec<ParamKind> = args.iter().map(ParamKind::of).collect();
-                let size = gpu_hip_ffi::code_objects::kernarg_layout(&kinds).size;
-                if size > kernel.object.kernarg_size as usize {
-                    return Err(Error::KernelArgumentMismatch {
-                        kernel: MODULE_KERNEL,
-                        expected: "arguments that fit the kernel's kernarg segment",
-                    });
-                }
-            }
-        }
-        // SAFETY: the caller's promise, passed on.
-        unsafe { self.enqueue_dispatch(stream, kernel, dims, args) }
-    }
-
-    /// [`Backend::launch_packed`](gpu_core::backend::Backend::launch_packed): a library
-    /// kernel's parameter array read by its parameter table, then dispatched.
-    ///
-    /// # Safety
-    /// The trait's.
-    pub(super) unsafe fn launch_packed_kernel(
-        &self,
-        stream: HsaStream,
-        kernel: HsaKernel,
-        dims: LaunchDims,
-        params: *mut *mut c_void,
-    ) -> Result<()> {
-        let Some(index) = kernel.library_index else {
-            return Err(Error::Unsupported {
-                backend: BACKEND,
-                what: "launching a module's kernel with a parameter array (use launch)",
-            });
-        };
-        // SAFETY: the caller's promise: one pointer per parameter, to a value of its type.
-        let args = unsafe { args_from_parameter_array(LIBRARY[index].params, params)? };
-        // SAFETY: the caller's promise, passed on.
-        unsafe { self.enqueue_dispatch(stream, kernel, dims, &args) }
-    }
-
     /// Enqueues a dispatch of `kernel` with `args` (already checked against its parameters)
     /// after the stream's previous operation.
     ///
@@ -217,4 +164,45 @@ impl HsaBackend {
             Ok(())
         })
     }
+}
+
+/// Checks a launch's `args`: against a library kernel's parameters
+/// ([`Error::KernelArgumentMismatch`]), or for a module's kernel, that they fit its kernarg
+/// segment ([`Backend::launch`](gpu_core::backend::Backend::launch)).
+pub(super) fn check_arguments(kernel: HsaKernel, args: &[KernelArg]) -> Result<()> {
+    match kernel.library_index {
+        Some(index) => LIBRARY[index].check_arguments(args)?,
+        None => {
+            let kinds: Vec<ParamKind> = args.iter().map(ParamKind::of).collect();
+            let size = gpu_hip_ffi::code_objects::kernarg_layout(&kinds).size;
+            if size > kernel.object.kernarg_size as usize {
+                return Err(Error::KernelArgumentMismatch {
+                    kernel: MODULE_KERNEL,
+                    expected: "arguments that fit the kernel's kernarg segment",
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The arguments of a [`Backend::launch_packed`](gpu_core::backend::Backend::launch_packed): a
+/// library kernel's parameter array read by its parameter table; a module's kernel has no table
+/// here, so it is [`Error::Unsupported`].
+///
+/// # Safety
+/// For a library kernel, `params` points to one valid pointer per parameter, each to a value of
+/// that parameter's type (the trait's promise).
+pub(super) unsafe fn packed_arguments(
+    kernel: HsaKernel,
+    params: *mut *mut c_void,
+) -> Result<Vec<KernelArg>> {
+    let Some(index) = kernel.library_index else {
+        return Err(Error::Unsupported {
+            backend: BACKEND,
+            what: "launching a module's kernel with a parameter array (use launch)",
+        });
+    };
+    // SAFETY: the caller's promise: one pointer per parameter, to a value of its type.
+    unsafe { args_from_parameter_array(LIBRARY[index].params, params) }
 }
