@@ -35,6 +35,20 @@ pub fn check(call: &'static str, code: sys::hsa_status_t) -> Result<(), Error> {
     CODES.check(call, code)
 }
 
+/// Calls HSA function `$name` of the library `$hsa` through the loader and [`check`]s its
+/// status, naming the call: `hsa!(hsa, hsa_signal_destroy(signal))`. The call is unsafe, so
+/// each use has its own `// SAFETY:` comment for its arguments.
+macro_rules! hsa {
+    ($hsa:expr, $name:ident($($argument:expr),* $(,)?)) => {
+        $hsa.$name().and_then(|function| {
+            // SAFETY: the `// SAFETY:` comment at each use says why its arguments are valid
+            // for the function it names.
+            $crate::result::check(stringify!($name), unsafe { function($($argument),*) })
+        })
+    };
+}
+pub(crate) use hsa;
+
 /// Whether `error` says there is no AMD GPU to use: hsa_init's
 /// `HSA_STATUS_ERROR_OUT_OF_RESOURCES` (what ROCm 5.2.3's runtime reports when /dev/kfd is
 /// absent, observed on these machines), or an initialised runtime without GPU agents (the
@@ -45,8 +59,17 @@ pub fn reports_no_device(error: &Error) -> bool {
         Error::Driver(DriverError { call, .. }) if *call == "hsa_init" => {
             CODES.is_one_of(error, &[sys::HSA_STATUS_ERROR_OUT_OF_RESOURCES])
         }
-        _ => *error == crate::backend::no_gpu_agent(),
+        _ => *error == no_gpu_agent(),
     }
+}
+
+/// The error for an initialised HSA runtime without GPU agents (the backend's open reports
+/// it; [`reports_no_device`] says so).
+pub(crate) fn no_gpu_agent() -> Error {
+    Error::Driver(driver_error(
+        "hsa_iterate_agents (no GPU agent)",
+        sys::HSA_STATUS_ERROR_INVALID_AGENT,
+    ))
 }
 
 #[cfg(test)]
@@ -79,7 +102,7 @@ mod tests {
         assert!(!reports_no_device(
             &check("hsa_init", sys::HSA_STATUS_ERROR).unwrap_err()
         ));
-        assert!(reports_no_device(&crate::backend::no_gpu_agent()));
+        assert!(reports_no_device(&no_gpu_agent()));
         assert!(!reports_no_device(
             &check("hsa_iterate_agents", sys::HSA_STATUS_ERROR_INVALID_AGENT).unwrap_err()
         ));

@@ -31,7 +31,7 @@ impl HsaRuntime {
 
     /// hsa_init, then the GPU and CPU agents (hsa_iterate_agents, hsa_agent_get_info of the
     /// device type). Without /dev/kfd, ROCm 5.2.3's hsa_init reports
-    /// `HSA_STATUS_ERROR_OUT_OF_RESOURCES` ([`crate::reports_no_device`] says so).
+    /// `HSA_STATUS_ERROR_OUT_OF_RESOURCES` ([`crate::result::reports_no_device`] says so).
     ///
     /// # Errors
     /// [`Error::Driver`] from hsa_init or the agent queries; after hsa_init succeeded, a failed

@@ -9,6 +9,7 @@
 //! semantics as the stand-in models them, not against ROCm (see the README).
 //!
 //! Without a C compiler the test says so and passes, unless `GPU_REQUIRE_HSA=1` (CI).
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod common;
 
@@ -190,8 +191,8 @@ fn the_backend_runs_the_round_trip_conformance_and_stress_on_the_stand_in_and_le
 
     // Every backend gave its hsa_init reference back.
     let shut_down = hsa.hsa_shut_down().unwrap();
-    // SAFETY: no arguments; the stand-in refuses when nothing is initialised.
     assert_eq!(
+        // SAFETY: no arguments; the stand-in refuses when nothing is initialised.
         unsafe { shut_down() },
         sys::HSA_STATUS_ERROR_NOT_INITIALIZED
     );

@@ -3,6 +3,7 @@
 //! that reach each other, then the backend-generic conformance suite; elsewhere each test reports why it skipped (no library, or no device: hsa_init's
 //! OUT_OF_RESOURCES without /dev/kfd). Each line starts on a line of its own, where the runner
 //! looks for it (the harness has printed "test NAME ... ").
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod common;
 

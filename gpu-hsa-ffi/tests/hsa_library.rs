@@ -4,6 +4,7 @@
 //!
 //! Where the library is not installed the tests say so and pass, unless `GPU_REQUIRE_HSA=1`
 //! (CI installs ROCm's runtime from Debian and sets it), which makes a missing library a failure.
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 use core::ffi::{CStr, c_void};
 use core::ptr;

@@ -1,12 +1,24 @@
-//! How a fill of 8-, 16- or 32-bit elements becomes work HSA can order on a stream: the 4-byte
-//! aligned middle as the `fill_u32` kernel (hsa_amd_memory_fill is synchronous), the few bytes
-//! before and after it as copies from a small host buffer holding the pattern.
+//! Fills of 8-, 16- or 32-bit elements: the plan that splits one into work HSA can order on a
+//! stream, and the backend method that enqueues that work.
+//!
+//! The 4-byte aligned middle runs as the `fill_u32` kernel (hsa_amd_memory_fill is
+//! synchronous), the few bytes before and after it as copies from a small host buffer holding
+//! the pattern.
 
-use gpu_core::backend::FillValue;
+use gpu_core::backend::library::find_for;
+use gpu_core::backend::{FillValue, KernelArg, LaunchDims};
 use gpu_core::{Error, Result};
 
-use crate::result::driver_error;
+use super::pools::CopyAgents;
+use super::{HsaBackend, HsaStream, lock};
+use crate::result::{BACKEND, driver_error};
 use crate::sys;
+
+/// Workgroups of the `fill_u32` kernel at most (it strides over the rest).
+const FILL_GROUPS: u64 = 1024;
+
+/// Work-items per workgroup of the `fill_u32` kernel.
+const FILL_BLOCK: u32 = 256;
 
 /// A few bytes at `dst` copied from the start of the pattern.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,6 +90,60 @@ pub(crate) fn plan_fill(dst: usize, value: FillValue, count: usize) -> Result<Fi
         words: (words > 0).then_some((words_start, words as u64)),
         tail: edge(words_start + words * 4, tail_bytes),
     })
+}
+
+impl HsaBackend {
+    /// [`Backend::fill_elements`](gpu_core::backend::Backend::fill_elements): the plan's
+    /// aligned words by the `fill_u32` kernel, its head and tail copied from a host buffer
+    /// holding the pattern.
+    ///
+    /// # Safety
+    /// The trait's.
+    pub(super) unsafe fn fill_on_stream(
+        &self,
+        stream: HsaStream,
+        dst: usize,
+        value: FillValue,
+        count: usize,
+    ) -> Result<()> {
+        let state = self.stream_state(stream)?;
+        let plan = plan_fill(dst, value, count)?;
+        if let Some((start, words)) = plan.words {
+            let kernel = self.library_kernel(stream.device, find_for(BACKEND, "fill_u32")?)?;
+            let groups = words.div_ceil(u64::from(FILL_BLOCK)).min(FILL_GROUPS) as u32;
+            let args = [
+                KernelArg::Ptr(start),
+                KernelArg::U32(plan.pattern),
+                KernelArg::U64(words),
+            ];
+            // SAFETY: the caller's promise for the range the words lie in.
+            unsafe {
+                self.enqueue_dispatch(
+                    stream,
+                    kernel,
+                    LaunchDims::linear(groups, FILL_BLOCK),
+                    &args,
+                )?
+            };
+        }
+        for edge in [plan.head, plan.tail].into_iter().flatten() {
+            let scratch = self.scratch(&plan.pattern.to_le_bytes()[..edge.bytes])?;
+            let source = scratch.unwrap_or(0);
+            // SAFETY: the caller's promise for the destination; the source is the backend's
+            // buffer, freed when the copy's operation retires.
+            unsafe {
+                self.enqueue_copy(
+                    &mut lock(&state),
+                    CopyAgents::FromAddresses,
+                    edge.dst,
+                    source,
+                    edge.bytes,
+                    scratch,
+                )?
+            };
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

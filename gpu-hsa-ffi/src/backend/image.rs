@@ -3,13 +3,15 @@
 
 use gpu_core::{Error, Result};
 
+use crate::result::BACKEND;
+
 /// Bytes of a 64-bit ELF header (`Elf64_Ehdr`).
 pub(crate) const ELF_HEADER_BYTES: usize = 64;
 
 /// The error for an image that is not a 64-bit little-endian ELF.
 fn not_elf(why: &'static str) -> Error {
     Error::Unsupported {
-        backend: crate::BACKEND,
+        backend: BACKEND,
         what: why,
     }
 }

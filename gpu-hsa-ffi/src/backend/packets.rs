@@ -1,6 +1,9 @@
-//! AQL packets as plain values: the header word, kernel-dispatch packets from a launch's shape,
-//! barrier-AND packets for any number of dependency signals, and a launch's kernarg bytes.
-//! Pure logic with no HSA call, so every rule here is unit-tested without a GPU.
+//! AQL packets as plain values: the header word, kernel-dispatch and barrier-AND packets, a
+//! launch's kernarg bytes, and a parameter array read back as a launch's arguments.
+//!
+//! Dispatch packets come from a launch's shape, barrier-AND packets hold any number of
+//! dependency signals. Pure logic with no HSA call, so every rule here is unit-tested without a
+//! GPU.
 
 use core::ffi::c_void;
 
@@ -406,15 +409,16 @@ mod tests {
             ]
         );
         array[1] = core::ptr::null_mut();
-        // SAFETY: as above, with a null value pointer the function refuses.
         assert_eq!(
+            // SAFETY: a valid array of three pointers; the function refuses the null one before
+            // reading through it.
             unsafe { args_from_parameter_array(&params, array.as_mut_ptr()) },
             Err(Error::NullPointer {
                 what: "kernel parameter value"
             })
         );
-        // SAFETY: a null array is refused before it is read.
         assert_eq!(
+            // SAFETY: a null array is refused before it is read.
             unsafe { args_from_parameter_array(&params, core::ptr::null_mut()) },
             Err(Error::NullPointer {
                 what: "kernel parameter array"

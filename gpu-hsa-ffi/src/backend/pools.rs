@@ -1,6 +1,9 @@
-//! Which memory pool serves what: each agent's pools read once at open (segment, flags, size),
-//! the choice among them (pure, from those facts), which other agents may reach a pool, what
-//! `hsa_amd_pointer_info` says about host memory pinned by anyone, and the agents a copy names.
+//! Memory pools: which pool serves what, which agents may reach a pool, what an address's
+//! `hsa_amd_pointer_info` means for pinning and copies, and giving pool memory back.
+//!
+//! Each agent's pools are read once at open (segment, flags, size); the choice among them is
+//! pure, from those facts, and so are the readings of `hsa_amd_pointer_info`: host memory
+//! pinned by anyone, and the agents a copy names.
 
 use core::ffi::c_void;
 
@@ -165,6 +168,15 @@ pub(crate) fn agent_pools(
     }
     check("hsa_amd_agent_iterate_memory_pools", code)?;
     Ok(scan.pools)
+}
+
+/// Gives pool memory back, if any, on paths that report something else (nothing to report: a
+/// buffer nothing reads is freed, or left to the process if even the lookup fails).
+pub(crate) fn free_pool_memory(hsa: &Hsa, address: Option<usize>) {
+    if let (Some(address), Ok(free)) = (address, hsa.hsa_amd_memory_pool_free()) {
+        // SAFETY: pool memory of the backend that nothing reads any more.
+        let _ = unsafe { free(address as *mut c_void) };
+    }
 }
 
 /// Whether an agent may be given direct access to a pool's memory, by what

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 
 use gpu_core::{DeviceId, Result};
 
-use crate::backend::packets::header_word;
+use super::packets::header_word;
 use crate::library::Hsa;
 use crate::sys;
 
@@ -96,7 +96,7 @@ impl Packet {
     }
 }
 
-/// The functions [`submit`] calls, looked up first so that nothing can fail once a slot of the
+/// The functions [`Producer::submit`] calls, looked up first so that nothing can fail once a slot of the
 /// ring has been reserved.
 pub(crate) struct Producer {
     reserve: sys::PFN_hsa_queue_add_write_index_screlease,
@@ -134,7 +134,7 @@ impl Producer {
         for packet in packets {
             // SAFETY: a live queue; HSA's atomic index functions.
             let index = unsafe { (self.reserve)(queue, 1) };
-            // SAFETY: as above.
+            // SAFETY: a live queue; HSA's atomic read-index function.
             while index - unsafe { (self.read_index)(queue) } >= size {
                 std::thread::yield_now();
             }
@@ -246,7 +246,8 @@ mod tests {
     }
 
     unsafe extern "C" fn read_index(queue: *const sys::hsa_queue_t) -> u64 {
-        // SAFETY: as above.
+        // SAFETY: the queue is the first field of a live FakeQueue (the producer is given no
+        // other queue).
         unsafe { &*queue.cast::<FakeQueue>() }
             .read
             .load(Ordering::Acquire)

@@ -56,7 +56,8 @@ pub fn round_trip(b: &HsaBackend) {
     // leave the record pending after the kernel most times.
     let trailing = b.event_create(d0).unwrap();
     for round in 0..20 {
-        // SAFETY: as above.
+        // SAFETY: the kernel writes `words` words of the live device buffer, read back only
+        // after the stream is synchronised.
         unsafe { b.launch(stream, kernel, LaunchDims::linear(4, 256), &args) }.unwrap();
         b.event_record(trailing, stream).unwrap();
         b.stream_synchronize(stream).unwrap();
@@ -121,22 +122,24 @@ pub fn peer_round_trip(b: &HsaBackend) {
         // SAFETY: the copy has completed; the pinned buffer holds `bytes` bytes.
         unsafe { core::slice::from_raw_parts(host as *const u8, bytes) }.to_vec()
     };
-    // SAFETY (every copy and fill): inside the live buffers above, waited for before they are
-    // read or freed.
+    // SAFETY: every fill and copy stays inside the live buffers above, and is waited for before
+    // they are read or freed.
     unsafe {
         b.fill(s0, a, 0x5A, bytes).unwrap();
         b.copy_peer(s0, c, d1, a, d0, bytes).unwrap();
     }
     b.stream_synchronize(s0).unwrap();
     assert!(read(c).iter().all(|&x| x == 0x5A), "device 0 to device 1");
-    // SAFETY: as above.
+    // SAFETY: as for the first pair: inside the live buffers, waited for before they are
+    // read or freed.
     unsafe {
         b.fill(s1, c, 0xC3, bytes).unwrap();
         b.copy_peer(s1, a, d0, c, d1, bytes).unwrap();
     }
     b.stream_synchronize(s1).unwrap();
     assert!(read(a).iter().all(|&x| x == 0xC3), "device 1 to device 0");
-    // SAFETY: as above.
+    // SAFETY: as for the first pair: inside the live buffers, waited for before they are
+    // read or freed.
     unsafe {
         b.fill(s0, a, 0x11, bytes).unwrap();
         b.copy_peer(s0, c + 3, d1, a + 5, d0, 100).unwrap();
