@@ -357,7 +357,8 @@ pub enum Error {
     LiveWorkOnDevice {
         /// The device.
         device: DeviceId,
-        /// Live tokens whose work is on it.
+        /// Live tokens whose work is on it (a token being waited for counts until its wait
+        /// has returned).
         tokens: usize,
     },
     /// Memory or a handle of one runtime was given to another: a runtime orders and frees only
@@ -674,7 +675,7 @@ impl fmt::Display for Error {
             ),
             Error::LiveWorkOnDevice { device, tokens } => write!(
                 f,
-                "{device} has {tokens} live token(s) of work; wait for them (their waits report \
+                "{device} has {tokens} live token(s) of work (waits in progress included); wait for them (their waits report \
                  the loss) or release them before resetting it"
             ),
             Error::DeviceLost { device, cause } => write!(

@@ -194,3 +194,54 @@ fn a_reset_brings_a_lost_device_back_and_refuses_what_it_freed() {
     assert_eq!(report.errors, vec![]);
     assert_eq!(report.left, LeftBehind::default());
 }
+
+/// A reset while another thread blocks in `wait` would destroy the stream it blocks on: the
+/// waited token is no longer live (the wait consumed it), but the wait in progress counts as
+/// one, and the reset is refused until it has returned. Before, the reset went ahead.
+#[test]
+fn a_reset_is_refused_while_a_host_wait_blocks_on_the_device() {
+    use std::sync::mpsc;
+    use std::sync::{Arc, Mutex};
+
+    let backend = HostBackend::new(HostConfig::with_devices(2));
+    let (gate_tx, gate_rx) = mpsc::channel::<()>();
+    let (started_tx, started_rx) = mpsc::channel::<()>();
+    let gate = Mutex::new((gate_rx, started_tx));
+    backend.register_kernel("gated", move |_, _| {
+        let gate = gate.lock().unwrap();
+        gate.1.send(()).ok();
+        gate.0.recv().ok();
+        Ok(())
+    });
+    let rt = Arc::new(Runtime::new(backend).unwrap());
+    // SAFETY: no pointer arguments.
+    let gated = unsafe { rt.launch(D0, "gated", LaunchDims::linear(1, 1), &[], &mut vec![]) };
+    let gated = gated.unwrap();
+    started_rx.recv().unwrap();
+    let waiter = {
+        let rt = Arc::clone(&rt);
+        std::thread::spawn(move || rt.wait(gated))
+    };
+    // The wait has begun (under the state's lock) once the planner holds no live token.
+    while rt.stats().planner.live_tokens != 0 {
+        assert!(
+            !waiter.is_finished(),
+            "the wait returned before its kernel ran"
+        );
+        std::thread::yield_now();
+    }
+    let refused = rt.reset_device(D0);
+    assert_eq!(
+        refused,
+        Err(Error::LiveWorkOnDevice {
+            device: D0,
+            tokens: 1
+        }),
+        "a reset went ahead under a wait in progress"
+    );
+    gate_tx.send(()).unwrap();
+    waiter.join().unwrap().unwrap();
+    rt.reset_device(D0).unwrap();
+    let rt = Arc::into_inner(rt).unwrap();
+    rt.shutdown().unwrap();
+}

@@ -4,36 +4,14 @@
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use std::sync::{Mutex, PoisonError};
 
 use super::guard::with_device;
-use super::state::State;
+use super::streams::StreamTable;
 use gpu_core::allocator::{MemoryKind, SegmentDriver};
 use gpu_core::backend::Backend;
 use gpu_core::error::{ByteRange, Error, Result};
 use gpu_core::id::{DeviceId, EventId, StreamId};
 use gpu_core::lock_table::PinDriver;
-
-/// A stream the runtime knows: its device and, once created (or adopted), its driver handle.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct StreamSlot<S> {
-    pub(crate) device: DeviceId,
-    pub(crate) handle: Option<S>,
-    /// Adopted from another program ([`super::Runtime::alloc_on_foreign_stream`]): used, never
-    /// destroyed.
-    pub(crate) adopted: bool,
-}
-
-/// The device and driver handle of a planner stream that must exist by now.
-pub(crate) fn find_stream<S: Copy>(
-    streams: &[StreamSlot<S>],
-    stream: StreamId,
-) -> Result<(DeviceId, S)> {
-    streams
-        .get(stream.index())
-        .and_then(|slot| Some((slot.device, slot.handle?)))
-        .ok_or_else(|| Error::UnknownStream { stream })
-}
 
 /// Events the allocator records at frees, pooled per device and named by slab index.
 pub(crate) struct AllocatorEvents<E> {
@@ -83,64 +61,10 @@ impl<E: Copy> AllocatorEvents<E> {
     }
 }
 
-/// Where the allocator's driver finds the runtime's streams (the lock order is a device's
-/// memory first, then the runtime's state).
-pub(crate) enum Streams<'a, B: Backend> {
-    /// The caller holds the state: its streams are read as they are.
-    Held(&'a [StreamSlot<B::Stream>]),
-    /// The state is locked only when a stream is needed: on an allocation hit or a free on one
-    /// stream, never.
-    OnDemand(&'a Mutex<State<B>>),
-}
-
-// Copy whatever `B` is (a derive would ask `B: Copy`): both forms hold only references.
-impl<B: Backend> Clone for Streams<'_, B> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<B: Backend> Copy for Streams<'_, B> {}
-
-impl<B: Backend> Streams<'_, B> {
-    /// The device and driver handle of `stream`, which must exist by now.
-    fn get(self, stream: StreamId) -> Result<(DeviceId, B::Stream)> {
-        match self {
-            Streams::Held(streams) => find_stream(streams, stream),
-            Streams::OnDemand(state) => find_stream(
-                state
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .streams(),
-                stream,
-            ),
-        }
-    }
-
-    /// A live stream of the runtime's own on `device`, if there is one.
-    fn any_on(self, device: DeviceId) -> Option<B::Stream> {
-        let pick = |streams: &[StreamSlot<B::Stream>]| {
-            streams
-                .iter()
-                .find(|slot| slot.device == device && !slot.adopted)
-                .and_then(|slot| slot.handle)
-        };
-        match self {
-            Streams::Held(streams) => pick(streams),
-            Streams::OnDemand(state) => pick(
-                state
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .streams(),
-            ),
-        }
-    }
-}
-
 /// The allocator's driver: segments and events on one backend, with the runtime's streams.
 pub(crate) struct Segments<'a, B: Backend> {
     pub(crate) backend: &'a B,
-    pub(crate) streams: Streams<'a, B>,
+    pub(crate) streams: &'a StreamTable<B::Stream>,
     pub(crate) events: &'a mut AllocatorEvents<B::Event>,
 }
 

@@ -4,7 +4,6 @@
 use std::sync::PoisonError;
 
 use super::Runtime;
-use super::drivers::Streams;
 use super::memory::DeviceMemory;
 use gpu_core::allocator::{AllocRequest, MemoryKind};
 use gpu_core::backend::Backend;
@@ -41,7 +40,7 @@ impl<B: Backend> Runtime<B> {
         let stream = unsafe { self.adopted(&mut memory, device, stream) }?;
         memory.allocate_by_address(
             &self.backend,
-            Streams::OnDemand(&self.state),
+            &self.streams,
             &AllocRequest::new(kind, size).on_stream(stream, &[]),
         )
     }
@@ -71,7 +70,7 @@ impl<B: Backend> Runtime<B> {
         let stream = unsafe { self.adopted(&mut memory, device, stream) }?;
         memory.free_by_address(
             &self.backend,
-            Streams::OnDemand(&self.state),
+            &self.streams,
             device,
             (address, size),
             stream,

@@ -6,9 +6,10 @@
 
 use alloc::vec::Vec;
 
-use super::drivers::{AllocatorEvents, Segments, StreamSlot, Streams};
+use super::drivers::{AllocatorEvents, Segments};
 use super::guard::with_device;
 use super::lock::{BackoffGuard, BackoffMutex};
+use super::streams::StreamTable;
 use gpu_core::allocator::{
     AllocRequest, Allocation, AllocatorConfig, AllocatorStats, BlockHandle, DeviceAllocator,
     MemoryKind, Release,
@@ -89,14 +90,13 @@ impl<B: Backend> DeviceMemory<B> {
     pub(crate) fn forget_device(
         &mut self,
         backend: &B,
-        streams: &[StreamSlot<B::Stream>],
+        streams: &StreamTable<B::Stream>,
         device: DeviceId,
     ) {
-        let (allocator, mut driver) = self.parts(backend, Streams::Held(streams));
-        for (index, slot) in streams.iter().enumerate() {
-            if slot.device == device {
-                allocator.retire_stream(&mut driver, StreamId(index as u32));
-            }
+        let of_device = streams.of_device(device);
+        let (allocator, mut driver) = self.parts(backend, streams);
+        for stream in of_device {
+            allocator.retire_stream(&mut driver, stream);
         }
         self.events.forget_device(device);
     }
@@ -105,7 +105,7 @@ impl<B: Backend> DeviceMemory<B> {
     fn parts<'a>(
         &'a mut self,
         backend: &'a B,
-        streams: Streams<'a, B>,
+        streams: &'a StreamTable<B::Stream>,
     ) -> (&'a mut DeviceAllocator, Segments<'a, B>) {
         let driver = Segments {
             backend,
@@ -120,7 +120,7 @@ impl<B: Backend> DeviceMemory<B> {
     pub(crate) fn allocate(
         &mut self,
         backend: &B,
-        streams: Streams<'_, B>,
+        streams: &StreamTable<B::Stream>,
         request: &AllocRequest<'_>,
     ) -> Result<Allocation> {
         let (allocator, mut driver) = self.parts(backend, streams);
@@ -133,7 +133,7 @@ impl<B: Backend> DeviceMemory<B> {
     pub(crate) fn free(
         &mut self,
         backend: &B,
-        streams: Streams<'_, B>,
+        streams: &StreamTable<B::Stream>,
         handle: BlockHandle,
         uses: &[StreamId],
     ) -> Result<()> {
@@ -145,7 +145,7 @@ impl<B: Backend> DeviceMemory<B> {
     fn free_once(
         &mut self,
         backend: &B,
-        streams: Streams<'_, B>,
+        streams: &StreamTable<B::Stream>,
         handle: BlockHandle,
         uses: &[StreamId],
     ) -> Result<()> {
@@ -181,7 +181,7 @@ impl<B: Backend> DeviceMemory<B> {
     pub(crate) fn allocate_by_address(
         &mut self,
         backend: &B,
-        streams: Streams<'_, B>,
+        streams: &StreamTable<B::Stream>,
         request: &AllocRequest<'_>,
     ) -> Result<usize> {
         let allocation = self.allocate(backend, streams, request)?;
@@ -198,7 +198,7 @@ impl<B: Backend> DeviceMemory<B> {
     pub(crate) fn free_by_address(
         &mut self,
         backend: &B,
-        streams: Streams<'_, B>,
+        streams: &StreamTable<B::Stream>,
         device: DeviceId,
         (address, size): (usize, usize),
         stream: StreamId,
@@ -262,7 +262,7 @@ impl<B: Backend> DeviceMemory<B> {
 
     /// Retries the frees that failed, then gives cached memory back to the driver; returns
     /// the bytes released. Frees that fail again stay for the next trim.
-    pub(crate) fn trim(&mut self, backend: &B, streams: Streams<'_, B>) -> Result<usize> {
+    pub(crate) fn trim(&mut self, backend: &B, streams: &StreamTable<B::Stream>) -> Result<usize> {
         let mut first_error = Ok(());
         for (handle, uses) in core::mem::take(&mut self.deferred_frees) {
             if let Err(e) = self.free(backend, streams, handle, &uses) {
@@ -277,8 +277,8 @@ impl<B: Backend> DeviceMemory<B> {
     /// Takes every stream in `streams` as idle (all synchronised, about to be destroyed): what
     /// was freed on them, and what waits on events recorded on them, is known complete and
     /// usable by every stream, and the fences' events go back.
-    pub(crate) fn all_streams_idle(&mut self, backend: &B, streams: &[StreamSlot<B::Stream>]) {
-        let (allocator, mut driver) = self.parts(backend, Streams::Held(streams));
+    pub(crate) fn all_streams_idle(&mut self, backend: &B, streams: &StreamTable<B::Stream>) {
+        let (allocator, mut driver) = self.parts(backend, streams);
         allocator.all_streams_idle(&mut driver);
     }
 

@@ -18,6 +18,7 @@ mod memory;
 mod peers;
 pub mod recording;
 mod state;
+mod streams;
 mod transfers;
 pub mod worker;
 
@@ -27,7 +28,7 @@ use alloc::vec::Vec;
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use core::ffi::{CStr, c_void};
-use drivers::{HostPins, Streams};
+use drivers::HostPins;
 use gpu_core::allocator::{AllocRequest, AllocatorConfig, AllocatorStats, BlockHandle, MemoryKind};
 use gpu_core::backend::library;
 use gpu_core::backend::{Backend, DeviceInfo, FillValue, LaunchDims};
@@ -39,7 +40,8 @@ use health::Health;
 use lock::BackoffMutex;
 use memory::{DeviceMemory, MemoryGuard};
 use peers::Peers;
-use state::State;
+use state::{HostWait, State};
+use streams::StreamTable;
 
 pub use guard::{DeviceGuard, restore_failures, with_device};
 use handles::UseList;
@@ -174,6 +176,9 @@ pub struct Runtime<B: Backend> {
     config: RuntimeConfig,
     memory: Vec<BackoffMutex<DeviceMemory<B>>>,
     state: Mutex<State<B>>,
+    /// The driver streams of the planner's streams (shared with the state, which changes
+    /// them; the allocator's driver reads them under a device's memory lock alone).
+    streams: Arc<StreamTable<B::Stream>>,
     pins: SharedLockTable<HostPins<B>>,
     workers: Vec<OnceLock<DeviceWorker<B>>>,
     peers: Peers,
@@ -224,10 +229,16 @@ impl<B: Backend> Runtime<B> {
         )?;
         let peers = Peers::open(&*backend, count, config.peer_access)?;
         let health = Arc::new(Health::new(count, B::DEVICE_LOSS_ENDS_THE_PROCESS));
+        let streams = Arc::new(StreamTable::new());
         Ok(Self {
             backend,
             memory: DeviceMemory::for_devices(&infos, config.allocator),
-            state: Mutex::new(State::new(&infos, Arc::clone(&health))),
+            state: Mutex::new(State::new(
+                &infos,
+                Arc::clone(&health),
+                Arc::clone(&streams),
+            )),
+            streams,
             infos,
             config,
             pins,
@@ -423,13 +434,19 @@ impl<B: Backend> Runtime<B> {
     /// The runtime's state is not locked while blocking: other threads go on submitting (the
     /// stream or event waited on stays out of the pools until the wait ends).
     pub fn wait(&self, token: Token) -> Result<()> {
-        let (pending, host_wait) = {
+        let (pending, host_wait, hold) = {
             let mut state = self.state()?;
             let pending = state.planner.begin_wait(token)?;
             let host_wait = state.host_wait(&pending);
-            (pending, host_wait)
+            let hold = host_wait
+                .as_ref()
+                .ok()
+                .and_then(HostWait::device)
+                .and_then(|device| self.health.hold_host_wait(device));
+            (pending, host_wait, hold)
         };
         let waited = host_wait.and_then(|host_wait| host_wait.block(&self.backend, &self.health));
+        drop(hold);
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         state.planner.end_wait(pending);
         let released = state.execute(&self.backend, &mut state::no_work);
@@ -448,11 +465,8 @@ impl<B: Backend> Runtime<B> {
         let mut memory = self.memory(device)?;
         // Read under the memory lock, which a reset holds while it starts a new epoch.
         let epoch = self.health.epoch(device);
-        let allocated = memory.allocate(
-            &self.backend,
-            Streams::OnDemand(&self.state),
-            &AllocRequest::new(kind, size),
-        );
+        let allocated =
+            memory.allocate(&self.backend, &self.streams, &AllocRequest::new(kind, size));
         drop(memory);
         let allocation = self.health.lift(device, allocated)?;
         Ok(Buffer::new(self, device, &allocation, size, epoch))
@@ -473,10 +487,9 @@ impl<B: Backend> Runtime<B> {
         let epoch = self.health.epoch(device);
         let mut state = self.state()?;
         let (token, (allocation, stream)) =
-            state.submit(&self.backend, device, after, |state, backend, stream, _| {
+            state.submit(&self.backend, device, after, |_, backend, stream, _| {
                 let request = AllocRequest::new(kind, size).on_stream(stream, &[]);
-                let streams = Streams::Held(state.streams());
-                Ok((memory.allocate(backend, streams, &request)?, stream))
+                Ok((memory.allocate(backend, &self.streams, &request)?, stream))
             })?;
         // Neither lock may be held when a buffer exists: dropping one takes the memory lock.
         drop((state, memory));
@@ -524,7 +537,7 @@ impl<B: Backend> Runtime<B> {
         if epoch != self.health.epoch(device) {
             return Ok(());
         }
-        memory.free(&self.backend, Streams::OnDemand(&self.state), handle, uses)
+        memory.free(&self.backend, &self.streams, handle, uses)
     }
 
     /// Makes a lost device usable again ([`Runtime::device_lost`]) where the backend can
@@ -554,7 +567,9 @@ impl<B: Backend> Runtime<B> {
         let mut memories: Vec<MemoryGuard<'_, B>> =
             self.memory.iter().map(BackoffMutex::lock).collect();
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let tokens = state.planner.live_tokens_on(device);
+        // A wait in progress counts as the live token it waits for: the reset would destroy
+        // the stream or event it blocks on.
+        let tokens = state.planner.live_tokens_on(device) + self.health.host_waits(device) as usize;
         if tokens > 0 {
             return Err(Error::LiveWorkOnDevice { device, tokens });
         }
@@ -565,7 +580,7 @@ impl<B: Backend> Runtime<B> {
                     DeviceMemory::new(device, info, self.config.allocator, self.infos.len());
                 memory.reset(&self.backend, device, fresh);
             } else {
-                memory.forget_device(&self.backend, state.streams(), device);
+                memory.forget_device(&self.backend, &self.streams, device);
             }
         }
         state.forget_device(device);
@@ -578,9 +593,7 @@ impl<B: Backend> Runtime<B> {
     /// failed before); returns the bytes released.
     pub fn trim(&self) -> Result<usize> {
         self.memory.iter().try_fold(0, |total, device| {
-            let trimmed = device
-                .lock()
-                .trim(&self.backend, Streams::OnDemand(&self.state))?;
+            let trimmed = device.lock().trim(&self.backend, &self.streams)?;
             Ok(total + trimmed)
         })
     }
@@ -632,12 +645,25 @@ impl<B: Backend> Runtime<B> {
         waited.and(unlocked.map(drop))
     }
 
-    /// Blocks until every stream in `streams` has finished the work enqueued on it.
+    /// Blocks until every stream in `streams` has finished the work enqueued on it, outside
+    /// the state's lock (as [`Runtime::wait`] does), so other threads plan and submit meanwhile.
     fn synchronize_streams(&self, streams: &[StreamId]) -> Result<()> {
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        streams
-            .iter()
-            .try_for_each(|&stream| state.synchronize_stream(&self.backend, stream))
+        let (waits, _holds) = {
+            let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let waits = streams
+                .iter()
+                .map(|&stream| state.stream_wait(stream))
+                .collect::<Result<Vec<_>>>()?;
+            let holds: Vec<_> = waits
+                .iter()
+                .filter_map(HostWait::device)
+                .filter_map(|device| self.health.hold_host_wait(device))
+                .collect();
+            (waits, holds)
+        };
+        waits
+            .into_iter()
+            .try_for_each(|wait| wait.block(&self.backend, &self.health))
     }
 
     /// Pins host range `[ptr, ptr + len)` through the lock table without borrowing it: the

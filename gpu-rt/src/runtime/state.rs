@@ -1,5 +1,6 @@
 //! The runtime's mutable state behind its one lock: the token planner, the driver handles of
-//! the planner's streams and events, the kernel cache; and the code that carries a plan out on
+//! the planner's events (its streams' are in their own table, [`super::streams`]), the kernel
+//! cache; and the code that carries a plan out on
 //! the backend, step by step, each under the device guard. (Memory has a lock per device.)
 
 use alloc::ffi::CString;
@@ -8,11 +9,11 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::ffi::{CStr, c_void};
 
-use super::drivers::{StreamSlot, Streams, find_stream};
 use super::guard::with_device;
 use super::health::Health;
 use super::lock::BackoffMutex;
 use super::memory::DeviceMemory;
+use super::streams::{StreamSlot, StreamTable};
 use super::{ModuleId, RuntimeStats};
 use gpu_core::backend::{Backend, DeviceInfo};
 use gpu_core::error::{Error, Result};
@@ -44,6 +45,14 @@ pub(crate) enum HostWait<B: Backend> {
 }
 
 impl<B: Backend> HostWait<B> {
+    /// The device the wait blocks on (none for [`HostWait::Nothing`]).
+    pub(crate) fn device(&self) -> Option<DeviceId> {
+        match self {
+            HostWait::Nothing => None,
+            HostWait::Stream(device, _) | HostWait::Event(device, _) => Some(*device),
+        }
+    }
+
     /// Blocks until the work has finished; reports its failure (a failure that loses the
     /// device as [`Error::DeviceLost`], noted in `health`).
     pub(crate) fn block(self, backend: &B, health: &Health) -> Result<()> {
@@ -97,8 +106,8 @@ pub(crate) struct State<B: Backend> {
     pub(crate) planner: Planner,
     /// Steps being carried out (a reused buffer).
     steps: Vec<PlanStep>,
-    /// Driver streams of the planner's stream ids.
-    streams: Vec<StreamSlot<B::Stream>>,
+    /// Driver streams of the planner's stream ids (shared with the allocator's driver).
+    streams: Arc<StreamTable<B::Stream>>,
     /// Driver events of the planner's event ids, with their devices.
     events: Vec<Option<(DeviceId, B::Event)>>,
     /// Indices of loaded kernels by name, then by device: looked up by `&str` with no
@@ -131,11 +140,15 @@ struct Counts {
 }
 
 impl<B: Backend> State<B> {
-    pub(crate) fn new(infos: &[DeviceInfo], health: Arc<Health>) -> Self {
+    pub(crate) fn new(
+        infos: &[DeviceInfo],
+        health: Arc<Health>,
+        streams: Arc<StreamTable<B::Stream>>,
+    ) -> Self {
         Self {
             planner: Planner::new(infos.len()),
             steps: Vec::new(),
-            streams: Vec::new(),
+            streams,
             events: Vec::new(),
             kernel_names: hashbrown::HashMap::new(),
             kernels: Vec::new(),
@@ -310,31 +323,20 @@ impl<B: Backend> State<B> {
         device: DeviceId,
         stream: StreamId,
     ) -> Result<B::Stream> {
-        let slot = self.slot(device, stream);
-        slot.device = device;
-        if let Some(handle) = slot.handle {
+        if let Some(handle) = self.streams.handle(stream) {
             return Ok(handle);
         }
         let handle = with_device(backend, device, || backend.stream_create(device))?;
         self.counts.streams_created += 1;
-        self.slot(device, stream).handle = Some(handle);
+        self.streams.set(
+            stream,
+            StreamSlot {
+                device,
+                handle: Some(handle),
+                adopted: false,
+            },
+        );
         Ok(handle)
-    }
-
-    /// The slot of `stream`, made room for (new slots: of `device`, no handle yet).
-    fn slot(&mut self, device: DeviceId, stream: StreamId) -> &mut StreamSlot<B::Stream> {
-        let index = stream.index();
-        if self.streams.len() <= index {
-            self.streams.resize(
-                index + 1,
-                StreamSlot {
-                    device,
-                    handle: None,
-                    adopted: false,
-                },
-            );
-        }
-        &mut self.streams[index]
     }
 
     /// The driver event of `event`, created now if it has none yet.
@@ -357,25 +359,25 @@ impl<B: Backend> State<B> {
     /// destroyed.
     pub(crate) fn adopt_stream(&mut self, device: DeviceId, handle: B::Stream) -> Result<StreamId> {
         let stream = self.planner.reserve_stream(device)?;
-        *self.slot(device, stream) = StreamSlot {
-            device,
-            handle: Some(handle),
-            adopted: true,
-        };
+        self.streams.set(
+            stream,
+            StreamSlot {
+                device,
+                handle: Some(handle),
+                adopted: true,
+            },
+        );
         Ok(stream)
     }
 
     /// Destroys the driver stream at `index`, if any and not adopted; a failed destroy keeps
     /// the handle.
     fn destroy_stream(&mut self, backend: &B, index: usize) -> Result<()> {
-        let Some(slot) = self.streams.get_mut(index).filter(|slot| !slot.adopted) else {
-            return Ok(());
-        };
-        let (device, Some(handle)) = (slot.device, slot.handle.take()) else {
+        let Some((device, handle)) = self.streams.take_own(index) else {
             return Ok(());
         };
         with_device(backend, device, || backend.stream_destroy(handle))
-            .inspect_err(|_| self.streams[index].handle = Some(handle))
+            .inspect_err(|_| self.streams.put_back(index, handle))
     }
 
     /// Destroys the driver event at `index`, if any; a failed destroy keeps the handle.
@@ -388,13 +390,9 @@ impl<B: Backend> State<B> {
             .inspect_err(|_| self.events[index] = Some((device, handle)))
     }
 
+    #[inline]
     fn stream(&self, stream: StreamId) -> Result<(DeviceId, B::Stream)> {
-        find_stream(&self.streams, stream)
-    }
-
-    /// The driver streams of the planner's stream ids, for the allocator's driver.
-    pub(crate) fn streams(&self) -> &[StreamSlot<B::Stream>] {
-        &self.streams
+        self.streams.get(stream)
     }
 
     /// The driver event of `event`.
@@ -428,7 +426,8 @@ impl<B: Backend> State<B> {
         }
     }
 
-    fn stream_wait(&self, stream: StreamId) -> Result<HostWait<B>> {
+    /// What the host blocks on to wait for the work enqueued on `stream` so far.
+    pub(crate) fn stream_wait(&self, stream: StreamId) -> Result<HostWait<B>> {
         match self.stream(stream) {
             Ok((device, handle)) => Ok(HostWait::Stream(device, handle)),
             // A stream never created has no work to wait for.
@@ -488,11 +487,7 @@ impl<B: Backend> State<B> {
     /// their next use, kernels and modules are loaded again when asked for, and kernel handles
     /// from before are refused ([`Error::StaleAfterReset`]).
     pub(crate) fn forget_device(&mut self, device: DeviceId) {
-        for slot in &mut self.streams {
-            if slot.device == device && !slot.adopted {
-                slot.handle = None;
-            }
-        }
+        self.streams.forget_device(device);
         let mut forgotten = Vec::new();
         for (index, event) in self.events.iter_mut().enumerate() {
             if event.is_some_and(|(of, _)| of == device) {
@@ -742,12 +737,10 @@ impl<B: Backend> State<B> {
                 if round == 1 {
                     device.all_streams_idle(backend, &self.streams);
                 }
-                trimmed += device
-                    .trim(backend, Streams::Held(&self.streams))
-                    .unwrap_or_else(|e| {
-                        note(Err(e));
-                        0
-                    });
+                trimmed += device.trim(backend, &self.streams).unwrap_or_else(|e| {
+                    note(Err(e));
+                    0
+                });
             }
         }
         for module in 0..self.modules.len() {
@@ -781,11 +774,7 @@ impl<B: Backend> State<B> {
                 failed
             });
         }
-        let streams_left = self
-            .streams
-            .iter()
-            .filter(|slot| slot.handle.is_some() && !slot.adopted)
-            .count();
+        let streams_left = self.streams.own_live();
         let events_left = self.events.iter().flatten().count() + allocator_events.len();
         Teardown {
             program,
