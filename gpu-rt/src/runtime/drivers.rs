@@ -5,6 +5,7 @@
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
+use super::events::EventPool;
 use super::guard::with_device;
 use super::streams::StreamTable;
 use gpu_core::allocator::{MemoryKind, SegmentDriver};
@@ -13,50 +14,74 @@ use gpu_core::error::{ByteRange, Error, Result};
 use gpu_core::id::{DeviceId, EventId, StreamId};
 use gpu_core::lock_table::PinDriver;
 
-/// Events the allocator records at frees, pooled per device and named by slab index.
+/// The events an allocator recorded at frees and still waits on, named by slab index; their
+/// driver events come from, and go back to, the runtime's per-device [`EventPool`].
 pub(crate) struct AllocatorEvents<E> {
-    /// `slots[id]`: the event's device and driver handle (none once a reset of its device
-    /// destroyed it: the id is never handed out again).
-    slots: Vec<(DeviceId, Option<E>)>,
-    /// Per device, ids ready for reuse.
-    free: Vec<Vec<EventId>>,
-    /// Events created so far (pool misses).
-    pub(crate) created: u64,
+    /// `slots[id]`: the event's device and driver handle while the allocator holds it.
+    slots: Vec<Option<(DeviceId, E)>>,
+    /// Ids of empty slots, for reuse.
+    free_ids: Vec<EventId>,
+    pool: Arc<EventPool<E>>,
+    /// Events taken from the pool so far.
+    pub(crate) acquired: u64,
 }
 
 impl<E: Copy> AllocatorEvents<E> {
-    pub(crate) fn new(device_count: usize) -> Self {
+    pub(crate) fn new(pool: Arc<EventPool<E>>) -> Self {
         Self {
             slots: Vec::new(),
-            free: (0..device_count).map(|_| Vec::new()).collect(),
-            created: 0,
+            free_ids: Vec::new(),
+            pool,
+            acquired: 0,
         }
     }
 
-    /// Events recorded and not yet back in the pool.
+    /// Events recorded and not yet given back.
     pub(crate) fn in_use(&self) -> usize {
-        let live = self.slots.iter().filter(|(_, e)| e.is_some()).count();
-        live - self.free.iter().map(Vec::len).sum::<usize>()
+        self.slots.len() - self.free_ids.len()
     }
 
-    /// Every event, for shutdown.
-    pub(crate) fn drain(&mut self) -> impl Iterator<Item = (DeviceId, E)> + '_ {
-        self.free.iter_mut().for_each(Vec::clear);
-        self.slots
-            .drain(..)
-            .filter_map(|(device, event)| Some((device, event?)))
+    /// Gives every event back to the pool (for shutdown, and when a reset replaced this
+    /// memory: the allocator that waited on them is gone). Those of `lost`, a device a reset
+    /// destroyed the events of, are dropped instead.
+    pub(crate) fn give_back(&mut self, lost: Option<DeviceId>) {
+        self.free_ids.clear();
+        for (device, event) in self.slots.drain(..).flatten() {
+            if Some(device) != lost {
+                self.pool.put(device, event);
+            }
+        }
     }
 
-    /// Forgets every event of `device`, which a reset destroyed (none may be in use: their
+    /// Forgets every event of `device`, which a reset destroyed (none may be waited on: their
     /// streams were retired first).
     pub(crate) fn forget_device(&mut self, device: DeviceId) {
-        if let Some(pool) = self.free.get_mut(device.index()) {
-            pool.clear();
-        }
-        for (of, event) in &mut self.slots {
-            if *of == device {
-                *event = None;
+        for (index, slot) in self.slots.iter_mut().enumerate() {
+            if slot.is_some_and(|(of, _)| of == device) {
+                *slot = None;
+                self.free_ids.push(EventId(index as u32));
             }
+        }
+    }
+
+    fn hold(&mut self, device: DeviceId, event: E) -> EventId {
+        self.acquired += 1;
+        match self.free_ids.pop() {
+            Some(id) => {
+                self.slots[id.index()] = Some((device, event));
+                id
+            }
+            None => {
+                self.slots.push(Some((device, event)));
+                EventId((self.slots.len() - 1) as u32)
+            }
+        }
+    }
+
+    fn release(&mut self, id: EventId) {
+        if let Some((device, event)) = self.slots.get_mut(id.index()).and_then(Option::take) {
+            self.free_ids.push(id);
+            self.pool.put(device, event);
         }
     }
 }
@@ -73,7 +98,9 @@ impl<B: Backend> Segments<'_, B> {
         self.events
             .slots
             .get(event.index())
-            .and_then(|&(_, e)| e)
+            .copied()
+            .flatten()
+            .map(|(_, e)| e)
             .ok_or_else(|| Error::UnknownEvent { event })
     }
 }
@@ -135,36 +162,16 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
     /// another: a buffer used by a peer copy is freed on the copying device's stream).
     fn record_event(&mut self, _memory_device: DeviceId, stream: StreamId) -> Result<EventId> {
         let (device, stream) = self.streams.get(stream)?;
-        let backend = self.backend;
-        let events = &mut *self.events;
-        with_device(backend, device, || {
-            let pool = events
-                .free
-                .get_mut(device.index())
-                .ok_or_else(|| Error::UnknownDevice {
-                    device,
-                    device_count: backend.device_count(),
-                })?;
-            let id = match pool.pop() {
-                Some(id) => id,
-                None => {
-                    let event = backend.event_create(device)?;
-                    events.created += 1;
-                    events.slots.push((device, Some(event)));
-                    EventId((events.slots.len() - 1) as u32)
-                }
-            };
-            let Some(event) = events.slots[id.index()].1 else {
-                return Err(Error::UnknownEvent { event: id });
-            };
-            match backend.event_record(event, stream) {
-                Ok(()) => Ok(id),
-                Err(e) => {
-                    events.free[device.index()].push(id);
-                    Err(e)
-                }
+        let event = self.events.pool.take(self.backend, device)?;
+        match with_device(self.backend, device, || {
+            self.backend.event_record(event, stream)
+        }) {
+            Ok(()) => Ok(self.events.hold(device, event)),
+            Err(e) => {
+                self.events.pool.put(device, event);
+                Err(e)
             }
-        })
+        }
     }
 
     fn event_completed(&mut self, _device: DeviceId, event: EventId) -> Result<bool> {
@@ -182,15 +189,10 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
         self.backend.event_synchronize(self.event(event)?)
     }
 
-    /// Pools `event` with its own device's events: the one it was recorded for may be another
-    /// (the memory's device), and reusing it there would record it on a foreign stream.
+    /// Gives `event` back to the pool of its own device: the one it was recorded for may be
+    /// another (the memory's device), and reusing it there would record it on a foreign stream.
     fn release_event(&mut self, _memory_device: DeviceId, event: EventId) {
-        let Some(&(device, Some(_))) = self.events.slots.get(event.index()) else {
-            return;
-        };
-        if let Some(pool) = self.events.free.get_mut(device.index()) {
-            pool.push(event);
-        }
+        self.events.release(event);
     }
 
     fn synchronize(&mut self, device: DeviceId) -> Result<()> {

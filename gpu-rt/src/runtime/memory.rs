@@ -4,10 +4,11 @@
 //! An allocation hit or a free takes only its device's lock, never the runtime's state: the
 //! state is locked, after the memory, only when the allocator needs a stream's driver handle.
 
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use super::drivers::{AllocatorEvents, Segments};
-use super::guard::with_device;
+use super::events::EventPool;
 use super::lock::{BackoffGuard, BackoffMutex};
 use super::streams::StreamTable;
 use gpu_core::allocator::{
@@ -43,26 +44,32 @@ impl<B: Backend> DeviceMemory<B> {
     pub(crate) fn for_devices(
         infos: &[DeviceInfo],
         config: AllocatorConfig,
+        events: &Arc<EventPool<B::Event>>,
     ) -> Vec<BackoffMutex<Self>> {
         infos
             .iter()
             .enumerate()
             .map(|(index, info)| {
-                BackoffMutex::new(Self::new(DeviceId(index as u32), info, config, infos.len()))
+                BackoffMutex::new(Self::new(
+                    DeviceId(index as u32),
+                    info,
+                    config,
+                    Arc::clone(events),
+                ))
             })
             .collect()
     }
 
-    /// Empty memory of `device` (of `device_count`).
+    /// Empty memory of `device`, recording its events with drivers events from `events`.
     pub(crate) fn new(
         device: DeviceId,
         info: &DeviceInfo,
         config: AllocatorConfig,
-        device_count: usize,
+        events: Arc<EventPool<B::Event>>,
     ) -> Self {
         Self {
             allocator: DeviceAllocator::new(device, info.allocator, config),
-            events: AllocatorEvents::new(device_count),
+            events: AllocatorEvents::new(events),
             deferred_frees: Vec::new(),
             adopted: Vec::new(),
             by_address: hashbrown::HashMap::new(),
@@ -71,17 +78,11 @@ impl<B: Backend> DeviceMemory<B> {
 
     /// Replaces this device's memory with empty memory after a reset of the device, which
     /// freed its segments: nothing is freed again. Its events of other devices (recorded on
-    /// their streams, for blocks they used) are destroyed; its own device's died with it.
-    pub(crate) fn reset(&mut self, backend: &B, device: DeviceId, fresh: Self) {
-        let old = core::mem::replace(self, fresh);
-        let mut events = old.events;
-        for (of, event) in events.drain() {
-            if of != device {
-                // A failed destroy leaves an event of a working device behind: nothing to do
-                // about it here but not to stop the reset.
-                let _ = with_device(backend, of, || backend.event_destroy(event));
-            }
-        }
+    /// their streams, for blocks they used) go back to the pool; its own device's died with it.
+    pub(crate) fn reset(&mut self, device: DeviceId, fresh: Self) {
+        core::mem::replace(self, fresh)
+            .events
+            .give_back(Some(device));
     }
 
     /// Forgets `device`'s streams and events after a reset of that device (this memory is

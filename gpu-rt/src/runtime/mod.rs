@@ -9,6 +9,7 @@
 //! the [`DeviceGuard`], so the caller's current device is the same after every call.
 
 mod drivers;
+mod events;
 mod foreign;
 pub mod guard;
 mod handles;
@@ -29,6 +30,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use core::ffi::{CStr, c_void};
 use drivers::HostPins;
+use events::EventPool;
 use gpu_core::allocator::{AllocRequest, AllocatorConfig, AllocatorStats, BlockHandle, MemoryKind};
 use gpu_core::backend::library;
 use gpu_core::backend::{Backend, DeviceInfo, FillValue, LaunchDims};
@@ -179,6 +181,8 @@ pub struct Runtime<B: Backend> {
     /// The driver streams of the planner's streams (shared with the state, which changes
     /// them; the allocator's driver reads them under a device's memory lock alone).
     streams: Arc<StreamTable<B::Stream>>,
+    /// Each device's idle driver events (shared with the state and every device's memory).
+    events: Arc<EventPool<B::Event>>,
     pins: SharedLockTable<HostPins<B>>,
     workers: Vec<OnceLock<DeviceWorker<B>>>,
     peers: Peers,
@@ -230,14 +234,17 @@ impl<B: Backend> Runtime<B> {
         let peers = Peers::open(&*backend, count, config.peer_access)?;
         let health = Arc::new(Health::new(count, B::DEVICE_LOSS_ENDS_THE_PROCESS));
         let streams = Arc::new(StreamTable::new());
+        let events = Arc::new(EventPool::new(count));
         Ok(Self {
             backend,
-            memory: DeviceMemory::for_devices(&infos, config.allocator),
+            memory: DeviceMemory::for_devices(&infos, config.allocator, &events),
             state: Mutex::new(State::new(
                 &infos,
                 Arc::clone(&health),
                 Arc::clone(&streams),
+                Arc::clone(&events),
             )),
+            events,
             streams,
             infos,
             config,
@@ -576,13 +583,14 @@ impl<B: Backend> Runtime<B> {
         with_device(&*self.backend, device, || self.backend.reset_device(device))?;
         for (index, memory) in memories.iter_mut().enumerate() {
             if index == device.index() {
-                let fresh =
-                    DeviceMemory::new(device, info, self.config.allocator, self.infos.len());
-                memory.reset(&self.backend, device, fresh);
+                let events = Arc::clone(&self.events);
+                let fresh = DeviceMemory::new(device, info, self.config.allocator, events);
+                memory.reset(device, fresh);
             } else {
                 memory.forget_device(&self.backend, &self.streams, device);
             }
         }
+        self.events.forget_device(device);
         state.forget_device(device);
         self.health.restore(device);
         drop((state, memories));
@@ -945,8 +953,7 @@ impl<B: Backend> Runtime<B> {
         for (index, device) in self.memory.iter().enumerate() {
             let memory = device.lock();
             stats.allocator_events_in_use += memory.events.in_use();
-            stats.event_acquires += memory.events.created;
-            stats.events_created += memory.events.created;
+            stats.event_acquires += memory.events.acquired;
             let device = DeviceId(index as u32);
             stats.allocator.extend(
                 memory

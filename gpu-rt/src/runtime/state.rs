@@ -9,6 +9,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::ffi::{CStr, c_void};
 
+use super::events::EventPool;
 use super::guard::with_device;
 use super::health::Health;
 use super::lock::BackoffMutex;
@@ -110,6 +111,8 @@ pub(crate) struct State<B: Backend> {
     streams: Arc<StreamTable<B::Stream>>,
     /// Driver events of the planner's event ids, with their devices.
     events: Vec<Option<(DeviceId, B::Event)>>,
+    /// Where driver events come from and go back to (shared with the allocators).
+    event_pool: Arc<EventPool<B::Event>>,
     /// Indices of loaded kernels by name, then by device: looked up by `&str` with no
     /// allocation, once per handle.
     kernel_names: hashbrown::HashMap<String, Vec<Option<KernelIndex>>>,
@@ -134,7 +137,6 @@ struct Counts {
     stream_acquires: u64,
     streams_created: u64,
     event_acquires: u64,
-    events_created: u64,
     operations: u64,
     waits: u64,
 }
@@ -144,12 +146,14 @@ impl<B: Backend> State<B> {
         infos: &[DeviceInfo],
         health: Arc<Health>,
         streams: Arc<StreamTable<B::Stream>>,
+        event_pool: Arc<EventPool<B::Event>>,
     ) -> Self {
         Self {
             planner: Planner::new(infos.len()),
             steps: Vec::new(),
             streams,
             events: Vec::new(),
+            event_pool,
             kernel_names: hashbrown::HashMap::new(),
             kernels: Vec::new(),
             modules: Vec::new(),
@@ -242,7 +246,10 @@ impl<B: Backend> State<B> {
             }
             PlanStep::ReleaseStream { .. } | PlanStep::ReleaseEvent { .. } => Ok(()),
             PlanStep::DestroyStream { stream, .. } => self.destroy_stream(backend, stream.index()),
-            PlanStep::DestroyEvent { event, .. } => self.destroy_event(backend, event.index()),
+            PlanStep::DestroyEvent { event, .. } => {
+                self.give_back_event(event.index());
+                Ok(())
+            }
             PlanStep::Record { event, stream } => {
                 let event_id = event;
                 let (device, stream) = self.stream(stream)?;
@@ -339,7 +346,7 @@ impl<B: Backend> State<B> {
         Ok(handle)
     }
 
-    /// The driver event of `event`, created now if it has none yet.
+    /// The driver event of `event`, taken from the pool now if it has none yet.
     fn ensure_event(&mut self, backend: &B, device: DeviceId, event: EventId) -> Result<B::Event> {
         let index = event.index();
         if self.events.len() <= index {
@@ -348,8 +355,7 @@ impl<B: Backend> State<B> {
         if let Some((_, handle)) = self.events[index] {
             return Ok(handle);
         }
-        let handle = with_device(backend, device, || backend.event_create(device))?;
-        self.counts.events_created += 1;
+        let handle = self.event_pool.take(backend, device)?;
         self.events[index] = Some((device, handle));
         Ok(handle)
     }
@@ -380,14 +386,13 @@ impl<B: Backend> State<B> {
             .inspect_err(|_| self.streams.put_back(index, handle))
     }
 
-    /// Destroys the driver event at `index`, if any; a failed destroy keeps the handle.
-    fn destroy_event(&mut self, backend: &B, index: usize) -> Result<()> {
-        let Some((device, handle)) = self.events.get_mut(index).and_then(Option::take) else {
-            return Ok(());
-        };
-        self.note_completed_on_host(EventId(index as u32), false);
-        with_device(backend, device, || backend.event_destroy(handle))
-            .inspect_err(|_| self.events[index] = Some((device, handle)))
+    /// Gives the driver event at `index`, if any, back to the pool (the planner no longer
+    /// names it).
+    fn give_back_event(&mut self, index: usize) {
+        if let Some((device, handle)) = self.events.get_mut(index).and_then(Option::take) {
+            self.note_completed_on_host(EventId(index as u32), false);
+            self.event_pool.put(device, handle);
+        }
     }
 
     #[inline]
@@ -697,7 +702,7 @@ impl<B: Backend> State<B> {
             stream_acquires: self.counts.stream_acquires,
             streams_created: self.counts.streams_created,
             event_acquires: self.counts.event_acquires,
-            events_created: self.counts.events_created,
+            events_created: self.event_pool.created(),
             operations: self.counts.operations,
             waits: self.counts.waits,
             planner: self.planner.footprint(),
@@ -754,20 +759,21 @@ impl<B: Backend> State<B> {
         for step in steps.drain(..) {
             note(self.carry_out(backend, step, &mut no_work));
         }
-        // Streams and events the planner no longer names (those of outstanding tokens) go too.
-        // A destroy the driver refuses is tried once more (a failed call changes nothing).
-        let mut allocator_events: Vec<_> = memory
-            .iter_mut()
-            .flat_map(|device| device.get_mut().events.drain())
-            .collect();
+        // Streams and events the planner no longer names (those of outstanding tokens) go too;
+        // every event goes back to the pool, and the pool's events are destroyed. A destroy
+        // the driver refuses is tried once more (a failed call changes nothing).
+        for index in 0..self.events.len() {
+            self.give_back_event(index);
+        }
+        for device in memory.iter_mut() {
+            device.get_mut().events.give_back(None);
+        }
+        let mut events = self.event_pool.drain();
         for _ in 0..2 {
             for index in 0..self.streams.len() {
                 note(self.destroy_stream(backend, index));
             }
-            for index in 0..self.events.len() {
-                note(self.destroy_event(backend, index));
-            }
-            allocator_events.retain(|&(device, handle)| {
+            events.retain(|&(device, handle)| {
                 let destroyed = with_device(backend, device, || backend.event_destroy(handle));
                 let failed = destroyed.is_err();
                 note(destroyed);
@@ -775,7 +781,7 @@ impl<B: Backend> State<B> {
             });
         }
         let streams_left = self.streams.own_live();
-        let events_left = self.events.iter().flatten().count() + allocator_events.len();
+        let events_left = events.len();
         Teardown {
             program,
             trimmed,
