@@ -183,7 +183,9 @@ pub struct Runtime<B: Backend> {
     streams: Arc<StreamTable<B::Stream>>,
     /// Each device's idle driver events (shared with the state and every device's memory).
     events: Arc<EventPool<B::Event>>,
-    pins: SharedLockTable<HostPins<B>>,
+    /// The lock table, behind sleeping locks: a writer holds its lock across the driver's pin
+    /// (tens of microseconds to milliseconds), and another writer waits asleep, not spinning.
+    pins: SharedLockTable<HostPins<B>, parking_lot::RawRwLock>,
     workers: Vec<OnceLock<DeviceWorker<B>>>,
     peers: Peers,
     /// This runtime's number ([`Runtime::id`]): its spans carry it, and every operation
