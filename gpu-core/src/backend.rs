@@ -245,6 +245,21 @@ pub trait Backend: Send + Sync + 'static {
         after: Option<Self::Stream>,
     ) -> Result<()>;
 
+    /// Tells the backend that a runtime's allocator carved the buffer `range` out of memory
+    /// the backend allocated on `device` (`live`), or took it back (not `live`), so that a
+    /// backend that checks accesses checks them per buffer, not per driver allocation (as
+    /// compute-sanitizer can, given NVTX memory-region annotations): the host backend then
+    /// refuses a copy, fill or library kernel that runs out of its buffer or starts in freed
+    /// memory. An annotation, not a driver call; by default it does nothing.
+    ///
+    /// # Errors
+    /// A checking backend refuses a range outside its allocations, a live buffer overlapping
+    /// another, or the release of a buffer it was not told of; nothing changes then.
+    fn note_buffer(&self, device: DeviceId, range: ByteRange, live: bool) -> Result<()> {
+        let _ = (device, range, live);
+        Ok(())
+    }
+
     /// Pins the caller's host range for every device (CUDA: cuMemHostRegister with PORTABLE)
     /// and writes each device's address for `range.start` into `device_ptrs`.
     fn host_register(&self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()>;

@@ -110,7 +110,7 @@ use gpu_core::id::DeviceId;
 use current::CurrentDevice;
 use faults::CallLedger;
 use kernels::{KernelRegistry, Launch};
-use memory::Memory;
+use memory::{Memory, Region};
 use streams::{DeviceHealth, EventSlot, Payload, RecordPoint, StreamShared, WorkLog, run_worker};
 
 pub use codes::HostErrorCode;
@@ -576,6 +576,14 @@ impl Backend for HostBackend {
         Ok(())
     }
 
+    /// Recorded, and every later copy, fill and launch argument in that memory is checked
+    /// against its buffer. Not counted as a call (nor failed by fault injection): an
+    /// annotation, not a driver call.
+    fn note_buffer(&self, device: DeviceId, range: ByteRange, live: bool) -> Result<()> {
+        check_device(self, device)?;
+        lock(&self.memory).note_buffer(range, live, "note_buffer")
+    }
+
     fn host_register(&self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
         let call = self.calls.enter(CallKind::HostRegister)?;
         let slots = self.device_slots(device_ptrs, call)?;
@@ -971,23 +979,34 @@ impl Backend for HostBackend {
         if bad_shape {
             return Err(HostErrorCode::InvalidValue.error(call));
         }
-        if let Some(entry) = entry {
-            entry.check_arguments(args)?;
-        }
-        let regions = {
+        let regions: Vec<Option<Region>> = {
             let memory = lock(&self.memory);
             args.iter()
-                .filter_map(|arg| match arg {
+                .map(|arg| match arg {
                     KernelArg::Ptr(p) => memory.region_of(*p),
                     _ => None,
                 })
                 .collect()
         };
+        // A library kernel's pointer arguments may reach the end of the buffer (or registered
+        // range) they point into, and no further; one pointing into no memory of this backend
+        // may reach nothing.
+        if let Some(entry) = entry {
+            entry.check_launch(args, &dims, |index| {
+                match (args.get(index), regions.get(index)) {
+                    (Some(KernelArg::Ptr(p)), Some(Some(region))) => {
+                        let range = region.range();
+                        range.start + range.len - p
+                    }
+                    _ => 0,
+                }
+            })?;
+        }
         let launch = Launch {
             function,
             dims,
             args: args.to_vec(),
-            regions,
+            regions: regions.into_iter().flatten().collect(),
         };
         shared.enqueue(WorkOp::Launch { kernel }, Payload::Launch(Box::new(launch)));
         Ok(())

@@ -481,16 +481,24 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
         // Freed here, so not again by `drop`; the use list is the one field that owns memory.
         let mut this = core::mem::ManuallyDrop::new(self);
         let uses = core::mem::take(this.uses.get_mut());
-        this.runtime
-            .release_block(this.device, this.handle, &uses, this.epoch)
+        this.runtime.release_block(
+            this.device,
+            (this.handle, this.address, this.size),
+            &uses,
+            this.epoch,
+        )
     }
 }
 
 impl<B: Backend> Drop for Buffer<'_, B> {
     fn drop(&mut self) {
         // Errors cannot be reported from a drop; `Runtime::free` reports them.
-        let _ =
-            (self.runtime).release_block(self.device, self.handle, self.uses.get_mut(), self.epoch);
+        let _ = (self.runtime).release_block(
+            self.device,
+            (self.handle, self.address, self.size),
+            self.uses.get_mut(),
+            self.epoch,
+        );
     }
 }
 

@@ -16,7 +16,7 @@ use gpu_core::allocator::{
     MemoryKind, Release,
 };
 use gpu_core::backend::{Backend, DeviceInfo};
-use gpu_core::error::{Error, Result};
+use gpu_core::error::{ByteRange, Error, Result};
 use gpu_core::id::{DeviceId, StreamId};
 
 /// A device's memory, locked.
@@ -124,22 +124,39 @@ impl<B: Backend> DeviceMemory<B> {
         streams: &StreamTable<B::Stream>,
         request: &AllocRequest<'_>,
     ) -> Result<Allocation> {
+        let device = self.allocator.device();
         let (allocator, mut driver) = self.parts(backend, streams);
-        allocator.allocate(&mut driver, request)
+        let allocation = allocator.allocate(&mut driver, request)?;
+        let buffer = ByteRange::new(allocation.address, request.size);
+        // The backend hears of the buffer (a checking backend bounds accesses by it); one it
+        // refuses is given back, so a failed call changes nothing.
+        match buffer.map_or(Ok(()), |buffer| backend.note_buffer(device, buffer, true)) {
+            Ok(()) => Ok(allocation),
+            Err(e) => {
+                let _ = allocator.free(&mut driver, allocation.handle, Release::Idle);
+                Err(e)
+            }
+        }
     }
 
-    /// Frees `handle`, ordered after the work of every stream in `uses`. A free the driver
-    /// fails is kept and retried by the next trim (and at teardown, once every stream is idle).
+    /// Frees `handle`, the buffer `[address, address + size)`, ordered after the work of
+    /// every stream in `uses`. A free the driver fails is kept and retried by the next trim
+    /// (and at teardown, once every stream is idle).
     #[inline]
     pub(crate) fn free(
         &mut self,
         backend: &B,
         streams: &StreamTable<B::Stream>,
         handle: BlockHandle,
+        (address, size): (usize, usize),
         uses: &[StreamId],
     ) -> Result<()> {
+        let device = self.allocator.device();
+        let noted = ByteRange::new(address, size)
+            .map_or(Ok(()), |buffer| backend.note_buffer(device, buffer, false));
         self.free_once(backend, streams, handle, uses)
-            .inspect_err(|_| self.deferred_frees.push((handle, uses.to_vec())))
+            .inspect_err(|_| self.deferred_frees.push((handle, uses.to_vec())))?;
+        noted
     }
 
     #[inline]
@@ -206,7 +223,7 @@ impl<B: Backend> DeviceMemory<B> {
     ) -> Result<()> {
         let handle = self.live_by_address(device, (address, size))?;
         self.by_address.remove(&address);
-        self.free(backend, streams, handle, &[stream])
+        self.free(backend, streams, handle, (address, size), &[stream])
     }
 
     /// The block of the live allocation at `address`, made with `size` bytes; an unknown
@@ -266,7 +283,8 @@ impl<B: Backend> DeviceMemory<B> {
     pub(crate) fn trim(&mut self, backend: &B, streams: &StreamTable<B::Stream>) -> Result<usize> {
         let mut first_error = Ok(());
         for (handle, uses) in core::mem::take(&mut self.deferred_frees) {
-            if let Err(e) = self.free(backend, streams, handle, &uses) {
+            if let Err(e) = self.free_once(backend, streams, handle, &uses) {
+                self.deferred_frees.push((handle, uses));
                 first_error = first_error.and(Err(e));
             }
         }

@@ -538,7 +538,7 @@ impl<B: Backend> Runtime<B> {
     fn release_block(
         &self,
         device: DeviceId,
-        handle: BlockHandle,
+        (handle, address, size): (BlockHandle, usize, usize),
         uses: &[StreamId],
         epoch: u32,
     ) -> Result<()> {
@@ -546,7 +546,7 @@ impl<B: Backend> Runtime<B> {
         if epoch != self.health.epoch(device) {
             return Ok(());
         }
-        memory.free(&self.backend, &self.streams, handle, uses)
+        memory.free(&self.backend, &self.streams, handle, (address, size), uses)
     }
 
     /// Makes a lost device usable again ([`Runtime::device_lost`]) where the backend can

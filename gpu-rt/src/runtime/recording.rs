@@ -289,6 +289,11 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         result
     }
 
+    /// Passed on, unrecorded: an annotation, not a driver call.
+    fn note_buffer(&self, device: DeviceId, range: ByteRange, live: bool) -> Result<()> {
+        self.inner.note_buffer(device, range, live)
+    }
+
     fn host_register(&self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
         self.enter("host_register")?;
         let result = self.inner.host_register(range, device_ptrs);
