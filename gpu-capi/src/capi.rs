@@ -560,7 +560,7 @@ fn alloc<B: ClientBackend>(
     kind: MemoryKind,
     size: usize,
 ) -> Result<GpurtMemory, CapiError> {
-    let (id, ()) = s.capi.memory.insert_with(|| {
+    let (id, ()) = s.capi.memory.insert_with(|| -> Result<_, CapiError> {
         let buffer = s.runtime().alloc(DeviceId(device), kind, size)?;
         Ok((Arc::new(Memory::Buffer(buffer)), ()))
     })?;
@@ -575,7 +575,7 @@ fn alloc_after<B: ClientBackend>(
     after: &mut Vec<Token>,
 ) -> Result<(GpurtMemory, GpurtToken), CapiError> {
     // The handle is taken first: once the runtime has consumed `after`, nothing can fail.
-    let (id, token) = s.capi.memory.insert_with(|| {
+    let (id, token) = s.capi.memory.insert_with(|| -> Result<_, CapiError> {
         let (buffer, token) = s
             .runtime()
             .alloc_after(DeviceId(device), kind, size, after)?;
@@ -622,7 +622,7 @@ fn register<B: ClientBackend>(
     len: usize,
 ) -> Result<GpurtMemory, CapiError> {
     let address = host_range(ptr, "registered memory")?;
-    let (id, ()) = s.capi.memory.insert_with(|| {
+    let (id, ()) = s.capi.memory.insert_with(|| -> Result<_, CapiError> {
         // SAFETY: `gpurt_host_register`'s contract: the memory stays valid until unregistered,
         // and the host keeps off it while transfers that use it may run.
         let guard = unsafe { s.runtime().lock_host_raw(ptr.cast::<u8>(), len) }?;
@@ -652,7 +652,7 @@ fn memory_info<B: ClientBackend>(
 
 /// The memory a span names, held for the duration of a call.
 fn held<B: ClientBackend>(s: &Session<B>, span: &GpurtSpan) -> Result<Arc<Memory<B>>, CapiError> {
-    s.capi.memory.get(span.memory.id)
+    Ok(s.capi.memory.get(span.memory.id)?)
 }
 
 fn copy<B: ClientBackend>(

@@ -180,7 +180,7 @@ impl<B: ClientBackend> Objects<B> {
 
     /// The live stream `handle` names (null is refused: the call needs a stream).
     fn stream(&mut self, handle: u64) -> Result<&mut Stream, CapiError> {
-        self.streams.get_mut(handle)
+        Ok(self.streams.get_mut(handle)?)
     }
 
     /// Refuses a stream handle that is neither null (no stream: the call is synchronous) nor a
@@ -188,13 +188,13 @@ impl<B: ClientBackend> Objects<B> {
     fn check_stream(&self, handle: u64) -> Result<(), CapiError> {
         match handle {
             0 => Ok(()),
-            _ => self.streams.get(handle).map(drop),
+            _ => Ok(self.streams.get(handle).map(drop)?),
         }
     }
 
     /// The live event `handle` names.
     fn event(&mut self, handle: u64) -> Result<&mut Option<Token>, CapiError> {
-        self.events.get_mut(handle)
+        Ok(self.events.get_mut(handle)?)
     }
 
     /// An operation's dependencies on `stream`: its queued waits and its tail, taken out (none
@@ -768,7 +768,7 @@ unsafe fn module_load<B: ClientBackend>(
         // No handle for it: it is unloaded again, and the call refused.
         let _ = runtime.unload_module(module);
     }
-    inserted
+    Ok(inserted?)
 }
 
 fn module_unload<B: ClientBackend>(

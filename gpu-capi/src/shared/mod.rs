@@ -40,7 +40,7 @@ use gpu_runtime::host::{HostBackend, HostConfig};
 use gpu_runtime::runtime::{RecordingBackend, Runtime, ShutdownReport};
 use gpu_runtime::token::{TraceOp, parse_trace, write_trace};
 
-pub use handle::{Generation, HandleKind, HandleMap, HandleTable};
+pub use handle::{Generation, HandleError, HandleKind, HandleMap, HandleTable};
 pub use status::{CapiError, GpurtStatus, guarded, status_of};
 
 /// Environment variable naming the backend: `cuda`, `hip` or `host` (unset or empty: the best
