@@ -14,6 +14,7 @@
 
 use hashbrown::HashMap;
 use std::ffi::{CStr, c_char, c_void};
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use gpu_runtime::allocator::{AllocatorStats, MemoryKind};
@@ -24,8 +25,8 @@ use gpu_runtime::runtime::{Arg, Buffer, Kernel, LockedHost, Span};
 use gpu_runtime::token::{Token, TokenId, check_fork_count};
 
 use crate::shared::{
-    self, BackendChoice, CapiError, ClientBackend, Generation, GpurtStatus, HandleKind,
-    HandleTable, OpenOptions, Session, dispatch, status_of, with_session,
+    self, BackendChoice, CapiError, CapiSlot, ClientBackend, ClientObjects, ClientSlot, Generation,
+    GpurtStatus, HandleKind, HandleTable, OpenOptions, Session, dispatch, status_of, with_session,
 };
 
 /// What `gpurt_shutdown` found.
@@ -379,9 +380,13 @@ pub struct Objects<B: ClientBackend> {
     kernel_handles: Mutex<HashMap<(DeviceId, String), u64>>,
 }
 
-impl<B: ClientBackend> Objects<B> {
-    /// No objects, for the session of `generation`.
-    pub fn new(generation: Generation) -> Self {
+impl<B: ClientBackend> ClientSlot<B> for CapiSlot {
+    type Objects = Objects<B>;
+}
+
+impl<B: ClientBackend> ClientObjects<B> for Objects<B> {
+    /// No objects, for the session of `generation` (the C API records no trace of its own).
+    fn open(generation: Generation, _trace: Option<&Path>) -> Self {
         Self {
             memory: HandleTable::new(HandleKind::Memory, generation),
             kernels: HandleTable::new(HandleKind::Kernel, generation),
@@ -391,7 +396,7 @@ impl<B: ClientBackend> Objects<B> {
 
     /// Releases every object (at shutdown, with no call in flight): buffers are freed,
     /// registrations unpinned after their transfers. Returns how many there were.
-    pub fn release(&self) -> usize {
+    fn release(&self, _session: &Session<B>) -> usize {
         let memory = self.memory.drain().len();
         let kernels = self.kernels.drain().len();
         self.kernel_handles

@@ -50,8 +50,8 @@ use gpu_runtime::runtime::{Buffer, Kernel, ModuleId, Runtime, Span};
 use gpu_runtime::token::{Token, TraceOp};
 
 use crate::shared::{
-    self, CapiError, ClientBackend, Generation, HandleKind, HandleMap, Session, TraceExport,
-    dispatch, guarded, with_session,
+    self, CapiError, ClientBackend, ClientObjects, ClientSlot, Generation, HandleKind, HandleMap,
+    MlirSlot, Session, TraceExport, dispatch, guarded, with_session,
 };
 
 thread_local! {
@@ -103,11 +103,15 @@ struct Objects<B: ClientBackend> {
     trace: Option<(PathBuf, Vec<TraceOp>)>,
 }
 
-impl<B: ClientBackend> MlirObjects<B> {
+impl<B: ClientBackend> ClientSlot<B> for MlirSlot {
+    type Objects = MlirObjects<B>;
+}
+
+impl<B: ClientBackend> ClientObjects<B> for MlirObjects<B> {
     /// Empty, for the session of `generation`, recording the program's own stream and event
     /// calls when the session writes a trace to `trace` (`GPU_RUNTIME_TRACE`): they go to the
     /// same path with `.mlir` appended.
-    pub fn new(trace: Option<&Path>, generation: Generation) -> Self {
+    fn open(generation: Generation, trace: Option<&Path>) -> Self {
         let program_trace = trace.map(|path| {
             let mut name = path.as_os_str().to_owned();
             name.push(".mlir");
@@ -128,13 +132,9 @@ impl<B: ClientBackend> MlirObjects<B> {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Objects<B>> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Releases everything the program left (streams it never destroyed, events, buffers;
     /// modules stay for the runtime's shutdown to unload); returns how many streams it left.
-    pub fn release(&self, session: &Session<B>) -> usize {
+    fn release(&self, session: &Session<B>) -> usize {
         let mut objects = self.lock();
         let runtime = session.runtime();
         let left = objects.streams.len();
@@ -167,6 +167,12 @@ impl<B: ClientBackend> MlirObjects<B> {
             }
         }
         left
+    }
+}
+
+impl<B: ClientBackend> MlirObjects<B> {
+    fn lock(&self) -> MutexGuard<'_, Objects<B>> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -32,7 +32,7 @@ pub mod config;
 pub mod handle;
 pub mod status;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use gpu_runtime::backend::Backend;
@@ -66,11 +66,41 @@ pub trait ClientBackend: Backend + Sized {
     }
 }
 
+/// The objects one client ABI keeps in a session: those its callers hold handles to. Made when
+/// the session opens; released before its runtime shuts down.
+pub trait ClientObjects<B: ClientBackend> {
+    /// No objects yet, for the session of `generation`, which writes its trace to `trace` at
+    /// shutdown when one was asked for.
+    fn open(generation: Generation, trace: Option<&Path>) -> Self;
+
+    /// Releases every object (at shutdown, with no call in flight); returns how many there
+    /// were.
+    fn release(&self, session: &Session<B>) -> usize;
+}
+
+/// A client ABI's place in every session: names the type of the objects it keeps there. Each
+/// client module implements it for its own slot, so this layer holds the client's objects
+/// without naming the client.
+pub trait ClientSlot<B: ClientBackend> {
+    /// What the client keeps in a session on backend `B`.
+    type Objects: ClientObjects<B>;
+}
+
+/// The C API's slot: its objects are [`Session::capi`].
+pub enum CapiSlot {}
+
+/// The MLIR ABI's slot: its objects are `Session::mlir`.
+pub enum MlirSlot {}
+
+/// What the client of `Slot` keeps in a session on backend `B`.
+type ObjectsOf<Slot, B> = <Slot as ClientSlot<B>>::Objects;
+
 /// One opened runtime (a session of the library, from open to shutdown) and the objects client
 /// ABIs keep in it.
 ///
-/// Each client ABI keeps the objects its callers hold handles to in a field of its own, and
-/// empties it in `Session::release_client_objects`, which runs before the runtime shuts down.
+/// Each client ABI keeps the objects its callers hold handles to in a field of its own (typed
+/// through its [`ClientSlot`]), made when the session opens and emptied by
+/// [`ClientObjects::release`] before the runtime shuts down.
 pub struct Session<B: ClientBackend> {
     backend: Arc<B>,
     runtime: Runtime<B>,
@@ -78,9 +108,9 @@ pub struct Session<B: ClientBackend> {
     generation: Generation,
     trace_path: Option<PathBuf>,
     /// The C API's objects.
-    pub capi: crate::capi::Objects<B>,
+    pub capi: ObjectsOf<CapiSlot, B>,
     /// What the MLIR ABI's callers hold (streams, events, modules, allocations).
-    pub(crate) mlir: crate::mlir::MlirObjects<B>,
+    pub(crate) mlir: ObjectsOf<MlirSlot, B>,
 }
 
 impl<B: ClientBackend> Session<B> {
@@ -92,9 +122,9 @@ impl<B: ClientBackend> Session<B> {
             backend,
             runtime,
             generation,
-            mlir: crate::mlir::MlirObjects::new(trace_path.as_deref(), generation),
+            mlir: ObjectsOf::<MlirSlot, B>::open(generation, trace_path.as_deref()),
+            capi: ObjectsOf::<CapiSlot, B>::open(generation, trace_path.as_deref()),
             trace_path,
-            capi: crate::capi::Objects::new(generation),
         })
     }
 
@@ -112,7 +142,7 @@ impl<B: ClientBackend> Session<B> {
     /// Drops every object client ABIs hold in this session (each goes back to the runtime);
     /// returns how many there were.
     fn release_client_objects(&self) -> usize {
-        self.capi.release() + self.mlir.release(self)
+        self.capi.release(self) + self.mlir.release(self)
     }
 
     /// Shuts the runtime down and writes the trace, if one was asked for; a failure of either
