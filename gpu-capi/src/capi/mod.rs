@@ -1,11 +1,11 @@
 //! The C API of `include/gpu_runtime.h`: `gpurt_*` functions over the process-wide runtime.
 //! Each translates its arguments and handles, calls the runtime, and returns a status code.
 //!
-//! Every function returns a [`GpurtStatus`](crate::shared::GpurtStatus) (0 is success; `gpurt_last_error()` has the
-//! calling thread's last failure message) and never unwinds into the caller. Out-parameters
-//! are written only on success (`gpurt_shutdown`'s report excepted: the runtime is closed even
-//! when its shutdown reports a failure). All functions may be called from any thread at any
-//! time unless their documentation says otherwise.
+//! Every function returns a [`GpurtStatus`](crate::shared::GpurtStatus) (0 is success;
+//! `gpurt_last_error()` has the calling thread's last failure message) and never unwinds into
+//! the caller. Out-parameters are written only on success (`gpurt_shutdown`'s report excepted:
+//! the runtime is closed even when its shutdown reports a failure). All functions may be called
+//! from any thread at any time unless their documentation says otherwise.
 //!
 //! Every argument is checked before the call changes anything: arrays and out-parameters (null,
 //! alignment, a length that fits the address space) before a slice is made of them or anything
