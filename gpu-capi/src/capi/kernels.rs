@@ -150,7 +150,7 @@ pub unsafe extern "C" fn gpurt_kernel(
 ) -> GpurtStatus {
     status_of(|| {
         let out = out_param(kernel, "kernel out-parameter")?;
-        // SAFETY: the caller's promise.
+        // SAFETY: `gpurt_kernel`'s contract: `name` is a NUL-terminated string.
         let name = unsafe { optional_str(name, "kernel name") }?.ok_or(Error::NullPointer {
             what: "kernel name",
         })?;
@@ -197,6 +197,7 @@ pub unsafe extern "C" fn gpurt_launch(
             dispatch!(s, s => unsafe { launch(s, kernel, dims, args, after) })
         })
     };
-    // SAFETY: the caller's promise.
+    // SAFETY: `gpurt_launch`'s contract: `after` and `done` as for `gpurt_copy`, as `enqueue`
+    // needs.
     unsafe { enqueue(after, after_count, done, operation) }
 }

@@ -245,7 +245,8 @@ pub unsafe extern "C" fn gpurt_alloc_after(
         let out = out_param(memory, "memory out-parameter")?;
         let done = out_param(done, "done token out-parameter")?;
         let kind = memory_kind(kind)?;
-        // SAFETY: the caller's promise.
+        // SAFETY: `gpurt_alloc_after`'s contract: `after` points to `after_count` tokens (or is
+        // NULL with 0).
         let mut after = unsafe { tokens_in(after, after_count) }?;
         let (memory, token) =
             with_session(|s| dispatch!(s, s => alloc_after(s, device, kind, size, &mut after)))?;

@@ -126,7 +126,8 @@ unsafe fn optional_str<'a>(
     if text.is_null() {
         return Ok(None);
     }
-    // SAFETY: the caller's promise: a NUL-terminated string.
+    // SAFETY: this function's contract: `text`, not null here, points to a NUL-terminated
+    // string.
     let text = unsafe { CStr::from_ptr(text) };
     text.to_str()
         .map(Some)

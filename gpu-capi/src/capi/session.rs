@@ -44,7 +44,7 @@ pub struct GpurtReport {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gpurt_open(backend: *const c_char) -> GpurtStatus {
     status_of(|| {
-        // SAFETY: the caller's promise.
+        // SAFETY: `gpurt_open`'s contract: `backend` is NULL or a NUL-terminated string.
         let name = unsafe { optional_str(backend, "backend name") }?;
         let mut options = OpenOptions::from_env()?;
         if let Some(name) = name {

@@ -23,7 +23,7 @@ fn misaligned_pointers_are_refused_before_anything_happens() {
     let mut words = [0u64; 8];
     let misaligned = words.as_mut_ptr().cast::<u8>().wrapping_add(1);
     let mut done = GpurtToken::default();
-    // SAFETY (each call): the misaligned pointers are refused before they are used.
+    // SAFETY: every call below refuses its misaligned pointer before using it.
     unsafe {
         let status = gpurt_join(misaligned.cast(), 2, &mut done);
         assert_eq!(status, GpurtStatus::InvalidArgument);

@@ -27,7 +27,8 @@ pub(super) unsafe fn tokens_in(
     after: *const GpurtToken,
     count: usize,
 ) -> Result<Vec<Token>, CapiError> {
-    // SAFETY: the caller's promise.
+    // SAFETY: this function's contract: `after` is NULL with `count` 0 or points to `count`
+    // tokens.
     let tokens = unsafe { c_slice(after, count, "token list") }?;
     tokens.iter().map(|token| token_in(*token)).collect()
 }
@@ -58,7 +59,8 @@ pub(super) unsafe fn enqueue(
 ) -> GpurtStatus {
     status_of(|| {
         let done = out_param(done, "done token out-parameter")?;
-        // SAFETY: the caller's promise.
+        // SAFETY: this function's contract: `after` points to `after_count` tokens (or is NULL
+        // with 0).
         let mut after = unsafe { tokens_in(after, after_count) }?;
         write_out(done, operation(&mut after)?);
         Ok(())
@@ -110,7 +112,8 @@ pub unsafe extern "C" fn gpurt_join(
     let operation = |tokens: &mut Vec<Token>| {
         with_session(|s| dispatch!(s, s => Ok(token_out(s.runtime().join(tokens)?))))
     };
-    // SAFETY: the caller's promise.
+    // SAFETY: `gpurt_join`'s contract: `tokens` points to `count` tokens and `joined` to
+    // writable memory for a token, as `enqueue` needs.
     unsafe { enqueue(tokens, count, joined, operation) }
 }
 

@@ -113,7 +113,8 @@ pub unsafe extern "C" fn gpurt_copy(
     let operation = |after: &mut Vec<Token>| {
         with_session(|s| dispatch!(s, s => copy(s, device, dst, src, after)))
     };
-    // SAFETY: the caller's promise.
+    // SAFETY: `gpurt_copy`'s contract: `after` points to `after_count` tokens (or is NULL with
+    // 0) and `done` to writable memory for a token, as `enqueue` needs.
     unsafe { enqueue(after, after_count, done, operation) }
 }
 
@@ -135,7 +136,8 @@ pub unsafe extern "C" fn gpurt_fill(
     let operation = |after: &mut Vec<Token>| {
         with_session(|s| dispatch!(s, s => fill(s, device, dst, value, after)))
     };
-    // SAFETY: the caller's promise.
+    // SAFETY: `gpurt_fill`'s contract: `after` and `done` as for `gpurt_copy`, as `enqueue`
+    // needs.
     unsafe { enqueue(after, after_count, done, operation) }
 }
 
@@ -159,10 +161,12 @@ pub unsafe extern "C" fn gpurt_upload(
 ) -> GpurtStatus {
     let operation = |after: &mut Vec<Token>| {
         host_range(src, "upload source")?;
-        // SAFETY: the caller's promise, passed on.
+        // SAFETY: `gpurt_upload`'s contract: `src` points to `dst.len` readable bytes, as `upload`
+        // needs.
         with_session(|s| dispatch!(s, s => unsafe { upload(s, device, dst, src, after) }))
     };
-    // SAFETY: the caller's promise.
+    // SAFETY: `gpurt_upload`'s contract: `after` and `done` as for `gpurt_copy`, as `enqueue`
+    // needs.
     unsafe { enqueue(after, after_count, done, operation) }
 }
 
@@ -184,9 +188,11 @@ pub unsafe extern "C" fn gpurt_download(
 ) -> GpurtStatus {
     status_of(|| {
         host_range(dst, "download destination")?;
-        // SAFETY: the caller's promise.
+        // SAFETY: `gpurt_download`'s contract: `after` points to `after_count` tokens (or is
+        // NULL with 0).
         let mut after = unsafe { tokens_in(after, after_count) }?;
-        // SAFETY: the caller's promise, passed on.
+        // SAFETY: `gpurt_download`'s contract: `dst` points to `src.len` writable bytes nothing
+        // else accesses during the call, as `download` needs.
         with_session(|s| dispatch!(s, s => unsafe { download(s, device, dst, src, &mut after) }))
     })
 }

@@ -378,7 +378,8 @@ pub unsafe extern "C" fn mgpuMemHostRegisterMemRef(
     element_bytes: i64,
 ) {
     on_session!("mgpuMemHostRegisterMemRef", (), |s| {
-        // SAFETY: the caller's promise.
+        // SAFETY: this function's contract: `descriptor` points to a ranked memref descriptor of
+        // `rank` dimensions, as `memref_range` needs.
         let (start, bytes) = unsafe { memref_range(rank, descriptor, element_bytes) }?;
         host_register(s, start, bytes)
     })
@@ -404,7 +405,8 @@ pub unsafe extern "C" fn mgpuMemHostUnregisterMemRef(
     element_bytes: i64,
 ) {
     on_session!("mgpuMemHostUnregisterMemRef", (), |s| {
-        // SAFETY: the caller's promise.
+        // SAFETY: this function's contract: `descriptor` points to a ranked memref descriptor of
+        // `rank` dimensions, as `memref_range` needs.
         let (start, _) = unsafe { memref_range(rank, descriptor, element_bytes) }?;
         host_unregister(s, start)
     })

@@ -32,7 +32,8 @@ unsafe fn module_load<B: ClientBackend>(
         .into());
     }
     let runtime = session.runtime();
-    // SAFETY: the caller's promise, passed on.
+    // SAFETY: this function's contract: `image` (not null: checked above) is a module image the
+    // driver can read until the module is unloaded, as `load_module` needs.
     let module = unsafe { runtime.load_module(device(), image) }?;
     let inserted = session.mlir.lock().modules.insert(module);
     if inserted.is_err() {
@@ -76,7 +77,8 @@ unsafe fn module_get_function<B: ClientBackend>(
         }
         .into());
     }
-    // SAFETY: the caller's promise.
+    // SAFETY: this function's contract: `name`, not null (checked above), is a NUL-terminated
+    // string.
     let name = unsafe { CStr::from_ptr(name) };
     let objects = session.mlir.lock();
     let id = *objects.modules.get(module)?;
@@ -187,7 +189,8 @@ fn kernel_of<B: ClientBackend>(
 /// `data` points to a module image that stays readable until `mgpuModuleUnload`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mgpuModuleLoad(data: *mut c_void) -> *mut c_void {
-    // SAFETY: the caller's promise.
+    // SAFETY: `mgpuModuleLoad`'s contract: `data` is a module image readable until
+    // `mgpuModuleUnload`, as `module_load` needs.
     on_session!("mgpuModuleLoad", 0, |s| unsafe { module_load(s, data) }) as *mut c_void
 }
 
@@ -197,7 +200,7 @@ pub unsafe extern "C" fn mgpuModuleLoad(data: *mut c_void) -> *mut c_void {
 /// As `mgpuModuleLoad`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mgpuModuleLoadJIT(data: *mut c_void, _opt_level: i32) -> *mut c_void {
-    // SAFETY: the caller's promise.
+    // SAFETY: `mgpuModuleLoadJIT`'s contract is `mgpuModuleLoad`'s.
     unsafe { mgpuModuleLoad(data) }
 }
 
@@ -216,7 +219,8 @@ pub unsafe extern "C" fn mgpuModuleGetFunction(
     module: *mut c_void,
     name: *const c_char,
 ) -> *mut c_void {
-    // SAFETY: the caller's promise.
+    // SAFETY: `mgpuModuleGetFunction`'s contract: `name` is a NUL-terminated string, as
+    // `module_get_function` needs.
     on_session!("mgpuModuleGetFunction", 0, |s| unsafe {
         module_get_function(s, module as u64, name)
     }) as *mut c_void
@@ -247,7 +251,9 @@ pub unsafe extern "C" fn mgpuLaunchKernel(
 ) {
     on_session!("mgpuLaunchKernel", (), |s| {
         if extra.is_null() {
-            // SAFETY: the caller's promise.
+            // SAFETY: `mgpuLaunchKernel`'s contract: `params` holds one pointer per kernel
+            // parameter, each to a value of its type, and the memory the kernel reaches stays
+            // valid until it has run, as `launch_kernel` needs.
             unsafe {
                 launch_kernel(
                     s,

@@ -412,7 +412,7 @@ fn nested_registrations_are_counted_and_unregistered_in_any_order() {
     let pinned = |at: usize, len: usize| {
         inspect(|_, s| s.runtime().pinned_address(at, len, DeviceId(0)).unwrap())
     };
-    // SAFETY (each call): descriptors of rank 1 over `data`, which outlives them.
+    // SAFETY: both calls get descriptors of rank 1 over `data`, which outlives them.
     unsafe {
         mgpuMemHostRegisterMemRef(1, whole_ptr, 4);
         mgpuMemHostRegisterMemRef(1, part_ptr, 4);
