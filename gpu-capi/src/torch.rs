@@ -23,6 +23,7 @@ use gpu_runtime::allocator::{AllocatorStats, MemoryKind};
 use gpu_runtime::error::Error;
 use gpu_runtime::id::DeviceId;
 
+use crate::shared::args::non_null;
 use crate::shared::{
     CapiError, ClientBackend, GpurtStatus, Session, dispatch, guarded, status_of,
     with_open_session, with_session,
@@ -202,9 +203,7 @@ pub unsafe extern "C" fn gpurt_torch_stats(
     out: *mut GpurtTorchStats,
 ) -> GpurtStatus {
     status_of(|| {
-        if out.is_null() {
-            return Err(Error::NullPointer { what: "stats out" }.into());
-        }
+        non_null(out, "stats out")?;
         let device = device_id(device)?;
         let stats = with_session(|s| dispatch!(s, s => device_stats(s, device)))?;
         // SAFETY: the caller's promise: `out` is valid for one write.

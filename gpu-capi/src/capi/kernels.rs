@@ -16,7 +16,7 @@ use crate::shared::{
 
 use super::memory::{GpurtSpan, held};
 use super::tokens::{GpurtToken, enqueue, token_out};
-use super::{c_slice, check_array, optional_str, out_param, write_out};
+use super::{c_slice, check_array, out_param, required_str, write_out};
 
 /// A kernel of the backend's library loaded on one device (`gpurt_kernel`), valid until
 /// shutdown. `{0}` is the null handle.
@@ -151,9 +151,7 @@ pub unsafe extern "C" fn gpurt_kernel(
     status_of(|| {
         let out = out_param(kernel, "kernel out-parameter")?;
         // SAFETY: `gpurt_kernel`'s contract: `name` is a NUL-terminated string.
-        let name = unsafe { optional_str(name, "kernel name") }?.ok_or(Error::NullPointer {
-            what: "kernel name",
-        })?;
+        let name = unsafe { required_str(name, "kernel name") }?;
         let loaded = with_session(|s| dispatch!(s, s => self::kernel(s, device, name)))?;
         write_out(out, loaded);
         Ok(())

@@ -45,16 +45,16 @@ mod stats;
 mod tests;
 
 use hashbrown::HashMap;
-use std::ffi::{CStr, c_char, c_void};
+use std::ffi::c_char;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use gpu_runtime::error::Error;
 use gpu_runtime::id::DeviceId;
 use gpu_runtime::runtime::Kernel;
 
 use memory::Memory;
 
+use crate::shared::args::{c_str, non_null};
 use crate::shared::{
     CapiError, CapiSlot, ClientBackend, ClientObjects, ClientSlot, Generation, HandleKind,
     HandleTable, Session,
@@ -115,7 +115,7 @@ impl<B: ClientBackend> ClientObjects<B> for Objects<B> {
     }
 }
 
-/// Reads an optional C string argument.
+/// Reads an optional C string argument (null: none).
 ///
 /// # Safety
 /// `text` is null or points to a NUL-terminated string.
@@ -128,13 +128,20 @@ unsafe fn optional_str<'a>(
     }
     // SAFETY: this function's contract: `text`, not null here, points to a NUL-terminated
     // string.
-    let text = unsafe { CStr::from_ptr(text) };
-    text.to_str()
-        .map(Some)
-        .map_err(|_| CapiError::InvalidArgument {
-            what,
-            detail: format!("{text:?} is not valid UTF-8"),
-        })
+    unsafe { required_str(text, what) }.map(Some)
+}
+
+/// Reads a C string argument, refusing null and text that is not UTF-8.
+///
+/// # Safety
+/// `text` is null or points to a NUL-terminated string.
+unsafe fn required_str<'a>(text: *const c_char, what: &'static str) -> Result<&'a str, CapiError> {
+    // SAFETY: this function's contract: null (refused) or a NUL-terminated string.
+    let text = unsafe { c_str(text, what) }?;
+    text.to_str().map_err(|_| CapiError::InvalidArgument {
+        what,
+        detail: format!("{text:?} is not valid UTF-8"),
+    })
 }
 
 /// `ptr` as an out-parameter: refused when null or misaligned (writing through it would be
@@ -156,9 +163,7 @@ fn write_out<T>(out: *mut T, value: T) {
 /// `isize::MAX`, the most one Rust slice may span). Making a slice of such an array is
 /// undefined behaviour, whatever the caller promised.
 fn check_array<T>(ptr: *const T, count: usize, what: &'static str) -> Result<(), CapiError> {
-    if ptr.is_null() {
-        return Err(Error::NullPointer { what }.into());
-    }
+    non_null(ptr, what)?;
     if !ptr.is_aligned() {
         return Err(CapiError::InvalidArgument {
             what,
@@ -217,12 +222,4 @@ unsafe fn c_slice_mut<'a, T>(
     check_array(ptr, count, what)?;
     // SAFETY: as in `c_slice`.
     Ok(unsafe { std::slice::from_raw_parts_mut(ptr, count) })
-}
-
-/// A `size_t` byte count as a host address range length, refusing null `ptr`.
-fn host_range(ptr: *const c_void, what: &'static str) -> Result<usize, CapiError> {
-    if ptr.is_null() {
-        return Err(Error::NullPointer { what }.into());
-    }
-    Ok(ptr as usize)
 }

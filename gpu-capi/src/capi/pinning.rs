@@ -11,14 +11,15 @@ use crate::shared::{
 };
 
 use super::memory::{GpurtMemory, Memory, take};
-use super::{host_range, out_param, write_out};
+use super::{out_param, write_out};
+use crate::shared::args::non_null;
 
 fn register<B: ClientBackend>(
     s: &'static Session<B>,
     ptr: *mut c_void,
     len: usize,
 ) -> Result<GpurtMemory, CapiError> {
-    let address = host_range(ptr, "registered memory")?;
+    let address = non_null(ptr, "registered memory")?;
     let (id, ()) = s.capi.memory.insert_with(|| -> Result<_, CapiError> {
         // SAFETY: `gpurt_host_register`'s contract: the memory stays valid until unregistered,
         // and the host keeps off it while transfers that use it may run.
@@ -91,7 +92,7 @@ pub extern "C" fn gpurt_host_unregister(memory: GpurtMemory) -> GpurtStatus {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gpurt_lock(ptr: *const c_void, len: usize) -> GpurtStatus {
     status_of(|| {
-        let address = host_range(ptr, "lock start")?;
+        let address = non_null(ptr, "lock start")?;
         with_session(|s| dispatch!(s, s => Ok(s.runtime().lock_range(address, len).map(drop)?)))
     })
 }
@@ -105,7 +106,7 @@ pub unsafe extern "C" fn gpurt_lock(ptr: *const c_void, len: usize) -> GpurtStat
 #[unsafe(no_mangle)]
 pub extern "C" fn gpurt_unlock(ptr: *const c_void) -> GpurtStatus {
     status_of(|| {
-        let address = host_range(ptr, "unlock pointer")?;
+        let address = non_null(ptr, "unlock pointer")?;
         with_session(|s| dispatch!(s, s => Ok(s.runtime().unlock_range(address).map(drop)?)))
     })
 }
@@ -126,7 +127,7 @@ pub unsafe extern "C" fn gpurt_lookup(
 ) -> GpurtStatus {
     status_of(|| {
         let out = out_param(device_address, "device address out-parameter")?;
-        let address = host_range(ptr, "lookup pointer")?;
+        let address = non_null(ptr, "lookup pointer")?;
         let found = with_session(
             |s| dispatch!(s, s => Ok(s.runtime().pinned_address(address, len, DeviceId(device))?)),
         )?;

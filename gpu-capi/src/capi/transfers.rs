@@ -12,7 +12,8 @@ use crate::shared::{
 
 use super::memory::{GpurtSpan, held};
 use super::tokens::{GpurtToken, enqueue, token_out, tokens_in};
-use super::{c_slice, c_slice_mut, host_range};
+use super::{c_slice, c_slice_mut};
+use crate::shared::args::non_null;
 
 fn copy<B: ClientBackend>(
     s: &Session<B>,
@@ -160,7 +161,7 @@ pub unsafe extern "C" fn gpurt_upload(
     done: *mut GpurtToken,
 ) -> GpurtStatus {
     let operation = |after: &mut Vec<Token>| {
-        host_range(src, "upload source")?;
+        non_null(src, "upload source")?;
         // SAFETY: `gpurt_upload`'s contract: `src` points to `dst.len` readable bytes, as `upload`
         // needs.
         with_session(|s| dispatch!(s, s => unsafe { upload(s, device, dst, src, after) }))
@@ -187,7 +188,7 @@ pub unsafe extern "C" fn gpurt_download(
     after_count: usize,
 ) -> GpurtStatus {
     status_of(|| {
-        host_range(dst, "download destination")?;
+        non_null(dst, "download destination")?;
         // SAFETY: `gpurt_download`'s contract: `after` points to `after_count` tokens (or is
         // NULL with 0).
         let mut after = unsafe { tokens_in(after, after_count) }?;

@@ -8,6 +8,7 @@ use gpu_runtime::allocator::MemoryKind;
 use gpu_runtime::backend::FillValue;
 use gpu_runtime::runtime::Span;
 
+use crate::shared::args::non_null;
 use crate::shared::{CapiError, ClientBackend, Session};
 
 use super::Objects;
@@ -222,12 +223,7 @@ unsafe fn memref_range(
     descriptor: *const MemRefDescriptor,
     element_bytes: i64,
 ) -> Result<(usize, usize), CapiError> {
-    if descriptor.is_null() {
-        return Err(Error::NullPointer {
-            what: "memref descriptor",
-        }
-        .into());
-    }
+    non_null(descriptor, "memref descriptor")?;
     let invalid = |what: &'static str, detail: String| CapiError::InvalidArgument { what, detail };
     let rank =
         usize::try_from(rank).map_err(|_| invalid("memref rank", format!("{rank} is negative")))?;

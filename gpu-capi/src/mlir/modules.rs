@@ -1,13 +1,13 @@
 //! Modules and kernels: loading a module image (per device, at its first kernel there),
 //! resolving its functions once per device, and launching them in a stream's order.
 
-use std::ffi::{CStr, CString, c_char, c_void};
+use std::ffi::{CString, c_char, c_void};
 
 use gpu_runtime::DeviceId;
-use gpu_runtime::Error;
 use gpu_runtime::backend::LaunchDims;
 use gpu_runtime::runtime::{Kernel, ModuleId};
 
+use crate::shared::args::{c_str, non_null};
 use crate::shared::{CapiError, ClientBackend, Session};
 
 use super::session::{device, on_session};
@@ -25,12 +25,7 @@ unsafe fn module_load<B: ClientBackend>(
     session: &'static Session<B>,
     image: *const c_void,
 ) -> Result<u64, CapiError> {
-    if image.is_null() {
-        return Err(Error::NullPointer {
-            what: "module image",
-        }
-        .into());
-    }
+    non_null(image, "module image")?;
     let runtime = session.runtime();
     // SAFETY: this function's contract: `image` (not null: checked above) is a module image the
     // driver can read until the module is unloaded, as `load_module` needs.
@@ -71,15 +66,9 @@ unsafe fn module_get_function<B: ClientBackend>(
     module: u64,
     name: *const c_char,
 ) -> Result<u64, CapiError> {
-    if name.is_null() {
-        return Err(Error::NullPointer {
-            what: "kernel name",
-        }
-        .into());
-    }
-    // SAFETY: this function's contract: `name`, not null (checked above), is a NUL-terminated
-    // string.
-    let name = unsafe { CStr::from_ptr(name) };
+    // SAFETY: this function's contract: `name` is a NUL-terminated string (`c_str` refuses
+    // null).
+    let name = unsafe { c_str(name, "kernel name") }?;
     let objects = session.mlir.lock();
     let id = *objects.modules.get(module)?;
     if let Some(&handle) = objects

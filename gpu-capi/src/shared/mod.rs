@@ -37,7 +37,9 @@
 //! - `report`: what a shutdown found ([`SessionReport`], [`TraceExport`]).
 //! - [`handle`], [`status`], [`config`]: handle tables, status codes and errors (with the last
 //!   error and the panic guard), and the tunables read from the environment.
+//! - `args`: null pointers and C strings, checked the same way for every client ABI.
 
+pub(crate) mod args;
 pub mod config;
 pub mod handle;
 mod process;
