@@ -278,10 +278,8 @@ fn device_stats<B: ClientBackend>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shared::status::with_last_error;
-    use crate::shared::{
-        AnySession, BackendChoice, OpenOptions, open, process_test_lock, shutdown,
-    };
+    use crate::shared::status::last_error;
+    use crate::shared::{AnySession, open_host, process_test_lock, shutdown};
     use gpu_runtime::backend::Backend;
     use gpu_runtime::host::HostBackend;
     use gpu_runtime::runtime::with_device;
@@ -289,11 +287,7 @@ mod tests {
     /// Opens the host backend and creates `count` streams on `device` behind the runtime's
     /// back, as PyTorch creates its own; returns them as PyTorch passes them (raw handles).
     fn host_with_streams(device: DeviceId, count: usize) -> Vec<*mut c_void> {
-        open(OpenOptions {
-            backend: BackendChoice::Host,
-            trace: None,
-        })
-        .unwrap();
+        open_host();
         with_session(|session| {
             let AnySession::Host(session) = session else {
                 panic!("the host backend was asked for");
@@ -339,10 +333,6 @@ mod tests {
         let status = unsafe { gpurt_torch_stats(device, &mut out) };
         assert_eq!(status, GpurtStatus::Ok);
         out
-    }
-
-    fn last_error() -> String {
-        with_last_error(|message| message.to_string_lossy().into_owned())
     }
 
     #[test]

@@ -2,12 +2,8 @@
 //! tests/c/, runs the API end to end).
 
 use super::*;
-use crate::shared::status::with_last_error;
-use crate::shared::{self, BackendChoice, GpurtStatus, OpenOptions};
-
-fn last_error() -> String {
-    with_last_error(|message| message.to_string_lossy().into_owned())
-}
+use crate::shared::status::last_error;
+use crate::shared::{self, GpurtStatus};
 
 /// Misaligned arrays and out-parameters are refused with a status before anything is read,
 /// written or shut down (a slice of one, or a write through it, is undefined behaviour: a
@@ -15,11 +11,7 @@ fn last_error() -> String {
 #[test]
 fn misaligned_pointers_are_refused_before_anything_happens() {
     let _serial = shared::process_test_lock();
-    shared::open(OpenOptions {
-        backend: BackendChoice::Host,
-        trace: None,
-    })
-    .unwrap();
+    shared::open_host();
     let mut words = [0u64; 8];
     let misaligned = words.as_mut_ptr().cast::<u8>().wrapping_add(1);
     let mut done = GpurtToken::default();

@@ -6,31 +6,24 @@ use std::ffi::c_void;
 use gpu_runtime::DeviceId;
 
 use super::*;
-use crate::shared::status::with_last_error;
+use crate::shared::status::{last_error, set_last_error};
 use crate::shared::{
     self, BackendChoice, CapiError, OpenOptions, open, process_test_lock, with_session,
 };
 
 const NULL: *mut c_void = core::ptr::null_mut();
 
+/// Opens the host backend and makes device 0 this thread's default.
 fn open_host() {
-    open(OpenOptions {
-        backend: BackendChoice::Host,
-        trace: None,
-    })
-    .unwrap();
+    shared::open_host();
     mgpuSetDefaultDevice(0);
-}
-
-fn last_error() -> String {
-    with_last_error(|message| message.to_string_lossy().into_owned())
 }
 
 /// Runs `call` and returns the message it failed with, or `None` when it succeeded (the
 /// thread's last error is set to a marker first: only a failure replaces it).
 fn refusal(call: impl FnOnce()) -> Option<String> {
     const MARKER: &str = "no failure yet";
-    crate::shared::status::set_last_error(&CapiError::InvalidArgument {
+    set_last_error(&CapiError::InvalidArgument {
         what: MARKER,
         detail: String::new(),
     });

@@ -48,12 +48,12 @@ mod session;
 pub mod status;
 
 pub use handle::{Generation, HandleError, HandleKind, HandleMap, HandleTable};
-#[cfg(test)]
-pub(crate) use process::process_test_lock;
 pub use process::{
     BACKEND_VAR, BackendChoice, HOST_DEVICES, OpenOptions, TRACE_VAR, open, shutdown,
     with_open_session, with_session,
 };
+#[cfg(test)]
+pub(crate) use process::{open_host, process_test_lock};
 pub use report::{SessionReport, TraceExport};
 pub(crate) use session::dispatch;
 pub use session::{

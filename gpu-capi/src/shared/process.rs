@@ -232,6 +232,17 @@ pub(crate) fn process_test_lock() -> std::sync::MutexGuard<'static, ()> {
     serial
 }
 
+/// Opens the process-wide runtime on the host backend, recording no trace (for the tests of
+/// every client ABI; under [`process_test_lock`]).
+#[cfg(test)]
+pub(crate) fn open_host() {
+    open(OpenOptions {
+        backend: BackendChoice::Host,
+        trace: None,
+    })
+    .expect("the host backend opens");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -380,6 +380,12 @@ pub fn with_last_error<T>(read: impl FnOnce(&CStr) -> T) -> T {
     LAST_ERROR.with(|last| read(last.borrow().as_c_str()))
 }
 
+/// The calling thread's last failure message, as text (for the tests of every client ABI).
+#[cfg(test)]
+pub(crate) fn last_error() -> String {
+    with_last_error(|message| message.to_string_lossy().into_owned())
+}
+
 /// Runs an exported call's body: a panic is caught and becomes [`CapiError::Panicked`], and a
 /// failure is recorded as the thread's last error. Returns the body's value, or `on_failure`
 /// when it failed (for ABIs whose functions return a value rather than a status, such as a
@@ -420,10 +426,6 @@ fn run_caught<T>(body: impl FnOnce() -> Result<T, CapiError>) -> Result<T, CapiE
 mod tests {
     use super::*;
     use gpu_runtime::id::DeviceId;
-
-    fn last_error() -> String {
-        with_last_error(|message| message.to_string_lossy().into_owned())
-    }
 
     #[test]
     fn a_panic_becomes_the_panic_status_with_its_message() {
