@@ -70,6 +70,15 @@ impl<B: ClientBackend> Objects<B> {
     }
 }
 
+/// MLIR's 64-bit byte count as a size; a count the address space cannot hold is refused as a
+/// range from `at` that overflows it.
+fn byte_count(bytes: u64, at: usize) -> Result<usize, Error> {
+    usize::try_from(bytes).map_err(|_| Error::AddressOverflow {
+        ptr: at,
+        len: usize::MAX,
+    })
+}
+
 fn mem_alloc<B: ClientBackend>(
     session: &'static Session<B>,
     size: u64,
@@ -77,10 +86,7 @@ fn mem_alloc<B: ClientBackend>(
     host_shared: bool,
 ) -> Result<usize, CapiError> {
     let runtime = session.runtime();
-    let size = usize::try_from(size).map_err(|_| Error::AddressOverflow {
-        ptr: 0,
-        len: usize::MAX,
-    })?;
+    let size = byte_count(size, 0)?;
     let kind = if host_shared {
         MemoryKind::Managed
     } else {
@@ -153,10 +159,7 @@ fn memcpy<B: ClientBackend>(
     stream: u64,
 ) -> Result<(), CapiError> {
     let runtime = session.runtime();
-    let bytes = usize::try_from(bytes).map_err(|_| Error::AddressOverflow {
-        ptr: src,
-        len: usize::MAX,
-    })?;
+    let bytes = byte_count(bytes, src)?;
     if bytes == 0 {
         return check_stream(session, stream);
     }
@@ -355,10 +358,7 @@ pub extern "C" fn mgpuMemset16(dst: *mut c_void, value: u16, count: u64, stream:
 #[unsafe(no_mangle)]
 pub extern "C" fn mgpuMemHostRegister(ptr: *mut c_void, size: u64) {
     on_session!("mgpuMemHostRegister", (), |s| {
-        let bytes = usize::try_from(size).map_err(|_| Error::AddressOverflow {
-            ptr: ptr as usize,
-            len: usize::MAX,
-        })?;
+        let bytes = byte_count(size, ptr as usize)?;
         host_register(s, ptr as usize, bytes)
     })
 }
