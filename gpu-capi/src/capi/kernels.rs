@@ -1,5 +1,5 @@
-//! Kernels: loading one of the backend's library by name (`gpurt_kernel_t`), and launching it
-//! with its dimensions and arguments (`gpurt_dims_t`, `gpurt_arg_t`, the `GPURT_ARG_*` kinds).
+//! Kernels: loading a kernel of the backend's library by name (`gpurt_kernel_t`), and launching
+//! it with its dimensions and arguments (`gpurt_dims_t`, `gpurt_arg_t`, the `GPURT_ARG_*` kinds).
 
 use std::ffi::c_char;
 use std::sync::PoisonError;

@@ -1,6 +1,5 @@
-//! One opened runtime and what hangs off it: the [`Session`] (runtime, generation, the objects
-//! each client keeps in it through its [`ClientSlot`]), the [`AnySession`] enum over backends
-//! and the `dispatch!` macro that reaches a generic operation through it.
+//! One opened runtime: the [`Session`] (runtime, generation, each client's objects through its
+//! [`ClientSlot`]), and [`AnySession`] with `dispatch!` to reach it on whichever backend.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
