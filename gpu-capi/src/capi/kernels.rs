@@ -14,9 +14,9 @@ use crate::shared::{
     CapiError, ClientBackend, GpurtStatus, Session, dispatch, status_of, with_session,
 };
 
+use super::args::{c_slice, check_array, out_param, required_str, write_out};
 use super::memory::{GpurtSpan, held};
 use super::tokens::{GpurtToken, enqueue, token_out};
-use super::{c_slice, check_array, out_param, required_str, write_out};
 
 /// A kernel of the backend's library loaded on one device (`gpurt_kernel`), valid until
 /// shutdown. `{0}` is the null handle.

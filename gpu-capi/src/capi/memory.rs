@@ -5,17 +5,16 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use gpu_runtime::allocator::MemoryKind;
-use gpu_runtime::error::Error;
 use gpu_runtime::id::DeviceId;
-use gpu_runtime::runtime::{Buffer, LockedHost, Span};
 use gpu_runtime::token::Token;
 
 use crate::shared::{
     CapiError, ClientBackend, GpurtStatus, Session, dispatch, status_of, with_session,
 };
 
+use super::args::{out_param, write_out};
+use super::objects::Memory;
 use super::tokens::{GpurtToken, token_out, tokens_in};
-use super::{out_param, write_out};
 
 /// Memory the C API hands out: from the runtime's allocator (`gpurt_alloc`) or the caller's
 /// host memory registered with it (`gpurt_host_register`). `{0}` is the null handle.
@@ -63,24 +62,8 @@ pub struct GpurtMemoryInfo {
     pub kind: u32,
 }
 
-/// Memory behind a [`GpurtMemory`] handle.
-pub(super) enum Memory<B: ClientBackend> {
-    Buffer(Buffer<'static, B>),
-    Registered {
-        guard: LockedHost<'static, 'static, B>,
-        address: usize,
-        size: usize,
-    },
-}
-
+/// What the C API says of the memory behind a handle.
 impl<B: ClientBackend> Memory<B> {
-    pub(super) fn span(&self, offset: usize, len: usize) -> Result<Span<'_>, Error> {
-        match self {
-            Memory::Buffer(buffer) => buffer.span(offset, len),
-            Memory::Registered { guard, .. } => guard.span(offset, len),
-        }
-    }
-
     fn info(&self) -> GpurtMemoryInfo {
         match self {
             Memory::Buffer(buffer) => GpurtMemoryInfo {

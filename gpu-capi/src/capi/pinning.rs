@@ -10,8 +10,9 @@ use crate::shared::{
     CapiError, ClientBackend, GpurtStatus, Session, dispatch, status_of, with_session,
 };
 
-use super::memory::{GpurtMemory, Memory, take};
-use super::{out_param, write_out};
+use super::args::{out_param, write_out};
+use super::memory::{GpurtMemory, take};
+use super::objects::Memory;
 use crate::shared::args::non_null;
 
 fn register<B: ClientBackend>(

@@ -7,7 +7,7 @@ use crate::shared::{
     self, BackendChoice, CapiError, GpurtStatus, OpenOptions, dispatch, status_of, with_session,
 };
 
-use super::{optional_str, out_param, write_out};
+use super::args::{optional_str, out_param, write_out};
 
 /// What `gpurt_shutdown` found.
 #[repr(C)]

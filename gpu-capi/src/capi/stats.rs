@@ -5,7 +5,7 @@ use gpu_runtime::allocator::AllocatorStats;
 
 use crate::shared::{ClientBackend, GpurtStatus, Session, dispatch, status_of, with_session};
 
-use super::{out_param, write_out};
+use super::args::{out_param, write_out};
 
 /// The runtime's counters: pools, planning, the allocator (summed over devices and kinds) and
 /// the lock table.

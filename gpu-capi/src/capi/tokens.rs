@@ -6,7 +6,7 @@ use gpu_runtime::token::{Token, TokenId, check_fork_count};
 
 use crate::shared::{CapiError, GpurtStatus, dispatch, status_of, with_session};
 
-use super::{c_slice, check_array, out_param, write_out};
+use super::args::{c_slice, check_array, out_param, write_out};
 
 /// "The work that produced me has completed": what every enqueued operation returns, and what
 /// later operations list to run after it. Linear: each token is consumed by exactly one call

@@ -10,9 +10,9 @@ use crate::shared::{
     CapiError, ClientBackend, GpurtStatus, Session, dispatch, status_of, with_session,
 };
 
+use super::args::{c_slice, c_slice_mut};
 use super::memory::{GpurtSpan, held};
 use super::tokens::{GpurtToken, enqueue, token_out, tokens_in};
-use super::{c_slice, c_slice_mut};
 use crate::shared::args::non_null;
 
 fn copy<B: ClientBackend>(

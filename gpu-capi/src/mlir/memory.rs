@@ -11,7 +11,7 @@ use gpu_runtime::runtime::Span;
 use crate::shared::args::non_null;
 use crate::shared::{CapiError, ClientBackend, Session};
 
-use super::Objects;
+use super::objects::Objects;
 use super::session::{device, on_session};
 use super::streams::{check_stream, on_stream};
 

@@ -1,23 +1,18 @@
 //! Modules and kernels: loading a module image (per device, at its first kernel there),
 //! resolving its functions once per device, and launching them in a stream's order.
 
-use std::ffi::{CString, c_char, c_void};
+use std::ffi::{c_char, c_void};
 
 use gpu_runtime::DeviceId;
 use gpu_runtime::backend::LaunchDims;
-use gpu_runtime::runtime::{Kernel, ModuleId};
+use gpu_runtime::runtime::Kernel;
 
 use crate::shared::args::{c_str, non_null};
 use crate::shared::{CapiError, ClientBackend, Session};
 
+use super::objects::Function;
 use super::session::{device, on_session};
 use super::streams::{check_stream, on_stream};
-
-/// A function handle: a kernel name of a module, resolved per device at launch.
-pub(super) struct Function {
-    module: ModuleId,
-    name: CString,
-}
 
 /// # Safety
 /// `image` points to a module image the driver reads, readable until the module is unloaded.

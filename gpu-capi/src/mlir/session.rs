@@ -77,7 +77,7 @@ unsafe extern "C" {
 macro_rules! on_session {
     ($call:expr, $failed:expr, |$s:ident| $body:expr) => {
         $crate::mlir::session::mlir_call($call, $failed, |session| {
-            $crate::shared::dispatch!(session, $s => {
+            $crate::shared::session::dispatch!(session, $s => {
                 $crate::mlir::session::make_current($s).and_then(|()| $body)
             })
         })

@@ -10,15 +10,8 @@ use gpu_runtime::token::{Token, TraceOp};
 
 use crate::shared::{CapiError, ClientBackend, Session};
 
-use super::Objects;
+use super::objects::{Objects, Stream};
 use super::session::{device, on_session};
-
-/// An MLIR stream: the token at its tail and the event waits queued since.
-#[derive(Default)]
-pub(super) struct Stream {
-    pub(super) tail: Option<Token>,
-    pub(super) waits: Vec<Token>,
-}
 
 /// The streams and events of a session, and the dependencies an operation takes from them.
 impl<B: ClientBackend> Objects<B> {

@@ -5,10 +5,11 @@ use std::ffi::c_void;
 
 use gpu_runtime::DeviceId;
 
+use super::objects::Objects;
 use super::*;
 use crate::shared::status::{last_error, set_last_error};
 use crate::shared::{
-    self, BackendChoice, CapiError, OpenOptions, open, process_test_lock, with_session,
+    self, BackendChoice, CapiError, OpenOptions, Session, open, process_test_lock, with_session,
 };
 
 const NULL: *mut c_void = core::ptr::null_mut();

@@ -44,7 +44,7 @@ pub mod config;
 pub mod handle;
 mod process;
 mod report;
-mod session;
+pub(crate) mod session;
 pub mod status;
 
 pub use handle::{Generation, HandleError, HandleKind, HandleMap, HandleTable};

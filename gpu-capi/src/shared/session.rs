@@ -166,16 +166,16 @@ pub enum AnySession {
 macro_rules! dispatch {
     ($session:expr, $s:ident => $body:expr) => {
         match $session {
-            $crate::shared::AnySession::Host($s) => $body,
-            $crate::shared::AnySession::HostTraced($s) => $body,
+            $crate::shared::session::AnySession::Host($s) => $body,
+            $crate::shared::session::AnySession::HostTraced($s) => $body,
             #[cfg(feature = "cuda")]
-            $crate::shared::AnySession::Cuda($s) => $body,
+            $crate::shared::session::AnySession::Cuda($s) => $body,
             #[cfg(feature = "cuda")]
-            $crate::shared::AnySession::CudaTraced($s) => $body,
+            $crate::shared::session::AnySession::CudaTraced($s) => $body,
             #[cfg(feature = "hip")]
-            $crate::shared::AnySession::Hip($s) => $body,
+            $crate::shared::session::AnySession::Hip($s) => $body,
             #[cfg(feature = "hip")]
-            $crate::shared::AnySession::HipTraced($s) => $body,
+            $crate::shared::session::AnySession::HipTraced($s) => $body,
         }
     };
 }
