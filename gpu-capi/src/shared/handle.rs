@@ -67,7 +67,7 @@ impl HandleKind {
     }
 
     /// What a null handle of this kind is called in a null-pointer error.
-    pub const fn null_name(self) -> &'static str {
+    pub(crate) const fn null_name(self) -> &'static str {
         match self {
             HandleKind::Memory => "memory handle",
             HandleKind::Kernel => "kernel handle",
