@@ -22,6 +22,7 @@
 //! implements and the runtime checks launches against, is [`library`].
 
 pub mod library;
+pub mod live;
 
 use alloc::string::String;
 use core::ffi::{CStr, c_void};
