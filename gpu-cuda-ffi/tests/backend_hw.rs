@@ -483,7 +483,7 @@ fn module_images(b: &CudaBackend, stream: CudaStream) {
         .allocate(D0, MemoryKind::Device, (words + 1) * 4)
         .unwrap()
         .unwrap();
-    // SAFETY (fills): inside the live allocation of `words + 1` words.
+    // SAFETY: (fills) inside the live allocation of `words + 1` words.
     unsafe { b.fill_elements(stream, data, FillValue::U16(0xbeef), (words + 1) * 2) }.unwrap();
     // SAFETY: the embedded PTX ends with a NUL and lives as long as the program.
     let module = kept!(b, unsafe {

@@ -510,7 +510,7 @@ fn peer_access_and_peer_copies_between_two_devices() {
         .unwrap()
         .unwrap();
     let plain = b.allocate(d0, MemoryKind::Device, bytes).unwrap().unwrap();
-    // SAFETY (every fill and copy below): inside the two live allocations, each waited for
+    // SAFETY: (every fill and copy below) inside the two live allocations, each waited for
     // before it is read again or freed.
     unsafe {
         b.fill(s1, pooled, 0x42, bytes).unwrap();

@@ -11,50 +11,36 @@ mod caps;
 mod context;
 pub mod kernels;
 
-use core::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use core::ffi::{CStr, c_int, c_void};
 use core::ptr;
 use core::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 
 use gpu_core::allocator::MemoryKind;
-use gpu_core::backend::library::{ArgBuffer, LIBRARY};
+use gpu_core::backend::live::{
+    FreeStep, check_allocation, check_stream_allocation, enable_peer_access, kernel_name,
+    library_arguments, library_functions, none_on_code, workgroup_bytes_attribute,
+};
 use gpu_core::backend::{
     Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device_slots, check_same_device,
 };
 use gpu_core::{ByteRange, DeviceId, Error, Result};
 
 use crate::driver::Driver;
-use crate::result::{BACKEND, check, driver_error};
+use crate::result::module::LaunchShape;
+use crate::result::{self, BACKEND, driver_error};
 use crate::sys;
 
-use context::{ContextScope, current_context, device_of_context};
+use context::{ContextScope, device_of_context};
 
 // Device addresses (CUdeviceptr) are 64-bit and the backend stores them as usize: the CUDA
 // driver exists only for 64-bit platforms.
 const _: () = assert!(size_of::<usize>() == size_of::<sys::CUdeviceptr>());
 
-/// Calls a driver function through the loader and checks its result, naming the call.
-macro_rules! call {
-    ($driver:expr, $name:ident($($argument:expr),* $(,)?)) => {{
-        let function = $driver.$name()?;
-        // SAFETY: each call site passes handles the backend owns (or the caller vouched for
-        // through the trait contract) and out-parameters valid for writes.
-        check(stringify!($name), unsafe { function($($argument),*) })
-    }};
+/// A driver code as the toolkit's errors carry it.
+const fn code(code: sys::CUresult) -> i64 {
+    code as i64
 }
-
-/// Like [`call!`], but returns the raw `CUresult` for call sites that treat some codes as
-/// outcomes (out of memory, not ready).
-macro_rules! call_raw {
-    ($driver:expr, $name:ident($($argument:expr),* $(,)?)) => {{
-        let function = $driver.$name()?;
-        // SAFETY: as for `call!`.
-        unsafe { function($($argument),*) }
-    }};
-}
-
-/// What [`CudaKernel::name`] says for a kernel of a program's own module.
-const MODULE_KERNEL: &str = "(a kernel of a loaded module)";
 
 /// An in-order queue of work on one device: a non-blocking `CUstream` and its device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -87,7 +73,7 @@ pub struct CudaModule {
     device: DeviceId,
 }
 
-// SAFETY (all three handles): the values are opaque driver handles, never dereferenced by this
+// SAFETY: (all four handles) the values are opaque driver handles, never dereferenced by this
 // crate. The CUDA driver API is thread-safe: a stream, event or function may be used from any
 // thread, provided its context is current there, which every method ensures with a
 // `ContextScope` on the handle's device.
@@ -164,15 +150,14 @@ impl CudaKernel {
 
     /// The kernel's name in the standard library (a module's kernel says so instead).
     pub fn name(&self) -> &'static str {
-        self.library_index
-            .map_or(MODULE_KERNEL, |index| LIBRARY[index].name)
+        kernel_name(self.library_index)
     }
 }
 
 /// The kernel library loaded on one device: the module and one function per library entry.
 struct LoadedLibrary {
     module: sys::CUmodule,
-    functions: [sys::CUfunction; LIBRARY.len()],
+    functions: Vec<sys::CUfunction>,
 }
 
 /// One device as opened: its ordinal, retained primary context, default memory pool (where
@@ -254,9 +239,8 @@ impl CudaBackend {
     /// cuInit or, if cuInit succeeds, from cuDeviceGetCount), and any driver failure while
     /// opening; nothing stays retained after an error.
     pub fn with_driver(driver: &'static Driver) -> Result<Self> {
-        call!(driver, cuInit(0))?;
-        let mut count: c_int = 0;
-        call!(driver, cuDeviceGetCount(&mut count))?;
+        result::device::init(driver, 0)?;
+        let count = result::device::count(driver)?;
         if count <= 0 {
             return Err(Error::Driver(driver_error(
                 "cuDeviceGetCount",
@@ -308,7 +292,7 @@ impl CudaBackend {
     }
 
     /// Makes `device`'s context current until the returned scope ends.
-    fn enter(&self, device: DeviceId) -> Result<ContextScope> {
+    fn enter(&self, device: DeviceId) -> Result<ContextScope<'static>> {
         ContextScope::enter(self.driver, self.device(device)?.context())
     }
 
@@ -317,12 +301,7 @@ impl CudaBackend {
     fn device_addresses(&self, host: usize, device_ptrs: &mut [usize]) -> Result<()> {
         for (index, slot) in device_ptrs.iter_mut().enumerate() {
             let _scope = self.enter(DeviceId(index as u32))?;
-            let mut address: sys::CUdeviceptr = 0;
-            call!(
-                self.driver,
-                cuMemHostGetDevicePointer(&mut address, host as *mut c_void, 0)
-            )?;
-            *slot = address as usize;
+            *slot = result::memory::host_device_pointer(self.driver, host)? as usize;
         }
         Ok(())
     }
@@ -337,70 +316,36 @@ impl CudaBackend {
         if let Some(loaded) = slot.as_ref() {
             return Ok(loaded.functions[library_index]);
         }
-        // Looked up before loading, so that unloading on an error path cannot fail for a missing
-        // symbol (which would leak the module and report the lookup instead of the error).
-        let unload = self.driver.cuModuleUnload()?;
+        // Looked up before loading (and cached from then on), so that unloading on an error
+        // path cannot fail for a missing symbol (which would leak the module and report the
+        // lookup instead of the error).
+        self.driver.cuModuleUnload()?;
         let _scope = self.enter(device)?;
-        let mut module = ptr::null_mut();
-        call!(
-            self.driver,
-            cuModuleLoadData(&mut module, kernels::PTX.as_ptr().cast())
+        // SAFETY: the embedded PTX ends with a NUL and lives as long as the program.
+        let module =
+            unsafe { result::module::load_data(self.driver, kernels::PTX.as_ptr().cast()) }?;
+        let functions = library_functions(
+            module,
+            // SAFETY: the module was just loaded in the current context.
+            |module, symbol| unsafe { result::module::function(self.driver, module, symbol) },
+            // SAFETY: the module was just loaded and nothing else refers to it.
+            |module| drop(unsafe { result::module::unload(self.driver, module) }),
         )?;
-        let mut functions = [ptr::null_mut(); LIBRARY.len()];
-        for (function, entry) in functions.iter_mut().zip(LIBRARY) {
-            if let Err(error) = call!(
-                self.driver,
-                cuModuleGetFunction(function, module, entry.symbol.as_ptr())
-            ) {
-                // SAFETY: the module was just loaded and nothing else refers to it.
-                let _ = unsafe { unload(module) };
-                return Err(error);
-            }
-        }
         let function = functions[library_index];
         *slot = Some(LoadedLibrary { module, functions });
         Ok(function)
-    }
-
-    /// Frees host-visible memory (`kind` managed or pinned host) once `after`'s work is done.
-    fn free_synchronously(
-        &self,
-        kind: MemoryKind,
-        address: usize,
-        after: Option<CudaStream>,
-    ) -> Result<()> {
-        if let Some(stream) = after {
-            call!(self.driver, cuStreamSynchronize(stream.raw))?;
-        }
-        match kind {
-            MemoryKind::HostPinned => call!(self.driver, cuMemFreeHost(address as *mut c_void)),
-            _ => call!(self.driver, cuMemFree(address as sys::CUdeviceptr)),
-        }
     }
 }
 
 /// Reads device `index`'s description and retains its primary context.
 fn open_device(driver: &Driver, index: c_int, pool_entry_points: bool) -> Result<DeviceState> {
-    let mut ordinal: sys::CUdevice = 0;
-    call!(driver, cuDeviceGet(&mut ordinal, index))?;
-    let mut name = [0 as c_char; 256];
-    call!(
-        driver,
-        cuDeviceGetName(name.as_mut_ptr(), name.len() as c_int, ordinal)
-    )?;
-    // SAFETY: the driver wrote a NUL-terminated name into the buffer (it truncates to fit).
-    let name = unsafe { CStr::from_ptr(name.as_ptr()) }
-        .to_string_lossy()
-        .into_owned();
-    let mut total_memory = 0usize;
-    call!(driver, cuDeviceTotalMem(&mut total_memory, ordinal))?;
+    let ordinal = result::device::get(driver, index)?;
+    let name = result::device::name(driver, ordinal)?;
+    let total_memory = result::device::total_memory(driver, ordinal)?;
     let info = caps::describe_device(name, total_memory, pool_entry_points, |attribute| {
-        let mut value: c_int = 0;
-        call!(driver, cuDeviceGetAttribute(&mut value, attribute, ordinal))?;
-        Ok(value)
+        result::device::attribute(driver, attribute, ordinal)
     })?;
-    let mut context = ptr::null_mut();
-    call!(driver, cuDevicePrimaryCtxRetain(&mut context, ordinal))?;
+    let context = result::context::retain_primary(driver, ordinal)?;
     Ok(DeviceState {
         ordinal,
         context: AtomicPtr::new(context),
@@ -415,31 +360,16 @@ fn open_device(driver: &Driver, index: c_int, pool_entry_points: bool) -> Result
 /// synchronisation (0.61 us for a warm alloc+free pair against 55 us for cuMemAlloc+cuMemFree).
 fn configure_default_pool(driver: &Driver, state: &DeviceState) -> Result<sys::CUmemoryPool> {
     let _scope = ContextScope::enter(driver, state.context())?;
-    let mut pool = ptr::null_mut();
-    call!(driver, cuDeviceGetDefaultMemPool(&mut pool, state.ordinal))?;
-    let mut threshold: u64 = u64::MAX;
-    call!(
-        driver,
-        cuMemPoolSetAttribute(
-            pool,
-            sys::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-            (&mut threshold as *mut u64).cast()
-        )
-    )?;
+    let pool = result::device::default_memory_pool(driver, state.ordinal)?;
+    // SAFETY: the device's default pool, which lives as long as its context.
+    unsafe { result::memory::set_pool_release_threshold(driver, pool, u64::MAX) }?;
     Ok(pool)
 }
 
-/// `Some(address)` for success, `None` for `CUDA_ERROR_OUT_OF_MEMORY`, else the driver error.
-fn allocation_outcome(
-    call: &'static str,
-    code: sys::CUresult,
-    address: usize,
-) -> Result<Option<usize>> {
-    match code {
-        sys::CUDA_SUCCESS => Ok(Some(address)),
-        sys::CUDA_ERROR_OUT_OF_MEMORY => Ok(None),
-        failed => Err(Error::Driver(driver_error(call, failed))),
-    }
+/// `Some(address)` for an allocation, `None` for `CUDA_ERROR_OUT_OF_MEMORY`, else the error.
+fn allocation_outcome(allocated: Result<sys::CUdeviceptr>) -> Result<Option<usize>> {
+    none_on_code(allocated, code(sys::CUDA_ERROR_OUT_OF_MEMORY))
+        .map(|address| address.map(|address| address as usize))
 }
 
 impl Drop for CudaBackend {
@@ -452,16 +382,14 @@ impl Drop for CudaBackend {
                 .take();
             if let Some(loaded) = loaded
                 && let Ok(_scope) = ContextScope::enter(self.driver, state.context())
-                && let Ok(unload) = self.driver.cuModuleUnload()
             {
                 // SAFETY: the module was loaded in this context and its functions are not used
                 // after the backend is gone (the trait's handles do not outlive it).
-                let _ = unsafe { unload(loaded.module) };
+                let _ = unsafe { result::module::unload(self.driver, loaded.module) };
             }
-            if let Ok(release) = self.driver.cuDevicePrimaryCtxRelease() {
-                // SAFETY: the backend retained this device's primary context once at open.
-                let _ = unsafe { release(state.ordinal) };
-            }
+            // SAFETY: the backend retained this device's primary context once at open, and
+            // nothing of it is used through the backend any more.
+            let _ = unsafe { result::context::release_primary(self.driver, state.ordinal) };
         }
     }
 }
@@ -494,7 +422,7 @@ impl Backend for CudaBackend {
     /// context is current. A context the program created itself is [`Error::ForeignContext`]:
     /// `Option<DeviceId>` cannot name it, and a guard that restored `None` would lose it.
     fn current_device(&self) -> Result<Option<DeviceId>> {
-        let current = current_context(self.driver)?;
+        let current = result::context::current(self.driver)?;
         device_of_context(self.devices.iter().map(|state| state.context()), current)
     }
 
@@ -504,19 +432,22 @@ impl Backend for CudaBackend {
             Some(device) => self.device(device)?.context(),
             None => ptr::null_mut(),
         };
-        call!(self.driver, cuCtxSetCurrent(context))
+        // SAFETY: null, or a primary context the backend holds retained.
+        unsafe { result::context::set_current(self.driver, context) }
     }
 
     /// cuCtxGetCurrent: the context on top of the calling thread's context stack, whoever
     /// owns it (null when none).
     fn save_current(&self) -> Result<SavedContext> {
-        current_context(self.driver).map(SavedContext)
+        result::context::current(self.driver).map(SavedContext)
     }
 
     /// cuCtxSetCurrent with the saved context: replaces the top of the calling thread's context
     /// stack, as `set_current_device` did, so the stack is as it was before the switch.
     fn restore_current(&self, saved: SavedContext) -> Result<()> {
-        call!(self.driver, cuCtxSetCurrent(saved.0))
+        // SAFETY: null, one of the backend's primary contexts, or a context its owner keeps
+        // alive while it may be restored (the trait's contract for `restore_current`).
+        unsafe { result::context::set_current(self.driver, saved.0) }
     }
 
     /// Whether the saved context is `device`'s primary context (an index and a comparison).
@@ -529,38 +460,21 @@ impl Backend for CudaBackend {
     /// Device: cuMemAlloc; managed: cuMemAllocManaged with `ATTACH_GLOBAL`; pinned host:
     /// cuMemHostAlloc with `PORTABLE | DEVICEMAP`. Host-registered memory is never allocated.
     fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
-        let state = self.device(device)?;
-        if !state.info.allocator.support(kind).available {
-            return Err(Error::KindUnsupported { device, kind });
-        }
-        if bytes == 0 {
-            return Err(Error::ZeroSize {
-                what: "allocation size",
-            });
-        }
+        check_allocation(&self.device(device)?.info, device, kind, bytes)?;
         let _scope = self.enter(device)?;
-        match kind {
-            MemoryKind::Device => {
-                let mut address: sys::CUdeviceptr = 0;
-                let code = call_raw!(self.driver, cuMemAlloc(&mut address, bytes));
-                allocation_outcome("cuMemAlloc", code, address as usize)
-            }
+        let driver = self.driver;
+        allocation_outcome(match kind {
+            MemoryKind::Device => result::memory::alloc(driver, bytes),
             MemoryKind::Managed => {
-                let mut address: sys::CUdeviceptr = 0;
-                let code = call_raw!(
-                    self.driver,
-                    cuMemAllocManaged(&mut address, bytes, sys::CU_MEM_ATTACH_GLOBAL)
-                );
-                allocation_outcome("cuMemAllocManaged", code, address as usize)
+                result::memory::alloc_managed(driver, bytes, sys::CU_MEM_ATTACH_GLOBAL)
             }
             MemoryKind::HostPinned => {
-                let mut address = ptr::null_mut();
                 let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
-                let code = call_raw!(self.driver, cuMemHostAlloc(&mut address, bytes, flags));
-                allocation_outcome("cuMemHostAlloc", code, address as usize)
+                result::memory::alloc_host(driver, bytes, flags)
+                    .map(|host| host as sys::CUdeviceptr)
             }
-            MemoryKind::HostRegistered => Err(Error::KindUnsupported { device, kind }),
-        }
+            MemoryKind::HostRegistered => return Err(Error::KindUnsupported { device, kind }),
+        })
     }
 
     /// Device memory only: cuMemAllocFromPoolAsync from the device's default pool (release
@@ -571,28 +485,15 @@ impl Backend for CudaBackend {
         kind: MemoryKind,
         bytes: usize,
     ) -> Result<Option<usize>> {
-        let state = self.device(stream.device)?;
-        let pool = match (kind, state.pool()) {
-            (MemoryKind::Device, Some(pool)) => pool,
-            _ => {
-                return Err(Error::KindUnsupported {
-                    device: stream.device,
-                    kind,
-                });
-            }
-        };
-        if bytes == 0 {
-            return Err(Error::ZeroSize {
-                what: "allocation size",
-            });
-        }
+        let pool = self.device(stream.device)?.pool();
+        check_stream_allocation(stream.device, kind, pool.is_some(), bytes)?;
+        let pool = pool.expect("checked");
         let _scope = self.enter(stream.device)?;
-        let mut address: sys::CUdeviceptr = 0;
-        let code = call_raw!(
-            self.driver,
-            cuMemAllocFromPoolAsync(&mut address, bytes, pool, stream.raw)
-        );
-        allocation_outcome("cuMemAllocFromPoolAsync", code, address as usize)
+        // SAFETY: the device's default pool, and a stream of the backend's (or adopted) of the
+        // device, whose context is current.
+        allocation_outcome(unsafe {
+            result::memory::alloc_from_pool_async(self.driver, bytes, pool, stream.raw)
+        })
     }
 
     /// Device memory with `after`: cuMemFreeAsync on that stream (stream-ordered, for memory
@@ -619,31 +520,38 @@ impl Backend for CudaBackend {
             });
         }
         let _scope = self.enter(device)?;
-        match (kind, after) {
-            (MemoryKind::Device, Some(stream)) => call!(
-                self.driver,
-                cuMemFreeAsync(address as sys::CUdeviceptr, stream.raw)
-            ),
-            (MemoryKind::Device, None) => {
-                let mut pool: sys::CUmemoryPool = ptr::null_mut();
-                call!(
-                    self.driver,
-                    cuPointerGetAttribute(
-                        (&mut pool as *mut sys::CUmemoryPool).cast(),
-                        sys::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
-                        address as sys::CUdeviceptr
-                    )
-                )?;
+        let (driver, device_address) = (self.driver, address as sys::CUdeviceptr);
+        // `address` is memory of this kind the caller got from this backend and no longer
+        // uses (the trait's contract), `after` a stream of the device, whose context is
+        // current.
+        match FreeStep::of(kind, after) {
+            // SAFETY: as said above.
+            FreeStep::InStreamOrder(stream) => unsafe {
+                result::memory::free_async(driver, device_address, stream.raw)
+            },
+            FreeStep::Now => {
+                let pool = result::memory::memory_pool_of(driver, device_address)?;
                 if pool.is_null() {
-                    call!(self.driver, cuMemFree(address as sys::CUdeviceptr))
+                    // SAFETY: as said above.
+                    unsafe { result::memory::free(driver, device_address) }
                 } else {
-                    call!(
-                        self.driver,
-                        cuMemFreeAsync(address as sys::CUdeviceptr, ptr::null_mut())
-                    )
+                    // SAFETY: as said above; the null stream is the legacy default stream.
+                    unsafe { result::memory::free_async(driver, device_address, ptr::null_mut()) }
                 }
             }
-            _ => self.free_synchronously(kind, address, after),
+            FreeStep::AfterSynchronizing { after, pinned } => {
+                if let Some(stream) = after {
+                    // SAFETY: as said above.
+                    unsafe { result::stream::synchronize(driver, stream.raw) }?;
+                }
+                if pinned {
+                    // SAFETY: as said above.
+                    unsafe { result::memory::free_host(driver, address as *mut c_void) }
+                } else {
+                    // SAFETY: as said above.
+                    unsafe { result::memory::free(driver, device_address) }
+                }
+            }
         }
     }
 
@@ -656,16 +564,15 @@ impl Backend for CudaBackend {
         // Looked up, and device 0's context entered, before registering: undoing the
         // registration on the error path below can then neither fail for a missing symbol nor
         // for entering the context, which would leave the range registered after an error.
-        let unregister = self.driver.cuMemHostUnregister()?;
+        self.driver.cuMemHostUnregister()?;
         let _scope = self.enter(DeviceId(0))?;
-        call!(
-            self.driver,
-            cuMemHostRegister(range.start as *mut c_void, range.len, flags)
-        )?;
+        let host = range.start as *mut c_void;
+        // SAFETY: the trait's contract: the caller's host range stays allocated until it is
+        // unregistered.
+        unsafe { result::memory::host_register(self.driver, host, range.len, flags) }?;
         if let Err(error) = self.device_addresses(range.start, device_ptrs) {
-            // SAFETY: the range was registered just above; nothing else can unregister it
-            // meanwhile without breaking the trait's contract.
-            let _ = unsafe { unregister(range.start as *mut c_void) };
+            // SAFETY: the range was registered just above and nothing has used it yet.
+            let _ = unsafe { result::memory::host_unregister(self.driver, host) };
             return Err(error);
         }
         Ok(())
@@ -675,7 +582,8 @@ impl Backend for CudaBackend {
     /// `CUDA_ERROR_INVALID_VALUE`; memory not registered, `CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED`).
     fn host_unregister(&self, start: usize) -> Result<()> {
         let _scope = self.enter(DeviceId(0))?;
-        call!(self.driver, cuMemHostUnregister(start as *mut c_void))
+        // SAFETY: the trait's contract: no work still to run uses the range.
+        unsafe { result::memory::host_unregister(self.driver, start as *mut c_void) }
     }
 
     /// One cuPointerGetAttributes for the memory type and the allocation's range: host memory
@@ -688,46 +596,18 @@ impl Backend for CudaBackend {
         device_ptrs: &mut [usize],
     ) -> Result<Option<ByteRange>> {
         check_device_slots(self.devices.len(), device_ptrs)?;
-        let mut memory_type: c_uint = 0;
-        let mut start: sys::CUdeviceptr = 0;
-        let mut size: usize = 0;
-        let mut attributes = [
-            sys::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-            sys::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-            sys::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-        ];
-        let mut values: [*mut c_void; 3] = [
-            (&mut memory_type as *mut c_uint).cast(),
-            (&mut start as *mut sys::CUdeviceptr).cast(),
-            (&mut size as *mut usize).cast(),
-        ];
-        let code = {
+        let range = {
             let _scope = self.enter(DeviceId(0))?;
-            call_raw!(
-                self.driver,
-                cuPointerGetAttributes(
-                    attributes.len() as c_uint,
-                    attributes.as_mut_ptr(),
-                    values.as_mut_ptr(),
-                    ptr as sys::CUdeviceptr
-                )
-            )
-        };
-        match code {
-            sys::CUDA_SUCCESS => {}
             // What cuPointerGetAttribute (singular) and older drivers say for unknown memory.
-            sys::CUDA_ERROR_INVALID_VALUE => return Ok(None),
-            failed => {
-                return Err(Error::Driver(driver_error(
-                    "cuPointerGetAttributes",
-                    failed,
-                )));
-            }
-        }
-        if memory_type != sys::CU_MEMORYTYPE_HOST {
+            none_on_code(
+                result::memory::range_of(self.driver, ptr as sys::CUdeviceptr),
+                code(sys::CUDA_ERROR_INVALID_VALUE),
+            )?
+        };
+        let Some(range) = range.filter(|range| range.memory_type == sys::CU_MEMORYTYPE_HOST) else {
             return Ok(None);
-        }
-        let Some(extent) = ByteRange::new(start as usize, size) else {
+        };
+        let Some(extent) = ByteRange::new(range.start as usize, range.size) else {
             return Ok(None);
         };
         self.device_addresses(extent.start, device_ptrs)?;
@@ -736,11 +616,7 @@ impl Backend for CudaBackend {
 
     fn stream_create(&self, device: DeviceId) -> Result<CudaStream> {
         let _scope = self.enter(device)?;
-        let mut raw = ptr::null_mut();
-        call!(
-            self.driver,
-            cuStreamCreate(&mut raw, sys::CU_STREAM_NON_BLOCKING)
-        )?;
+        let raw = result::stream::create(self.driver, sys::CU_STREAM_NON_BLOCKING)?;
         Ok(CudaStream { raw, device })
     }
 
@@ -758,27 +634,26 @@ impl Backend for CudaBackend {
 
     fn stream_destroy(&self, stream: CudaStream) -> Result<()> {
         let _scope = self.enter(stream.device)?;
-        call!(self.driver, cuStreamDestroy(stream.raw))
+        // SAFETY: a stream of the device, which the caller does not use again.
+        unsafe { result::stream::destroy(self.driver, stream.raw) }
     }
 
     fn stream_synchronize(&self, stream: CudaStream) -> Result<()> {
         let _scope = self.enter(stream.device)?;
-        call!(self.driver, cuStreamSynchronize(stream.raw))
+        // SAFETY: a stream of the device, whose context is current.
+        unsafe { result::stream::synchronize(self.driver, stream.raw) }
     }
 
     fn event_create(&self, device: DeviceId) -> Result<CudaEvent> {
         let _scope = self.enter(device)?;
-        let mut raw = ptr::null_mut();
-        call!(
-            self.driver,
-            cuEventCreate(&mut raw, sys::CU_EVENT_DISABLE_TIMING)
-        )?;
+        let raw = result::event::create(self.driver, sys::CU_EVENT_DISABLE_TIMING)?;
         Ok(CudaEvent { raw, device })
     }
 
     fn event_destroy(&self, event: CudaEvent) -> Result<()> {
         let _scope = self.enter(event.device)?;
-        call!(self.driver, cuEventDestroy(event.raw))
+        // SAFETY: an event of the device, which the caller does not use again.
+        unsafe { result::event::destroy(self.driver, event.raw) }
     }
 
     /// cuEventRecord; an event of another device is [`Error::WrongDevice`] before the driver
@@ -786,33 +661,33 @@ impl Backend for CudaBackend {
     fn event_record(&self, event: CudaEvent, stream: CudaStream) -> Result<()> {
         check_same_device(stream.device, event.device)?;
         let _scope = self.enter(stream.device)?;
-        call!(self.driver, cuEventRecord(event.raw, stream.raw))
+        // SAFETY: an event and a stream of the device, whose context is current.
+        unsafe { result::event::record(self.driver, event.raw, stream.raw) }
     }
 
     fn stream_wait_event(&self, stream: CudaStream, event: CudaEvent) -> Result<()> {
         let _scope = self.enter(stream.device)?;
-        call!(self.driver, cuStreamWaitEvent(stream.raw, event.raw, 0))
+        // SAFETY: a stream of the device, whose context is current, and an event of any.
+        unsafe { result::stream::wait_event(self.driver, stream.raw, event.raw, 0) }
     }
 
     /// cuEventQuery: `CUDA_SUCCESS` is true, `CUDA_ERROR_NOT_READY` false.
     fn event_query(&self, event: CudaEvent) -> Result<bool> {
         let _scope = self.enter(event.device)?;
-        match call_raw!(self.driver, cuEventQuery(event.raw)) {
-            sys::CUDA_SUCCESS => Ok(true),
-            sys::CUDA_ERROR_NOT_READY => Ok(false),
-            failed => Err(Error::Driver(driver_error("cuEventQuery", failed))),
-        }
+        // SAFETY: an event of the device.
+        unsafe { result::event::query(self.driver, event.raw) }
     }
 
     fn event_synchronize(&self, event: CudaEvent) -> Result<()> {
         let _scope = self.enter(event.device)?;
-        call!(self.driver, cuEventSynchronize(event.raw))
+        // SAFETY: an event of the device.
+        unsafe { result::event::synchronize(self.driver, event.raw) }
     }
 
     /// cuCtxSynchronize in the device's primary context.
     fn device_synchronize(&self, device: DeviceId) -> Result<()> {
         let _scope = self.enter(device)?;
-        call!(self.driver, cuCtxSynchronize())
+        result::context::synchronize(self.driver)
     }
 
     /// cuDevicePrimaryCtxReset, then the device's set-up again: the kernel library is
@@ -825,20 +700,16 @@ impl Backend for CudaBackend {
             .library
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        call!(self.driver, cuDevicePrimaryCtxReset(state.ordinal))?;
+        // SAFETY: the trait's contract: nothing of the device is used after its reset.
+        unsafe { result::context::reset_primary(self.driver, state.ordinal) }?;
         *library = None;
         drop(library);
         // The reset destroyed the context this backend retained (calls in it say
         // CUDA_ERROR_CONTEXT_IS_DESTROYED, seen on two H200s): give that retain back and
         // retain the device's primary context afresh.
-        let release = self.driver.cuDevicePrimaryCtxRelease()?;
         // SAFETY: the backend retained this device's primary context once, at open.
-        let _ = unsafe { release(state.ordinal) };
-        let mut context = ptr::null_mut();
-        call!(
-            self.driver,
-            cuDevicePrimaryCtxRetain(&mut context, state.ordinal)
-        )?;
+        let _ = unsafe { result::context::release_primary(self.driver, state.ordinal) };
+        let context = result::context::retain_primary(self.driver, state.ordinal)?;
         state.context.store(context, Ordering::Release);
         if state.info.allocator.device.stream_ordered {
             let pool = configure_default_pool(self.driver, state)?;
@@ -853,9 +724,7 @@ impl Backend for CudaBackend {
         if device == peer {
             return Ok(false);
         }
-        let mut possible: c_int = 0;
-        call!(self.driver, cuDeviceCanAccessPeer(&mut possible, from, to))?;
-        Ok(possible != 0)
+        result::device::can_access_peer(self.driver, from, to)
     }
 
     /// cuCtxEnablePeerAccess in `device`'s primary context (already enabled, by us or by
@@ -867,32 +736,37 @@ impl Backend for CudaBackend {
     fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()> {
         let peer_state = self.device(peer)?;
         let ordinal = self.device(device)?.ordinal;
-        let disable = self.driver.cuCtxDisablePeerAccess()?;
+        // Looked up first (and cached), so that undoing cannot fail for a missing symbol.
+        self.driver.cuCtxDisablePeerAccess()?;
         let _scope = self.enter(device)?;
-        let newly_enabled =
-            match call_raw!(self.driver, cuCtxEnablePeerAccess(peer_state.context(), 0)) {
-                sys::CUDA_SUCCESS => true,
-                sys::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => false,
-                failed => {
-                    return Err(Error::Driver(driver_error("cuCtxEnablePeerAccess", failed)));
-                }
-            };
-        let Some(pool) = peer_state.pool() else {
-            return Ok(());
-        };
-        let access = sys::CUmemAccessDesc {
-            location: sys::CUmemLocation {
-                type_: sys::CU_MEM_LOCATION_TYPE_DEVICE,
-                id: ordinal,
+        let driver = self.driver;
+        let peer_context = peer_state.context();
+        enable_peer_access(
+            || {
+                // SAFETY: the peer's primary context, which the backend holds retained.
+                let enabled =
+                    unsafe { result::context::enable_peer_access(driver, peer_context, 0) };
+                none_on_code(enabled, code(sys::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED))
+                    .map(|newly| newly.is_some())
             },
-            flags: sys::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        };
-        let granted = call!(self.driver, cuMemPoolSetAccess(pool, &access, 1));
-        if granted.is_err() && newly_enabled {
-            // SAFETY: this context enabled access to the peer's context just above.
-            let _ = unsafe { disable(peer_state.context()) };
-        }
-        granted
+            || {
+                let pool = peer_state.pool()?;
+                let access = sys::CUmemAccessDesc {
+                    location: sys::CUmemLocation {
+                        type_: sys::CU_MEM_LOCATION_TYPE_DEVICE,
+                        id: ordinal,
+                    },
+                    flags: sys::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+                };
+                // SAFETY: the peer's default pool, which lives as long as its context.
+                Some(unsafe { result::memory::set_pool_access(driver, pool, &[access]) })
+            },
+            || {
+                // SAFETY: this context enabled access to the peer's context just above, and no
+                // work has used it yet.
+                let _ = unsafe { result::context::disable_peer_access(driver, peer_context) };
+            },
+        )
     }
 
     /// cuMemcpyPeerAsync with each side's primary context.
@@ -911,17 +785,19 @@ impl Backend for CudaBackend {
         let dst_context = self.device(dst_device)?.context();
         let src_context = self.device(src_device)?.context();
         let _scope = self.enter(stream.device)?;
-        call!(
-            self.driver,
-            cuMemcpyPeerAsync(
+        // SAFETY: the caller's promise for both ranges; both contexts are primary contexts the
+        // backend holds, and the stream is of the current one.
+        unsafe {
+            result::memory::copy_peer_async(
+                self.driver,
                 dst as sys::CUdeviceptr,
                 dst_context,
                 src as sys::CUdeviceptr,
                 src_context,
                 bytes,
-                stream.raw
+                stream.raw,
             )
-        )
+        }
     }
 
     /// cuMemcpyAsync: with unified addressing (every 64-bit device CUDA 12 and 13 support) the
@@ -931,15 +807,16 @@ impl Backend for CudaBackend {
     /// The trait's: the driver checks nothing about the caller's host memory.
     unsafe fn copy(&self, stream: CudaStream, dst: usize, src: usize, bytes: usize) -> Result<()> {
         let _scope = self.enter(stream.device)?;
-        call!(
-            self.driver,
-            cuMemcpyAsync(
+        // SAFETY: the caller's promise for both ranges; the stream is of the current context.
+        unsafe {
+            result::memory::copy_async(
+                self.driver,
                 dst as sys::CUdeviceptr,
                 src as sys::CUdeviceptr,
                 bytes,
-                stream.raw
+                stream.raw,
             )
-        )
+        }
     }
 
     /// cuMemsetD8Async.
@@ -948,10 +825,16 @@ impl Backend for CudaBackend {
     /// The trait's.
     unsafe fn fill(&self, stream: CudaStream, dst: usize, value: u8, bytes: usize) -> Result<()> {
         let _scope = self.enter(stream.device)?;
-        call!(
-            self.driver,
-            cuMemsetD8Async(dst as sys::CUdeviceptr, value, bytes, stream.raw)
-        )
+        // SAFETY: the caller's promise for the range; the stream is of the current context.
+        unsafe {
+            result::memory::set_d8_async(
+                self.driver,
+                dst as sys::CUdeviceptr,
+                value,
+                bytes,
+                stream.raw,
+            )
+        }
     }
 
     /// The library module is loaded on the device at the first call (cuModuleLoadData of the
@@ -978,11 +861,20 @@ impl Backend for CudaBackend {
         count: usize,
     ) -> Result<()> {
         let _scope = self.enter(stream.device)?;
-        let dst = dst as sys::CUdeviceptr;
+        let (driver, dst, raw) = (self.driver, dst as sys::CUdeviceptr, stream.raw);
+        // Every arm: the caller's promise for the range of `count` elements; the stream is of
+        // the current context.
         match value {
-            FillValue::U8(v) => call!(self.driver, cuMemsetD8Async(dst, v, count, stream.raw)),
-            FillValue::U16(v) => call!(self.driver, cuMemsetD16Async(dst, v, count, stream.raw)),
-            FillValue::U32(v) => call!(self.driver, cuMemsetD32Async(dst, v, count, stream.raw)),
+            // SAFETY: as said above.
+            FillValue::U8(v) => unsafe { result::memory::set_d8_async(driver, dst, v, count, raw) },
+            // SAFETY: as said above.
+            FillValue::U16(v) => unsafe {
+                result::memory::set_d16_async(driver, dst, v, count, raw)
+            },
+            // SAFETY: as said above.
+            FillValue::U32(v) => unsafe {
+                result::memory::set_d32_async(driver, dst, v, count, raw)
+            },
         }
     }
 
@@ -998,25 +890,23 @@ impl Backend for CudaBackend {
             });
         }
         let _scope = self.enter(device)?;
-        let mut raw = ptr::null_mut();
-        call!(self.driver, cuModuleLoadData(&mut raw, image))?;
+        // SAFETY: the caller's promise for the image.
+        let raw = unsafe { result::module::load_data(self.driver, image) }?;
         Ok(CudaModule { raw, device })
     }
 
     /// cuModuleUnload.
     fn module_unload(&self, module: CudaModule) -> Result<()> {
         let _scope = self.enter(module.device)?;
-        call!(self.driver, cuModuleUnload(module.raw))
+        // SAFETY: a module of the device, which the caller does not use again.
+        unsafe { result::module::unload(self.driver, module.raw) }
     }
 
     /// cuModuleGetFunction; a name the module lacks is the driver's `CUDA_ERROR_NOT_FOUND`.
     fn module_kernel(&self, module: CudaModule, name: &CStr) -> Result<CudaKernel> {
         let _scope = self.enter(module.device)?;
-        let mut function = ptr::null_mut();
-        call!(
-            self.driver,
-            cuModuleGetFunction(&mut function, module.raw, name.as_ptr())
-        )?;
+        // SAFETY: a module of the device.
+        let function = unsafe { result::module::function(self.driver, module.raw, name) }?;
         Ok(CudaKernel {
             function,
             device: module.device,
@@ -1026,36 +916,31 @@ impl Backend for CudaBackend {
 
     /// cuFuncGetAttribute(`SHARED_SIZE_BYTES`).
     fn kernel_static_workgroup_bytes(&self, kernel: CudaKernel) -> Result<u32> {
-        let mut bytes: c_int = 0;
         let _scope = self.enter(kernel.device)?;
-        call!(
-            self.driver,
-            cuFuncGetAttribute(
-                &mut bytes,
+        // SAFETY: a function of a module of the device.
+        let bytes = unsafe {
+            result::module::function_attribute(
+                self.driver,
                 sys::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-                kernel.function
+                kernel.function,
             )
-        )?;
+        }?;
         Ok(u32::try_from(bytes).unwrap_or(0))
     }
 
     /// cuFuncSetAttribute(`MAX_DYNAMIC_SHARED_SIZE_BYTES`).
     fn kernel_allow_workgroup_bytes(&self, kernel: CudaKernel, bytes: u32) -> Result<()> {
-        let value = c_int::try_from(bytes).map_err(|_| Error::LimitExceeded {
-            what: "dynamic workgroup memory per workgroup",
-            required: bytes as usize,
-            limit: c_int::MAX as usize,
-            detail: vec![format!("kernel {}", kernel.name())],
-        })?;
+        let value = workgroup_bytes_attribute(bytes, kernel.library_index)?;
         let _scope = self.enter(kernel.device)?;
-        call!(
-            self.driver,
-            cuFuncSetAttribute(
+        // SAFETY: a function of a module of the device.
+        unsafe {
+            result::module::set_function_attribute(
+                self.driver,
                 kernel.function,
                 sys::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                value
+                value,
             )
-        )
+        }
     }
 
     /// cuLaunchKernel, after checking the arguments against the kernel's parameters
@@ -1073,13 +958,7 @@ impl Backend for CudaBackend {
         dims: LaunchDims,
         args: &[KernelArg],
     ) -> Result<()> {
-        let Some(library_index) = kernel.library_index else {
-            return Err(Error::KernelArgumentMismatch {
-                kernel: MODULE_KERNEL,
-                expected: "the module's own parameter array (launch_packed)",
-            });
-        };
-        let mut values = ArgBuffer::pack(&LIBRARY[library_index], args)?;
+        let mut values = library_arguments(kernel.library_index, args)?;
         let mut pointers = values.pointers();
         // SAFETY: the caller's promise for the memory; the parameter array was just packed
         // from arguments checked against the kernel's parameters.
@@ -1125,22 +1004,14 @@ impl CudaBackend {
         // bound to the current thread". Launching CUkernel handles (cuLibraryLoadData +
         // cuLibraryGetKernel) instead would make the scope unnecessary here.
         let _scope = self.enter(stream.device)?;
-        call!(
-            self.driver,
-            cuLaunchKernel(
-                kernel.function,
-                dims.grid[0],
-                dims.grid[1],
-                dims.grid[2],
-                dims.block[0],
-                dims.block[1],
-                dims.block[2],
-                dims.dynamic_workgroup_bytes,
-                stream.raw,
-                params,
-                ptr::null_mut()
-            )
-        )
+        let shape = LaunchShape {
+            grid: dims.grid,
+            block: dims.block,
+            shared_bytes: dims.dynamic_workgroup_bytes,
+        };
+        // SAFETY: a function of a module and a stream of the device, whose context is current;
+        // the caller's promise for the parameters and the memory the kernel reaches.
+        unsafe { result::module::launch(self.driver, kernel.function, shape, stream.raw, params) }
     }
 }
 
@@ -1165,20 +1036,15 @@ mod tests {
 
     #[test]
     fn out_of_memory_is_none_and_other_codes_are_driver_errors() {
+        let failed = |call, code| Error::Driver(driver_error(call, code));
+        assert_eq!(allocation_outcome(Ok(0x1000)), Ok(Some(0x1000)));
         assert_eq!(
-            allocation_outcome("cuMemAlloc", 0, 0x1000),
-            Ok(Some(0x1000))
-        );
-        assert_eq!(
-            allocation_outcome("cuMemAlloc", sys::CUDA_ERROR_OUT_OF_MEMORY, 0),
+            allocation_outcome(Err(failed("cuMemAlloc", sys::CUDA_ERROR_OUT_OF_MEMORY))),
             Ok(None)
         );
         assert_eq!(
-            allocation_outcome("cuMemHostAlloc", sys::CUDA_ERROR_INVALID_VALUE, 0),
-            Err(Error::Driver(driver_error(
-                "cuMemHostAlloc",
-                sys::CUDA_ERROR_INVALID_VALUE
-            )))
+            allocation_outcome(Err(failed("cuMemHostAlloc", sys::CUDA_ERROR_INVALID_VALUE))),
+            Err(failed("cuMemHostAlloc", sys::CUDA_ERROR_INVALID_VALUE))
         );
     }
 }
