@@ -10,42 +10,32 @@
 mod caps;
 mod current;
 
-use core::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use core::ffi::{CStr, c_int, c_void};
 use core::ptr;
 use core::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 
 use gpu_core::allocator::MemoryKind;
-use gpu_core::backend::library::{ArgBuffer, LIBRARY, find_for};
+use gpu_core::backend::library::find_for;
+use gpu_core::backend::live::{
+    FreeStep, check_allocation, check_stream_allocation, enable_peer_access, kernel_name,
+    library_arguments, library_functions, none_on_code, workgroup_bytes_attribute,
+};
 use gpu_core::backend::{
     Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device_slots, check_same_device,
 };
 use gpu_core::{ByteRange, DeviceId, Error, Result};
 
 use crate::library::Hip;
-use crate::result::{BACKEND, check, driver_error};
+use crate::result::module::LaunchShape;
+use crate::result::{self, BACKEND, driver_error};
 use crate::sys;
 
-use current::{DeviceScope, current_ordinal, no_device_chosen, set_no_device_chosen};
+use current::{DeviceScope, no_device_chosen, set_no_device_chosen};
 
-/// Calls a HIP function through the loader and checks its result, naming the call.
-macro_rules! call {
-    ($hip:expr, $name:ident($($argument:expr),* $(,)?)) => {{
-        let function = $hip.$name()?;
-        // SAFETY: each call site passes handles the backend owns (or the caller vouched for
-        // through the trait contract) and out-parameters valid for writes.
-        check(stringify!($name), unsafe { function($($argument),*) })
-    }};
-}
-
-/// Like [`call!`], but returns the raw `hipError_t` for call sites that treat some codes as
-/// outcomes (out of memory, not ready).
-macro_rules! call_raw {
-    ($hip:expr, $name:ident($($argument:expr),* $(,)?)) => {{
-        let function = $hip.$name()?;
-        // SAFETY: as for `call!`.
-        unsafe { function($($argument),*) }
-    }};
+/// A HIP code as the toolkit's errors carry it.
+const fn code(code: sys::hipError_t) -> i64 {
+    code as i64
 }
 
 /// The kernel images tried in order by hipModuleLoadData: on NVIDIA GPUs (feature `nvidia`)
@@ -89,10 +79,7 @@ pub struct HipModule {
     device: DeviceId,
 }
 
-/// What [`HipKernel::name`] says for a kernel of a program's own module.
-const MODULE_KERNEL: &str = "(a kernel of a loaded module)";
-
-// SAFETY (all three handles): the values are opaque HIP handles, never dereferenced by this
+// SAFETY: (all four handles) the values are opaque HIP handles, never dereferenced by this
 // crate. The HIP runtime is thread-safe: a stream, event or function may be used from any
 // thread, and every method makes the handle's device current around its calls.
 unsafe impl Send for HipStream {}
@@ -148,8 +135,7 @@ impl HipKernel {
 
     /// The kernel's name in the standard library (a module's kernel says so instead).
     pub fn name(&self) -> &'static str {
-        self.library_index
-            .map_or(MODULE_KERNEL, |index| LIBRARY[index].name)
+        kernel_name(self.library_index)
     }
 }
 
@@ -161,7 +147,7 @@ pub struct SavedDevice(Option<c_int>);
 /// The kernel library loaded on one device: the module and one function per library entry.
 struct LoadedLibrary {
     module: sys::hipModule_t,
-    functions: [sys::hipFunction_t; LIBRARY.len()],
+    functions: Vec<sys::hipFunction_t>,
 }
 
 /// One device as opened: its ordinal, default memory pool (where stream-ordered allocation is
@@ -232,15 +218,14 @@ impl HipBackend {
     /// [`Error::Driver`] with `hipErrorNoDevice` when HIP reports no device, and any HIP
     /// failure while opening.
     pub fn with_library(hip: &'static Hip) -> Result<Self> {
-        let mut count: c_int = 0;
-        call!(hip, hipGetDeviceCount(&mut count))?;
+        let count = result::device::count(hip)?;
         if count <= 0 {
             return Err(Error::Driver(driver_error(
                 "hipGetDeviceCount",
                 sys::hipErrorNoDevice,
             )));
         }
-        call!(hip, hipInit(0))?;
+        result::device::init(hip, 0)?;
         let pool_entry_points = hip.hipMallocAsync().is_ok()
             && hip.hipFreeAsync().is_ok()
             && hip.hipDeviceGetDefaultMemPool().is_ok()
@@ -272,7 +257,7 @@ impl HipBackend {
     }
 
     /// Makes `device` current until the returned scope ends.
-    fn enter(&self, device: DeviceId) -> Result<DeviceScope> {
+    fn enter(&self, device: DeviceId) -> Result<DeviceScope<'static>> {
         DeviceScope::enter(self.hip, self.device(device)?.ordinal)
     }
 
@@ -281,12 +266,7 @@ impl HipBackend {
     fn device_addresses(&self, host: usize, device_ptrs: &mut [usize]) -> Result<()> {
         for (index, slot) in device_ptrs.iter_mut().enumerate() {
             let _scope = self.enter(DeviceId(index as u32))?;
-            let mut address = ptr::null_mut();
-            call!(
-                self.hip,
-                hipHostGetDevicePointer(&mut address, host as *mut c_void, 0)
-            )?;
-            *slot = address as usize;
+            *slot = result::memory::host_device_pointer(self.hip, host)?;
         }
         Ok(())
     }
@@ -305,22 +285,19 @@ impl HipBackend {
         if let Some(loaded) = slot.as_ref() {
             return Ok(loaded.functions[library_index]);
         }
-        // Looked up before loading, so that unloading on an error path cannot fail for a missing
-        // symbol (which would leak the module and report the lookup instead of the error).
-        let unload = self.hip.hipModuleUnload()?;
+        // Looked up before loading (and cached from then on), so that unloading on an error
+        // path cannot fail for a missing symbol (which would leak the module and report the
+        // lookup instead of the error).
+        self.hip.hipModuleUnload()?;
         let _scope = self.enter(device)?;
         let module = self.load_module()?;
-        let mut functions = [ptr::null_mut(); LIBRARY.len()];
-        for (function, entry) in functions.iter_mut().zip(LIBRARY) {
-            if let Err(error) = call!(
-                self.hip,
-                hipModuleGetFunction(function, module, entry.symbol.as_ptr())
-            ) {
-                // SAFETY: the module was just loaded and nothing else refers to it.
-                let _ = unsafe { unload(module) };
-                return Err(error);
-            }
-        }
+        let functions = library_functions(
+            module,
+            // SAFETY: the module was just loaded on the current device.
+            |module, symbol| unsafe { result::module::function(self.hip, module, symbol) },
+            // SAFETY: the module was just loaded and nothing else refers to it.
+            |module| drop(unsafe { result::module::unload(self.hip, module) }),
+        )?;
         let function = functions[library_index];
         *slot = Some(LoadedLibrary { module, functions });
         Ok(function)
@@ -334,55 +311,23 @@ impl HipBackend {
             sys::hipErrorNoBinaryForGpu,
         ));
         for image in KERNEL_IMAGES {
-            let mut module = ptr::null_mut();
-            match call!(
-                self.hip,
-                hipModuleLoadData(&mut module, image.as_ptr().cast())
-            ) {
-                Ok(()) => return Ok(module),
+            // SAFETY: an embedded image, complete and static.
+            match unsafe { result::module::load_data(self.hip, image.as_ptr().cast()) } {
+                Ok(module) => return Ok(module),
                 Err(error) => refusal = error,
             }
         }
         Err(refusal)
     }
-
-    /// Frees host-visible memory (`kind` managed or pinned host) once `after`'s work is done.
-    fn free_synchronously(
-        &self,
-        kind: MemoryKind,
-        address: usize,
-        after: Option<HipStream>,
-    ) -> Result<()> {
-        if let Some(stream) = after {
-            call!(self.hip, hipStreamSynchronize(stream.raw))?;
-        }
-        match kind {
-            MemoryKind::HostPinned => call!(self.hip, hipHostFree(address as *mut c_void)),
-            _ => call!(self.hip, hipFree(address as *mut c_void)),
-        }
-    }
 }
 
 /// Reads device `ordinal`'s description.
 fn open_device(hip: &Hip, ordinal: c_int, pool_entry_points: bool) -> Result<DeviceState> {
-    let mut device: sys::hipDevice_t = 0;
-    call!(hip, hipDeviceGet(&mut device, ordinal))?;
-    let mut name = [0 as c_char; 256];
-    call!(
-        hip,
-        hipDeviceGetName(name.as_mut_ptr(), name.len() as c_int, device)
-    )?;
-    // SAFETY: HIP wrote a NUL-terminated name into the buffer (it truncates to fit), and the
-    // last byte is still the zero it was initialised with.
-    let name = unsafe { CStr::from_ptr(name.as_ptr()) }
-        .to_string_lossy()
-        .into_owned();
-    let mut total_memory = 0usize;
-    call!(hip, hipDeviceTotalMem(&mut total_memory, device))?;
+    let device = result::device::get(hip, ordinal)?;
+    let name = result::device::name(hip, device)?;
+    let total_memory = result::device::total_memory(hip, device)?;
     let info = caps::describe_device(name, total_memory, pool_entry_points, |attribute| {
-        let mut value: c_int = 0;
-        call!(hip, hipDeviceGetAttribute(&mut value, attribute, ordinal))?;
-        Ok(value)
+        result::device::attribute(hip, attribute, ordinal)
     })?;
     Ok(DeviceState {
         ordinal,
@@ -395,31 +340,16 @@ fn open_device(hip: &Hip, ordinal: c_int, pool_entry_points: bool) -> Result<Dev
 /// The device's default memory pool, with its release threshold raised to the maximum so that
 /// memory freed in stream order stays in the pool instead of going back at each synchronisation.
 fn configure_default_pool(hip: &Hip, ordinal: c_int) -> Result<sys::hipMemPool_t> {
-    let mut pool = ptr::null_mut();
-    call!(hip, hipDeviceGetDefaultMemPool(&mut pool, ordinal))?;
-    let mut threshold: u64 = u64::MAX;
-    call!(
-        hip,
-        hipMemPoolSetAttribute(
-            pool,
-            sys::hipMemPoolAttrReleaseThreshold,
-            (&mut threshold as *mut u64).cast()
-        )
-    )?;
+    let pool = result::device::default_memory_pool(hip, ordinal)?;
+    // SAFETY: the device's default pool, which lives as long as the device's state.
+    unsafe { result::memory::set_pool_release_threshold(hip, pool, u64::MAX) }?;
     Ok(pool)
 }
 
-/// `Some(address)` for success, `None` for `hipErrorOutOfMemory`, else the HIP error.
-fn allocation_outcome(
-    call: &'static str,
-    code: sys::hipError_t,
-    address: *mut c_void,
-) -> Result<Option<usize>> {
-    match code {
-        sys::hipSuccess => Ok(Some(address as usize)),
-        sys::hipErrorOutOfMemory => Ok(None),
-        failed => Err(Error::Driver(driver_error(call, failed))),
-    }
+/// `Some(address)` for an allocation, `None` for `hipErrorOutOfMemory`, else the HIP error.
+fn allocation_outcome(allocated: Result<*mut c_void>) -> Result<Option<usize>> {
+    none_on_code(allocated, code(sys::hipErrorOutOfMemory))
+        .map(|address| address.map(|address| address as usize))
 }
 
 impl Drop for HipBackend {
@@ -432,11 +362,10 @@ impl Drop for HipBackend {
                 .take();
             if let Some(loaded) = loaded
                 && let Ok(_scope) = DeviceScope::enter(self.hip, index as c_int)
-                && let Ok(unload) = self.hip.hipModuleUnload()
             {
                 // SAFETY: the module was loaded on this device and its functions are not used
                 // after the backend is gone (the trait's handles do not outlive it).
-                let _ = unsafe { unload(loaded.module) };
+                let _ = unsafe { result::module::unload(self.hip, loaded.module) };
             }
         }
     }
@@ -485,7 +414,7 @@ impl Backend for HipBackend {
         if no_device_chosen() {
             Ok(SavedDevice(None))
         } else {
-            current_ordinal(self.hip).map(|ordinal| SavedDevice(Some(ordinal)))
+            result::device::current(self.hip).map(|ordinal| SavedDevice(Some(ordinal)))
         }
     }
 
@@ -493,7 +422,7 @@ impl Backend for HipBackend {
     fn restore_current(&self, saved: SavedDevice) -> Result<()> {
         match saved.0 {
             Some(ordinal) => {
-                call!(self.hip, hipSetDevice(ordinal))?;
+                result::device::set_current(self.hip, ordinal)?;
                 set_no_device_chosen(false);
             }
             None => set_no_device_chosen(true),
@@ -510,36 +439,20 @@ impl Backend for HipBackend {
     /// Device: hipMalloc; managed: hipMallocManaged with `hipMemAttachGlobal`; pinned host:
     /// hipHostMalloc with `Portable | Mapped`. Host-registered memory is never allocated.
     fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
-        let state = self.device(device)?;
-        if !state.info.allocator.support(kind).available {
-            return Err(Error::KindUnsupported { device, kind });
-        }
-        if bytes == 0 {
-            return Err(Error::ZeroSize {
-                what: "allocation size",
-            });
-        }
+        check_allocation(&self.device(device)?.info, device, kind, bytes)?;
         let _scope = self.enter(device)?;
-        let mut address = ptr::null_mut();
-        match kind {
-            MemoryKind::Device => {
-                let code = call_raw!(self.hip, hipMalloc(&mut address, bytes));
-                allocation_outcome("hipMalloc", code, address)
-            }
+        let hip = self.hip;
+        allocation_outcome(match kind {
+            MemoryKind::Device => result::memory::alloc(hip, bytes),
             MemoryKind::Managed => {
-                let code = call_raw!(
-                    self.hip,
-                    hipMallocManaged(&mut address, bytes, sys::hipMemAttachGlobal)
-                );
-                allocation_outcome("hipMallocManaged", code, address)
+                result::memory::alloc_managed(hip, bytes, sys::hipMemAttachGlobal)
             }
             MemoryKind::HostPinned => {
                 let flags = sys::hipHostMallocPortable | sys::hipHostMallocMapped;
-                let code = call_raw!(self.hip, hipHostMalloc(&mut address, bytes, flags));
-                allocation_outcome("hipHostMalloc", code, address)
+                result::memory::alloc_host(hip, bytes, flags)
             }
-            MemoryKind::HostRegistered => Err(Error::KindUnsupported { device, kind }),
-        }
+            MemoryKind::HostRegistered => return Err(Error::KindUnsupported { device, kind }),
+        })
     }
 
     /// Device memory only: hipMallocAsync from the device's default pool (release threshold at
@@ -550,22 +463,11 @@ impl Backend for HipBackend {
         kind: MemoryKind,
         bytes: usize,
     ) -> Result<Option<usize>> {
-        let state = self.device(stream.device)?;
-        if kind != MemoryKind::Device || state.pool().is_none() {
-            return Err(Error::KindUnsupported {
-                device: stream.device,
-                kind,
-            });
-        }
-        if bytes == 0 {
-            return Err(Error::ZeroSize {
-                what: "allocation size",
-            });
-        }
+        let pool = self.device(stream.device)?.pool();
+        check_stream_allocation(stream.device, kind, pool.is_some(), bytes)?;
         let _scope = self.enter(stream.device)?;
-        let mut address = ptr::null_mut();
-        let code = call_raw!(self.hip, hipMallocAsync(&mut address, bytes, stream.raw));
-        allocation_outcome("hipMallocAsync", code, address)
+        // SAFETY: a stream of the backend's (or adopted) of the device, which is current.
+        allocation_outcome(unsafe { result::memory::alloc_async(self.hip, bytes, stream.raw) })
     }
 
     /// Device memory with `after`: hipFreeAsync on that stream; without: hipFree. Managed and
@@ -587,12 +489,29 @@ impl Backend for HipBackend {
             });
         }
         let _scope = self.enter(device)?;
-        match (kind, after) {
-            (MemoryKind::Device, Some(stream)) => {
-                call!(self.hip, hipFreeAsync(address as *mut c_void, stream.raw))
+        let (hip, pointer) = (self.hip, address as *mut c_void);
+        // `address` is memory of this kind the caller got from this backend and no longer
+        // uses (the trait's contract), `after` a stream of the device, which is current.
+        match FreeStep::of(kind, after) {
+            // SAFETY: as said above.
+            FreeStep::InStreamOrder(stream) => unsafe {
+                result::memory::free_async(hip, pointer, stream.raw)
+            },
+            // SAFETY: as said above.
+            FreeStep::Now => unsafe { result::memory::free(hip, pointer) },
+            FreeStep::AfterSynchronizing { after, pinned } => {
+                if let Some(stream) = after {
+                    // SAFETY: as said above.
+                    unsafe { result::stream::synchronize(hip, stream.raw) }?;
+                }
+                if pinned {
+                    // SAFETY: as said above.
+                    unsafe { result::memory::free_host(hip, pointer) }
+                } else {
+                    // SAFETY: as said above.
+                    unsafe { result::memory::free(hip, pointer) }
+                }
             }
-            (MemoryKind::Device, None) => call!(self.hip, hipFree(address as *mut c_void)),
-            _ => self.free_synchronously(kind, address, after),
         }
     }
 
@@ -604,16 +523,15 @@ impl Backend for HipBackend {
         let flags = sys::hipHostRegisterPortable | sys::hipHostRegisterMapped;
         // Looked up, and device 0 made current, before registering: undoing the registration
         // on the error path below can then fail neither for a missing symbol nor for the switch.
-        let unregister = self.hip.hipHostUnregister()?;
+        self.hip.hipHostUnregister()?;
         let _scope = self.enter(DeviceId(0))?;
-        call!(
-            self.hip,
-            hipHostRegister(range.start as *mut c_void, range.len, flags)
-        )?;
+        let host = range.start as *mut c_void;
+        // SAFETY: the trait's contract: the caller's host range stays allocated until it is
+        // unregistered.
+        unsafe { result::memory::host_register(self.hip, host, range.len, flags) }?;
         if let Err(error) = self.device_addresses(range.start, device_ptrs) {
-            // SAFETY: the range was registered just above; nothing else can unregister it
-            // meanwhile without breaking the trait's contract.
-            let _ = unsafe { unregister(range.start as *mut c_void) };
+            // SAFETY: the range was registered just above and nothing has used it yet.
+            let _ = unsafe { result::memory::host_unregister(self.hip, host) };
             return Err(error);
         }
         Ok(())
@@ -622,7 +540,8 @@ impl Backend for HipBackend {
     /// hipHostUnregister of exactly `start`.
     fn host_unregister(&self, start: usize) -> Result<()> {
         let _scope = self.enter(DeviceId(0))?;
-        call!(self.hip, hipHostUnregister(start as *mut c_void))
+        // SAFETY: the trait's contract: no work still to run uses the range.
+        unsafe { result::memory::host_unregister(self.hip, start as *mut c_void) }
     }
 
     /// One hipDrvPointerGetAttributes for the memory type and the allocation's range: host
@@ -634,45 +553,17 @@ impl Backend for HipBackend {
         device_ptrs: &mut [usize],
     ) -> Result<Option<ByteRange>> {
         check_device_slots(self.devices.len(), device_ptrs)?;
-        let mut memory_type: c_uint = 0;
-        let mut start: usize = 0;
-        let mut size: usize = 0;
-        let mut attributes = [
-            sys::HIP_POINTER_ATTRIBUTE_MEMORY_TYPE,
-            sys::HIP_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-            sys::HIP_POINTER_ATTRIBUTE_RANGE_SIZE,
-        ];
-        let mut values: [*mut c_void; 3] = [
-            (&mut memory_type as *mut c_uint).cast(),
-            (&mut start as *mut usize).cast(),
-            (&mut size as *mut usize).cast(),
-        ];
-        let code = {
+        let range = {
             let _scope = self.enter(DeviceId(0))?;
-            call_raw!(
-                self.hip,
-                hipDrvPointerGetAttributes(
-                    attributes.len() as c_uint,
-                    attributes.as_mut_ptr(),
-                    values.as_mut_ptr(),
-                    ptr as *mut c_void
-                )
-            )
+            none_on_code(
+                result::memory::range_of(self.hip, ptr),
+                code(sys::hipErrorInvalidValue),
+            )?
         };
-        match code {
-            sys::hipSuccess => {}
-            sys::hipErrorInvalidValue => return Ok(None),
-            failed => {
-                return Err(Error::Driver(driver_error(
-                    "hipDrvPointerGetAttributes",
-                    failed,
-                )));
-            }
-        }
-        if memory_type != sys::hipMemoryTypeHost {
+        let Some(range) = range.filter(|range| range.memory_type == sys::hipMemoryTypeHost) else {
             return Ok(None);
-        }
-        let Some(extent) = ByteRange::new(start, size) else {
+        };
+        let Some(extent) = ByteRange::new(range.start, range.size) else {
             return Ok(None);
         };
         self.device_addresses(extent.start, device_ptrs)?;
@@ -681,11 +572,7 @@ impl Backend for HipBackend {
 
     fn stream_create(&self, device: DeviceId) -> Result<HipStream> {
         let _scope = self.enter(device)?;
-        let mut raw = ptr::null_mut();
-        call!(
-            self.hip,
-            hipStreamCreateWithFlags(&mut raw, sys::hipStreamNonBlocking)
-        )?;
+        let raw = result::stream::create(self.hip, sys::hipStreamNonBlocking)?;
         Ok(HipStream { raw, device })
     }
 
@@ -702,60 +589,59 @@ impl Backend for HipBackend {
 
     fn stream_destroy(&self, stream: HipStream) -> Result<()> {
         let _scope = self.enter(stream.device)?;
-        call!(self.hip, hipStreamDestroy(stream.raw))
+        // SAFETY: a stream of the device, which the caller does not use again.
+        unsafe { result::stream::destroy(self.hip, stream.raw) }
     }
 
     fn stream_synchronize(&self, stream: HipStream) -> Result<()> {
         let _scope = self.enter(stream.device)?;
-        call!(self.hip, hipStreamSynchronize(stream.raw))
+        // SAFETY: a stream of the device, which is current.
+        unsafe { result::stream::synchronize(self.hip, stream.raw) }
     }
 
     fn event_create(&self, device: DeviceId) -> Result<HipEvent> {
         let _scope = self.enter(device)?;
-        let mut raw = ptr::null_mut();
-        call!(
-            self.hip,
-            hipEventCreateWithFlags(&mut raw, sys::hipEventDisableTiming)
-        )?;
+        let raw = result::event::create(self.hip, sys::hipEventDisableTiming)?;
         Ok(HipEvent { raw, device })
     }
 
     fn event_destroy(&self, event: HipEvent) -> Result<()> {
         let _scope = self.enter(event.device)?;
-        call!(self.hip, hipEventDestroy(event.raw))
+        // SAFETY: an event of the device, which the caller does not use again.
+        unsafe { result::event::destroy(self.hip, event.raw) }
     }
 
     /// hipEventRecord; an event of another device is [`Error::WrongDevice`] before HIP.
     fn event_record(&self, event: HipEvent, stream: HipStream) -> Result<()> {
         check_same_device(stream.device, event.device)?;
         let _scope = self.enter(stream.device)?;
-        call!(self.hip, hipEventRecord(event.raw, stream.raw))
+        // SAFETY: an event and a stream of the device, which is current.
+        unsafe { result::event::record(self.hip, event.raw, stream.raw) }
     }
 
     fn stream_wait_event(&self, stream: HipStream, event: HipEvent) -> Result<()> {
         let _scope = self.enter(stream.device)?;
-        call!(self.hip, hipStreamWaitEvent(stream.raw, event.raw, 0))
+        // SAFETY: a stream of the device, which is current, and an event of any.
+        unsafe { result::stream::wait_event(self.hip, stream.raw, event.raw, 0) }
     }
 
     /// hipEventQuery: `hipSuccess` is true, `hipErrorNotReady` false.
     fn event_query(&self, event: HipEvent) -> Result<bool> {
         let _scope = self.enter(event.device)?;
-        match call_raw!(self.hip, hipEventQuery(event.raw)) {
-            sys::hipSuccess => Ok(true),
-            sys::hipErrorNotReady => Ok(false),
-            failed => Err(Error::Driver(driver_error("hipEventQuery", failed))),
-        }
+        // SAFETY: an event of the device.
+        unsafe { result::event::query(self.hip, event.raw) }
     }
 
     fn event_synchronize(&self, event: HipEvent) -> Result<()> {
         let _scope = self.enter(event.device)?;
-        call!(self.hip, hipEventSynchronize(event.raw))
+        // SAFETY: an event of the device.
+        unsafe { result::event::synchronize(self.hip, event.raw) }
     }
 
     /// hipDeviceSynchronize with the device current.
     fn device_synchronize(&self, device: DeviceId) -> Result<()> {
         let _scope = self.enter(device)?;
-        call!(self.hip, hipDeviceSynchronize())
+        result::device::synchronize(self.hip)
     }
 
     /// hipDeviceReset with the device current, then the device's set-up again: the kernel
@@ -769,7 +655,8 @@ impl Backend for HipBackend {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         {
             let _scope = self.enter(device)?;
-            call!(self.hip, hipDeviceReset())?;
+            // SAFETY: the trait's contract: nothing of the device is used after its reset.
+            unsafe { result::device::reset(self.hip) }?;
         }
         *library = None;
         drop(library);
@@ -786,9 +673,7 @@ impl Backend for HipBackend {
         if device == peer {
             return Ok(false);
         }
-        let mut possible: c_int = 0;
-        call!(self.hip, hipDeviceCanAccessPeer(&mut possible, from, to))?;
-        Ok(possible != 0)
+        result::device::can_access_peer(self.hip, from, to)
     }
 
     /// hipDeviceEnablePeerAccess with `device` current (already enabled, by us or by another
@@ -800,36 +685,34 @@ impl Backend for HipBackend {
     fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()> {
         let peer_state = self.device(peer)?;
         let ordinal = self.device(device)?.ordinal;
-        // Looked up first, so that undoing cannot fail for a missing symbol.
-        let disable = self.hip.hipDeviceDisablePeerAccess()?;
+        // Looked up first (and cached), so that undoing cannot fail for a missing symbol.
+        self.hip.hipDeviceDisablePeerAccess()?;
         let _scope = self.enter(device)?;
-        let newly_enabled =
-            match call_raw!(self.hip, hipDeviceEnablePeerAccess(peer_state.ordinal, 0)) {
-                sys::hipSuccess => true,
-                sys::hipErrorPeerAccessAlreadyEnabled => false,
-                failed => {
-                    return Err(Error::Driver(driver_error(
-                        "hipDeviceEnablePeerAccess",
-                        failed,
-                    )));
-                }
-            };
-        let Some(pool) = peer_state.pool() else {
-            return Ok(());
-        };
-        let access = sys::hipMemAccessDesc {
-            location: sys::hipMemLocation {
-                type_: sys::hipMemLocationTypeDevice,
-                id: ordinal,
+        let hip = self.hip;
+        enable_peer_access(
+            || {
+                let enabled = result::device::enable_peer_access(hip, peer_state.ordinal, 0);
+                none_on_code(enabled, code(sys::hipErrorPeerAccessAlreadyEnabled))
+                    .map(|newly| newly.is_some())
             },
-            flags: sys::hipMemAccessFlagsProtReadWrite,
-        };
-        let granted = call!(self.hip, hipMemPoolSetAccess(pool, &access, 1));
-        if granted.is_err() && newly_enabled {
-            // SAFETY: `device` (current) enabled access to the peer just above.
-            let _ = unsafe { disable(peer_state.ordinal) };
-        }
-        granted
+            || {
+                let pool = peer_state.pool()?;
+                let access = sys::hipMemAccessDesc {
+                    location: sys::hipMemLocation {
+                        type_: sys::hipMemLocationTypeDevice,
+                        id: ordinal,
+                    },
+                    flags: sys::hipMemAccessFlagsProtReadWrite,
+                };
+                // SAFETY: the peer's default pool, which lives as long as its device's state.
+                Some(unsafe { result::memory::set_pool_access(hip, pool, &[access]) })
+            },
+            || {
+                // SAFETY: `device` (current) enabled access to the peer just above, and no work
+                // has used it yet.
+                let _ = unsafe { result::device::disable_peer_access(hip, peer_state.ordinal) };
+            },
+        )
     }
 
     /// hipMemcpyAsync with `hipMemcpyDefault`: HIP finds each side's memory from its address
@@ -839,16 +722,17 @@ impl Backend for HipBackend {
     /// The trait's: HIP checks nothing about the caller's host memory.
     unsafe fn copy(&self, stream: HipStream, dst: usize, src: usize, bytes: usize) -> Result<()> {
         let _scope = self.enter(stream.device)?;
-        call!(
-            self.hip,
-            hipMemcpyAsync(
+        // SAFETY: the caller's promise for both ranges; the stream is of the current device.
+        unsafe {
+            result::memory::copy_async(
+                self.hip,
                 dst as *mut c_void,
                 src as *const c_void,
                 bytes,
                 sys::hipMemcpyDefault,
-                stream.raw
+                stream.raw,
             )
-        )
+        }
     }
 
     /// hipMemcpyPeerAsync with each side's device, on the stream's device.
@@ -867,17 +751,18 @@ impl Backend for HipBackend {
         let dst_ordinal = self.device(dst_device)?.ordinal;
         let src_ordinal = self.device(src_device)?.ordinal;
         let _scope = self.enter(stream.device)?;
-        call!(
-            self.hip,
-            hipMemcpyPeerAsync(
+        // SAFETY: the caller's promise for both ranges; the stream is of the current device.
+        unsafe {
+            result::memory::copy_peer_async(
+                self.hip,
                 dst as *mut c_void,
                 dst_ordinal,
                 src as *const c_void,
                 src_ordinal,
                 bytes,
-                stream.raw
+                stream.raw,
             )
-        )
+        }
     }
 
     /// hipMemsetD8Async.
@@ -886,10 +771,10 @@ impl Backend for HipBackend {
     /// The trait's.
     unsafe fn fill(&self, stream: HipStream, dst: usize, value: u8, bytes: usize) -> Result<()> {
         let _scope = self.enter(stream.device)?;
-        call!(
-            self.hip,
-            hipMemsetD8Async(dst as *mut c_void, value, bytes, stream.raw)
-        )
+        // SAFETY: the caller's promise for the range; the stream is of the current device.
+        unsafe {
+            result::memory::set_d8_async(self.hip, dst as *mut c_void, value, bytes, stream.raw)
+        }
     }
 
     /// The library module is loaded on the device at the first call (hipModuleLoadData of the
@@ -916,16 +801,16 @@ impl Backend for HipBackend {
         count: usize,
     ) -> Result<()> {
         let _scope = self.enter(stream.device)?;
-        let dst = dst as *mut c_void;
+        let (hip, dst, raw) = (self.hip, dst as *mut c_void, stream.raw);
+        // Every arm: the caller's promise for the range of `count` elements; the stream is of
+        // the current device.
         match value {
-            FillValue::U8(v) => call!(self.hip, hipMemsetD8Async(dst, v, count, stream.raw)),
-            FillValue::U16(v) => call!(self.hip, hipMemsetD16Async(dst, v, count, stream.raw)),
-            FillValue::U32(v) => {
-                call!(
-                    self.hip,
-                    hipMemsetD32Async(dst, v as c_int, count, stream.raw)
-                )
-            }
+            // SAFETY: as said above.
+            FillValue::U8(v) => unsafe { result::memory::set_d8_async(hip, dst, v, count, raw) },
+            // SAFETY: as said above.
+            FillValue::U16(v) => unsafe { result::memory::set_d16_async(hip, dst, v, count, raw) },
+            // SAFETY: as said above.
+            FillValue::U32(v) => unsafe { result::memory::set_d32_async(hip, dst, v, count, raw) },
         }
     }
 
@@ -940,25 +825,23 @@ impl Backend for HipBackend {
             });
         }
         let _scope = self.enter(device)?;
-        let mut raw = ptr::null_mut();
-        call!(self.hip, hipModuleLoadData(&mut raw, image))?;
+        // SAFETY: the caller's promise for the image.
+        let raw = unsafe { result::module::load_data(self.hip, image) }?;
         Ok(HipModule { raw, device })
     }
 
     /// hipModuleUnload.
     fn module_unload(&self, module: HipModule) -> Result<()> {
         let _scope = self.enter(module.device)?;
-        call!(self.hip, hipModuleUnload(module.raw))
+        // SAFETY: a module of the device, which the caller does not use again.
+        unsafe { result::module::unload(self.hip, module.raw) }
     }
 
     /// hipModuleGetFunction.
     fn module_kernel(&self, module: HipModule, name: &CStr) -> Result<HipKernel> {
         let _scope = self.enter(module.device)?;
-        let mut function = ptr::null_mut();
-        call!(
-            self.hip,
-            hipModuleGetFunction(&mut function, module.raw, name.as_ptr())
-        )?;
+        // SAFETY: a module of the device.
+        let function = unsafe { result::module::function(self.hip, module.raw, name) }?;
         Ok(HipKernel {
             function,
             device: module.device,
@@ -968,16 +851,15 @@ impl Backend for HipBackend {
 
     /// hipFuncGetAttribute(`HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`).
     fn kernel_static_workgroup_bytes(&self, kernel: HipKernel) -> Result<u32> {
-        let mut bytes: c_int = 0;
         let _scope = self.enter(kernel.device)?;
-        call!(
-            self.hip,
-            hipFuncGetAttribute(
-                &mut bytes,
+        // SAFETY: a function of a module of the device.
+        let bytes = unsafe {
+            result::module::function_attribute(
+                self.hip,
                 sys::HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-                kernel.function
+                kernel.function,
             )
-        )?;
+        }?;
         Ok(u32::try_from(bytes).unwrap_or(0))
     }
 
@@ -988,21 +870,17 @@ impl Backend for HipBackend {
         if bytes <= state.info.workgroup.default_per_block {
             return Ok(());
         }
-        let value = c_int::try_from(bytes).map_err(|_| Error::LimitExceeded {
-            what: "dynamic workgroup memory per workgroup",
-            required: bytes as usize,
-            limit: c_int::MAX as usize,
-            detail: vec![format!("kernel {}", kernel.name())],
-        })?;
+        let value = workgroup_bytes_attribute(bytes, kernel.library_index)?;
         let _scope = self.enter(kernel.device)?;
-        call!(
-            self.hip,
-            hipFuncSetAttribute(
-                kernel.function as *const c_void,
+        // SAFETY: a function of a module of the device.
+        unsafe {
+            result::module::set_function_attribute(
+                self.hip,
+                kernel.function,
                 sys::hipFuncAttributeMaxDynamicSharedMemorySize,
-                value
+                value,
             )
-        )
+        }
     }
 
     /// hipModuleLaunchKernel, after checking the arguments against the kernel's parameters
@@ -1020,13 +898,7 @@ impl Backend for HipBackend {
         dims: LaunchDims,
         args: &[KernelArg],
     ) -> Result<()> {
-        let Some(library_index) = kernel.library_index else {
-            return Err(Error::KernelArgumentMismatch {
-                kernel: MODULE_KERNEL,
-                expected: "the module's own parameter array (launch_packed)",
-            });
-        };
-        let mut values = ArgBuffer::pack(&LIBRARY[library_index], args)?;
+        let mut values = library_arguments(kernel.library_index, args)?;
         let mut pointers = values.pointers();
         // SAFETY: the caller's promise for the memory; the parameter array was just packed
         // from arguments checked against the kernel's parameters.
@@ -1064,28 +936,21 @@ impl HipBackend {
     ) -> Result<()> {
         check_same_device(stream.device, kernel.device)?;
         let _scope = self.enter(stream.device)?;
-        call!(
-            self.hip,
-            hipModuleLaunchKernel(
-                kernel.function,
-                dims.grid[0],
-                dims.grid[1],
-                dims.grid[2],
-                dims.block[0],
-                dims.block[1],
-                dims.block[2],
-                dims.dynamic_workgroup_bytes,
-                stream.raw,
-                params,
-                ptr::null_mut()
-            )
-        )
+        let shape = LaunchShape {
+            grid: dims.grid,
+            block: dims.block,
+            shared_bytes: dims.dynamic_workgroup_bytes,
+        };
+        // SAFETY: a function of a module and a stream of the device, which is current; the
+        // caller's promise for the parameters and the memory the kernel reaches.
+        unsafe { result::module::launch(self.hip, kernel.function, shape, stream.raw, params) }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpu_core::backend::live::MODULE_KERNEL;
 
     fn assert_thread_safe<T: Send + Sync>() {}
 
@@ -1270,21 +1135,16 @@ mod tests {
 
     #[test]
     fn out_of_memory_is_none_and_other_codes_are_hip_errors() {
+        let failed = |call, code| Error::Driver(driver_error(call, code));
         let address = ptr::without_provenance_mut(0x1000);
+        assert_eq!(allocation_outcome(Ok(address)), Ok(Some(0x1000)));
         assert_eq!(
-            allocation_outcome("hipMalloc", sys::hipSuccess, address),
-            Ok(Some(0x1000))
-        );
-        assert_eq!(
-            allocation_outcome("hipMalloc", sys::hipErrorOutOfMemory, ptr::null_mut()),
+            allocation_outcome(Err(failed("hipMalloc", sys::hipErrorOutOfMemory))),
             Ok(None)
         );
         assert_eq!(
-            allocation_outcome("hipHostMalloc", sys::hipErrorInvalidValue, ptr::null_mut()),
-            Err(Error::Driver(driver_error(
-                "hipHostMalloc",
-                sys::hipErrorInvalidValue
-            )))
+            allocation_outcome(Err(failed("hipHostMalloc", sys::hipErrorInvalidValue))),
+            Err(failed("hipHostMalloc", sys::hipErrorInvalidValue))
         );
     }
 }
