@@ -238,7 +238,7 @@ impl Driver {
     }
 
     /// A driver whose entry points come from `resolver`; reads the driver version through it.
-    fn with_resolver(
+    pub(crate) fn with_resolver(
         resolver: Box<dyn ResolveEntryPoint>,
         library: Option<libloading::Library>,
     ) -> Result<Self, Error> {

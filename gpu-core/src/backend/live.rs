@@ -131,6 +131,18 @@ impl<V> LiveHandles<V> {
         self.entries.write().insert(id, (device, Arc::new(value)));
     }
 
+    /// Records a handle the driver just created (or adopted) on `device`: `make` builds it
+    /// around a fresh [`HandleId`], and a copy is returned for the caller.
+    pub fn register(&self, device: DeviceId, make: impl FnOnce(HandleId) -> V) -> V
+    where
+        V: Clone,
+    {
+        let id = HandleId::fresh();
+        let value = make(id);
+        self.insert(id, device, value.clone());
+        value
+    }
+
     /// The live handle `id`, held until the returned [`Live`] drops, or
     /// [`Error::StaleHandle`].
     #[inline]
@@ -588,6 +600,18 @@ mod tests {
             stale("kernel", never)
         );
         assert_eq!(streams.len(), 1);
+    }
+
+    #[test]
+    fn a_registered_handle_gets_a_fresh_id() {
+        let streams = LiveHandles::new("test", "stream");
+        let (one, two) = (streams.register(D0, |id| id), streams.register(D1, |id| id));
+        assert!(one < two);
+        assert_eq!(
+            (*streams.get(one).unwrap(), *streams.get(two).unwrap()),
+            (one, two)
+        );
+        assert_eq!(streams.forget_device(D1), 1);
     }
 
     #[test]

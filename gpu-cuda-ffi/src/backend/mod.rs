@@ -6,6 +6,15 @@
 //! otherwise the context is pushed and popped around the driver calls, so the calling thread's
 //! current context (none, another device's, or one the program created itself) is the same
 //! after the call as before it, also on error paths.
+//!
+//! Every handle the backend hands out carries a number never used before in the process
+//! ([`HandleId`]), and the backend keeps the live ones ([`LiveHandles`]: streams, events, and
+//! modules, the program's and each device's kernel library; a kernel is live while its module
+//! is). A method that takes a handle looks it up first and holds it for the length of its
+//! driver calls, so a destroyed, unloaded, reset or foreign handle is [`Error::StaleHandle`]
+//! and never reaches the driver, and a destroy waits for the calls in flight on its handle. The
+//! addresses it allocated and the host ranges it registered are kept too ([`LiveAllocations`],
+//! [`LiveRegistrations`]): `free` and `host_unregister` refuse anything else before the driver.
 
 mod caps;
 mod context;
@@ -18,8 +27,9 @@ use std::sync::Mutex;
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::live::{
-    FreeStep, check_allocation, check_stream_allocation, enable_peer_access, kernel_name,
-    library_arguments, library_functions, none_on_code, workgroup_bytes_attribute,
+    FreeStep, HandleId, Live, LiveAllocations, LiveHandles, LiveRegistrations, check_allocation,
+    check_stream_allocation, enable_peer_access, kernel_name, library_arguments, library_functions,
+    none_on_code, workgroup_bytes_attribute,
 };
 use gpu_core::backend::{
     Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device_slots, check_same_device,
@@ -42,35 +52,44 @@ const fn code(code: sys::CUresult) -> i64 {
     code as i64
 }
 
-/// An in-order queue of work on one device: a non-blocking `CUstream` and its device.
+/// An in-order queue of work on one device: a non-blocking `CUstream` (or an adopted one), its
+/// device, and its number in the backend's live streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CudaStream {
     raw: sys::CUstream,
     device: DeviceId,
+    id: HandleId,
 }
 
-/// A completion marker: a `CUevent` created without timing, and its device.
+/// A completion marker: a `CUevent` created without timing, its device, and its number in the
+/// backend's live events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CudaEvent {
     raw: sys::CUevent,
     device: DeviceId,
+    id: HandleId,
 }
 
-/// A kernel loaded on one device: of the standard library, or of a module the program loaded.
+/// A kernel loaded on one device: of the standard library, or of a module the program loaded;
+/// live while that module is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CudaKernel {
     function: sys::CUfunction,
     device: DeviceId,
+    /// The number of its module (the device's library module for a library kernel).
+    module: HandleId,
     /// Index into the library table (name and parameters); `None` for a module's kernel,
     /// whose parameters nothing here knows.
     library_index: Option<usize>,
 }
 
-/// A module image loaded on one device (`CUmodule`), from [`Backend::module_load`].
+/// A module image loaded on one device (`CUmodule`), from [`Backend::module_load`], and its
+/// number in the backend's live modules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CudaModule {
     raw: sys::CUmodule,
     device: DeviceId,
+    id: HandleId,
 }
 
 // SAFETY: (all four handles) the values are opaque driver handles, never dereferenced by this
@@ -154,9 +173,10 @@ impl CudaKernel {
     }
 }
 
-/// The kernel library loaded on one device: the module and one function per library entry.
+/// The kernel library loaded on one device: the module (live in the backend's modules while it
+/// is loaded) and one function per library entry.
 struct LoadedLibrary {
-    module: sys::CUmodule,
+    module: CudaModule,
     functions: Vec<sys::CUfunction>,
 }
 
@@ -195,6 +215,16 @@ impl DeviceState {
 pub struct CudaBackend {
     driver: &'static Driver,
     devices: Vec<DeviceState>,
+    /// The streams it created or adopted and has not destroyed.
+    streams: LiveHandles<CudaStream>,
+    /// The events it created and has not destroyed.
+    events: LiveHandles<CudaEvent>,
+    /// The modules loaded and not unloaded: the program's, and each device's kernel library.
+    modules: LiveHandles<CudaModule>,
+    /// The memory it allocated and has not freed.
+    allocations: LiveAllocations,
+    /// The host ranges it registered and has not unregistered.
+    registrations: LiveRegistrations,
 }
 
 // SAFETY: the raw handles inside (contexts, pools, modules, functions) are opaque driver
@@ -252,10 +282,7 @@ impl CudaBackend {
             && driver.cuDeviceGetDefaultMemPool().is_ok()
             && driver.cuMemPoolSetAttribute().is_ok();
         // Devices join as they are opened, so an error below drops (and releases) those opened.
-        let mut backend = Self {
-            driver,
-            devices: Vec::with_capacity(count as usize),
-        };
+        let mut backend = Self::with_devices(driver, Vec::with_capacity(count as usize));
         for index in 0..count {
             let state = open_device(driver, index, pool_entry_points)?;
             backend.devices.push(state);
@@ -266,6 +293,19 @@ impl CudaBackend {
             }
         }
         Ok(backend)
+    }
+
+    /// A backend of `devices`, with nothing live yet.
+    fn with_devices(driver: &'static Driver, devices: Vec<DeviceState>) -> Self {
+        Self {
+            driver,
+            devices,
+            streams: LiveHandles::new(BACKEND, "stream"),
+            events: LiveHandles::new(BACKEND, "event"),
+            modules: LiveHandles::new(BACKEND, "module"),
+            allocations: LiveAllocations::new(),
+            registrations: LiveRegistrations::new(),
+        }
     }
 
     /// The loaded driver.
@@ -306,15 +346,20 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// The library of `device`, loading its module on first use.
-    fn library_function(&self, device: DeviceId, library_index: usize) -> Result<sys::CUfunction> {
+    /// The function `library_index` of `device`'s kernel library and the library module's
+    /// number, loading the module on first use.
+    fn library_function(
+        &self,
+        device: DeviceId,
+        library_index: usize,
+    ) -> Result<(HandleId, sys::CUfunction)> {
         let state = self.device(device)?;
         let mut slot = state
             .library
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(loaded) = slot.as_ref() {
-            return Ok(loaded.functions[library_index]);
+            return Ok((loaded.module.id, loaded.functions[library_index]));
         }
         // Looked up before loading (and cached from then on), so that unloading on an error
         // path cannot fail for a missing symbol (which would leak the module and report the
@@ -331,9 +376,28 @@ impl CudaBackend {
             // SAFETY: the module was just loaded and nothing else refers to it.
             |module| drop(unsafe { result::module::unload(self.driver, module) }),
         )?;
+        let module = self.register_module(module, device);
         let function = functions[library_index];
         *slot = Some(LoadedLibrary { module, functions });
-        Ok(function)
+        Ok((module.id, function))
+    }
+
+    /// `kernel`'s module, live, held until the guard drops: a kernel of an unloaded module (or
+    /// of a library from before its device's reset) is [`Error::StaleHandle`] naming a kernel.
+    fn live_kernel(&self, kernel: CudaKernel) -> Result<Live<CudaModule>> {
+        self.modules.get_as(kernel.module, "kernel")
+    }
+
+    /// Records a module just loaded on `device` as live.
+    fn register_module(&self, raw: sys::CUmodule, device: DeviceId) -> CudaModule {
+        self.modules
+            .register(device, |id| CudaModule { raw, device, id })
+    }
+
+    /// Records a stream of `device` as live.
+    fn register_stream(&self, raw: sys::CUstream, device: DeviceId) -> CudaStream {
+        self.streams
+            .register(device, |id| CudaStream { raw, device, id })
     }
 }
 
@@ -385,7 +449,7 @@ impl Drop for CudaBackend {
             {
                 // SAFETY: the module was loaded in this context and its functions are not used
                 // after the backend is gone (the trait's handles do not outlive it).
-                let _ = unsafe { result::module::unload(self.driver, loaded.module) };
+                let _ = unsafe { result::module::unload(self.driver, loaded.module.raw) };
             }
             // SAFETY: the backend retained this device's primary context once at open, and
             // nothing of it is used through the backend any more.
@@ -459,11 +523,12 @@ impl Backend for CudaBackend {
 
     /// Device: cuMemAlloc; managed: cuMemAllocManaged with `ATTACH_GLOBAL`; pinned host:
     /// cuMemHostAlloc with `PORTABLE | DEVICEMAP`. Host-registered memory is never allocated.
+    /// The address is recorded for `free`.
     fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
         check_allocation(&self.device(device)?.info, device, kind, bytes)?;
         let _scope = self.enter(device)?;
         let driver = self.driver;
-        allocation_outcome(match kind {
+        let allocated = allocation_outcome(match kind {
             MemoryKind::Device => result::memory::alloc(driver, bytes),
             MemoryKind::Managed => {
                 result::memory::alloc_managed(driver, bytes, sys::CU_MEM_ATTACH_GLOBAL)
@@ -474,26 +539,31 @@ impl Backend for CudaBackend {
                     .map(|host| host as sys::CUdeviceptr)
             }
             MemoryKind::HostRegistered => return Err(Error::KindUnsupported { device, kind }),
-        })
+        });
+        self.allocations.record(device, kind, allocated)
     }
 
     /// Device memory only: cuMemAllocFromPoolAsync from the device's default pool (release
-    /// threshold at the maximum). Other kinds are [`Error::KindUnsupported`].
+    /// threshold at the maximum). Other kinds are [`Error::KindUnsupported`]. The address is
+    /// recorded for `free`.
     fn allocate_on_stream(
         &self,
         stream: CudaStream,
         kind: MemoryKind,
         bytes: usize,
     ) -> Result<Option<usize>> {
-        let pool = self.device(stream.device)?.pool();
-        check_stream_allocation(stream.device, kind, pool.is_some(), bytes)?;
+        let stream = self.streams.get(stream.id)?;
+        let device = stream.device;
+        let pool = self.device(device)?.pool();
+        check_stream_allocation(device, kind, pool.is_some(), bytes)?;
         let pool = pool.expect("checked");
-        let _scope = self.enter(stream.device)?;
-        // SAFETY: the device's default pool, and a stream of the backend's (or adopted) of the
-        // device, whose context is current.
-        allocation_outcome(unsafe {
+        let _scope = self.enter(device)?;
+        // SAFETY: the device's default pool, and a live stream of the device (held), whose
+        // context is current.
+        let allocated = allocation_outcome(unsafe {
             result::memory::alloc_from_pool_async(self.driver, bytes, pool, stream.raw)
-        })
+        });
+        self.allocations.record(device, kind, allocated)
     }
 
     /// Device memory with `after`: cuMemFreeAsync on that stream (stream-ordered, for memory
@@ -502,7 +572,9 @@ impl Backend for CudaBackend {
     /// stream: cuMemFree of pool memory that was opened to a peer (cuMemPoolSetAccess) is
     /// reported leaked by compute-sanitizer (measured on two H100s,
     /// `hw-results/2026-11-25-2xH100-peer-probe`). Managed and pinned host memory:
-    /// synchronise `after`, then cuMemFree / cuMemFreeHost.
+    /// synchronise `after`, then cuMemFree / cuMemFreeHost. Only memory this backend allocated
+    /// (of `kind`, on `device`) and has not freed reaches the driver: anything else is
+    /// [`Error::UnknownAddress`]; a failed free leaves the memory recorded.
     fn free(
         &self,
         device: DeviceId,
@@ -511,48 +583,48 @@ impl Backend for CudaBackend {
         after: Option<CudaStream>,
     ) -> Result<()> {
         self.device(device)?;
-        if kind == MemoryKind::HostRegistered {
-            return Err(Error::KindUnsupported { device, kind });
-        }
-        if address == 0 {
-            return Err(Error::NullPointer {
-                what: "freed address",
-            });
-        }
-        let _scope = self.enter(device)?;
-        let (driver, device_address) = (self.driver, address as sys::CUdeviceptr);
-        // `address` is memory of this kind the caller got from this backend and no longer
-        // uses (the trait's contract), `after` a stream of the device, whose context is
-        // current.
-        match FreeStep::of(kind, after) {
-            // SAFETY: as said above.
-            FreeStep::InStreamOrder(stream) => unsafe {
-                result::memory::free_async(driver, device_address, stream.raw)
-            },
-            FreeStep::Now => {
-                let pool = result::memory::memory_pool_of(driver, device_address)?;
-                if pool.is_null() {
-                    // SAFETY: as said above.
-                    unsafe { result::memory::free(driver, device_address) }
-                } else {
-                    // SAFETY: as said above; the null stream is the legacy default stream.
-                    unsafe { result::memory::free_async(driver, device_address, ptr::null_mut()) }
+        self.allocations.release(device, kind, address, || {
+            let after = after
+                .map(|stream| self.streams.get(stream.id))
+                .transpose()?;
+            let _scope = self.enter(device)?;
+            let (driver, device_address) = (self.driver, address as sys::CUdeviceptr);
+            // `address` is live memory of this kind that this backend allocated on the device
+            // (just taken out of its allocations, so no other free reaches it) and the caller
+            // no longer uses (the trait's contract); `after` is a live stream of the device
+            // (held), whose context is current.
+            match FreeStep::of(kind, after.as_deref()) {
+                // SAFETY: as said above.
+                FreeStep::InStreamOrder(stream) => unsafe {
+                    result::memory::free_async(driver, device_address, stream.raw)
+                },
+                FreeStep::Now => {
+                    let pool = result::memory::memory_pool_of(driver, device_address)?;
+                    if pool.is_null() {
+                        // SAFETY: as said above.
+                        unsafe { result::memory::free(driver, device_address) }
+                    } else {
+                        // SAFETY: as said above; the null stream is the legacy default stream.
+                        unsafe {
+                            result::memory::free_async(driver, device_address, ptr::null_mut())
+                        }
+                    }
+                }
+                FreeStep::AfterSynchronizing { after, pinned } => {
+                    if let Some(stream) = after {
+                        // SAFETY: as said above.
+                        unsafe { result::stream::synchronize(driver, stream.raw) }?;
+                    }
+                    if pinned {
+                        // SAFETY: as said above.
+                        unsafe { result::memory::free_host(driver, address as *mut c_void) }
+                    } else {
+                        // SAFETY: as said above.
+                        unsafe { result::memory::free(driver, device_address) }
+                    }
                 }
             }
-            FreeStep::AfterSynchronizing { after, pinned } => {
-                if let Some(stream) = after {
-                    // SAFETY: as said above.
-                    unsafe { result::stream::synchronize(driver, stream.raw) }?;
-                }
-                if pinned {
-                    // SAFETY: as said above.
-                    unsafe { result::memory::free_host(driver, address as *mut c_void) }
-                } else {
-                    // SAFETY: as said above.
-                    unsafe { result::memory::free(driver, device_address) }
-                }
-            }
-        }
+        })
     }
 
     /// cuMemHostRegister with `PORTABLE | DEVICEMAP` (in device 0's context: registration needs
@@ -575,15 +647,20 @@ impl Backend for CudaBackend {
             let _ = unsafe { result::memory::host_unregister(self.driver, host) };
             return Err(error);
         }
+        self.registrations.record(range);
         Ok(())
     }
 
-    /// cuMemHostUnregister of exactly `start` (an interior pointer is the driver's
-    /// `CUDA_ERROR_INVALID_VALUE`; memory not registered, `CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED`).
+    /// cuMemHostUnregister of exactly `start`, a range this backend registered: a pointer
+    /// inside one is [`Error::NotEntryStart`], and one in none (never registered here, or
+    /// unregistered already) [`Error::NotLocked`], both before the driver.
     fn host_unregister(&self, start: usize) -> Result<()> {
-        let _scope = self.enter(DeviceId(0))?;
-        // SAFETY: the trait's contract: no work still to run uses the range.
-        unsafe { result::memory::host_unregister(self.driver, start as *mut c_void) }
+        self.registrations.release(start, || {
+            let _scope = self.enter(DeviceId(0))?;
+            // SAFETY: a range this backend registered (just taken out of its registrations);
+            // the trait's contract: no work still to run uses it.
+            unsafe { result::memory::host_unregister(self.driver, start as *mut c_void) }
+        })
     }
 
     /// One cuPointerGetAttributes for the memory type and the allocation's range: host memory
@@ -617,70 +694,89 @@ impl Backend for CudaBackend {
     fn stream_create(&self, device: DeviceId) -> Result<CudaStream> {
         let _scope = self.enter(device)?;
         let raw = result::stream::create(self.driver, sys::CU_STREAM_NON_BLOCKING)?;
-        Ok(CudaStream { raw, device })
+        Ok(self.register_stream(raw, device))
     }
 
     /// Wraps the raw `CUstream` with its device, with no driver call: the driver cannot check
     /// a handle without dereferencing it. `0` (the legacy default stream), `CU_STREAM_LEGACY`
     /// and `CU_STREAM_PER_THREAD` name the default streams of whichever context is current
-    /// at each call, which every method makes `device`'s primary context.
+    /// at each call, which every method makes `device`'s primary context. The handle is live
+    /// (each adoption a handle of its own) until the stream is destroyed or the device reset.
     unsafe fn adopt_stream(&self, device: DeviceId, raw: usize) -> Result<CudaStream> {
         self.device(device)?;
-        Ok(CudaStream {
-            raw: raw as sys::CUstream,
-            device,
-        })
+        Ok(self.register_stream(raw as sys::CUstream, device))
     }
 
+    /// cuStreamDestroy, once no call of another thread uses the stream any more; the handle is
+    /// stale from the moment the call begins (live again if the driver refuses).
     fn stream_destroy(&self, stream: CudaStream) -> Result<()> {
-        let _scope = self.enter(stream.device)?;
-        // SAFETY: a stream of the device, which the caller does not use again.
-        unsafe { result::stream::destroy(self.driver, stream.raw) }
+        self.streams
+            .destroy(stream.id, std::thread::yield_now, |stream| {
+                let _scope = self.enter(stream.device)?;
+                // SAFETY: a live stream of the device, just taken out of the live streams after
+                // the last call using it returned, so nothing uses it again.
+                unsafe { result::stream::destroy(self.driver, stream.raw) }
+            })
     }
 
     fn stream_synchronize(&self, stream: CudaStream) -> Result<()> {
+        let stream = self.streams.get(stream.id)?;
         let _scope = self.enter(stream.device)?;
-        // SAFETY: a stream of the device, whose context is current.
+        // SAFETY: a live stream of the device (held), whose context is current.
         unsafe { result::stream::synchronize(self.driver, stream.raw) }
     }
 
     fn event_create(&self, device: DeviceId) -> Result<CudaEvent> {
         let _scope = self.enter(device)?;
         let raw = result::event::create(self.driver, sys::CU_EVENT_DISABLE_TIMING)?;
-        Ok(CudaEvent { raw, device })
+        Ok(self
+            .events
+            .register(device, |id| CudaEvent { raw, device, id }))
     }
 
+    /// cuEventDestroy, once no call of another thread uses the event any more; the handle is
+    /// stale from the moment the call begins (live again if the driver refuses).
     fn event_destroy(&self, event: CudaEvent) -> Result<()> {
-        let _scope = self.enter(event.device)?;
-        // SAFETY: an event of the device, which the caller does not use again.
-        unsafe { result::event::destroy(self.driver, event.raw) }
+        self.events
+            .destroy(event.id, std::thread::yield_now, |event| {
+                let _scope = self.enter(event.device)?;
+                // SAFETY: a live event of the device, just taken out of the live events after the
+                // last call using it returned, so nothing uses it again.
+                unsafe { result::event::destroy(self.driver, event.raw) }
+            })
     }
 
     /// cuEventRecord; an event of another device is [`Error::WrongDevice`] before the driver
     /// (which would say "invalid resource handle").
     fn event_record(&self, event: CudaEvent, stream: CudaStream) -> Result<()> {
         check_same_device(stream.device, event.device)?;
+        let (stream, event) = (self.streams.get(stream.id)?, self.events.get(event.id)?);
         let _scope = self.enter(stream.device)?;
-        // SAFETY: an event and a stream of the device, whose context is current.
+        // SAFETY: a live event and a live stream of the device (both held), whose context is
+        // current.
         unsafe { result::event::record(self.driver, event.raw, stream.raw) }
     }
 
     fn stream_wait_event(&self, stream: CudaStream, event: CudaEvent) -> Result<()> {
+        let (stream, event) = (self.streams.get(stream.id)?, self.events.get(event.id)?);
         let _scope = self.enter(stream.device)?;
-        // SAFETY: a stream of the device, whose context is current, and an event of any.
+        // SAFETY: a live stream of the device, whose context is current, and a live event of
+        // any (both held).
         unsafe { result::stream::wait_event(self.driver, stream.raw, event.raw, 0) }
     }
 
     /// cuEventQuery: `CUDA_SUCCESS` is true, `CUDA_ERROR_NOT_READY` false.
     fn event_query(&self, event: CudaEvent) -> Result<bool> {
+        let event = self.events.get(event.id)?;
         let _scope = self.enter(event.device)?;
-        // SAFETY: an event of the device.
+        // SAFETY: a live event of the device (held).
         unsafe { result::event::query(self.driver, event.raw) }
     }
 
     fn event_synchronize(&self, event: CudaEvent) -> Result<()> {
+        let event = self.events.get(event.id)?;
         let _scope = self.enter(event.device)?;
-        // SAFETY: an event of the device.
+        // SAFETY: a live event of the device (held).
         unsafe { result::event::synchronize(self.driver, event.raw) }
     }
 
@@ -692,18 +788,24 @@ impl Backend for CudaBackend {
 
     /// cuDevicePrimaryCtxReset, then the device's set-up again: the kernel library is
     /// forgotten (its module died with the context; the next `kernel` call loads it again)
-    /// and the default pool's release threshold is raised again. Every stream, event and
-    /// allocation of the device is gone; peer access to and from it too.
+    /// and the default pool's release threshold is raised again. Every stream, event, module
+    /// and allocation of the device is gone, and its handles stale; peer access to and from it
+    /// too.
     fn reset_device(&self, device: DeviceId) -> Result<()> {
         let state = self.device(device)?;
         let mut library = state
             .library
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // SAFETY: the trait's contract: nothing of the device is used after its reset.
+        // SAFETY: the trait's contract: nothing of the device is used after its reset; its
+        // handles go stale below.
         unsafe { result::context::reset_primary(self.driver, state.ordinal) }?;
         *library = None;
         drop(library);
+        self.streams.forget_device(device);
+        self.events.forget_device(device);
+        self.modules.forget_device(device);
+        self.allocations.forget_device(device);
         // The reset destroyed the context this backend retained (calls in it say
         // CUDA_ERROR_CONTEXT_IS_DESTROYED, seen on two H200s): give that retain back and
         // retain the device's primary context afresh.
@@ -782,11 +884,12 @@ impl Backend for CudaBackend {
         src_device: DeviceId,
         bytes: usize,
     ) -> Result<()> {
+        let stream = self.streams.get(stream.id)?;
         let dst_context = self.device(dst_device)?.context();
         let src_context = self.device(src_device)?.context();
         let _scope = self.enter(stream.device)?;
         // SAFETY: the caller's promise for both ranges; both contexts are primary contexts the
-        // backend holds, and the stream is of the current one.
+        // backend holds, and the stream is live (held) and of the current one.
         unsafe {
             result::memory::copy_peer_async(
                 self.driver,
@@ -806,8 +909,10 @@ impl Backend for CudaBackend {
     /// # Safety
     /// The trait's: the driver checks nothing about the caller's host memory.
     unsafe fn copy(&self, stream: CudaStream, dst: usize, src: usize, bytes: usize) -> Result<()> {
+        let stream = self.streams.get(stream.id)?;
         let _scope = self.enter(stream.device)?;
-        // SAFETY: the caller's promise for both ranges; the stream is of the current context.
+        // SAFETY: the caller's promise for both ranges; the stream is live (held) and of the
+        // current context.
         unsafe {
             result::memory::copy_async(
                 self.driver,
@@ -824,8 +929,10 @@ impl Backend for CudaBackend {
     /// # Safety
     /// The trait's.
     unsafe fn fill(&self, stream: CudaStream, dst: usize, value: u8, bytes: usize) -> Result<()> {
+        let stream = self.streams.get(stream.id)?;
         let _scope = self.enter(stream.device)?;
-        // SAFETY: the caller's promise for the range; the stream is of the current context.
+        // SAFETY: the caller's promise for the range; the stream is live (held) and of the
+        // current context.
         unsafe {
             result::memory::set_d8_async(
                 self.driver,
@@ -841,10 +948,11 @@ impl Backend for CudaBackend {
     /// embedded PTX, JIT-compiled by the driver) and kept; later calls only look it up.
     fn kernel(&self, device: DeviceId, name: &str) -> Result<CudaKernel> {
         let library_index = kernels::find(name)?;
-        let function = self.library_function(device, library_index)?;
+        let (module, function) = self.library_function(device, library_index)?;
         Ok(CudaKernel {
             function,
             device,
+            module,
             library_index: Some(library_index),
         })
     }
@@ -860,10 +968,11 @@ impl Backend for CudaBackend {
         value: FillValue,
         count: usize,
     ) -> Result<()> {
+        let stream = self.streams.get(stream.id)?;
         let _scope = self.enter(stream.device)?;
         let (driver, dst, raw) = (self.driver, dst as sys::CUdeviceptr, stream.raw);
-        // Every arm: the caller's promise for the range of `count` elements; the stream is of
-        // the current context.
+        // Every arm: the caller's promise for the range of `count` elements; the stream is live
+        // (held) and of the current context.
         match value {
             // SAFETY: as said above.
             FillValue::U8(v) => unsafe { result::memory::set_d8_async(driver, dst, v, count, raw) },
@@ -892,32 +1001,41 @@ impl Backend for CudaBackend {
         let _scope = self.enter(device)?;
         // SAFETY: the caller's promise for the image.
         let raw = unsafe { result::module::load_data(self.driver, image) }?;
-        Ok(CudaModule { raw, device })
+        Ok(self.register_module(raw, device))
     }
 
-    /// cuModuleUnload.
+    /// cuModuleUnload, once no call of another thread uses the module or one of its kernels
+    /// any more; the module and its kernels are stale from the moment the call begins (live
+    /// again if the driver refuses).
     fn module_unload(&self, module: CudaModule) -> Result<()> {
-        let _scope = self.enter(module.device)?;
-        // SAFETY: a module of the device, which the caller does not use again.
-        unsafe { result::module::unload(self.driver, module.raw) }
+        self.modules
+            .destroy(module.id, std::thread::yield_now, |module| {
+                let _scope = self.enter(module.device)?;
+                // SAFETY: a live module of the device, just taken out of the live modules after
+                // the last call using it or its kernels returned, so nothing uses them again.
+                unsafe { result::module::unload(self.driver, module.raw) }
+            })
     }
 
     /// cuModuleGetFunction; a name the module lacks is the driver's `CUDA_ERROR_NOT_FOUND`.
     fn module_kernel(&self, module: CudaModule, name: &CStr) -> Result<CudaKernel> {
+        let module = self.modules.get(module.id)?;
         let _scope = self.enter(module.device)?;
-        // SAFETY: a module of the device.
+        // SAFETY: a live module of the device (held).
         let function = unsafe { result::module::function(self.driver, module.raw, name) }?;
         Ok(CudaKernel {
             function,
             device: module.device,
+            module: module.id,
             library_index: None,
         })
     }
 
     /// cuFuncGetAttribute(`SHARED_SIZE_BYTES`).
     fn kernel_static_workgroup_bytes(&self, kernel: CudaKernel) -> Result<u32> {
+        let _module = self.live_kernel(kernel)?;
         let _scope = self.enter(kernel.device)?;
-        // SAFETY: a function of a module of the device.
+        // SAFETY: a function of a live module of the device (held).
         let bytes = unsafe {
             result::module::function_attribute(
                 self.driver,
@@ -931,8 +1049,9 @@ impl Backend for CudaBackend {
     /// cuFuncSetAttribute(`MAX_DYNAMIC_SHARED_SIZE_BYTES`).
     fn kernel_allow_workgroup_bytes(&self, kernel: CudaKernel, bytes: u32) -> Result<()> {
         let value = workgroup_bytes_attribute(bytes, kernel.library_index)?;
+        let _module = self.live_kernel(kernel)?;
         let _scope = self.enter(kernel.device)?;
-        // SAFETY: a function of a module of the device.
+        // SAFETY: a function of a live module of the device (held).
         unsafe {
             result::module::set_function_attribute(
                 self.driver,
@@ -995,6 +1114,7 @@ impl CudaBackend {
         params: *mut *mut c_void,
     ) -> Result<()> {
         check_same_device(stream.device, kernel.device)?;
+        let (stream, _module) = (self.streams.get(stream.id)?, self.live_kernel(kernel)?);
         // The launch keeps its scope. cuda.h (13.0) lets cuLaunchKernel take the context from
         // the stream only for a context-less CUkernel: "the context to launch the kernel on
         // will either be taken from the specified stream \p hStream or the current context in
@@ -1009,42 +1129,12 @@ impl CudaBackend {
             block: dims.block,
             shared_bytes: dims.dynamic_workgroup_bytes,
         };
-        // SAFETY: a function of a module and a stream of the device, whose context is current;
-        // the caller's promise for the parameters and the memory the kernel reaches.
+        // SAFETY: a function of a live module and a live stream of the device (both held), whose
+        // context is current; the caller's promise for the parameters and the memory the
+        // kernel reaches.
         unsafe { result::module::launch(self.driver, kernel.function, shape, stream.raw, params) }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The trait requires these; raw pointers inside would otherwise forbid them.
-    fn assert_thread_safe<T: Send + Sync>() {}
-
-    /// The trait requires a saved context to be `Send` (not `Sync`).
-    fn assert_send<T: Send>() {}
-
-    #[test]
-    fn handles_and_backend_are_send_and_sync() {
-        assert_thread_safe::<CudaStream>();
-        assert_thread_safe::<CudaEvent>();
-        assert_thread_safe::<CudaKernel>();
-        assert_thread_safe::<CudaBackend>();
-        assert_send::<SavedContext>();
-    }
-
-    #[test]
-    fn out_of_memory_is_none_and_other_codes_are_driver_errors() {
-        let failed = |call, code| Error::Driver(driver_error(call, code));
-        assert_eq!(allocation_outcome(Ok(0x1000)), Ok(Some(0x1000)));
-        assert_eq!(
-            allocation_outcome(Err(failed("cuMemAlloc", sys::CUDA_ERROR_OUT_OF_MEMORY))),
-            Ok(None)
-        );
-        assert_eq!(
-            allocation_outcome(Err(failed("cuMemHostAlloc", sys::CUDA_ERROR_INVALID_VALUE))),
-            Err(failed("cuMemHostAlloc", sys::CUDA_ERROR_INVALID_VALUE))
-        );
-    }
-}
+mod tests;

@@ -1,11 +1,21 @@
 //! The HIP backend: `gpu_core::backend::Backend` on the HIP runtime API, with every
 //! device-bound call made with its device current and the caller's device put back after.
 //!
-//! Every method that acts on a device runs inside a `DeviceScope` (module `current`): if the device is already
-//! current (the runtime's device guard made it so) nothing changes; otherwise hipSetDevice
+//! Every method that acts on a device runs inside a `DeviceScope` (module `current`): if the
+//! device is already current (the runtime's device guard made it so) nothing changes; otherwise
+//! hipSetDevice
 //! switches to it and back around the HIP calls, so the calling thread's current device is the
 //! same after the call as before it, also on error paths (hipSetDevice is per thread: the IREE
 //! multi-device bug was a missing restore).
+//!
+//! Every handle the backend hands out carries a number never used before in the process
+//! ([`HandleId`]), and the backend keeps the live ones ([`LiveHandles`]: streams, events, and
+//! modules, the program's and each device's kernel library; a kernel is live while its module
+//! is). A method that takes a handle looks it up first and holds it for the length of its HIP
+//! calls, so a destroyed, unloaded, reset or foreign handle is [`Error::StaleHandle`] and never
+//! reaches HIP, and a destroy waits for the calls in flight on its handle. The addresses it
+//! allocated and the host ranges it registered are kept too ([`LiveAllocations`],
+//! [`LiveRegistrations`]): `free` and `host_unregister` refuse anything else before HIP.
 
 mod caps;
 mod current;
@@ -18,8 +28,9 @@ use std::sync::Mutex;
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::library::find_for;
 use gpu_core::backend::live::{
-    FreeStep, check_allocation, check_stream_allocation, enable_peer_access, kernel_name,
-    library_arguments, library_functions, none_on_code, workgroup_bytes_attribute,
+    FreeStep, HandleId, Live, LiveAllocations, LiveHandles, LiveRegistrations, check_allocation,
+    check_stream_allocation, enable_peer_access, kernel_name, library_arguments, library_functions,
+    none_on_code, workgroup_bytes_attribute,
 };
 use gpu_core::backend::{
     Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device_slots, check_same_device,
@@ -48,35 +59,44 @@ const KERNEL_IMAGES: &[&[u8]] = &[gpu_cuda_ffi::kernels::PTX.as_bytes()];
 #[cfg(not(feature = "nvidia"))]
 const KERNEL_IMAGES: &[&[u8]] = crate::code_objects::CODE_OBJECTS;
 
-/// An in-order queue of work on one device: a non-blocking `hipStream_t` and its device.
+/// An in-order queue of work on one device: a non-blocking `hipStream_t` (or an adopted one),
+/// its device, and its number in the backend's live streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HipStream {
     raw: sys::hipStream_t,
     device: DeviceId,
+    id: HandleId,
 }
 
-/// A completion marker: a `hipEvent_t` created without timing, and its device.
+/// A completion marker: a `hipEvent_t` created without timing, its device, and its number in
+/// the backend's live events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HipEvent {
     raw: sys::hipEvent_t,
     device: DeviceId,
+    id: HandleId,
 }
 
-/// A kernel loaded on one device: of the standard library, or of a module the program loaded.
+/// A kernel loaded on one device: of the standard library, or of a module the program loaded;
+/// live while that module is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HipKernel {
     function: sys::hipFunction_t,
     device: DeviceId,
+    /// The number of its module (the device's library module for a library kernel).
+    module: HandleId,
     /// Index into the library table (name and parameters); `None` for a module's kernel,
     /// whose parameters nothing here knows.
     library_index: Option<usize>,
 }
 
-/// A module image loaded on one device (`hipModule_t`), from [`Backend::module_load`].
+/// A module image loaded on one device (`hipModule_t`), from [`Backend::module_load`], and its
+/// number in the backend's live modules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HipModule {
     raw: sys::hipModule_t,
     device: DeviceId,
+    id: HandleId,
 }
 
 // SAFETY: (all four handles) the values are opaque HIP handles, never dereferenced by this
@@ -144,9 +164,10 @@ impl HipKernel {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SavedDevice(Option<c_int>);
 
-/// The kernel library loaded on one device: the module and one function per library entry.
+/// The kernel library loaded on one device: the module (live in the backend's modules while it
+/// is loaded) and one function per library entry.
 struct LoadedLibrary {
-    module: sys::hipModule_t,
+    module: HipModule,
     functions: Vec<sys::hipFunction_t>,
 }
 
@@ -175,6 +196,16 @@ impl DeviceState {
 pub struct HipBackend {
     hip: &'static Hip,
     devices: Vec<DeviceState>,
+    /// The streams it created or adopted and has not destroyed.
+    streams: LiveHandles<HipStream>,
+    /// The events it created and has not destroyed.
+    events: LiveHandles<HipEvent>,
+    /// The modules loaded and not unloaded: the program's, and each device's kernel library.
+    modules: LiveHandles<HipModule>,
+    /// The memory it allocated and has not freed.
+    allocations: LiveAllocations,
+    /// The host ranges it registered and has not unregistered.
+    registrations: LiveRegistrations,
 }
 
 // SAFETY: the raw handles inside (pools, modules, functions) are opaque HIP handles, used only
@@ -238,7 +269,20 @@ impl HipBackend {
             }
             devices.push(state);
         }
-        Ok(Self { hip, devices })
+        Ok(Self::with_devices(hip, devices))
+    }
+
+    /// A backend of `devices`, with nothing live yet.
+    fn with_devices(hip: &'static Hip, devices: Vec<DeviceState>) -> Self {
+        Self {
+            hip,
+            devices,
+            streams: LiveHandles::new(BACKEND, "stream"),
+            events: LiveHandles::new(BACKEND, "event"),
+            modules: LiveHandles::new(BACKEND, "module"),
+            allocations: LiveAllocations::new(),
+            registrations: LiveRegistrations::new(),
+        }
     }
 
     /// The loaded HIP library.
@@ -271,19 +315,20 @@ impl HipBackend {
         Ok(())
     }
 
-    /// The library function `library_index` of `device`, loading the module on first use.
+    /// The function `library_index` of `device`'s kernel library and the library module's
+    /// number, loading the module on first use.
     fn library_function(
         &self,
         device: DeviceId,
         library_index: usize,
-    ) -> Result<sys::hipFunction_t> {
+    ) -> Result<(HandleId, sys::hipFunction_t)> {
         let state = self.device(device)?;
         let mut slot = state
             .library
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(loaded) = slot.as_ref() {
-            return Ok(loaded.functions[library_index]);
+            return Ok((loaded.module.id, loaded.functions[library_index]));
         }
         // Looked up before loading (and cached from then on), so that unloading on an error
         // path cannot fail for a missing symbol (which would leak the module and report the
@@ -298,9 +343,28 @@ impl HipBackend {
             // SAFETY: the module was just loaded and nothing else refers to it.
             |module| drop(unsafe { result::module::unload(self.hip, module) }),
         )?;
+        let module = self.register_module(module, device);
         let function = functions[library_index];
         *slot = Some(LoadedLibrary { module, functions });
-        Ok(function)
+        Ok((module.id, function))
+    }
+
+    /// `kernel`'s module, live, held until the guard drops: a kernel of an unloaded module (or
+    /// of a library from before its device's reset) is [`Error::StaleHandle`] naming a kernel.
+    fn live_kernel(&self, kernel: HipKernel) -> Result<Live<HipModule>> {
+        self.modules.get_as(kernel.module, "kernel")
+    }
+
+    /// Records a module just loaded on `device` as live.
+    fn register_module(&self, raw: sys::hipModule_t, device: DeviceId) -> HipModule {
+        self.modules
+            .register(device, |id| HipModule { raw, device, id })
+    }
+
+    /// Records a stream of `device` as live.
+    fn register_stream(&self, raw: sys::hipStream_t, device: DeviceId) -> HipStream {
+        self.streams
+            .register(device, |id| HipStream { raw, device, id })
     }
 
     /// Loads the first of [`KERNEL_IMAGES`] the current device accepts; the last refusal is
@@ -365,7 +429,7 @@ impl Drop for HipBackend {
             {
                 // SAFETY: the module was loaded on this device and its functions are not used
                 // after the backend is gone (the trait's handles do not outlive it).
-                let _ = unsafe { result::module::unload(self.hip, loaded.module) };
+                let _ = unsafe { result::module::unload(self.hip, loaded.module.raw) };
             }
         }
     }
@@ -437,12 +501,13 @@ impl Backend for HipBackend {
     }
 
     /// Device: hipMalloc; managed: hipMallocManaged with `hipMemAttachGlobal`; pinned host:
-    /// hipHostMalloc with `Portable | Mapped`. Host-registered memory is never allocated.
+    /// hipHostMalloc with `Portable | Mapped`. Host-registered memory is never allocated. The
+    /// address is recorded for `free`.
     fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
         check_allocation(&self.device(device)?.info, device, kind, bytes)?;
         let _scope = self.enter(device)?;
         let hip = self.hip;
-        allocation_outcome(match kind {
+        let allocated = allocation_outcome(match kind {
             MemoryKind::Device => result::memory::alloc(hip, bytes),
             MemoryKind::Managed => {
                 result::memory::alloc_managed(hip, bytes, sys::hipMemAttachGlobal)
@@ -452,26 +517,34 @@ impl Backend for HipBackend {
                 result::memory::alloc_host(hip, bytes, flags)
             }
             MemoryKind::HostRegistered => return Err(Error::KindUnsupported { device, kind }),
-        })
+        });
+        self.allocations.record(device, kind, allocated)
     }
 
     /// Device memory only: hipMallocAsync from the device's default pool (release threshold at
     /// the maximum). Other kinds, and devices without pools, are [`Error::KindUnsupported`].
+    /// The address is recorded for `free`.
     fn allocate_on_stream(
         &self,
         stream: HipStream,
         kind: MemoryKind,
         bytes: usize,
     ) -> Result<Option<usize>> {
-        let pool = self.device(stream.device)?.pool();
-        check_stream_allocation(stream.device, kind, pool.is_some(), bytes)?;
-        let _scope = self.enter(stream.device)?;
-        // SAFETY: a stream of the backend's (or adopted) of the device, which is current.
-        allocation_outcome(unsafe { result::memory::alloc_async(self.hip, bytes, stream.raw) })
+        let stream = self.streams.get(stream.id)?;
+        let device = stream.device;
+        let pool = self.device(device)?.pool();
+        check_stream_allocation(device, kind, pool.is_some(), bytes)?;
+        let _scope = self.enter(device)?;
+        // SAFETY: a live stream of the device (held), which is current.
+        let allocated =
+            allocation_outcome(unsafe { result::memory::alloc_async(self.hip, bytes, stream.raw) });
+        self.allocations.record(device, kind, allocated)
     }
 
     /// Device memory with `after`: hipFreeAsync on that stream; without: hipFree. Managed and
-    /// pinned host memory: synchronise `after`, then hipFree / hipHostFree.
+    /// pinned host memory: synchronise `after`, then hipFree / hipHostFree. Only memory this
+    /// backend allocated (of `kind`, on `device`) and has not freed reaches HIP: anything else
+    /// is [`Error::UnknownAddress`]; a failed free leaves the memory recorded.
     fn free(
         &self,
         device: DeviceId,
@@ -480,39 +553,38 @@ impl Backend for HipBackend {
         after: Option<HipStream>,
     ) -> Result<()> {
         self.device(device)?;
-        if kind == MemoryKind::HostRegistered {
-            return Err(Error::KindUnsupported { device, kind });
-        }
-        if address == 0 {
-            return Err(Error::NullPointer {
-                what: "freed address",
-            });
-        }
-        let _scope = self.enter(device)?;
-        let (hip, pointer) = (self.hip, address as *mut c_void);
-        // `address` is memory of this kind the caller got from this backend and no longer
-        // uses (the trait's contract), `after` a stream of the device, which is current.
-        match FreeStep::of(kind, after) {
-            // SAFETY: as said above.
-            FreeStep::InStreamOrder(stream) => unsafe {
-                result::memory::free_async(hip, pointer, stream.raw)
-            },
-            // SAFETY: as said above.
-            FreeStep::Now => unsafe { result::memory::free(hip, pointer) },
-            FreeStep::AfterSynchronizing { after, pinned } => {
-                if let Some(stream) = after {
-                    // SAFETY: as said above.
-                    unsafe { result::stream::synchronize(hip, stream.raw) }?;
-                }
-                if pinned {
-                    // SAFETY: as said above.
-                    unsafe { result::memory::free_host(hip, pointer) }
-                } else {
-                    // SAFETY: as said above.
-                    unsafe { result::memory::free(hip, pointer) }
+        self.allocations.release(device, kind, address, || {
+            let after = after
+                .map(|stream| self.streams.get(stream.id))
+                .transpose()?;
+            let _scope = self.enter(device)?;
+            let (hip, pointer) = (self.hip, address as *mut c_void);
+            // `address` is live memory of this kind that this backend allocated on the device
+            // (just taken out of its allocations, so no other free reaches it) and the caller
+            // no longer uses (the trait's contract); `after` is a live stream of the device
+            // (held), which is current.
+            match FreeStep::of(kind, after.as_deref()) {
+                // SAFETY: as said above.
+                FreeStep::InStreamOrder(stream) => unsafe {
+                    result::memory::free_async(hip, pointer, stream.raw)
+                },
+                // SAFETY: as said above.
+                FreeStep::Now => unsafe { result::memory::free(hip, pointer) },
+                FreeStep::AfterSynchronizing { after, pinned } => {
+                    if let Some(stream) = after {
+                        // SAFETY: as said above.
+                        unsafe { result::stream::synchronize(hip, stream.raw) }?;
+                    }
+                    if pinned {
+                        // SAFETY: as said above.
+                        unsafe { result::memory::free_host(hip, pointer) }
+                    } else {
+                        // SAFETY: as said above.
+                        unsafe { result::memory::free(hip, pointer) }
+                    }
                 }
             }
-        }
+        })
     }
 
     /// hipHostRegister with `Portable | Mapped` (with device 0 current; registration is
@@ -534,14 +606,20 @@ impl Backend for HipBackend {
             let _ = unsafe { result::memory::host_unregister(self.hip, host) };
             return Err(error);
         }
+        self.registrations.record(range);
         Ok(())
     }
 
-    /// hipHostUnregister of exactly `start`.
+    /// hipHostUnregister of exactly `start`, a range this backend registered: a pointer inside
+    /// one is [`Error::NotEntryStart`], and one in none (never registered here, or unregistered
+    /// already) [`Error::NotLocked`], both before HIP.
     fn host_unregister(&self, start: usize) -> Result<()> {
-        let _scope = self.enter(DeviceId(0))?;
-        // SAFETY: the trait's contract: no work still to run uses the range.
-        unsafe { result::memory::host_unregister(self.hip, start as *mut c_void) }
+        self.registrations.release(start, || {
+            let _scope = self.enter(DeviceId(0))?;
+            // SAFETY: a range this backend registered (just taken out of its registrations);
+            // the trait's contract: no work still to run uses it.
+            unsafe { result::memory::host_unregister(self.hip, start as *mut c_void) }
+        })
     }
 
     /// One hipDrvPointerGetAttributes for the memory type and the allocation's range: host
@@ -573,68 +651,86 @@ impl Backend for HipBackend {
     fn stream_create(&self, device: DeviceId) -> Result<HipStream> {
         let _scope = self.enter(device)?;
         let raw = result::stream::create(self.hip, sys::hipStreamNonBlocking)?;
-        Ok(HipStream { raw, device })
+        Ok(self.register_stream(raw, device))
     }
 
     /// Wraps the raw `hipStream_t` with its device, with no HIP call: HIP cannot check a
     /// handle without dereferencing it. `0` (the null stream) and `hipStreamPerThread` name the
-    /// default streams of `device`, which every method makes current.
+    /// default streams of `device`, which every method makes current. The handle is live (each
+    /// adoption a handle of its own) until the stream is destroyed or the device reset.
     unsafe fn adopt_stream(&self, device: DeviceId, raw: usize) -> Result<HipStream> {
         self.device(device)?;
-        Ok(HipStream {
-            raw: raw as sys::hipStream_t,
-            device,
-        })
+        Ok(self.register_stream(raw as sys::hipStream_t, device))
     }
 
+    /// hipStreamDestroy, once no call of another thread uses the stream any more; the handle is
+    /// stale from the moment the call begins (live again if HIP refuses).
     fn stream_destroy(&self, stream: HipStream) -> Result<()> {
-        let _scope = self.enter(stream.device)?;
-        // SAFETY: a stream of the device, which the caller does not use again.
-        unsafe { result::stream::destroy(self.hip, stream.raw) }
+        self.streams
+            .destroy(stream.id, std::thread::yield_now, |stream| {
+                let _scope = self.enter(stream.device)?;
+                // SAFETY: a live stream of the device, just taken out of the live streams after
+                // the last call using it returned, so nothing uses it again.
+                unsafe { result::stream::destroy(self.hip, stream.raw) }
+            })
     }
 
     fn stream_synchronize(&self, stream: HipStream) -> Result<()> {
+        let stream = self.streams.get(stream.id)?;
         let _scope = self.enter(stream.device)?;
-        // SAFETY: a stream of the device, which is current.
+        // SAFETY: a live stream of the device (held), which is current.
         unsafe { result::stream::synchronize(self.hip, stream.raw) }
     }
 
     fn event_create(&self, device: DeviceId) -> Result<HipEvent> {
         let _scope = self.enter(device)?;
         let raw = result::event::create(self.hip, sys::hipEventDisableTiming)?;
-        Ok(HipEvent { raw, device })
+        Ok(self
+            .events
+            .register(device, |id| HipEvent { raw, device, id }))
     }
 
+    /// hipEventDestroy, once no call of another thread uses the event any more; the handle is
+    /// stale from the moment the call begins (live again if HIP refuses).
     fn event_destroy(&self, event: HipEvent) -> Result<()> {
-        let _scope = self.enter(event.device)?;
-        // SAFETY: an event of the device, which the caller does not use again.
-        unsafe { result::event::destroy(self.hip, event.raw) }
+        self.events
+            .destroy(event.id, std::thread::yield_now, |event| {
+                let _scope = self.enter(event.device)?;
+                // SAFETY: a live event of the device, just taken out of the live events after the
+                // last call using it returned, so nothing uses it again.
+                unsafe { result::event::destroy(self.hip, event.raw) }
+            })
     }
 
     /// hipEventRecord; an event of another device is [`Error::WrongDevice`] before HIP.
     fn event_record(&self, event: HipEvent, stream: HipStream) -> Result<()> {
         check_same_device(stream.device, event.device)?;
+        let (stream, event) = (self.streams.get(stream.id)?, self.events.get(event.id)?);
         let _scope = self.enter(stream.device)?;
-        // SAFETY: an event and a stream of the device, which is current.
+        // SAFETY: a live event and a live stream of the device (both held), which is current.
         unsafe { result::event::record(self.hip, event.raw, stream.raw) }
     }
 
     fn stream_wait_event(&self, stream: HipStream, event: HipEvent) -> Result<()> {
+        let (stream, event) = (self.streams.get(stream.id)?, self.events.get(event.id)?);
         let _scope = self.enter(stream.device)?;
-        // SAFETY: a stream of the device, which is current, and an event of any.
+        // SAFETY: a live stream of the device, which is current, and a live event of any (both
+        // held).
         unsafe { result::stream::wait_event(self.hip, stream.raw, event.raw, 0) }
     }
 
     /// hipEventQuery: `hipSuccess` is true, `hipErrorNotReady` false.
     fn event_query(&self, event: HipEvent) -> Result<bool> {
+        let event = self.events.get(event.id)?;
         let _scope = self.enter(event.device)?;
-        // SAFETY: an event of the device.
+        // SAFETY: a live event of the device (held).
         unsafe { result::event::query(self.hip, event.raw) }
     }
 
     fn event_synchronize(&self, event: HipEvent) -> Result<()> {
+        let event = self.events.get(event.id)?;
         let _scope = self.enter(event.device)?;
-        // SAFETY: an event of the device.
+        // SAFETY: a live event of the device (held).
         unsafe { result::event::synchronize(self.hip, event.raw) }
     }
 
@@ -646,7 +742,8 @@ impl Backend for HipBackend {
 
     /// hipDeviceReset with the device current, then the device's set-up again: the kernel
     /// library is forgotten (its module died with the device's state; the next `kernel` call
-    /// loads it again) and the default pool's release threshold is raised again.
+    /// loads it again) and the default pool's release threshold is raised again. Every stream,
+    /// event, module and allocation of the device is gone, and its handles stale.
     fn reset_device(&self, device: DeviceId) -> Result<()> {
         let state = self.device(device)?;
         let mut library = state
@@ -655,11 +752,16 @@ impl Backend for HipBackend {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         {
             let _scope = self.enter(device)?;
-            // SAFETY: the trait's contract: nothing of the device is used after its reset.
+            // SAFETY: the trait's contract: nothing of the device is used after its reset; its
+            // handles go stale below.
             unsafe { result::device::reset(self.hip) }?;
         }
         *library = None;
         drop(library);
+        self.streams.forget_device(device);
+        self.events.forget_device(device);
+        self.modules.forget_device(device);
+        self.allocations.forget_device(device);
         if state.pool().is_some() {
             let pool = configure_default_pool(self.hip, state.ordinal)?;
             state.pool.store(pool, Ordering::Release);
@@ -721,8 +823,10 @@ impl Backend for HipBackend {
     /// # Safety
     /// The trait's: HIP checks nothing about the caller's host memory.
     unsafe fn copy(&self, stream: HipStream, dst: usize, src: usize, bytes: usize) -> Result<()> {
+        let stream = self.streams.get(stream.id)?;
         let _scope = self.enter(stream.device)?;
-        // SAFETY: the caller's promise for both ranges; the stream is of the current device.
+        // SAFETY: the caller's promise for both ranges; the stream is live (held) and of the
+        // current device.
         unsafe {
             result::memory::copy_async(
                 self.hip,
@@ -748,10 +852,12 @@ impl Backend for HipBackend {
         src_device: DeviceId,
         bytes: usize,
     ) -> Result<()> {
+        let stream = self.streams.get(stream.id)?;
         let dst_ordinal = self.device(dst_device)?.ordinal;
         let src_ordinal = self.device(src_device)?.ordinal;
         let _scope = self.enter(stream.device)?;
-        // SAFETY: the caller's promise for both ranges; the stream is of the current device.
+        // SAFETY: the caller's promise for both ranges; the stream is live (held) and of the
+        // current device.
         unsafe {
             result::memory::copy_peer_async(
                 self.hip,
@@ -770,8 +876,10 @@ impl Backend for HipBackend {
     /// # Safety
     /// The trait's.
     unsafe fn fill(&self, stream: HipStream, dst: usize, value: u8, bytes: usize) -> Result<()> {
+        let stream = self.streams.get(stream.id)?;
         let _scope = self.enter(stream.device)?;
-        // SAFETY: the caller's promise for the range; the stream is of the current device.
+        // SAFETY: the caller's promise for the range; the stream is live (held) and of the
+        // current device.
         unsafe {
             result::memory::set_d8_async(self.hip, dst as *mut c_void, value, bytes, stream.raw)
         }
@@ -781,10 +889,11 @@ impl Backend for HipBackend {
     /// first image the device accepts) and kept; later calls only look it up.
     fn kernel(&self, device: DeviceId, name: &str) -> Result<HipKernel> {
         let library_index = find_for(BACKEND, name)?;
-        let function = self.library_function(device, library_index)?;
+        let (module, function) = self.library_function(device, library_index)?;
         Ok(HipKernel {
             function,
             device,
+            module,
             library_index: Some(library_index),
         })
     }
@@ -800,10 +909,11 @@ impl Backend for HipBackend {
         value: FillValue,
         count: usize,
     ) -> Result<()> {
+        let stream = self.streams.get(stream.id)?;
         let _scope = self.enter(stream.device)?;
         let (hip, dst, raw) = (self.hip, dst as *mut c_void, stream.raw);
-        // Every arm: the caller's promise for the range of `count` elements; the stream is of
-        // the current device.
+        // Every arm: the caller's promise for the range of `count` elements; the stream is live
+        // (held) and of the current device.
         match value {
             // SAFETY: as said above.
             FillValue::U8(v) => unsafe { result::memory::set_d8_async(hip, dst, v, count, raw) },
@@ -827,32 +937,41 @@ impl Backend for HipBackend {
         let _scope = self.enter(device)?;
         // SAFETY: the caller's promise for the image.
         let raw = unsafe { result::module::load_data(self.hip, image) }?;
-        Ok(HipModule { raw, device })
+        Ok(self.register_module(raw, device))
     }
 
-    /// hipModuleUnload.
+    /// hipModuleUnload, once no call of another thread uses the module or one of its kernels
+    /// any more; the module and its kernels are stale from the moment the call begins (live
+    /// again if HIP refuses).
     fn module_unload(&self, module: HipModule) -> Result<()> {
-        let _scope = self.enter(module.device)?;
-        // SAFETY: a module of the device, which the caller does not use again.
-        unsafe { result::module::unload(self.hip, module.raw) }
+        self.modules
+            .destroy(module.id, std::thread::yield_now, |module| {
+                let _scope = self.enter(module.device)?;
+                // SAFETY: a live module of the device, just taken out of the live modules after
+                // the last call using it or its kernels returned, so nothing uses them again.
+                unsafe { result::module::unload(self.hip, module.raw) }
+            })
     }
 
     /// hipModuleGetFunction.
     fn module_kernel(&self, module: HipModule, name: &CStr) -> Result<HipKernel> {
+        let module = self.modules.get(module.id)?;
         let _scope = self.enter(module.device)?;
-        // SAFETY: a module of the device.
+        // SAFETY: a live module of the device (held).
         let function = unsafe { result::module::function(self.hip, module.raw, name) }?;
         Ok(HipKernel {
             function,
             device: module.device,
+            module: module.id,
             library_index: None,
         })
     }
 
     /// hipFuncGetAttribute(`HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`).
     fn kernel_static_workgroup_bytes(&self, kernel: HipKernel) -> Result<u32> {
+        let _module = self.live_kernel(kernel)?;
         let _scope = self.enter(kernel.device)?;
-        // SAFETY: a function of a module of the device.
+        // SAFETY: a function of a live module of the device (held).
         let bytes = unsafe {
             result::module::function_attribute(
                 self.hip,
@@ -866,13 +985,14 @@ impl Backend for HipBackend {
     /// hipFuncSetAttribute(`hipFuncAttributeMaxDynamicSharedMemorySize`) on the module's
     /// function; nothing at or below the device's default limit, which every kernel has.
     fn kernel_allow_workgroup_bytes(&self, kernel: HipKernel, bytes: u32) -> Result<()> {
+        let _module = self.live_kernel(kernel)?;
         let state = self.device(kernel.device)?;
         if bytes <= state.info.workgroup.default_per_block {
             return Ok(());
         }
         let value = workgroup_bytes_attribute(bytes, kernel.library_index)?;
         let _scope = self.enter(kernel.device)?;
-        // SAFETY: a function of a module of the device.
+        // SAFETY: a function of a live module of the device (held).
         unsafe {
             result::module::set_function_attribute(
                 self.hip,
@@ -935,14 +1055,15 @@ impl HipBackend {
         params: *mut *mut c_void,
     ) -> Result<()> {
         check_same_device(stream.device, kernel.device)?;
+        let (stream, _module) = (self.streams.get(stream.id)?, self.live_kernel(kernel)?);
         let _scope = self.enter(stream.device)?;
         let shape = LaunchShape {
             grid: dims.grid,
             block: dims.block,
             shared_bytes: dims.dynamic_workgroup_bytes,
         };
-        // SAFETY: a function of a module and a stream of the device, which is current; the
-        // caller's promise for the parameters and the memory the kernel reaches.
+        // SAFETY: a function of a live module and a live stream of the device (both held), which
+        // is current; the caller's promise for the parameters and the memory the kernel reaches.
         unsafe { result::module::launch(self.hip, kernel.function, shape, stream.raw, params) }
     }
 }
@@ -950,6 +1071,7 @@ impl HipBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpu_core::DriverError;
     use gpu_core::backend::live::MODULE_KERNEL;
 
     fn assert_thread_safe<T: Send + Sync>() {}
@@ -957,10 +1079,230 @@ mod tests {
     /// A backend over the real library with no device opened (what a machine without a HIP
     /// device would have if opening did not refuse); `None` where the library is absent.
     fn deviceless() -> Option<HipBackend> {
-        Hip::global().ok().map(|hip| HipBackend {
-            hip,
-            devices: Vec::new(),
-        })
+        Hip::global()
+            .ok()
+            .map(|hip| HipBackend::with_devices(hip, Vec::new()))
+    }
+
+    /// A backend over the real library with one device of an ordinal no machine has: every
+    /// call that reaches HIP fails at hipSetDevice, before any handle or address is given to
+    /// HIP. `None` where the library is absent.
+    fn unreachable_device() -> Option<HipBackend> {
+        let info = DeviceInfo {
+            name: "unreachable".into(),
+            total_memory: 1 << 30,
+            allocator: gpu_core::allocator::AllocatorCapabilities {
+                device: gpu_core::allocator::KindSupport::SYNCHRONOUS,
+                managed: gpu_core::allocator::KindSupport::NONE,
+                host_pinned: gpu_core::allocator::KindSupport::SYNCHRONOUS,
+                host_register: true,
+            },
+            workgroup: gpu_core::workgroup::WorkgroupLimits {
+                default_per_block: 64 << 10,
+                max_per_block_opt_in: 64 << 10,
+                per_multiprocessor: 64 << 10,
+                reserved_per_block: 0,
+            },
+            unified_addressing: true,
+            pageable_memory_access: false,
+        };
+        let device = DeviceState {
+            ordinal: 4077,
+            pool: AtomicPtr::new(ptr::null_mut()),
+            info,
+            library: Mutex::new(None),
+        };
+        Hip::global()
+            .ok()
+            .map(|hip| HipBackend::with_devices(hip, vec![device]))
+    }
+
+    /// Handles of `device` recorded as live in `backend`'s registries, as creating them would
+    /// (never given to HIP: their raw values are null), and a library kernel of the module.
+    fn live_handles(
+        backend: &HipBackend,
+        device: DeviceId,
+    ) -> (HipStream, HipEvent, HipModule, HipKernel) {
+        let stream = backend.register_stream(ptr::null_mut(), device);
+        let event = HipEvent {
+            raw: ptr::null_mut(),
+            device,
+            id: HandleId::fresh(),
+        };
+        backend.events.insert(event.id, device, event);
+        let module = backend.register_module(ptr::null_mut(), device);
+        let kernel = HipKernel {
+            function: ptr::null_mut(),
+            device,
+            module: module.id,
+            library_index: Some(0),
+        };
+        (stream, event, module, kernel)
+    }
+
+    fn stale(what: &'static str, id: HandleId) -> Error {
+        Error::StaleHandle {
+            backend: "hip",
+            what,
+            id,
+        }
+    }
+
+    #[test]
+    fn destroyed_unloaded_reset_and_foreign_handles_are_stale_before_hip() {
+        let Some(backend) = deviceless() else {
+            eprintln!("skipped: the HIP library is not installed");
+            return;
+        };
+        let d0 = DeviceId(0);
+        let unknown = Err(Error::UnknownDevice {
+            device: d0,
+            device_count: 0,
+        });
+        let (stream, event, module, kernel) = live_handles(&backend, d0);
+        let dims = LaunchDims::linear(1, 1);
+        // Live: past the registry, refused for the device (which this backend lacks).
+        assert_eq!(backend.stream_synchronize(stream), unknown);
+        assert_eq!(backend.event_record(event, stream), unknown);
+        assert_eq!(
+            backend.kernel_static_workgroup_bytes(kernel),
+            unknown.clone().map(|()| 0)
+        );
+        // SAFETY: refused before anything is enqueued.
+        let launched = unsafe { backend.launch_packed(stream, kernel, dims, ptr::null_mut()) };
+        assert_eq!(launched, unknown);
+        // What destroying does first: the handle leaves the registry.
+        backend.streams.remove(stream.id, || {}).unwrap();
+        let gone = Err(stale("stream", stream.id));
+        assert_eq!(backend.stream_synchronize(stream), gone);
+        assert_eq!(backend.stream_destroy(stream), gone);
+        assert_eq!(backend.event_record(event, stream), gone);
+        assert_eq!(backend.stream_wait_event(stream, event), gone);
+        assert_eq!(
+            backend.allocate_on_stream(stream, MemoryKind::Device, 64),
+            gone.clone().map(|()| None)
+        );
+        // SAFETY: refused before anything is enqueued.
+        unsafe {
+            assert_eq!(backend.copy(stream, 0x1000, 0x2000, 8), gone);
+            assert_eq!(backend.fill(stream, 0x1000, 0, 8), gone);
+            assert_eq!(
+                backend.fill_elements(stream, 0x1000, FillValue::U8(0), 8),
+                gone
+            );
+            assert_eq!(backend.copy_peer(stream, 0x1000, d0, 0x2000, d0, 8), gone);
+            assert_eq!(
+                backend.launch_packed(stream, kernel, dims, ptr::null_mut()),
+                gone
+            );
+        }
+        backend.events.remove(event.id, || {}).unwrap();
+        let gone = Err(stale("event", event.id));
+        assert_eq!(backend.event_query(event), gone.clone().map(|()| false));
+        assert_eq!(backend.event_synchronize(event), gone);
+        assert_eq!(backend.event_destroy(event), gone);
+        // Unloading a module makes its kernels stale.
+        backend.modules.remove(module.id, || {}).unwrap();
+        assert_eq!(
+            backend.module_kernel(module, c"k"),
+            Err(stale("module", module.id))
+        );
+        assert_eq!(
+            backend.module_unload(module),
+            Err(stale("module", module.id))
+        );
+        let gone = Err(stale("kernel", module.id));
+        assert_eq!(
+            backend.kernel_static_workgroup_bytes(kernel),
+            gone.clone().map(|()| 0)
+        );
+        assert_eq!(backend.kernel_allow_workgroup_bytes(kernel, 64), gone);
+        // A reset forgets every handle of its device; another backend's handles are stale.
+        let (stream, event, _, kernel) = live_handles(&backend, d0);
+        assert_eq!(backend.streams.forget_device(d0), 1);
+        assert_eq!(backend.events.forget_device(d0), 1);
+        assert_eq!(backend.modules.forget_device(d0), 1);
+        assert_eq!(
+            backend.stream_synchronize(stream),
+            Err(stale("stream", stream.id))
+        );
+        assert_eq!(
+            backend.event_synchronize(event),
+            Err(stale("event", event.id))
+        );
+        let other = deviceless().unwrap();
+        let (stream, ..) = live_handles(&other, d0);
+        assert_eq!(
+            backend.stream_synchronize(stream),
+            Err(stale("stream", stream.id))
+        );
+        assert_eq!(
+            backend.kernel_static_workgroup_bytes(kernel),
+            Err(stale("kernel", kernel.module))
+        );
+    }
+
+    #[test]
+    fn only_memory_and_ranges_this_backend_recorded_reach_hip() {
+        let Some(backend) = unreachable_device() else {
+            eprintln!("skipped: the HIP library is not installed");
+            return;
+        };
+        let d0 = DeviceId(0);
+        let kind = MemoryKind::Device;
+        let unknown = |address| {
+            Err(Error::UnknownAddress {
+                device: d0,
+                address,
+            })
+        };
+        assert_eq!(backend.free(d0, kind, 0x1000, None), unknown(0x1000));
+        // Recorded (as an allocation would): past the check, HIP refuses to switch to the
+        // device, and the memory stays recorded.
+        backend
+            .allocations
+            .record(d0, kind, Ok(Some(0x1000)))
+            .unwrap();
+        assert!(matches!(
+            backend.free(d0, kind, 0x1000, None),
+            Err(Error::Driver(DriverError {
+                call: "hipSetDevice" | "hipGetDevice",
+                ..
+            }))
+        ));
+        assert!(backend.allocations.contains(d0, kind, 0x1000));
+        assert_eq!(
+            backend.free(d0, MemoryKind::HostPinned, 0x1000, None),
+            unknown(0x1000),
+            "another kind"
+        );
+        // A stream of this backend that is stale: the free is refused, the memory kept.
+        let stream = backend.register_stream(ptr::null_mut(), d0);
+        backend.streams.remove(stream.id, || {}).unwrap();
+        assert_eq!(
+            backend.free(d0, kind, 0x1000, Some(stream)),
+            Err(stale("stream", stream.id))
+        );
+        assert!(backend.allocations.contains(d0, kind, 0x1000));
+
+        let range = ByteRange::new(0x7000_0100, 4096).unwrap();
+        assert_eq!(
+            backend.host_unregister(range.start),
+            Err(Error::NotLocked { ptr: range.start })
+        );
+        backend.registrations.record(range);
+        assert_eq!(
+            backend.host_unregister(range.start + 8),
+            Err(Error::NotEntryStart {
+                ptr: range.start + 8,
+                entry: range
+            })
+        );
+        assert!(matches!(
+            backend.host_unregister(range.start),
+            Err(Error::Driver(_))
+        ));
+        assert_eq!(backend.registrations.get(range.start), Some(range));
     }
 
     #[test]
@@ -974,19 +1316,8 @@ mod tests {
             device: d0,
             device_count: 0,
         };
-        let stream = HipStream {
-            raw: ptr::null_mut(),
-            device: d0,
-        };
-        let event = HipEvent {
-            raw: ptr::null_mut(),
-            device: d0,
-        };
-        let kernel = HipKernel {
-            function: ptr::null_mut(),
-            device: d0,
-            library_index: Some(0),
-        };
+        // Live handles of the missing device (never given to HIP: refused for the device).
+        let (stream, event, module, kernel) = live_handles(&backend, d0);
         let range = ByteRange::new(0x1000, 64).unwrap();
         let mut one_slot = [0usize; 1];
         assert_eq!(backend.device_count(), 0);
@@ -1008,7 +1339,11 @@ mod tests {
             backend.host_register(range, &mut one_slot),
             Err(unknown.clone())
         );
-        assert_eq!(backend.host_unregister(0x1000), Err(unknown.clone()));
+        assert_eq!(
+            backend.host_unregister(0x1000),
+            Err(Error::NotLocked { ptr: 0x1000 }),
+            "never registered here"
+        );
         assert_eq!(
             backend.host_pinned_extent(0x1000, &mut one_slot),
             Err(unknown.clone())
@@ -1091,10 +1426,6 @@ mod tests {
                 Err(unknown.clone())
             );
         }
-        let module = HipModule {
-            raw: ptr::null_mut(),
-            device: d0,
-        };
         assert_eq!(backend.module_unload(module), Err(unknown.clone()));
         assert_eq!(backend.module_kernel(module, c"k"), Err(unknown.clone()));
         assert_eq!(backend.kernel(d0, "fill_u32"), Err(unknown.clone()));
