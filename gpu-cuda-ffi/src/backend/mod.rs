@@ -589,22 +589,23 @@ impl Backend for CudaBackend {
                 .transpose()?;
             let _scope = self.enter(device)?;
             let (driver, device_address) = (self.driver, address as sys::CUdeviceptr);
-            // `address` is live memory of this kind that this backend allocated on the device
-            // (just taken out of its allocations, so no other free reaches it) and the caller
-            // no longer uses (the trait's contract); `after` is a live stream of the device
-            // (held), whose context is current.
+            // Each arm frees `address`: live memory of this kind that this backend allocated on
+            // the device, just taken out of its allocations (so no other free reaches it), that
+            // the caller no longer uses but by `after`'s work (the trait's contract).
             match FreeStep::of(kind, after.as_deref()) {
-                // SAFETY: as said above.
+                // SAFETY: device memory as said above, freed in the order of `stream`, a live
+                // stream of the device (held) whose context is current.
                 FreeStep::InStreamOrder(stream) => unsafe {
                     result::memory::free_async(driver, device_address, stream.raw)
                 },
                 FreeStep::Now => {
                     let pool = result::memory::memory_pool_of(driver, device_address)?;
                     if pool.is_null() {
-                        // SAFETY: as said above.
+                        // SAFETY: device memory of no pool as said above, unused by any work.
                         unsafe { result::memory::free(driver, device_address) }
                     } else {
-                        // SAFETY: as said above; the null stream is the legacy default stream.
+                        // SAFETY: pool memory as said above, unused by any work, freed in the
+                        // order of the legacy default stream (null) of the current context.
                         unsafe {
                             result::memory::free_async(driver, device_address, ptr::null_mut())
                         }
@@ -612,14 +613,16 @@ impl Backend for CudaBackend {
                 }
                 FreeStep::AfterSynchronizing { after, pinned } => {
                     if let Some(stream) = after {
-                        // SAFETY: as said above.
+                        // SAFETY: a live stream of the device (held), whose context is current.
                         unsafe { result::stream::synchronize(driver, stream.raw) }?;
                     }
                     if pinned {
-                        // SAFETY: as said above.
+                        // SAFETY: pinned host memory as said above, unused now that `after`'s
+                        // work has finished.
                         unsafe { result::memory::free_host(driver, address as *mut c_void) }
                     } else {
-                        // SAFETY: as said above.
+                        // SAFETY: managed memory as said above, unused now that `after`'s work
+                        // has finished.
                         unsafe { result::memory::free(driver, device_address) }
                     }
                 }
@@ -971,16 +974,17 @@ impl Backend for CudaBackend {
         let stream = self.streams.get(stream.id)?;
         let _scope = self.enter(stream.device)?;
         let (driver, dst, raw) = (self.driver, dst as sys::CUdeviceptr, stream.raw);
-        // Every arm: the caller's promise for the range of `count` elements; the stream is live
-        // (held) and of the current context.
+        // The stream is live (held) and of the current context.
         match value {
-            // SAFETY: as said above.
+            // SAFETY: the caller's promise for `count` bytes at `dst`; the stream as said above.
             FillValue::U8(v) => unsafe { result::memory::set_d8_async(driver, dst, v, count, raw) },
-            // SAFETY: as said above.
+            // SAFETY: the caller's promise for `count` 16-bit elements at `dst`; the stream as
+            // said above.
             FillValue::U16(v) => unsafe {
                 result::memory::set_d16_async(driver, dst, v, count, raw)
             },
-            // SAFETY: as said above.
+            // SAFETY: the caller's promise for `count` 32-bit elements at `dst`; the stream as
+            // said above.
             FillValue::U32(v) => unsafe {
                 result::memory::set_d32_async(driver, dst, v, count, raw)
             },

@@ -559,27 +559,29 @@ impl Backend for HipBackend {
                 .transpose()?;
             let _scope = self.enter(device)?;
             let (hip, pointer) = (self.hip, address as *mut c_void);
-            // `address` is live memory of this kind that this backend allocated on the device
-            // (just taken out of its allocations, so no other free reaches it) and the caller
-            // no longer uses (the trait's contract); `after` is a live stream of the device
-            // (held), which is current.
+            // Each arm frees `address`: live memory of this kind that this backend allocated on
+            // the device, just taken out of its allocations (so no other free reaches it), that
+            // the caller no longer uses but by `after`'s work (the trait's contract).
             match FreeStep::of(kind, after.as_deref()) {
-                // SAFETY: as said above.
+                // SAFETY: device memory as said above, freed in the order of `stream`, a live
+                // stream of the device (held), which is current.
                 FreeStep::InStreamOrder(stream) => unsafe {
                     result::memory::free_async(hip, pointer, stream.raw)
                 },
-                // SAFETY: as said above.
+                // SAFETY: device memory as said above, unused by any work.
                 FreeStep::Now => unsafe { result::memory::free(hip, pointer) },
                 FreeStep::AfterSynchronizing { after, pinned } => {
                     if let Some(stream) = after {
-                        // SAFETY: as said above.
+                        // SAFETY: a live stream of the device (held), which is current.
                         unsafe { result::stream::synchronize(hip, stream.raw) }?;
                     }
                     if pinned {
-                        // SAFETY: as said above.
+                        // SAFETY: pinned host memory as said above, unused now that `after`'s
+                        // work has finished.
                         unsafe { result::memory::free_host(hip, pointer) }
                     } else {
-                        // SAFETY: as said above.
+                        // SAFETY: managed memory as said above, unused now that `after`'s work
+                        // has finished.
                         unsafe { result::memory::free(hip, pointer) }
                     }
                 }
@@ -912,14 +914,15 @@ impl Backend for HipBackend {
         let stream = self.streams.get(stream.id)?;
         let _scope = self.enter(stream.device)?;
         let (hip, dst, raw) = (self.hip, dst as *mut c_void, stream.raw);
-        // Every arm: the caller's promise for the range of `count` elements; the stream is live
-        // (held) and of the current device.
+        // The stream is live (held) and of the current device.
         match value {
-            // SAFETY: as said above.
+            // SAFETY: the caller's promise for `count` bytes at `dst`; the stream as said above.
             FillValue::U8(v) => unsafe { result::memory::set_d8_async(hip, dst, v, count, raw) },
-            // SAFETY: as said above.
+            // SAFETY: the caller's promise for `count` 16-bit elements at `dst`; the stream as
+            // said above.
             FillValue::U16(v) => unsafe { result::memory::set_d16_async(hip, dst, v, count, raw) },
-            // SAFETY: as said above.
+            // SAFETY: the caller's promise for `count` 32-bit elements at `dst`; the stream as
+            // said above.
             FillValue::U32(v) => unsafe { result::memory::set_d32_async(hip, dst, v, count, raw) },
         }
     }
