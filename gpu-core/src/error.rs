@@ -447,6 +447,18 @@ pub enum Error {
         /// The backend asked.
         backend: &'static str,
     },
+    /// A driver backend's handle (stream, event, module, kernel) that names nothing live in the
+    /// backend it was given to: destroyed or unloaded already (a kernel, with its module), from
+    /// before its device was reset, or another backend's. Refused before the driver, which
+    /// would be handed a dangling handle ([`crate::backend::live`]).
+    StaleHandle {
+        /// The backend (`"cuda"`, `"hip"`).
+        backend: &'static str,
+        /// What the handle is: `"stream"`, `"event"`, `"module"`, `"kernel"`.
+        what: &'static str,
+        /// The handle's number (a kernel's is its module's).
+        id: crate::backend::live::HandleId,
+    },
 
     // ----- driver -----
     /// A driver call failed.
@@ -773,6 +785,12 @@ impl fmt::Display for Error {
                 "the calling thread's current {backend} context belongs to none of the \
                  backend's devices (the program created it itself); pop or unset it before \
                  calling, or make a device's primary context current"
+            ),
+            Error::StaleHandle { backend, what, id } => write!(
+                f,
+                "{backend} {what} {id} is not live: it was destroyed (a kernel: its module was \
+                 unloaded), its device was reset, or it belongs to another backend; create or \
+                 load it again"
             ),
             Error::Driver(e) => write!(
                 f,

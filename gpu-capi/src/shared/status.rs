@@ -284,7 +284,8 @@ fn core_status(error: &Error) -> GpurtStatus {
         | Error::TokenUnknown { .. }
         | Error::TokenForeign { .. }
         | Error::UnknownStream { .. }
-        | Error::UnknownEvent { .. } => S::InvalidHandle,
+        | Error::UnknownEvent { .. }
+        | Error::StaleHandle { .. } => S::InvalidHandle,
         Error::LockOverlap { .. }
         | Error::ExternalPinTooSmall { .. }
         | Error::CopyOverlap { .. } => S::Overlap,
