@@ -245,3 +245,38 @@ fn a_reset_is_refused_while_a_host_wait_blocks_on_the_device() {
     let rt = Arc::into_inner(rt).unwrap();
     rt.shutdown().unwrap();
 }
+
+/// A kernel that fails while it runs with an error that does not lose the device (here an
+/// argument of the wrong kind, read as a `u32`) fails alone: its wait reports it, once, and
+/// the stream it ran on goes back to the pool usable, so later work on the device succeeds
+/// and shutdown is clean. Before, the stream kept the error: every later fill on the device
+/// failed with it, and shutdown returned it.
+#[test]
+fn a_kernel_failing_without_losing_the_device_fails_only_itself() {
+    use gpu_rt::runtime::Arg;
+
+    let backend = HostBackend::new(HostConfig::with_devices(2));
+    backend.register_kernel("reads_a_u32", |ctx, _| ctx.arg_u32(0).map(drop));
+    let rt = Runtime::new(backend).unwrap();
+    // SAFETY: no pointer arguments.
+    let failed = unsafe {
+        rt.launch(
+            D0,
+            "reads_a_u32",
+            LaunchDims::linear(1, 1),
+            &[Arg::F32(1.0)],
+            &mut vec![],
+        )
+    };
+    let error = rt.wait(failed.unwrap()).unwrap_err();
+    assert_eq!(HostErrorCode::of(&error), Some(HostErrorCode::InvalidValue));
+    assert_eq!(rt.device_lost(D0), None);
+    let buffer = rt.alloc(D0, MemoryKind::Device, 4096).unwrap();
+    for round in 0..20u8 {
+        rt.wait(rt.fill(D0, buffer.all(), round, &mut vec![]).unwrap())
+            .unwrap();
+    }
+    drop(buffer);
+    let report = rt.shutdown().unwrap();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+}

@@ -42,11 +42,12 @@
 //!   accesses under Miri).
 //! - **Failures**, as a GPU driver's: a call refused for its arguments (a bad launch shape,
 //!   an address out of bounds, an injected fault) changes nothing and affects nothing else.
-//!   Work that fails while it runs is the stream's failure: its later items are skipped and
-//!   its synchronisations report it. A fault (a kernel's illegal address or panic:
+//!   Work that fails while it runs with an error that does not lose the device fails alone:
+//!   the stream's later items run, and the first synchronisation (of the stream, or of an
+//!   event recorded after it) reports the failure, once. A fault (a kernel's illegal address or panic:
 //!   `HOST_ILLEGAL_ADDRESS`, `HOST_LAUNCH_FAILED`, the codes of
 //!   [`gpu_core::error::DriverError::loses_device`]) also loses the device, as a kernel fault's
-//!   sticky error does on CUDA: every later call that works on the device
+//!   sticky error does on CUDA: the stream's later items are skipped, and every later call that works on the device
 //!   (creating, enqueuing, synchronising, querying, on any stream or event of it) reports that
 //!   failure with its code, until [`Backend::reset_device`], which tears down the device's
 //!   streams, events, allocations, kernels and peer access and makes it usable again.
@@ -751,7 +752,7 @@ impl Backend for HostBackend {
         };
         // Destroyed streams are waited for, but their errors surface only through events.
         for point in &draining {
-            let _ = point.wait();
+            point.reached();
         }
         live.iter().try_for_each(|point| point.wait())
     }

@@ -202,19 +202,27 @@ pub(super) struct RecordPoint {
 }
 
 impl RecordPoint {
-    /// Whether the point is complete; `Err` if the stream failed before it.
+    /// Whether the point is complete; `Err` if the stream failed before it (see
+    /// [`StreamState::failure_before`]).
     pub(super) fn query(&self) -> Result<bool> {
-        let state = lock(&self.stream.state);
+        let mut state = lock(&self.stream.state);
         if state.completed < self.count {
             return Ok(false);
         }
         state.failure_before(self.count).map_or(Ok(true), Err)
     }
 
-    /// Blocks until the point is complete; `Err` if the stream failed before it.
+    /// Blocks until the point is complete; `Err` if the stream failed before it (see
+    /// [`StreamState::failure_before`]).
     pub(super) fn wait(&self) -> Result<()> {
-        let state = self.stream.wait_for(self.count);
+        let mut state = self.stream.wait_for(self.count);
         state.failure_before(self.count).map_or(Ok(()), Err)
+    }
+
+    /// Blocks until the point is complete, reporting nothing: for a stream waiting on
+    /// another's record, which must not take that stream's failure from its own waiters.
+    pub(super) fn reached(&self) {
+        drop(self.stream.wait_for(self.count));
     }
 }
 
@@ -222,18 +230,33 @@ struct StreamState {
     queue: VecDeque<WorkItem>,
     enqueued: u64,
     completed: u64,
-    /// The first failure: the number of the failed item (from 1) and its error.
-    failure: Option<(u64, Error)>,
+    /// A fault that lost the device: the number of the failed item (from 1) and its error.
+    /// Later items are skipped, and every point at or after it reports it.
+    fault: Option<(u64, Error)>,
+    /// The first failure not yet reported that did not lose the device: it failed only its
+    /// own item (later items run), and the first synchronisation that covers it reports it.
+    unreported: Option<(u64, Error)>,
     /// Destroyed: the worker exits once the queue is empty.
     closing: bool,
 }
 
 impl StreamState {
-    fn failure_before(&self, count: u64) -> Option<Error> {
-        self.failure
+    /// The failure a synchronisation of the first `count` items reports: the fault, if one
+    /// came before (every time), else the unreported failure before (once: it is taken).
+    fn failure_before(&mut self, count: u64) -> Option<Error> {
+        if let Some((item, error)) = &self.fault
+            && *item <= count
+        {
+            return Some(error.clone());
+        }
+        if self
+            .unreported
             .as_ref()
-            .filter(|(item, _)| *item <= count)
-            .map(|(_, error)| error.clone())
+            .is_some_and(|(item, _)| *item <= count)
+        {
+            return self.unreported.take().map(|(_, error)| error);
+        }
+        None
     }
 }
 
@@ -278,7 +301,8 @@ impl StreamShared {
                 queue: VecDeque::new(),
                 enqueued: 0,
                 completed: 0,
-                failure: None,
+                fault: None,
+                unreported: None,
                 closing: false,
             }),
             changed: Condvar::new(),
@@ -341,7 +365,7 @@ pub(super) fn run_worker(stream: Arc<StreamShared>, log: Arc<WorkLog>) {
                 .wait(state)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
         };
-        let failed_earlier = state.failure.is_some();
+        let failed_earlier = state.fault.is_some();
         drop(state);
 
         let started = log.next();
@@ -373,11 +397,13 @@ pub(super) fn run_worker(stream: Arc<StreamShared>, log: Arc<WorkLog>) {
         state.completed += 1;
         if let Some(error) = error {
             // A fault (an illegal address, a launch failure: a GPU driver's sticky codes)
-            // loses the device; any other failure stays the stream's.
+            // loses the device; any other failure is its item's alone.
             if matches!(&error, Error::Driver(driver) if driver.loses_device()) {
                 stream.health.lose(&error);
+                state.fault = Some((state.completed, error));
+            } else if state.unreported.is_none() {
+                state.unreported = Some((state.completed, error));
             }
-            state.failure = Some((state.completed, error));
         }
         drop(state);
         stream.changed.notify_all();
@@ -415,7 +441,7 @@ fn execute(item: &WorkItem) -> Result<()> {
         // A record that failed belongs to a lost device, which reports the failure itself:
         // the waiting stream (perhaps of a device that keeps working) goes on.
         (WorkOp::Wait { .. }, Payload::Wait(Some(point))) => {
-            let _ = point.wait();
+            point.reached();
             Ok(())
         }
         _ => Ok(()),
