@@ -1,5 +1,6 @@
 //! The runtime programs hold, over any backend: memory, streams and tokens, kernels and pinned
-//! host memory ([`runtime`]), and the host backend that needs no GPU ([`host`]).
+//! host memory ([`runtime`]), and the host backend that needs no GPU ([`host`]); [`prelude`]
+//! gathers what a program needs in one import.
 //!
 //! The policies are gpu-core's (lock table, token planner, allocator, workgroup planner); this
 //! crate adds what needs threads: the device guard, per-device workers, the recording backend,
@@ -12,4 +13,5 @@
 extern crate alloc;
 
 pub mod host;
+pub mod prelude;
 pub mod runtime;
