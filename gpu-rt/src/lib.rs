@@ -6,6 +6,9 @@
 //! crate adds what needs threads: the device guard, per-device workers, the recording backend,
 //! device health and peer links.
 #![warn(missing_docs)]
+// Doc examples may not drop a token (or any `#[must_use]` value) unnoticed: a token dropped
+// unwaited orders nothing after its work.
+#![doc(test(attr(deny(unused_must_use))))]
 // Errors are built lazily (`ok_or_else`), as in gpu-core: an `Error` built eagerly and dropped
 // on the success path costs its drop glue on the hot paths.
 #![allow(clippy::unnecessary_lazy_evaluations)]

@@ -366,10 +366,10 @@ impl<B: Backend> Runtime<B> {
     /// let rt = Runtime::with_config(HostBackend::new(HostConfig::with_devices(1)), config)?;
     /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 1000)?;
     /// let input: Vec<u8> = (0..1000).map(|i| i as u8).collect();
-    /// rt.upload(DeviceId(0), buffer.all(), &input, &mut vec![])?; // in 64-byte chunks
-    /// # let mut out = vec![0u8; 1000];
-    /// # rt.download(DeviceId(0), &mut out, buffer.all(), &mut vec![])?;
-    /// # assert_eq!(out, input);
+    /// let uploaded = rt.upload(DeviceId(0), buffer.all(), &input, &mut vec![])?; // 64 at a time
+    /// let mut out = vec![0u8; 1000];
+    /// rt.download(DeviceId(0), &mut out, buffer.all(), &mut vec![uploaded])?;
+    /// assert_eq!(out, input);
     /// let zero = RuntimeConfig { staging_chunk: 0, ..RuntimeConfig::default() };
     /// let refused = Runtime::with_config(HostBackend::new(HostConfig::with_devices(1)), zero);
     /// assert!(matches!(refused, Err(Error::ZeroSize { what: "staging chunk" })));
@@ -1139,8 +1139,8 @@ impl<B: Backend> Runtime<B> {
     /// // SAFETY: `host` outlives the guard and is touched only through it while the guard lives.
     /// let mut locked = unsafe { rt.lock_host_raw(host.as_mut_ptr(), host.len())? };
     /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
-    /// rt.upload(DeviceId(0), buffer.all(), &[5; 64], &mut vec![])?;
-    /// let copied = rt.copy(DeviceId(0), locked.span(0, 64)?, buffer.all(), &mut vec![])?;
+    /// let uploaded = rt.upload(DeviceId(0), buffer.all(), &[5; 64], &mut vec![])?;
+    /// let copied = rt.copy(DeviceId(0), locked.span(0, 64)?, buffer.all(), &mut vec![uploaded])?;
     /// rt.wait(copied)?;
     /// assert_eq!(locked.memory()?, &[5; 64]);
     /// locked.unlock()?;
