@@ -79,6 +79,23 @@
 //! [`HostBackend::stats`] counts live objects, and [`HostBackend::work_log`] gives each work
 //! item's start and finish in one backend-wide sequence. Dropping the backend lets every
 //! stream finish its work, joins every worker thread, and frees what is left.
+//!
+//! # Examples
+//!
+//! ```
+//! use gpu_rt::prelude::*;
+//! use gpu_rt::host::{CallKind, HostErrorCode};
+//!
+//! let backend = HostBackend::new(HostConfig::with_devices(2));
+//! backend.fail_nth(CallKind::StreamCreate, 1); // the first stream the runtime asks for
+//! let rt = Runtime::new(backend)?;
+//! let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+//! let refused = rt.fill(DeviceId(0), buffer.all(), 1, &mut vec![]).unwrap_err();
+//! assert_eq!(HostErrorCode::of(&refused), Some(HostErrorCode::InjectedFault));
+//! rt.wait(rt.fill(DeviceId(0), buffer.all(), 1, &mut vec![])?)?; // nothing was left broken
+//! assert_eq!(rt.backend().calls().of(CallKind::StreamCreate), 2);
+//! # Ok::<(), Error>(())
+//! ```
 
 mod bytes;
 mod codes;

@@ -7,6 +7,48 @@
 //! [`LockedHost`] borrows the caller's memory for as long as it is pinned and waits for the
 //! transfers that use it before unpinning. Every driver call that needs a device runs under
 //! the [`DeviceGuard`], so the caller's current device is the same after every call.
+//!
+//! # Examples
+//!
+//! ```
+//! use gpu_rt::prelude::*;
+//!
+//! let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+//! let [x, y] = [0; 2].map(|_| rt.alloc(DeviceId(0), MemoryKind::Device, 64));
+//! let (x, y) = (x?, y?);
+//! let filled = rt.fill(DeviceId(0), x.all(), 5, &mut vec![])?;
+//! // A token is used once: two operations after the fill need a fork.
+//! let mut after_fill = rt.fork(filled, 2)?;
+//! let copied = rt.copy(DeviceId(0), y.all(), x.all(), &mut vec![after_fill.remove(0)])?;
+//! let mut out = [0u8; 64];
+//! rt.download(DeviceId(0), &mut out, x.all(), &mut after_fill)?;
+//! rt.wait(copied)?;
+//! assert_eq!(out, [5; 64]);
+//! # Ok::<(), Error>(())
+//! ```
+//!
+//! Using a token twice does not compile:
+//!
+//! ```compile_fail,E0382
+//! # use gpu_rt::prelude::*;
+//! # let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+//! # let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+//! let filled = rt.fill(DeviceId(0), buffer.all(), 1, &mut vec![])?;
+//! rt.wait(filled)?;
+//! rt.wait(filled)?; // use of moved value: `filled`
+//! # Ok::<(), Error>(())
+//! ```
+//!
+//! nor does shutting a runtime down while one of its buffers lives:
+//!
+//! ```compile_fail,E0505
+//! # use gpu_rt::prelude::*;
+//! let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+//! let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+//! rt.shutdown()?; // cannot move out of `rt` because it is borrowed
+//! drop(buffer);
+//! # Ok::<(), Error>(())
+//! ```
 
 mod drivers;
 mod events;
