@@ -239,15 +239,15 @@ device_scalars!(u8, u16, u32, u64, i32, i64, f32, f64);
 /// });
 /// let rt = Runtime::new(backend)?;
 /// let data = rt.alloc(DeviceId(0), MemoryKind::Device, 10 * 4)?;
-/// let input: Vec<u8> = (0..10).flat_map(|i| (i as f32).to_ne_bytes()).collect();
-/// let uploaded = rt.upload(DeviceId(0), data.all(), &input, &mut vec![])?;
+/// let three = FillValue::U32(3f32.to_bits());
+/// let threes = rt.fill_elements(DeviceId(0), data.all(), three, &mut vec![])?;
 /// let args = [Arg::Span(data.all()), Arg::F32(0.5), Arg::U64(10)];
+/// let dims = LaunchDims::linear(3, 1); // 3 workgroups of 4 values (the last has 2)
 /// // SAFETY: the kernel touches the 10 values of its span, and no more.
-/// let dims = LaunchDims::linear(3, 1);
-/// let done = unsafe { rt.launch(DeviceId(0), "scale", dims, &args, &mut vec![uploaded])? };
+/// let done = unsafe { rt.launch(DeviceId(0), "scale", dims, &args, &mut vec![threes])? };
 /// let mut out = vec![0u8; 10 * 4];
 /// rt.download(DeviceId(0), &mut out, data.all(), &mut vec![done])?;
-/// assert_eq!(f32::from_ne_bytes(out[36..].try_into().unwrap()), 4.5); // 9 * 0.5
+/// assert_eq!(out, [1.5f32.to_ne_bytes(); 10].concat()); // 3 * 0.5, in all three workgroups
 /// # Ok::<(), Error>(())
 /// ```
 pub struct KernelContext<'a> {

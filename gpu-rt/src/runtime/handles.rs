@@ -308,11 +308,14 @@ impl<'a> Arg<'a> {
 /// // One handle per device, looked up by name once; launches do no lookup.
 /// let fills: Vec<Kernel<'_, _>> =
 ///     (0..2).map(|d| rt.kernel(DeviceId(d), "fill_u32")).collect::<Result<_>>()?;
-/// for (d, fill) in fills.iter().enumerate() {
-///     let buffer = rt.alloc(DeviceId(d as u32), MemoryKind::Device, 64)?;
-///     let args = [Arg::Span(buffer.all()), Arg::U32(d as u32), Arg::U64(16)];
+/// for (d, fill) in (0u32..).zip(&fills) {
+///     let buffer = rt.alloc(DeviceId(d), MemoryKind::Device, 64)?;
+///     let args = [Arg::Span(buffer.all()), Arg::U32(d + 10), Arg::U64(16)];
 ///     // SAFETY: a library kernel: the runtime checks how far it reaches into each span.
-///     rt.wait(unsafe { fill.launch(LaunchDims::linear(1, 16), &args, &mut vec![])? })?;
+///     let filled = unsafe { fill.launch(LaunchDims::linear(1, 16), &args, &mut vec![])? };
+///     let mut out = [0u8; 64];
+///     rt.download(DeviceId(d), &mut out, buffer.all(), &mut vec![filled])?;
+///     assert_eq!(out[60..], (d + 10).to_ne_bytes());
 /// }
 /// # Ok::<(), Error>(())
 /// ```
@@ -477,9 +480,8 @@ impl<B: Backend> Kernel<'_, B> {
     /// let done = unsafe { reverse.launch(dims, &args, &mut vec![uploaded])? };
     /// let mut out = vec![0u8; 32];
     /// rt.download(DeviceId(0), &mut out, data.all(), &mut vec![done])?;
-    /// let word = |w: &[u8]| u32::from_ne_bytes(w.try_into().unwrap());
-    /// let words: Vec<u32> = out.chunks(4).map(word).collect();
-    /// assert_eq!(words, [4, 3, 2, 1, 8, 7, 6, 5]); // each group reversed, plus one
+    /// // Each group's words reversed, plus one.
+    /// assert_eq!(out, [4u32, 3, 2, 1, 8, 7, 6, 5].map(u32::to_ne_bytes).concat());
     /// // Too little workgroup memory for 4 words is refused before anything is queued.
     /// let small = LaunchDims { dynamic_workgroup_bytes: 8, ..dims };
     /// // SAFETY: as above.
