@@ -171,7 +171,9 @@ impl Default for HostConfig {
     }
 }
 
-/// Live objects of a host backend, for leak checks (all zero after a clean shutdown).
+/// Live objects of a host backend, for leak checks (all zero after a clean shutdown, but for
+/// `draining_streams`, which counts destroyed streams whose worker has not been joined yet and
+/// may stay above zero for a moment, and `faults_injected`).
 ///
 /// # Examples
 ///

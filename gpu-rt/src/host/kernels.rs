@@ -550,7 +550,9 @@ impl<'a> KernelContext<'a> {
 
     /// `count` values of `T` at `address`, which must lie wholly in memory a pointer argument
     /// of this launch points into (an allocation or a registered host range); otherwise
-    /// `HOST_ILLEGAL_ADDRESS`, as a GPU faults on a wild access.
+    /// `HOST_ILLEGAL_ADDRESS`, as a GPU faults on a wild access. Under a runtime the memory is
+    /// the buffer, not the allocator's segment it was carved from
+    /// ([`gpu_core::backend::Backend::note_buffer`]): an access past a buffer's end faults.
     ///
     /// # Examples
     ///
@@ -558,16 +560,16 @@ impl<'a> KernelContext<'a> {
     /// use gpu_rt::prelude::*;
     ///
     /// let backend = HostBackend::new(HostConfig::with_devices(1));
-    /// // Writes its argument's first word, then reads from a wild address.
-    /// backend.register_kernel("wild", |ctx, _| {
+    /// // Writes its argument's first word, then reads the word just past its buffer.
+    /// backend.register_kernel("past_the_end", |ctx, _| {
     ///     ctx.view::<u32>(ctx.arg_ptr(0)?, 1)?.set(0, 1)?;
-    ///     ctx.view::<u32>(0x10, 1).map(drop) // refused, as a GPU faults on a wild access
+    ///     ctx.view::<u32>(ctx.arg_ptr(0)? + 16, 1).map(drop) // refused: a fault
     /// });
     /// let rt = Runtime::new(backend)?;
     /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 16)?;
     /// let (args, dims) = ([Arg::Span(buffer.all())], LaunchDims::linear(1, 1));
     /// // SAFETY: the kernel writes inside its span; the backend refuses its access outside.
-    /// let run = unsafe { rt.launch(DeviceId(0), "wild", dims, &args, &mut vec![])? };
+    /// let run = unsafe { rt.launch(DeviceId(0), "past_the_end", dims, &args, &mut vec![])? };
     /// assert!(matches!(rt.wait(run), Err(Error::DeviceLost { .. }))); // HOST_ILLEGAL_ADDRESS
     /// # Ok::<(), Error>(())
     /// ```
