@@ -16,6 +16,22 @@ use gpu_core::error::{ByteRange, Error, Result};
 use gpu_core::id::DeviceId;
 
 /// Alignment of every allocation, as CUDA guarantees for device memory.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::host::HOST_ALLOCATION_ALIGNMENT;
+///
+/// let backend = HostBackend::new(HostConfig::with_devices(1));
+/// backend.set_current_device(Some(DeviceId(0)))?; // the backend's calls need it
+/// for bytes in [1, 3, 1000] {
+///     let address = backend.allocate(DeviceId(0), MemoryKind::HostPinned, bytes)?.unwrap();
+///     assert_eq!(address % HOST_ALLOCATION_ALIGNMENT, 0);
+///     backend.free(DeviceId(0), MemoryKind::HostPinned, address, None)?;
+/// }
+/// # Ok::<(), Error>(())
+/// ```
 pub const HOST_ALLOCATION_ALIGNMENT: usize = 256;
 
 /// One block of host memory standing in for device memory. It is shared (`Arc`) by the

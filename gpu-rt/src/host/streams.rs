@@ -17,12 +17,48 @@ use gpu_core::error::{Error, Result};
 use gpu_core::id::DeviceId;
 
 /// A stream of the host backend (the backend's [`gpu_core::backend::Backend::Stream`]).
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::host::HostErrorCode;
+/// use gpu_rt::runtime::with_device;
+///
+/// let backend = HostBackend::new(HostConfig::with_devices(1));
+/// let stream = with_device(&backend, DeviceId(0), || backend.stream_create(DeviceId(0)))?;
+/// with_device(&backend, DeviceId(0), || backend.stream_destroy(stream))?;
+/// // Handles are never reused: a destroyed stream is always recognised.
+/// let stale = with_device(&backend, DeviceId(0), || backend.stream_synchronize(stream));
+/// assert_eq!(HostErrorCode::of(&stale.unwrap_err()), Some(HostErrorCode::InvalidHandle));
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HostStream {
     id: u64,
 }
 
 /// An event of the host backend (the backend's [`gpu_core::backend::Backend::Event`]).
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::runtime::with_device;
+///
+/// let backend = HostBackend::new(HostConfig::with_devices(1));
+/// let d0 = DeviceId(0);
+/// let (stream, event) = with_device(&backend, d0, || {
+///     Ok((backend.stream_create(d0)?, backend.event_create(d0)?))
+/// })?;
+/// assert!(backend.event_query(event)?); // never recorded: complete
+/// with_device(&backend, d0, || backend.event_record(event, stream))?;
+/// backend.event_synchronize(event)?;
+/// assert!(backend.event_query(event)?);
+/// with_device(&backend, d0, || backend.event_destroy(event))?;
+/// with_device(&backend, d0, || backend.stream_destroy(stream))?;
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HostEvent {
     id: u64,
@@ -41,6 +77,25 @@ impl HostStream {
 
     /// The stream's number, as a program that created it would hand it to another library
     /// (what [`gpu_core::backend::Backend::adopt_stream`] takes back). Never zero.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::host::HostErrorCode;
+    /// use gpu_rt::runtime::with_device;
+    ///
+    /// let backend = HostBackend::new(HostConfig::with_devices(2));
+    /// let stream = with_device(&backend, DeviceId(1), || backend.stream_create(DeviceId(1)))?;
+    /// assert_ne!(stream.raw(), 0);
+    /// // SAFETY: `stream.raw()` is a live stream, destroyed only below.
+    /// assert_eq!(unsafe { backend.adopt_stream(DeviceId(1), stream.raw()) }?, stream);
+    /// // Another device's number is refused.
+    /// let refused = unsafe { backend.adopt_stream(DeviceId(0), stream.raw()) }.unwrap_err();
+    /// assert_eq!(HostErrorCode::of(&refused), Some(HostErrorCode::InvalidHandle));
+    /// with_device(&backend, DeviceId(1), || backend.stream_destroy(stream))?;
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn raw(&self) -> usize {
         self.id as usize
     }
@@ -60,6 +115,21 @@ impl HostEvent {
 }
 
 /// What a queued work item does, as the work log reports it.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::host::WorkOp;
+///
+/// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+/// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+/// rt.wait(rt.fill(DeviceId(0), buffer.span(0, 32)?, 7, &mut vec![])?)?;
+/// let ops: Vec<WorkOp> = rt.backend().work_log().iter().map(|record| record.op).collect();
+/// let fill = WorkOp::Fill { dst: buffer.address(), value: FillValue::U8(7), bytes: 32 };
+/// assert!(ops.contains(&fill));
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WorkOp {
     /// Copy `bytes` from `src` to `dst`.
@@ -103,6 +173,25 @@ pub enum WorkOp {
 }
 
 /// How a work item ended.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::host::{WorkOp, WorkOutcome};
+///
+/// let backend = HostBackend::new(HostConfig::with_devices(1));
+/// backend.register_kernel("fails", |ctx, _| ctx.arg_u32(0).map(drop)); // needs a `u32`
+/// let rt = Runtime::new(backend)?;
+/// // SAFETY: the kernel touches no memory.
+/// let dims = LaunchDims::linear(1, 1);
+/// let failed = unsafe { rt.launch(DeviceId(0), "fails", dims, &[], &mut vec![])? };
+/// assert!(rt.wait(failed).is_err());
+/// let log = rt.backend().work_log();
+/// let launch = log.iter().find(|record| matches!(record.op, WorkOp::Launch { .. })).unwrap();
+/// assert_eq!(launch.outcome, WorkOutcome::Failed);
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WorkOutcome {
     /// It ran and succeeded.
@@ -115,6 +204,28 @@ pub enum WorkOutcome {
 }
 
 /// One finished work item, with the backend-wide sequence numbers of its start and finish.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::host::{WorkOp, WorkRecord};
+///
+/// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(2)))?;
+/// let a = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+/// let b = rt.alloc(DeviceId(1), MemoryKind::Device, 64)?;
+/// let filled = rt.fill(DeviceId(0), a.all(), 1, &mut vec![])?;
+/// rt.wait(rt.fill(DeviceId(1), b.all(), 2, &mut vec![filled])?)?; // after the first
+/// let log = rt.backend().work_log();
+/// let fill_on = |device| {
+///     let fill = |r: &&WorkRecord| r.device == device && matches!(r.op, WorkOp::Fill { .. });
+///     log.iter().find(fill).unwrap()
+/// };
+/// let (first, second) = (fill_on(DeviceId(0)), fill_on(DeviceId(1)));
+/// assert_ne!(first.stream, second.stream);
+/// assert!(first.finished < second.started); // device 1's stream waited for device 0's
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WorkRecord {
     /// The stream it ran on.

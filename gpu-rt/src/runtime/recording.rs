@@ -64,6 +64,25 @@ struct Log<B: Backend> {
 }
 
 /// Objects the wrapped backend holds for its caller right now.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::runtime::LiveObjects;
+/// use std::sync::Arc;
+///
+/// let recorder = Arc::new(RecordingBackend::new(HostBackend::new(HostConfig::default())));
+/// let rt = Runtime::shared(Arc::clone(&recorder), RuntimeConfig::default())?;
+/// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+/// rt.wait(rt.fill(DeviceId(0), buffer.all(), 0, &mut vec![])?)?;
+/// let live = recorder.live();
+/// assert_eq!((live.allocations, live.streams), (1, 1)); // a segment, a pooled stream
+/// drop(buffer);
+/// rt.shutdown()?;
+/// assert_eq!(recorder.live(), LiveObjects::default());
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LiveObjects {
     /// Streams created and not destroyed.
@@ -77,6 +96,25 @@ pub struct LiveObjects {
 }
 
 /// Wraps any backend and records its stream/event calls (successful ones) as [`TraceOp`]s.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_core::token::TraceOp;
+/// use std::sync::Arc;
+///
+/// let recorder = Arc::new(RecordingBackend::new(HostBackend::new(HostConfig::default())));
+/// let rt = Runtime::shared(Arc::clone(&recorder), RuntimeConfig::default())?;
+/// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+/// rt.wait(rt.fill(DeviceId(0), buffer.all(), 0, &mut vec![])?)?;
+/// drop(buffer);
+/// rt.shutdown()?;
+/// let trace = recorder.trace(); // what the driver saw
+/// assert!(matches!(trace[0], TraceOp::CreateStream { .. }));
+/// assert!(recorder.defects().is_empty()); // no leak, no use after destroy
+/// # Ok::<(), Error>(())
+/// ```
 pub struct RecordingBackend<B: Backend> {
     inner: B,
     log: Mutex<Log<B>>,
@@ -84,12 +122,40 @@ pub struct RecordingBackend<B: Backend> {
 
 impl<B: Backend> RecordingBackend<B> {
     /// Records the calls made to `inner`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let recorder = RecordingBackend::new(HostBackend::new(HostConfig::with_devices(2)));
+    /// assert_eq!((recorder.device_count(), recorder.calls()), (2, 0)); // a `Backend` too
+    /// let rt = Runtime::new(recorder)?;
+    /// assert_eq!(rt.device_count(), 2);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn new(inner: B) -> Self {
         Self::with_trace(inner, true)
     }
 
     /// Counts the calls made to `inner` and the objects it holds, keeping no trace: for long
     /// runs, where a trace would grow with every call ([`RecordingBackend::trace`] stays empty).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use std::sync::Arc;
+    ///
+    /// let backend = HostBackend::new(HostConfig::default());
+    /// let recorder = Arc::new(RecordingBackend::counting(backend));
+    /// let rt = Runtime::shared(Arc::clone(&recorder), RuntimeConfig::default())?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// rt.wait(rt.fill(DeviceId(0), buffer.all(), 0, &mut vec![])?)?;
+    /// assert!(recorder.calls() > 0 && recorder.trace().is_empty()); // counted, not traced
+    /// assert_eq!(recorder.live().allocations, 1);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn counting(inner: B) -> Self {
         Self::with_trace(inner, false)
     }
@@ -112,17 +178,63 @@ impl<B: Backend> RecordingBackend<B> {
 
     /// Makes call number `n` (counted from the wrapper's creation) fail once with an injected
     /// driver error, without reaching the wrapped backend.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use std::sync::Arc;
+    ///
+    /// let recorder = Arc::new(RecordingBackend::new(HostBackend::new(HostConfig::default())));
+    /// let rt = Runtime::shared(Arc::clone(&recorder), RuntimeConfig::default())?;
+    /// recorder.fail_call(recorder.calls() + 1); // the next call fails, once
+    /// assert!(rt.alloc(DeviceId(0), MemoryKind::Device, 64).is_err());
+    /// assert!(rt.alloc(DeviceId(0), MemoryKind::Device, 64).is_ok()); // nothing was left broken
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn fail_call(&self, n: u64) {
         self.log().fail_at = Some(n);
     }
 
     /// Calls made so far (every trait method but `name`, `device_count`, `device_info` and
     /// `is_current`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use std::sync::Arc;
+    ///
+    /// let recorder = Arc::new(RecordingBackend::new(HostBackend::new(HostConfig::default())));
+    /// let rt = Runtime::shared(Arc::clone(&recorder), RuntimeConfig::default())?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// let before = recorder.calls();
+    /// drop(rt.alloc(DeviceId(0), MemoryKind::Device, 64)?); // a cache hit: no driver call
+    /// assert_eq!(recorder.calls(), before);
+    /// # drop(buffer);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn calls(&self) -> u64 {
         self.log().calls
     }
 
     /// What the wrapped backend holds for the caller right now.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use std::sync::Arc;
+    ///
+    /// let recorder = Arc::new(RecordingBackend::new(HostBackend::new(HostConfig::default())));
+    /// let rt = Runtime::shared(Arc::clone(&recorder), RuntimeConfig::default())?;
+    /// let mut host = vec![0u8; 4096];
+    /// let locked = rt.lock_host(&mut host)?;
+    /// assert_eq!(recorder.live().registrations, 1); // pinned through the driver
+    /// drop(locked);
+    /// assert_eq!(recorder.live().registrations, 0);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn live(&self) -> LiveObjects {
         self.log().live
     }
@@ -148,11 +260,46 @@ impl<B: Backend> RecordingBackend<B> {
     }
 
     /// The wrapped backend.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let recorder = RecordingBackend::new(HostBackend::new(HostConfig::default()));
+    /// let rt = Runtime::new(recorder)?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// // The wrapped backend, for what only it offers: the host backend's own counters.
+    /// assert_eq!(rt.backend().inner().stats().allocations, 1);
+    /// # drop(buffer);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn inner(&self) -> &B {
         &self.inner
     }
 
     /// The calls recorded so far.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_core::token::TraceOp;
+    /// use std::sync::Arc;
+    ///
+    /// let backend = HostBackend::new(HostConfig::with_devices(2));
+    /// let recorder = Arc::new(RecordingBackend::new(backend));
+    /// let rt = Runtime::shared(Arc::clone(&recorder), RuntimeConfig::default())?;
+    /// let a = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// let b = rt.alloc(DeviceId(1), MemoryKind::Device, 64)?;
+    /// let filled = rt.fill(DeviceId(0), a.all(), 1, &mut vec![])?;
+    /// rt.wait(rt.copy(DeviceId(1), b.all(), a.all(), &mut vec![filled])?)?;
+    /// let trace = recorder.trace();
+    /// // The copy on device 1 waited for the fill on device 0 with an event, not the host.
+    /// assert!(trace.iter().any(|op| matches!(op, TraceOp::Wait { .. })));
+    /// assert!(trace.iter().any(|op| matches!(op, TraceOp::PeerCopy { direct: true, .. })));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn trace(&self) -> Vec<TraceOp> {
         self.log
             .lock()
@@ -163,6 +310,24 @@ impl<B: Backend> RecordingBackend<B> {
 
     /// Checks the calls recorded so far (a trace checked before every object was destroyed
     /// reports the live ones as leaks).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use std::sync::Arc;
+    ///
+    /// let recorder = Arc::new(RecordingBackend::new(HostBackend::new(HostConfig::default())));
+    /// let rt = Runtime::shared(Arc::clone(&recorder), RuntimeConfig::default())?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// rt.wait(rt.fill(DeviceId(0), buffer.all(), 0, &mut vec![])?)?;
+    /// // Checked while the runtime lives, its pooled stream is still alive: reported as a leak.
+    /// assert_eq!(recorder.defects().len(), 1);
+    /// drop(buffer);
+    /// rt.shutdown()?;
+    /// assert!(recorder.defects().is_empty());
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn defects(&self) -> Vec<Defect> {
         check(&self.trace())
     }
