@@ -280,3 +280,41 @@ fn a_kernel_failing_without_losing_the_device_fails_only_itself() {
     let report = rt.shutdown().unwrap();
     assert!(report.errors.is_empty(), "{:?}", report.errors);
 }
+
+/// A reset destroys the device's streams, events and memory: the recording backend counts
+/// them as gone and its trace says so, so a runtime that lost and reset a device still shuts
+/// down with nothing live and a trace without defects. Before, the recorder kept counting the
+/// reset device's objects as live (and reported them as leaks).
+#[test]
+fn a_recorder_counts_what_a_reset_destroyed_as_gone() {
+    use gpu_rt::runtime::{LiveObjects, RecordingBackend, RuntimeConfig};
+    use std::sync::Arc;
+
+    let backend = HostBackend::new(HostConfig::with_devices(2));
+    backend.register_kernel("fault", |_, _| {
+        Err(HostErrorCode::IllegalAddress.error("launch"))
+    });
+    let recorder = Arc::new(RecordingBackend::new(backend));
+    let rt = Runtime::shared(Arc::clone(&recorder), RuntimeConfig::default()).unwrap();
+    let on_1 = rt.alloc(D1, MemoryKind::Device, 4096).unwrap();
+    for device in [D0, D1] {
+        let buffer = rt.alloc(device, MemoryKind::Device, 4096).unwrap();
+        let filled = rt.fill(device, buffer.all(), 1, &mut vec![]).unwrap();
+        let mut branches = rt.fork(filled, 2).unwrap();
+        rt.wait(branches.pop().unwrap()).unwrap();
+        rt.wait(branches.pop().unwrap()).unwrap();
+    }
+    // SAFETY: no pointer arguments.
+    let faulted = unsafe { rt.launch(D0, "fault", LaunchDims::linear(1, 1), &[], &mut vec![]) };
+    assert!(lost_by_illegal_address(
+        &rt.wait(faulted.unwrap()).unwrap_err(),
+        D0
+    ));
+    rt.reset_device(D0).unwrap();
+    rt.wait(rt.fill(D1, on_1.all(), 2, &mut vec![]).unwrap())
+        .unwrap();
+    drop(on_1);
+    rt.shutdown().unwrap();
+    assert_eq!(recorder.live(), LiveObjects::default());
+    assert_eq!(recorder.defects(), vec![]);
+}

@@ -47,11 +47,60 @@ impl<H: PartialEq + Copy> Names<H> {
     }
 }
 
+/// What the wrapped backend holds for the caller, each with its device (a reset of a device
+/// destroys that device's streams, events and memory).
+struct Held<B: Backend> {
+    streams: Vec<(B::Stream, DeviceId)>,
+    /// Adopted streams: not the caller's to destroy (not counted), but they name a device.
+    adopted: Vec<(B::Stream, DeviceId)>,
+    events: Vec<(B::Event, DeviceId)>,
+    /// With their device (`None`: allocated on a stream the wrapper never saw made).
+    allocations: Vec<(usize, Option<DeviceId>)>,
+    registrations: usize,
+}
+
+impl<B: Backend> Held<B> {
+    const fn new() -> Self {
+        Self {
+            streams: Vec::new(),
+            adopted: Vec::new(),
+            events: Vec::new(),
+            allocations: Vec::new(),
+            registrations: 0,
+        }
+    }
+
+    fn counts(&self) -> LiveObjects {
+        LiveObjects {
+            streams: self.streams.len(),
+            events: self.events.len(),
+            allocations: self.allocations.len(),
+            registrations: self.registrations,
+        }
+    }
+
+    /// The device of `stream` (created or adopted through the wrapper).
+    fn device_of(&self, stream: B::Stream) -> Option<DeviceId> {
+        self.streams
+            .iter()
+            .chain(&self.adopted)
+            .find(|&&(s, _)| s == stream)
+            .map(|&(_, device)| device)
+    }
+}
+
+/// Removes the first entry whose key is `key`.
+fn forget<K: PartialEq, V>(entries: &mut Vec<(K, V)>, key: &K) {
+    if let Some(index) = entries.iter().position(|(k, _)| k == key) {
+        entries.swap_remove(index);
+    }
+}
+
 struct Log<B: Backend> {
     ops: Vec<TraceOp>,
     streams: Names<B::Stream>,
     events: Names<B::Event>,
-    live: LiveObjects,
+    held: Held<B>,
     /// Calls counted so far (all but name, device count, device info and `is_current`).
     calls: u64,
     /// The call number that fails, once.
@@ -167,7 +216,7 @@ impl<B: Backend> RecordingBackend<B> {
                 ops: Vec::new(),
                 streams: Names::new(),
                 events: Names::new(),
-                live: LiveObjects::default(),
+                held: Held::new(),
                 calls: 0,
                 fail_at: None,
                 tracing,
@@ -236,7 +285,7 @@ impl<B: Backend> RecordingBackend<B> {
     /// # Ok::<(), Error>(())
     /// ```
     pub fn live(&self) -> LiveObjects {
-        self.log().live
+        self.log().held.counts()
     }
 
     fn log(&self) -> std::sync::MutexGuard<'_, Log<B>> {
@@ -409,14 +458,18 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     /// adopted stream is not counted as live (the runtime never destroys it).
     unsafe fn adopt_stream(&self, device: DeviceId, raw: usize) -> Result<B::Stream> {
         // SAFETY: the caller's promise, passed on.
-        unsafe { self.inner.adopt_stream(device, raw) }
+        let adopted = unsafe { self.inner.adopt_stream(device, raw) };
+        if let Ok(stream) = adopted {
+            self.log().held.adopted.push((stream, device));
+        }
+        adopted
     }
 
     fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
         self.enter("allocate")?;
         let result = self.inner.allocate(device, kind, bytes);
-        if let Ok(Some(_)) = result {
-            self.log().live.allocations += 1;
+        if let Ok(Some(address)) = result {
+            self.log().held.allocations.push((address, Some(device)));
         }
         result
     }
@@ -429,8 +482,10 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     ) -> Result<Option<usize>> {
         self.enter("allocate_on_stream")?;
         let result = self.inner.allocate_on_stream(stream, kind, bytes);
-        if let Ok(Some(_)) = result {
-            self.log().live.allocations += 1;
+        if let Ok(Some(address)) = result {
+            let mut log = self.log();
+            let device = log.held.device_of(stream);
+            log.held.allocations.push((address, device));
         }
         self.launch_on(&result, stream);
         result
@@ -446,7 +501,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.enter("free")?;
         let result = self.inner.free(device, kind, address, after);
         if result.is_ok() {
-            self.log().live.allocations -= 1;
+            forget(&mut self.log().held.allocations, &address);
         }
         if let Some(stream) = after {
             self.launch_on(&result, stream);
@@ -463,7 +518,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.enter("host_register")?;
         let result = self.inner.host_register(range, device_ptrs);
         if result.is_ok() {
-            self.log().live.registrations += 1;
+            self.log().held.registrations += 1;
         }
         result
     }
@@ -472,7 +527,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.enter("host_unregister")?;
         let result = self.inner.host_unregister(start);
         if result.is_ok() {
-            self.log().live.registrations -= 1;
+            self.log().held.registrations -= 1;
         }
         result
     }
@@ -490,7 +545,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.enter("stream_create")?;
         let result = self.inner.stream_create(device);
         if let Ok(stream) = result {
-            self.log().live.streams += 1;
+            self.log().held.streams.push((stream, device));
             self.record(&result, |log| TraceOp::CreateStream {
                 stream: StreamId(log.streams.create(stream)),
                 device,
@@ -503,7 +558,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.enter("stream_destroy")?;
         let result = self.inner.stream_destroy(stream);
         if result.is_ok() {
-            self.log().live.streams -= 1;
+            forget(&mut self.log().held.streams, &stream);
         }
         self.record(&result, |log| TraceOp::DestroyStream {
             stream: StreamId(log.streams.of(stream)),
@@ -524,7 +579,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.enter("event_create")?;
         let result = self.inner.event_create(device);
         if let Ok(event) = result {
-            self.log().live.events += 1;
+            self.log().held.events.push((event, device));
             self.record(&result, |log| TraceOp::CreateEvent {
                 event: EventId(log.events.create(event)),
                 device,
@@ -537,7 +592,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.enter("event_destroy")?;
         let result = self.inner.event_destroy(event);
         if result.is_ok() {
-            self.log().live.events -= 1;
+            forget(&mut self.log().held.events, &event);
         }
         self.record(&result, |log| TraceOp::DestroyEvent {
             event: EventId(log.events.of(event)),
@@ -594,9 +649,41 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.enter("reset_device")?;
         let result = self.inner.reset_device(device);
         if result.is_ok() {
-            self.log()
-                .peer_access
-                .retain(|&(a, b)| a != device && b != device);
+            let mut log = self.log();
+            log.peer_access.retain(|&(a, b)| a != device && b != device);
+            // The reset destroyed the device's streams and events (the trace says so) and
+            // freed its memory.
+            let held = &mut log.held;
+            let streams: Vec<_> = held
+                .streams
+                .iter()
+                .filter(|&&(_, d)| d == device)
+                .map(|&(s, _)| s)
+                .collect();
+            let events: Vec<_> = held
+                .events
+                .iter()
+                .filter(|&&(_, d)| d == device)
+                .map(|&(e, _)| e)
+                .collect();
+            held.streams.retain(|&(_, d)| d != device);
+            held.adopted.retain(|&(_, d)| d != device);
+            held.events.retain(|&(_, d)| d != device);
+            held.allocations.retain(|&(_, d)| d != Some(device));
+            if log.tracing {
+                for stream in streams {
+                    let op = TraceOp::DestroyStream {
+                        stream: StreamId(log.streams.of(stream)),
+                    };
+                    log.ops.push(op);
+                }
+                for event in events {
+                    let op = TraceOp::DestroyEvent {
+                        event: EventId(log.events.of(event)),
+                    };
+                    log.ops.push(op);
+                }
+            }
         }
         result
     }

@@ -91,11 +91,12 @@ impl<S: Copy> StreamTable<S> {
         }
     }
 
-    /// Forgets the handles of `device`'s own streams, which a reset destroyed: they are made
-    /// afresh at their next use.
+    /// Forgets the handles of `device`'s streams, which a reset destroyed (adopted ones too:
+    /// the reset destroyed the other program's streams of the device as well): the runtime's
+    /// own are made afresh at their next use; an adopted one is adopted again under a new id.
     pub(crate) fn forget_device(&self, device: DeviceId) {
         for slot in self.slots.write().iter_mut() {
-            if slot.device == device && !slot.adopted {
+            if slot.device == device {
                 slot.handle = None;
             }
         }
