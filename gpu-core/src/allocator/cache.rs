@@ -16,12 +16,12 @@ use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
 use crate::error::{Error, Result};
-use crate::id::{DeviceId, EventId, StreamId};
+use crate::id::{DeviceId, EventId, MemoryKind, StreamId};
 
 use super::bins::{Bins, GRANULE};
 use super::policy::{AllocatorConfig, Shape, should_split};
 use super::stats::AllocatorStats;
-use super::{AllocPath, MemoryKind, Order, Release, SegmentDriver};
+use super::{AllocPath, Order, Release, SegmentDriver};
 
 /// "No block" in every block link.
 pub(crate) const NIL: u32 = u32::MAX;

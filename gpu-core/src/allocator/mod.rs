@@ -16,10 +16,10 @@ mod stats;
 #[cfg(test)]
 mod tests;
 
-use core::fmt;
-
 use crate::error::{Error, Result};
 use crate::id::{DeviceId, EventId, StreamId};
+
+pub use crate::id::MemoryKind;
 
 pub use driver::SegmentDriver;
 pub use policy::{
@@ -29,44 +29,6 @@ pub use policy::{
 pub use stats::AllocatorStats;
 
 use cache::KindCache;
-
-/// What kind of memory a request wants.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum MemoryKind {
-    /// Device-only memory (`cuMemAlloc`, `hipMalloc`, an HSA pool on a GPU agent).
-    Device,
-    /// One pointer valid on the host and every device, migrated by the driver
-    /// (`cuMemAllocManaged` with `ATTACH_GLOBAL`, `hipMallocManaged`).
-    Managed,
-    /// Page-locked host memory the device can DMA from and map (`cuMemHostAlloc` with
-    /// `PORTABLE | DEVICEMAP`).
-    HostPinned,
-}
-
-impl MemoryKind {
-    /// Every kind, in the order of the per-kind caches.
-    pub const CACHED: [MemoryKind; 3] = [
-        MemoryKind::Device,
-        MemoryKind::Managed,
-        MemoryKind::HostPinned,
-    ];
-
-    /// Position among [`MemoryKind::CACHED`].
-    #[inline]
-    const fn cache_index(self) -> usize {
-        self as usize
-    }
-}
-
-impl fmt::Display for MemoryKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            MemoryKind::Device => "device",
-            MemoryKind::Managed => "managed",
-            MemoryKind::HostPinned => "host-pinned",
-        })
-    }
-}
 
 /// When the memory must be usable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,10 +3,9 @@
 
 use alloc::vec::Vec;
 
-use crate::error::{Error, Result};
-
-use super::MemoryKind;
 use super::bins::GRANULE;
+use crate::error::{Error, Result};
+use crate::id::MemoryKind;
 
 /// Request sizes are rounded up to a multiple of this many bytes.
 pub const ROUNDING: usize = 512;

@@ -34,6 +34,7 @@ use crate::error::{ByteRange, Error, Result};
 use crate::id::DeviceId;
 use index::{Placement, Position, RangeIndex, Slot};
 
+pub use crate::id::{LockCounts, LockOwner};
 pub use shared::SharedLockTable;
 
 /// What the lock table needs from a driver. Implemented by each backend (and by test fakes).
@@ -65,71 +66,6 @@ pub enum LockOutcome {
     Nested,
     /// The memory was already pinned by someone else; a new external entry records it.
     External,
-}
-
-/// Who holds a lock, and so who may release it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LockOwner {
-    /// A plain counted lock ([`LockTable::lock`]; the runtime's `lock_range`, C's
-    /// `gpurt_lock`): any raw unlock of the entry releases one.
-    Raw,
-    /// A lock a guard object holds (the runtime's `LockedHost`, C's `gpurt_host_register`):
-    /// released only through [`LockTable::unlock_as`] with this
-    /// owner, which only the guard calls, never by a raw unlock; the pin lasts as long as the
-    /// guard.
-    Guard,
-}
-
-impl LockOwner {
-    /// The owner's name in messages: `"raw"` or `"guard"`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            LockOwner::Raw => "raw",
-            LockOwner::Guard => "guard",
-        }
-    }
-}
-
-/// Outstanding locks by owner: of one entry, or of the whole table ([`LockStats::held`]).
-///
-/// The table refuses a lock that would take its total past `usize::MAX`, so no sum overflows.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct LockCounts {
-    /// Raw locks ([`LockOwner::Raw`]).
-    pub raw: usize,
-    /// Locks guards hold ([`LockOwner::Guard`]).
-    pub guards: usize,
-}
-
-impl LockCounts {
-    /// One lock of `owner`.
-    pub const fn one(owner: LockOwner) -> Self {
-        match owner {
-            LockOwner::Raw => Self { raw: 1, guards: 0 },
-            LockOwner::Guard => Self { raw: 0, guards: 1 },
-        }
-    }
-
-    /// Locks of every owner.
-    pub const fn total(&self) -> usize {
-        self.raw + self.guards
-    }
-
-    /// Locks of `owner`.
-    pub const fn of(&self, owner: LockOwner) -> usize {
-        match owner {
-            LockOwner::Raw => self.raw,
-            LockOwner::Guard => self.guards,
-        }
-    }
-
-    /// The counter of `owner`'s locks.
-    pub(crate) fn of_mut(&mut self, owner: LockOwner) -> &mut usize {
-        match owner {
-            LockOwner::Raw => &mut self.raw,
-            LockOwner::Guard => &mut self.guards,
-        }
-    }
 }
 
 /// The result of a successful [`LockTable::lock`].

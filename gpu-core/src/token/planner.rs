@@ -5,9 +5,9 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU32, Ordering};
 
-use super::{OpId, Token, TokenId};
+use super::{OpId, Token};
 use crate::error::{Error, Result};
-use crate::id::{DeviceId, EventId, StreamId};
+use crate::id::{DeviceId, EventId, StreamId, TokenId};
 
 /// One stream/event operation of a plan, for the runtime layer to carry out on a backend.
 ///
