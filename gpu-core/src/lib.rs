@@ -1,7 +1,9 @@
-//! Pure logic of a GPU runtime, with no driver in sight: the lock interval table of pinned
-//! host ranges, the async token planner and stream/event checker, the allocator policy and
-//! caching sub-allocator, the workgroup memory planner, and the backend trait drivers
-//! implement.
+//! Pure logic of a GPU runtime, with no driver in sight: the lock table, the token planner and
+//! checker, the allocator, the workgroup planner, and the backend trait drivers implement.
+//!
+//! In full: the lock interval table of pinned host ranges, the async token planner and
+//! stream/event checker, the allocator policy and caching sub-allocator, the workgroup memory
+//! planner, and the backend trait drivers implement.
 //!
 //! The crate is `#![no_std]` with `alloc` and knows no driver and no thread: the runtime users
 //! hold, its workers and the host backend are the `gpu-rt` crate, built on this one.

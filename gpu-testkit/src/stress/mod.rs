@@ -1,7 +1,8 @@
 //! Stress and soak over any backend: many threads on the runtimes of one backend, each running
-//! a random mix of every kind of call on data it owns and verifies, with faults injected at
-//! random points where the backend can, and samples of the process's memory, the runtime's
-//! bookkeeping and the driver's live objects while it runs.
+//! a random mix of every kind of call on data it owns and verifies.
+//!
+//! Faults are injected at random points where the backend can, and the process's memory, the
+//! runtime's bookkeeping and the driver's live objects are sampled while it runs.
 //!
 //! Each thread owns up to [`MAX_OWNED`] buffers of every kind and size class, with a host copy
 //! of what each must hold, and a host arena of which it locks overlapping and nested ranges. Its

@@ -1,6 +1,8 @@
 //! Reference models for the allocator's property tests, fuzz target and benchmarks: a fake
-//! driver that models streams' progress, a harness that checks every safety rule, and a seeded
-//! trace generator of mixed allocation workloads.
+//! driver, a checking harness, and seeded workloads.
+//!
+//! The fake driver models streams' progress, the harness checks every safety rule, and the
+//! seeded trace generator makes mixed allocation workloads.
 //!
 //! One concern a file: `fake` (the fake driver and the capabilities it offers), `harness`
 //! (generated steps run against the allocator and checked), `trace` (seeded workloads).

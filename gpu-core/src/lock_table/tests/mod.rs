@@ -1,6 +1,8 @@
-//! One test per rule and per error case of docs/lock-table.md, by concern: ranges, nesting
-//! and lookups; driver failures and memory pinned elsewhere; lock owners and release_all; the
-//! shared (thread-safe) form. The helpers every group uses are here.
+//! One test per rule and per error case of docs/lock-table.md, and the helpers every group of
+//! tests uses.
+//!
+//! The groups, by concern: ranges, nesting and lookups; driver failures and memory pinned
+//! elsewhere; lock owners and release_all; the shared (thread-safe) form.
 
 mod driver;
 mod owners;

@@ -1,6 +1,8 @@
-//! The shared (thread-safe) form: the same rules, a guard's lock kept from raw unlocks,
-//! failures changing nothing, lookups never waiting on a writer's driver call, and
-//! concurrent lockers and readers keeping the table consistent.
+//! The shared (thread-safe) form: the same rules, a guard's lock kept from raw unlocks, and
+//! failures changing nothing.
+//!
+//! Also: lookups never wait on a writer's driver call, and concurrent lockers and readers keep
+//! the table consistent.
 
 use super::*;
 use crate::lock_table::model::{CallKind, fake_device_address};

@@ -1,6 +1,8 @@
 //! The stream/event lifetime checker: reads any sequence of trace operations, one at a time,
-//! and reports every defect (leak, double destroy, use after destroy, wait before record,
-//! wrong device, default stream destroyed) and every object alive at a process's exit.
+//! and reports every defect and every object alive at a process's exit.
+//!
+//! The defects: leak, double destroy, use after destroy, wait before record, wrong device,
+//! default stream destroyed.
 //!
 //! [`Checker`] and [`check`] are here; what a finding says is in `finding`, the per-object
 //! tables in `state`, the rules each operation is checked by in `step`, and findings written

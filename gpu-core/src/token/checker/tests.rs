@@ -1,6 +1,8 @@
 //! The checker's rules, one defect kind at a time, on traces built in code and parsed from
-//! text: leaks, double destroys, uses after destroy, waits before record, wrong devices,
-//! default streams, exits, and the bounded memory of destroyed objects.
+//! text.
+//!
+//! Leaks, double destroys, uses after destroy, waits before record, wrong devices, default
+//! streams, exits, and the bounded memory of destroyed objects.
 
 use alloc::string::ToString;
 use alloc::vec;
