@@ -61,52 +61,25 @@ impl fmt::Display for CaseReport {
 /// Runs every case on backends from `open`, in order.
 pub fn run_all<B: Backend>(open: Open<'_, B>) -> Vec<CaseReport> {
     type Case<B> = fn(Open<'_, B>) -> CaseResult;
-    let cases: [(&'static str, Case<B>); 12] = [
-        (
-            "devices_report_capabilities",
-            memory::devices_report_capabilities::<B>,
-        ),
-        (
-            "allocation_kinds_and_errors",
-            memory::allocation_kinds_and_errors::<B>,
-        ),
-        (
-            "lock_rules_through_the_runtime",
-            memory::lock_rules_through_the_runtime::<B>,
-        ),
-        (
-            "cross_stream_order_and_data",
-            order::cross_stream_order_and_data::<B>,
-        ),
-        (
-            "cross_device_order_and_data",
-            order::cross_device_order_and_data::<B>,
-        ),
-        (
-            "peer_copies_of_every_memory_form",
-            order::peer_copies_of_every_memory_form::<B>,
-        ),
-        (
-            "kernels_compute_and_opt_in",
-            kernels::kernels_compute_and_opt_in::<B>,
-        ),
-        (
-            "library_launches_are_checked",
-            kernels::library_launches_are_checked::<B>,
-        ),
-        (
-            "current_device_restored",
-            lifecycle::current_device_restored::<B>,
-        ),
-        ("pools_are_reused", lifecycle::pools_are_reused::<B>),
-        (
-            "scenario_leaves_nothing",
-            lifecycle::scenario_leaves_nothing::<B>,
-        ),
-        (
-            "every_driver_failure_is_clean",
-            lifecycle::every_driver_failure_is_clean::<B>,
-        ),
+    // Each case by its function's name, which is what its report names.
+    macro_rules! cases {
+        ($($group:ident::$case:ident),* $(,)?) => {
+            [$((stringify!($case), $group::$case::<B> as Case<B>)),*]
+        };
+    }
+    let cases: [(&'static str, Case<B>); 12] = cases![
+        memory::devices_report_capabilities,
+        memory::allocation_kinds_and_errors,
+        memory::lock_rules_through_the_runtime,
+        order::cross_stream_order_and_data,
+        order::cross_device_order_and_data,
+        order::peer_copies_of_every_memory_form,
+        kernels::kernels_compute_and_opt_in,
+        kernels::library_launches_are_checked,
+        lifecycle::current_device_restored,
+        lifecycle::pools_are_reused,
+        lifecycle::scenario_leaves_nothing,
+        lifecycle::every_driver_failure_is_clean,
     ];
     cases
         .into_iter()

@@ -12,6 +12,14 @@ use gpu_rt::runtime::Arg;
 
 use super::thread::Thread;
 
+/// What a launch may work on: buffer `index`, which holds `words` words, from `device`.
+#[derive(Clone, Copy)]
+struct Target {
+    index: usize,
+    device: DeviceId,
+    words: usize,
+}
+
 impl<'a, B: Backend> Thread<'a, B> {
     pub(super) fn launch(&mut self) {
         let candidates: Vec<usize> = (0..self.owned.len())
@@ -33,10 +41,15 @@ impl<'a, B: Backend> Thread<'a, B> {
             return self.fill();
         }
         let mut after = self.take_token(index);
+        let target = Target {
+            index,
+            device,
+            words,
+        };
         let launched = if self.rng.chance(2) {
-            self.launch_fill(index, device, words, &mut after)
+            self.launch_fill(target, &mut after)
         } else {
-            self.launch_reverse(index, device, words, &mut after)
+            self.launch_reverse(target, &mut after)
         };
         if launched.is_ok() {
             self.counts.launches += 1;
@@ -45,13 +58,8 @@ impl<'a, B: Backend> Thread<'a, B> {
     }
 
     /// `fill_u32` over some words of buffer `index`; the host copy follows on success.
-    fn launch_fill(
-        &mut self,
-        index: usize,
-        device: DeviceId,
-        words: usize,
-        after: &mut Vec<Token>,
-    ) -> Result<Token> {
+    fn launch_fill(&mut self, target: Target, after: &mut Vec<Token>) -> Result<Token> {
+        let (index, device, words) = (target.index, target.device, target.words);
         let count = 1 + self.rng.below(words);
         let first = self.rng.below(words - count + 1);
         let value = self.rng.next_u64() as u32;
@@ -71,13 +79,8 @@ impl<'a, B: Backend> Thread<'a, B> {
 
     /// `workgroup_reverse_u32` over groups of words of buffer `index` (some above the default
     /// workgroup limit, which needs the opt-in); the host copy follows on success.
-    fn launch_reverse(
-        &mut self,
-        index: usize,
-        device: DeviceId,
-        words: usize,
-        after: &mut Vec<Token>,
-    ) -> Result<Token> {
+    fn launch_reverse(&mut self, target: Target, after: &mut Vec<Token>) -> Result<Token> {
+        let (index, device, words) = (target.index, target.device, target.words);
         let per_group = [16usize, 256, 4096, 16384][self.rng.below(4)].min(words);
         let groups = (words / per_group).min(8);
         let rt = self.rt;

@@ -10,6 +10,15 @@ use crate::allocator::request::{AllocPath, Order};
 use crate::error::{Error, Result};
 use crate::id::StreamId;
 
+/// A request on the miss path, as a new segment serves it.
+struct Miss<'a> {
+    shape: &'a Shape,
+    order: Order<'a>,
+    own_lane: u32,
+    stream_ordered: bool,
+    config: &'a AllocatorConfig,
+}
+
 impl KindCache {
     /// The miss path: completed frees, other streams' blocks, a new segment, and the
     /// out-of-memory ladder.
@@ -23,6 +32,13 @@ impl KindCache {
         config: &AllocatorConfig,
     ) -> Result<Served> {
         self.unpark_all();
+        let miss = Miss {
+            shape,
+            order,
+            own_lane,
+            stream_ordered,
+            config,
+        };
         let mut dependencies_done = false;
         for rung in 0..=3 {
             let reclaimed = self.reclaim(driver, rung, shape, config)?;
@@ -49,15 +65,7 @@ impl KindCache {
             if rung > 1 {
                 self.stats.oom_retries += 1;
             }
-            if let Some(served) = self.new_segment(
-                driver,
-                shape,
-                order,
-                own_lane,
-                stream_ordered,
-                &mut dependencies_done,
-                config,
-            )? {
+            if let Some(served) = self.new_segment(driver, &miss, &mut dependencies_done)? {
                 return Ok(served);
             }
         }
@@ -88,17 +96,19 @@ impl KindCache {
 
     /// Gets a segment from the driver for a miss and serves the request from it. `Ok(None)`
     /// when the driver is out of memory.
-    #[allow(clippy::too_many_arguments)]
     fn new_segment<D: SegmentDriver>(
         &mut self,
         driver: &mut D,
-        shape: &Shape,
-        order: Order<'_>,
-        own_lane: u32,
-        stream_ordered: bool,
+        miss: &Miss<'_>,
         dependencies_done: &mut bool,
-        config: &AllocatorConfig,
     ) -> Result<Option<Served>> {
+        let Miss {
+            shape,
+            order,
+            own_lane,
+            stream_ordered,
+            config,
+        } = *miss;
         let (address, lane, path) = match order {
             Order::Synchronous => (
                 self.driver_allocate(driver, shape.segment, None)?,

@@ -81,6 +81,32 @@ struct GatedDriver {
     release: Arc<Mutex<mpsc::Receiver<()>>>,
 }
 
+/// A shared table over a gated driver with a page locked at each of `starts` (each pin let
+/// through), and the test's ends of the gate: told on the first when a driver call is inside,
+/// which goes on when the second sends.
+fn gated_table(
+    starts: &[usize],
+) -> (
+    Arc<SharedLockTable<GatedDriver>>,
+    mpsc::Receiver<()>,
+    mpsc::Sender<()>,
+) {
+    let (entered_tx, entered_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel();
+    let driver = GatedDriver {
+        inner: FakeDriver::new(),
+        entered: entered_tx,
+        release: Arc::new(Mutex::new(release_rx)),
+    };
+    let t: Arc<SharedLockTable<GatedDriver>> = Arc::new(SharedLockTable::new(driver, 1).unwrap());
+    for &ptr in starts {
+        release_tx.send(()).unwrap();
+        t.lock(ptr, PAGE).unwrap();
+        entered_rx.recv().unwrap();
+    }
+    (t, entered_rx, release_tx)
+}
+
 impl GatedDriver {
     fn gate(&self) {
         self.entered.send(()).unwrap();
@@ -104,17 +130,7 @@ impl PinDriver for GatedDriver {
 
 #[test]
 fn lookups_proceed_while_a_writer_waits_on_the_driver() {
-    let (entered_tx, entered_rx) = mpsc::channel();
-    let (release_tx, release_rx) = mpsc::channel();
-    let driver = GatedDriver {
-        inner: FakeDriver::new(),
-        entered: entered_tx,
-        release: Arc::new(Mutex::new(release_rx)),
-    };
-    let t: Arc<SharedLockTable<GatedDriver>> = Arc::new(SharedLockTable::new(driver, 1).unwrap());
-    release_tx.send(()).unwrap();
-    t.lock(BASE, PAGE).unwrap();
-    entered_rx.recv().unwrap();
+    let (t, entered_rx, release_tx) = gated_table(&[BASE]);
 
     let writer = {
         let t = Arc::clone(&t);
@@ -139,19 +155,7 @@ fn lookups_proceed_while_a_writer_waits_on_the_driver() {
 
 #[test]
 fn lookups_proceed_while_release_all_waits_on_the_driver() {
-    let (entered_tx, entered_rx) = mpsc::channel();
-    let (release_tx, release_rx) = mpsc::channel();
-    let driver = GatedDriver {
-        inner: FakeDriver::new(),
-        entered: entered_tx,
-        release: Arc::new(Mutex::new(release_rx)),
-    };
-    let t: Arc<SharedLockTable<GatedDriver>> = Arc::new(SharedLockTable::new(driver, 1).unwrap());
-    for ptr in [BASE, BASE + 2 * PAGE] {
-        release_tx.send(()).unwrap();
-        t.lock(ptr, PAGE).unwrap();
-        entered_rx.recv().unwrap();
-    }
+    let (t, entered_rx, release_tx) = gated_table(&[BASE, BASE + 2 * PAGE]);
 
     let releaser = {
         let t = Arc::clone(&t);

@@ -165,20 +165,17 @@ impl DefectKind {
             }
             DefectKind::DestroyedTwice {
                 object: o,
-                first_destroyed_at,
+                first_destroyed_at: at,
             } => {
-                object(f, o)?;
-                f.write_str(" destroyed twice (first destroyed at ")?;
-                position(f, first_destroyed_at)?;
-                f.write_str(")")
+                let message = (" destroyed twice (first destroyed at ", ")");
+                object_and_position(f, object, position, o, message, at)
             }
             DefectKind::UsedAfterDestroy {
                 object: o,
-                destroyed_at,
+                destroyed_at: at,
             } => {
-                object(f, o)?;
-                f.write_str(" used after it was destroyed at ")?;
-                position(f, destroyed_at)
+                let message = (" used after it was destroyed at ", "");
+                object_and_position(f, object, position, o, message, at)
             }
             DefectKind::NeverCreated { object: o } => {
                 object(f, o)?;
@@ -197,12 +194,13 @@ impl DefectKind {
             }
             DefectKind::CreatedWhileAlive {
                 object: o,
-                created_at,
+                created_at: at,
             } => {
-                object(f, o)?;
-                f.write_str(" created again while alive (created at ")?;
-                position(f, created_at)?;
-                f.write_str(" and never destroyed)")
+                let message = (
+                    " created again while alive (created at ",
+                    " and never destroyed)",
+                );
+                object_and_position(f, object, position, o, message, at)
             }
             DefectKind::WaitBeforeRecord { event } => {
                 object(f, TraceObject::Event(event))?;
@@ -240,6 +238,22 @@ impl DefectKind {
             DefectKind::CallAfterExit => f.write_str("a call after exit (ignored)"),
         }
     }
+}
+
+/// Writes object `o`, then `message.0`, position `at` and `message.1`: a message naming an
+/// object and an earlier position of it.
+fn object_and_position(
+    f: &mut fmt::Formatter<'_>,
+    object: &mut NameFn<'_, TraceObject>,
+    position: &mut NameFn<'_, usize>,
+    o: TraceObject,
+    message: (&str, &str),
+    at: usize,
+) -> fmt::Result {
+    object(f, o)?;
+    f.write_str(message.0)?;
+    position(f, at)?;
+    f.write_str(message.1)
 }
 
 impl fmt::Display for Defect {

@@ -17,6 +17,42 @@ const E0: EventId = EventId(0);
 const D0: DeviceId = DeviceId(0);
 const D1: DeviceId = DeviceId(1);
 
+fn stream(n: u32) -> TraceObject {
+    TraceObject::Stream(StreamId(n))
+}
+
+fn event(n: u32) -> TraceObject {
+    TraceObject::Event(EventId(n))
+}
+
+fn create_stream(stream: StreamId, device: DeviceId) -> TraceOp {
+    TraceOp::CreateStream { stream, device }
+}
+
+fn create_event(event: EventId, device: DeviceId) -> TraceOp {
+    TraceOp::CreateEvent { event, device }
+}
+
+fn record(event: EventId, stream: StreamId) -> TraceOp {
+    TraceOp::Record { event, stream }
+}
+
+fn wait(stream: StreamId, event: EventId) -> TraceOp {
+    TraceOp::Wait { stream, event }
+}
+
+fn launch(stream: StreamId, device: Option<DeviceId>) -> TraceOp {
+    TraceOp::Launch { stream, device }
+}
+
+fn leaked(object: TraceObject) -> DefectKind {
+    DefectKind::Leaked { object }
+}
+
+fn never_created(object: TraceObject) -> DefectKind {
+    DefectKind::NeverCreated { object }
+}
+
 fn kinds(ops: &[TraceOp]) -> Vec<(usize, DefectKind)> {
     check(ops)
         .into_iter()
@@ -36,22 +72,10 @@ fn text_kinds(text: &str) -> Vec<(usize, DefectKind)> {
 #[test]
 fn a_clean_life_has_no_defect() {
     let ops = [
-        TraceOp::CreateStream {
-            stream: S0,
-            device: D0,
-        },
-        TraceOp::CreateEvent {
-            event: E0,
-            device: D0,
-        },
-        TraceOp::Launch {
-            stream: S0,
-            device: Some(D0),
-        },
-        TraceOp::Record {
-            event: E0,
-            stream: S0,
-        },
+        create_stream(S0, D0),
+        create_event(E0, D0),
+        launch(S0, Some(D0)),
+        record(E0, S0),
         TraceOp::QueryEvent { event: E0 },
         TraceOp::SynchronizeEvent { event: E0 },
         TraceOp::QueryStream { stream: S0 },
@@ -64,42 +88,17 @@ fn a_clean_life_has_no_defect() {
 
 #[test]
 fn leaks_are_reported_at_their_creation() {
-    let ops = [
-        TraceOp::CreateStream {
-            stream: S0,
-            device: D0,
-        },
-        TraceOp::CreateEvent {
-            event: E0,
-            device: D0,
-        },
-    ];
+    let ops = [create_stream(S0, D0), create_event(E0, D0)];
     assert_eq!(
         kinds(&ops),
-        vec![
-            (
-                0,
-                DefectKind::Leaked {
-                    object: TraceObject::Stream(S0)
-                }
-            ),
-            (
-                1,
-                DefectKind::Leaked {
-                    object: TraceObject::Event(E0)
-                }
-            ),
-        ]
+        vec![(0, leaked(stream(0))), (1, leaked(event(0)))]
     );
 }
 
 #[test]
 fn a_second_destroy_is_reported_with_the_first() {
     let ops = [
-        TraceOp::CreateEvent {
-            event: E0,
-            device: D0,
-        },
+        create_event(E0, D0),
         TraceOp::DestroyEvent { event: E0 },
         TraceOp::DestroyEvent { event: E0 },
     ];
@@ -108,7 +107,7 @@ fn a_second_destroy_is_reported_with_the_first() {
         vec![(
             2,
             DefectKind::DestroyedTwice {
-                object: TraceObject::Event(E0),
+                object: event(0),
                 first_destroyed_at: 1
             }
         )]
@@ -118,28 +117,16 @@ fn a_second_destroy_is_reported_with_the_first() {
 #[test]
 fn every_use_after_destroy_is_reported() {
     let ops = [
-        TraceOp::CreateStream {
-            stream: S0,
-            device: D0,
-        },
-        TraceOp::CreateEvent {
-            event: E0,
-            device: D0,
-        },
+        create_stream(S0, D0),
+        create_event(E0, D0),
         TraceOp::DestroyStream { stream: S0 },
-        TraceOp::Launch {
-            stream: S0,
-            device: None,
-        },
-        TraceOp::Record {
-            event: E0,
-            stream: S0,
-        },
+        launch(S0, None),
+        record(E0, S0),
         TraceOp::DestroyEvent { event: E0 },
         TraceOp::QueryEvent { event: E0 },
     ];
     let stream_gone = DefectKind::UsedAfterDestroy {
-        object: TraceObject::Stream(S0),
+        object: stream(0),
         destroyed_at: 2,
     };
     assert_eq!(
@@ -150,7 +137,7 @@ fn every_use_after_destroy_is_reported() {
             (
                 6,
                 DefectKind::UsedAfterDestroy {
-                    object: TraceObject::Event(E0),
+                    object: event(0),
                     destroyed_at: 5
                 }
             ),
@@ -163,35 +150,19 @@ fn objects_never_created_and_created_twice_are_reported() {
     let ops = [
         TraceOp::SynchronizeStream { stream: S1 },
         TraceOp::DestroyEvent { event: E0 },
-        TraceOp::CreateStream {
-            stream: S0,
-            device: D0,
-        },
-        TraceOp::CreateStream {
-            stream: S0,
-            device: D1,
-        },
+        create_stream(S0, D0),
+        create_stream(S0, D1),
         TraceOp::DestroyStream { stream: S0 },
     ];
     assert_eq!(
         kinds(&ops),
         vec![
-            (
-                0,
-                DefectKind::NeverCreated {
-                    object: TraceObject::Stream(S1)
-                }
-            ),
-            (
-                1,
-                DefectKind::NeverCreated {
-                    object: TraceObject::Event(E0)
-                }
-            ),
+            (0, never_created(stream(1))),
+            (1, never_created(event(0))),
             (
                 3,
                 DefectKind::CreatedWhileAlive {
-                    object: TraceObject::Stream(S0),
+                    object: stream(0),
                     created_at: 2
                 }
             ),
@@ -202,39 +173,18 @@ fn objects_never_created_and_created_twice_are_reported() {
 #[test]
 fn waiting_on_an_event_never_recorded_is_reported() {
     let ops = [
-        TraceOp::CreateStream {
-            stream: S0,
-            device: D0,
-        },
-        TraceOp::CreateEvent {
-            event: E0,
-            device: D0,
-        },
-        TraceOp::Wait {
-            stream: S0,
-            event: E0,
-        },
+        create_stream(S0, D0),
+        create_event(E0, D0),
+        wait(S0, E0),
         TraceOp::SynchronizeEvent { event: E0 },
         // A query of an unrecorded event is legal (it reports completion).
         TraceOp::QueryEvent { event: E0 },
-        TraceOp::Record {
-            event: E0,
-            stream: S0,
-        },
-        TraceOp::Wait {
-            stream: S0,
-            event: E0,
-        },
+        record(E0, S0),
+        wait(S0, E0),
         // Re-created: unrecorded again.
         TraceOp::DestroyEvent { event: E0 },
-        TraceOp::CreateEvent {
-            event: E0,
-            device: D0,
-        },
-        TraceOp::Wait {
-            stream: S0,
-            event: E0,
-        },
+        create_event(E0, D0),
+        wait(S0, E0),
         TraceOp::DestroyEvent { event: E0 },
         TraceOp::DestroyStream { stream: S0 },
     ];
@@ -248,39 +198,15 @@ fn waiting_on_an_event_never_recorded_is_reported() {
 #[test]
 fn recording_and_launching_across_devices_is_reported() {
     let ops = [
-        TraceOp::CreateStream {
-            stream: S0,
-            device: D0,
-        },
-        TraceOp::CreateStream {
-            stream: S1,
-            device: D1,
-        },
-        TraceOp::CreateEvent {
-            event: E0,
-            device: D0,
-        },
-        TraceOp::Record {
-            event: E0,
-            stream: S1,
-        },
-        TraceOp::Launch {
-            stream: S1,
-            device: Some(D0),
-        },
+        create_stream(S0, D0),
+        create_stream(S1, D1),
+        create_event(E0, D0),
+        record(E0, S1),
+        launch(S1, Some(D0)),
         // Legal: a stream waits on another device's event.
-        TraceOp::Record {
-            event: E0,
-            stream: S0,
-        },
-        TraceOp::Wait {
-            stream: S1,
-            event: E0,
-        },
-        TraceOp::Launch {
-            stream: S1,
-            device: Some(D1),
-        },
+        record(E0, S0),
+        wait(S1, E0),
+        launch(S1, Some(D1)),
         TraceOp::DestroyEvent { event: E0 },
         TraceOp::DestroyStream { stream: S0 },
         TraceOp::DestroyStream { stream: S1 },
@@ -351,9 +277,7 @@ fn a_join_that_leaks_its_input_streams_is_flagged() {
         stream_synchronize s3
         stream_destroy s3
     ";
-    let leak = |s| DefectKind::Leaked {
-        object: TraceObject::Stream(StreamId(s)),
-    };
+    let leak = |s| leaked(stream(s));
     assert_eq!(text_kinds(trace), vec![(2, leak(0)), (4, leak(1))]);
 }
 
@@ -371,7 +295,7 @@ fn an_implicit_fork_destroyed_twice_is_flagged() {
         stream_synchronize s
         stream_destroy s
     ";
-    let s = TraceObject::Stream(StreamId(0));
+    let s = stream(0);
     assert_eq!(
         text_kinds(trace),
         vec![
@@ -400,15 +324,7 @@ fn an_unused_tokens_stream_is_flagged() {
         stream_create s 0
         stream_synchronize s
     ";
-    assert_eq!(
-        text_kinds(trace),
-        vec![(
-            2,
-            DefectKind::Leaked {
-                object: TraceObject::Stream(StreamId(0))
-            }
-        )]
-    );
+    assert_eq!(text_kinds(trace), vec![(2, leaked(stream(0)))]);
 }
 
 #[test]
@@ -456,10 +372,6 @@ fn findings(checker: &mut Checker, ops: &[TraceOp]) -> Vec<Finding> {
         checker.step(position, op, &mut |f| found.push(f));
     }
     found
-}
-
-fn stream(n: u32) -> TraceObject {
-    TraceObject::Stream(StreamId(n))
 }
 
 #[test]
@@ -535,18 +447,9 @@ fn objects_alive_at_exit_are_reported_apart_from_defects() {
             stream: S1,
             device: D0,
         },
-        TraceOp::CreateEvent {
-            event: E0,
-            device: D0,
-        },
-        TraceOp::CreateStream {
-            stream: S0,
-            device: D0,
-        },
-        TraceOp::CreateEvent {
-            event: EventId(1),
-            device: D0,
-        },
+        create_event(E0, D0),
+        create_stream(S0, D0),
+        create_event(EventId(1), D0),
         TraceOp::DestroyEvent { event: EventId(1) },
         TraceOp::Exit,
     ];
@@ -558,7 +461,7 @@ fn objects_alive_at_exit_are_reported_apart_from_defects() {
         found,
         vec![
             Finding::AliveAtExit {
-                object: TraceObject::Event(E0),
+                object: event(0),
                 created_at: 1
             },
             Finding::AliveAtExit {
@@ -571,25 +474,14 @@ fn objects_alive_at_exit_are_reported_apart_from_defects() {
     // Without the exit they are leaks.
     assert_eq!(
         kinds(&ops[..5]),
-        vec![
-            (
-                1,
-                DefectKind::Leaked {
-                    object: TraceObject::Event(E0)
-                }
-            ),
-            (2, DefectKind::Leaked { object: stream(0) }),
-        ]
+        vec![(1, leaked(event(0))), (2, leaked(stream(0)))]
     );
 }
 
 #[test]
 fn calls_after_exit_are_reported_and_change_nothing() {
     let ops = [
-        TraceOp::CreateStream {
-            stream: S0,
-            device: D0,
-        },
+        create_stream(S0, D0),
         TraceOp::Exit,
         TraceOp::DestroyStream { stream: S0 },
         TraceOp::Exit,
@@ -621,17 +513,11 @@ fn calls_after_exit_are_reported_and_change_nothing() {
 
 #[test]
 fn destroyed_objects_are_remembered_up_to_a_bound() {
-    let create = |n| TraceOp::CreateStream {
-        stream: StreamId(n),
-        device: D0,
-    };
+    let create = |n| create_stream(StreamId(n), D0);
     let destroy = |n| TraceOp::DestroyStream {
         stream: StreamId(n),
     };
-    let launch = |n| TraceOp::Launch {
-        stream: StreamId(n),
-        device: None,
-    };
+    let launch = |n| launch(StreamId(n), None);
     let mut checker = Checker::remembering(2);
     let mut found = Vec::new();
     let mut step = |checker: &mut Checker, position, op| {
@@ -670,7 +556,7 @@ fn destroyed_objects_are_remembered_up_to_a_bound() {
     assert_eq!(
         defects,
         vec![
-            (0, DefectKind::NeverCreated { object: stream(9) }),
+            (0, never_created(stream(9))),
             (15, forgotten(1)),
             (
                 16,
@@ -696,14 +582,8 @@ fn destroyed_objects_are_remembered_up_to_a_bound() {
 #[test]
 fn a_checker_remembering_nothing_still_knows_the_living() {
     let ops = [
-        TraceOp::CreateEvent {
-            event: E0,
-            device: D0,
-        },
-        TraceOp::Record {
-            event: E0,
-            stream: S0,
-        },
+        create_event(E0, D0),
+        record(E0, S0),
         TraceOp::DestroyEvent { event: E0 },
         TraceOp::DestroyEvent { event: E0 },
     ];
@@ -715,12 +595,12 @@ fn a_checker_remembering_nothing_still_knows_the_living() {
         vec![
             Finding::Defect(Defect {
                 position: 1,
-                kind: DefectKind::NeverCreated { object: stream(0) }
+                kind: never_created(stream(0))
             }),
             Finding::Defect(Defect {
                 position: 3,
                 kind: DefectKind::NeverCreatedOrForgotten {
-                    object: TraceObject::Event(E0),
+                    object: event(0),
                     remembered: 0
                 }
             }),
