@@ -15,13 +15,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use gpu_runtime::allocator::MemoryKind;
-use gpu_runtime::backend::{Backend, LaunchDims};
-use gpu_runtime::runtime::{
-    Arg, Buffer, Kernel, RecordingBackend, Runtime, RuntimeConfig, RuntimeStats,
-};
-use gpu_runtime::token::{Token, write_trace};
-use gpu_runtime::{DeviceId, Error, Result, WithBackend, with_best_backend};
+use gpu_runtime::prelude::*;
+use gpu_runtime::token::write_trace;
 
 const A: f32 = 2.0;
 const Y0: f32 = 1.0;

@@ -21,14 +21,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpu_runtime::allocator::MemoryKind;
-use gpu_runtime::backend::{Backend, KernelArg, LaunchDims};
-use gpu_runtime::host::{HostBackend, HostConfig};
-use gpu_runtime::runtime::{
-    Arg, LiveObjects, RecordingBackend, Runtime, RuntimeConfig, with_device,
-};
+use gpu_runtime::backend::KernelArg;
+use gpu_runtime::prelude::*;
+use gpu_runtime::runtime::{LiveObjects, with_device};
 use gpu_runtime::stress::{self, NoProbe, Probe, StressConfig, StressReport};
-use gpu_runtime::{DeviceId, Error, Result, WithBackend, with_best_backend};
 
 /// Command-line options.
 #[derive(Clone, Debug)]

@@ -13,6 +13,31 @@ pub use gpu_rt::{host, runtime};
 #[cfg(feature = "std")]
 pub use gpu_testkit::{conformance, stress};
 
+/// What a program needs, in one import: `gpu_rt`'s prelude (the runtime, its handles, the host
+/// backend, the core types and the error), with [`WithBackend`] and [`with_best_backend`].
+///
+/// # Examples
+///
+/// ```
+/// use gpu_runtime::prelude::*;
+///
+/// struct DeviceCount;
+/// impl WithBackend for DeviceCount {
+///     type Output = Result<usize>;
+///     fn with<B: Backend>(self, backend: B) -> Result<usize> {
+///         Ok(Runtime::new(backend)?.device_count())
+///     }
+/// }
+/// // A GPU's devices where a backend compiled in finds one, else the host backend's two.
+/// assert!(with_best_backend(DeviceCount)? >= 1);
+/// # Ok::<(), Error>(())
+/// ```
+#[cfg(feature = "std")]
+pub mod prelude {
+    pub use crate::{WithBackend, with_best_backend};
+    pub use gpu_rt::prelude::*;
+}
+
 #[cfg(feature = "cuda")]
 pub use gpu_cuda_ffi as cuda;
 #[cfg(feature = "hip")]

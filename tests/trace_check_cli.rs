@@ -1,4 +1,4 @@
-//! The `gpu-trace-check` program on the README's example and on clean, defective and
+//! The `gpu-trace-check` program on the trace format guide's example and on clean, defective and
 //! malformed traces: its messages and exit status.
 
 use std::io::Write;
@@ -21,19 +21,19 @@ fn run_on(trace: &str) -> Output {
     child.wait_with_output().expect("the program ends")
 }
 
-/// The example trace of the README's "Trace format" section, read from the README itself.
-fn readme_example() -> String {
-    let readme = include_str!("../README.md");
-    let start = readme
+/// The example trace of the trace format guide (docs/trace-format.md), read from the guide.
+fn guide_example() -> String {
+    let guide = include_str!("../docs/trace-format.md");
+    let start = guide
         .find("# join.trace")
-        .expect("the README has the example");
-    let end = readme[start..].find("```").expect("the example block ends") + start;
-    readme[start..end].to_string()
+        .expect("the guide has the example");
+    let end = guide[start..].find("```").expect("the example block ends") + start;
+    guide[start..end].to_string()
 }
 
 #[test]
-fn the_readme_example_reports_the_leaked_join_inputs() {
-    let output = run_on(&readme_example());
+fn the_guide_example_reports_the_leaked_join_inputs() {
+    let output = run_on(&guide_example());
     assert_eq!(output.status.code(), Some(1));
     let stdout = String::from_utf8(output.stdout).unwrap();
     assert_eq!(

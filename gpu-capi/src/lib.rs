@@ -10,6 +10,12 @@
 //!
 //! `include/gpu_runtime.h` is the C API's header: the modules of the other ABIs carry
 //! `cbindgen:ignore`, so `cargo xtask capi-header` leaves their symbols out of it.
+//!
+//! Every `unsafe` block says why it holds (`// SAFETY:`), every public item is documented, and
+//! items used only inside the crate are `pub(crate)` or narrower.
+
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod capi;
 /// cbindgen:ignore

@@ -23,6 +23,7 @@ use gpu_runtime::allocator::{AllocatorStats, MemoryKind};
 use gpu_runtime::error::Error;
 use gpu_runtime::id::DeviceId;
 
+use crate::shared::args::non_null;
 use crate::shared::{
     CapiError, ClientBackend, GpurtStatus, Session, dispatch, guarded, status_of,
     with_open_session, with_session,
@@ -202,9 +203,7 @@ pub unsafe extern "C" fn gpurt_torch_stats(
     out: *mut GpurtTorchStats,
 ) -> GpurtStatus {
     status_of(|| {
-        if out.is_null() {
-            return Err(Error::NullPointer { what: "stats out" }.into());
-        }
+        non_null(out, "stats out")?;
         let device = device_id(device)?;
         let stats = with_session(|s| dispatch!(s, s => device_stats(s, device)))?;
         // SAFETY: the caller's promise: `out` is valid for one write.
@@ -279,10 +278,8 @@ fn device_stats<B: ClientBackend>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shared::status::with_last_error;
-    use crate::shared::{
-        AnySession, BackendChoice, OpenOptions, open, process_test_lock, shutdown,
-    };
+    use crate::shared::status::last_error;
+    use crate::shared::{AnySession, open_host, process_test_lock, shutdown};
     use gpu_runtime::backend::Backend;
     use gpu_runtime::host::HostBackend;
     use gpu_runtime::runtime::with_device;
@@ -290,11 +287,7 @@ mod tests {
     /// Opens the host backend and creates `count` streams on `device` behind the runtime's
     /// back, as PyTorch creates its own; returns them as PyTorch passes them (raw handles).
     fn host_with_streams(device: DeviceId, count: usize) -> Vec<*mut c_void> {
-        open(OpenOptions {
-            backend: BackendChoice::Host,
-            trace: None,
-        })
-        .unwrap();
+        open_host();
         with_session(|session| {
             let AnySession::Host(session) = session else {
                 panic!("the host backend was asked for");
@@ -311,18 +304,35 @@ mod tests {
         .unwrap()
     }
 
+    // The tests call the exported functions only through these, with streams that
+    // `host_with_streams` made.
+
+    /// `gpurt_torch_alloc` on one of the tests' streams.
+    fn alloc(size: isize, device: c_int, stream: *mut c_void) -> *mut c_void {
+        // SAFETY: `stream` is one `host_with_streams` made, alive until the runtime shuts down;
+        // the host backend checks a stream handle before it uses one, so a stream passed with
+        // another device's index (or after the shutdown) is refused, never used.
+        unsafe { gpurt_torch_alloc(size, device, stream) }
+    }
+
+    /// `gpurt_torch_free` on one of the tests' streams.
+    fn free(ptr: *mut c_void, size: isize, device: c_int, stream: *mut c_void) {
+        // SAFETY: as in `alloc`.
+        unsafe { gpurt_torch_free(ptr, size, device, stream) }
+    }
+
+    /// `gpurt_torch_record_stream` on one of the tests' streams.
+    fn record_stream(ptr: *mut c_void, stream: *mut c_void) {
+        // SAFETY: as in `alloc`.
+        unsafe { gpurt_torch_record_stream(ptr, stream) }
+    }
+
     fn stats(device: c_int) -> GpurtTorchStats {
         let mut out = GpurtTorchStats::default();
         // SAFETY: `out` is valid for one write.
-        assert_eq!(
-            unsafe { gpurt_torch_stats(device, &mut out) },
-            GpurtStatus::Ok
-        );
+        let status = unsafe { gpurt_torch_stats(device, &mut out) };
+        assert_eq!(status, GpurtStatus::Ok);
         out
-    }
-
-    fn last_error() -> String {
-        with_last_error(|message| message.to_string_lossy().into_owned())
     }
 
     #[test]
@@ -330,23 +340,22 @@ mod tests {
         let _serial = process_test_lock();
         let streams = host_with_streams(DeviceId(0), 2);
         let (s1, s2) = (streams[0], streams[1]);
-        // SAFETY (every call below): the streams are live streams of device 0 until shutdown.
-        let first = unsafe { gpurt_torch_alloc(4096, 0, s1) };
+        let first = alloc(4096, 0, s1);
         assert!(!first.is_null(), "{}", last_error());
-        unsafe { gpurt_torch_free(first, 4096, 0, s1) };
+        free(first, 4096, 0, s1);
         let before = stats(0);
-        let again = unsafe { gpurt_torch_alloc(4096, 0, s1) };
+        let again = alloc(4096, 0, s1);
         assert_eq!(again, first, "reused on its stream at once");
         let after = stats(0);
         assert_eq!(after.hits, before.hits + 1);
         assert_eq!(after.segment_allocations, before.segment_allocations);
         assert_eq!(after.allocated, 4096);
-        unsafe { gpurt_torch_free(again, 4096, 0, s1) };
+        free(again, 4096, 0, s1);
         // The other stream's first request is served from the block cached on s1, ordered
         // behind an event (s1 has no work, so its event completes).
-        let other = unsafe { gpurt_torch_alloc(4096, 0, s2) };
+        let other = alloc(4096, 0, s2);
         assert!(!other.is_null(), "{}", last_error());
-        unsafe { gpurt_torch_free(other, 4096, 0, s2) };
+        free(other, 4096, 0, s2);
         let end = stats(0);
         assert_eq!(end.allocated, 0);
         assert!(end.peak_reserved >= 4096 && end.reserved <= end.peak_reserved);
@@ -359,51 +368,40 @@ mod tests {
         let _serial = process_test_lock();
         let streams = host_with_streams(DeviceId(0), 1);
         let s = streams[0];
-        // SAFETY (every call below): a live stream of device 0, or one that is refused.
-        let live = unsafe { gpurt_torch_alloc(1000, 0, s) };
+        let live = alloc(1000, 0, s);
         assert!(!live.is_null());
         let before = stats(0);
-        assert!(
-            unsafe { gpurt_torch_alloc(0, 0, s) }.is_null(),
-            "0 bytes is NULL"
-        );
-        assert!(unsafe { gpurt_torch_alloc(-1, 0, s) }.is_null());
+        assert!(alloc(0, 0, s).is_null(), "0 bytes is NULL");
+        assert!(alloc(-1, 0, s).is_null());
         assert!(last_error().contains("negative"), "{}", last_error());
-        assert!(unsafe { gpurt_torch_alloc(64, -1, s) }.is_null());
+        assert!(alloc(64, -1, s).is_null());
         assert!(last_error().contains("device"), "{}", last_error());
-        assert!(unsafe { gpurt_torch_alloc(64, 7, s) }.is_null());
+        assert!(alloc(64, 7, s).is_null());
         assert!(last_error().contains("does not exist"), "{}", last_error());
-        assert!(
-            unsafe { gpurt_torch_alloc(64, 1, s) }.is_null(),
-            "a stream of device 0"
-        );
+        assert!(alloc(64, 1, s).is_null(), "a stream of device 0");
         assert!(
             last_error().contains("HOST_INVALID_HANDLE"),
             "{}",
             last_error()
         );
         let huge = isize::MAX;
-        assert!(unsafe { gpurt_torch_alloc(huge, 0, s) }.is_null());
-        unsafe { gpurt_torch_free(live.wrapping_byte_add(512), 1000, 0, s) };
+        assert!(alloc(huge, 0, s).is_null());
+        free(live.wrapping_byte_add(512), 1000, 0, s);
         assert!(
             last_error().contains("no live allocation"),
             "{}",
             last_error()
         );
-        unsafe { gpurt_torch_free(live, 999, 0, s) };
+        free(live, 999, 0, s);
         assert!(last_error().contains("1000 bytes"), "{}", last_error());
-        unsafe { gpurt_torch_free(ptr::null_mut(), 0, 0, s) };
+        free(ptr::null_mut(), 0, 0, s);
         let mut out = GpurtTorchStats::default();
         // SAFETY: a null pointer is refused before any write.
-        assert_eq!(
-            unsafe { gpurt_torch_stats(0, ptr::null_mut()) },
-            GpurtStatus::NullPointer
-        );
+        let status = unsafe { gpurt_torch_stats(0, ptr::null_mut()) };
+        assert_eq!(status, GpurtStatus::NullPointer);
         // SAFETY: `out` is valid for one write.
-        assert_eq!(
-            unsafe { gpurt_torch_stats(9, &mut out) },
-            GpurtStatus::UnknownDevice
-        );
+        let status = unsafe { gpurt_torch_stats(9, &mut out) };
+        assert_eq!(status, GpurtStatus::UnknownDevice);
         assert_eq!(out, GpurtTorchStats::default(), "not written on failure");
         let after = stats(0);
         assert_eq!(
@@ -411,18 +409,18 @@ mod tests {
             (before.allocated, before.reserved, before.hits),
             "a refused call changed the allocator"
         );
-        unsafe { gpurt_torch_free(live, 1000, 0, s) };
-        unsafe { gpurt_torch_free(live, 1000, 0, s) };
+        free(live, 1000, 0, s);
+        free(live, 1000, 0, s);
         assert!(
             last_error().contains("freed already"),
             "double free: {}",
             last_error()
         );
         assert_eq!(stats(0).allocated, 0);
-        let kept = unsafe { gpurt_torch_alloc(1000, 0, s) };
+        let kept = alloc(1000, 0, s);
         shutdown().unwrap();
         // PyTorch frees what it still holds at exit, after a shutdown: refused, nothing opened.
-        unsafe { gpurt_torch_free(kept, 1000, 0, s) };
+        free(kept, 1000, 0, s);
         assert!(
             last_error().contains("no runtime is open"),
             "{}",
@@ -436,13 +434,12 @@ mod tests {
         let _serial = process_test_lock();
         let streams = host_with_streams(DeviceId(1), 2);
         let (s1, s2) = (streams[0], streams[1]);
-        // SAFETY (every call below): live streams of device 1 until shutdown.
-        let block = unsafe { gpurt_torch_alloc(4096, 1, s1) };
-        unsafe { gpurt_torch_record_stream(block, s2) };
+        let block = alloc(4096, 1, s1);
+        record_stream(block, s2);
         assert_eq!(last_error(), "", "recorded");
-        unsafe { gpurt_torch_record_stream(block.wrapping_byte_add(256), s2) };
+        record_stream(block.wrapping_byte_add(256), s2);
         assert!(last_error().contains("any device"), "{}", last_error());
-        unsafe { gpurt_torch_free(block, 4096, 1, s1) };
+        free(block, 4096, 1, s1);
         // The free waits for an event recorded on s2 (idle, but the host backend completes a
         // record on the stream's own thread): once it has, emptying the cache gives it all back.
         for _ in 0..1000 {
@@ -480,8 +477,7 @@ mod tests {
                     let stream = stream as *mut c_void;
                     for step in 0..200usize {
                         let size = 256 + (step * 7919 + thread * 104_729) % (2 << 20);
-                        // SAFETY: a live stream of device 1 until shutdown.
-                        let block = unsafe { gpurt_torch_alloc(size as isize, 1, stream) };
+                        let block = alloc(size as isize, 1, stream);
                         assert!(!block.is_null(), "{}", last_error());
                         let start = block as usize;
                         {
@@ -493,8 +489,7 @@ mod tests {
                             live.insert(start, size);
                         }
                         live.lock().unwrap().remove(&start);
-                        // SAFETY: as above.
-                        unsafe { gpurt_torch_free(block, size as isize, 1, stream) };
+                        free(block, size as isize, 1, stream);
                     }
                 });
             }

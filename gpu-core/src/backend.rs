@@ -11,17 +11,49 @@
 //! Every method either succeeds or changes nothing, and reports driver failures as
 //! [`Error::Driver`] with the driver's own name and number.
 //!
-//! What is safe and what is not: handles and ids are checked, so a stale, foreign or
-//! wrong-device handle is a typed error, never undefined behaviour. Raw addresses cannot be
-//! checked (on a unified-addressing driver any address is a valid DMA target, the caller's
-//! host memory included), so the calls that take them, [`Backend::copy`], [`Backend::fill`]
-//! and [`Backend::launch`], are `unsafe fn`s, as in wgpu-hal. The runtime's safe API wraps
-//! them with spans of memory it owns or borrows for as long as the work runs.
+//! What is safe and what is not, and who checks what:
+//!
+//! - Device ids: every backend refuses one it does not have ([`Error::UnknownDevice`],
+//!   [`check_device`]) before its driver sees it.
+//! - Handles (streams, events, modules, kernels) are checked by the backend that made them,
+//!   before its driver sees them. The CUDA and HIP backends keep their live handles in a
+//!   [`live::LiveHandles`] registry: every handle carries a [`live::HandleId`] never used
+//!   before in the process, a kernel is live while its module is, and a handle that was
+//!   destroyed ([`Backend::stream_destroy`], [`Backend::event_destroy`]), unloaded
+//!   ([`Backend::module_unload`], which takes its kernels with it), forgotten by
+//!   [`Backend::reset_device`], or made by another backend (another instance included) is
+//!   [`Error::StaleHandle`]. Each method holds the handles it was given for as long as its
+//!   driver calls run, and a destroy takes its handle out of the registry first and waits for
+//!   the calls in flight on it, so a concurrent destroy never frees a handle mid-call. The host
+//!   backend checks its own tables (its `HOST_INVALID_HANDLE`); the HSA backend its tables of
+//!   streams, events and modules (not yet its kernels). A handle of another device where the
+//!   call needs one device's (an event recorded on a stream, a kernel launched on one) is
+//!   [`Error::WrongDevice`] ([`check_same_device`]).
+//! - Addresses a backend hands out and takes back: [`Backend::free`] frees only memory the
+//!   backend allocated, of that kind on that device, and not freed since, and
+//!   [`Backend::host_unregister`] unpins only a range the backend registered, by its start;
+//!   anything else is a typed error before the driver. The CUDA and HIP backends record both
+//!   ([`live::LiveAllocations`], [`live::LiveRegistrations`]) and say
+//!   [`Error::UnknownAddress`], or [`Error::NotEntryStart`] (inside a registered range) and
+//!   [`Error::NotLocked`]; the host backend checks its own tables and answers as CUDA's driver
+//!   would (`HOST_INVALID_VALUE`, `HOST_MEMORY_NOT_REGISTERED`); the HSA backend checks
+//!   neither yet. Either call still requires, as the trait cannot check it, that no work still
+//!   to run uses the memory (but for a free's `after` stream, whose work it waits for).
+//! - Raw addresses given to the device cannot be checked (on a unified-addressing driver any
+//!   address is a valid DMA target, the caller's host memory included), so the calls that take
+//!   them, [`Backend::copy`], [`Backend::fill`] and [`Backend::launch`], are `unsafe fn`s, as
+//!   in wgpu-hal. The runtime's safe API wraps them with spans of memory it owns or borrows for
+//!   as long as the work runs. [`Backend::adopt_stream`] is `unsafe` for the same reason: the
+//!   driver's raw handle it wraps cannot be checked; once adopted, the handle is checked like
+//!   the backend's own.
 //!
 //! The standard kernel library's table (names, parameters, reaches), which every backend
-//! implements and the runtime checks launches against, is [`library`].
+//! implements and the runtime checks launches against, is [`library`]; what the driver
+//! backends share to check handles and addresses, and the steps of theirs that are the same on
+//! every driver, are [`live`].
 
 pub mod library;
+pub mod live;
 
 use alloc::string::String;
 use core::ffi::{CStr, c_void};
@@ -244,6 +276,21 @@ pub trait Backend: Send + Sync + 'static {
         address: usize,
         after: Option<Self::Stream>,
     ) -> Result<()>;
+
+    /// Tells the backend that a runtime's allocator carved the buffer `range` out of memory
+    /// the backend allocated on `device` (`live`), or took it back (not `live`), so that a
+    /// backend that checks accesses checks them per buffer, not per driver allocation (as
+    /// compute-sanitizer can, given NVTX memory-region annotations): the host backend then
+    /// refuses a copy, fill or library kernel that runs out of its buffer or starts in freed
+    /// memory. An annotation, not a driver call; by default it does nothing.
+    ///
+    /// # Errors
+    /// A checking backend refuses a range outside its allocations, a live buffer overlapping
+    /// another, or the release of a buffer it was not told of; nothing changes then.
+    fn note_buffer(&self, device: DeviceId, range: ByteRange, live: bool) -> Result<()> {
+        let _ = (device, range, live);
+        Ok(())
+    }
 
     /// Pins the caller's host range for every device (CUDA: cuMemHostRegister with PORTABLE)
     /// and writes each device's address for `range.start` into `device_ptrs`.

@@ -361,7 +361,8 @@ pub enum Error {
     LiveWorkOnDevice {
         /// The device.
         device: DeviceId,
-        /// Live tokens whose work is on it.
+        /// Live tokens whose work is on it (a token being waited for counts until its wait
+        /// has returned).
         tokens: usize,
     },
     /// Memory or a handle of one runtime was given to another: a runtime orders and frees only
@@ -449,6 +450,18 @@ pub enum Error {
     ForeignContext {
         /// The backend asked.
         backend: &'static str,
+    },
+    /// A driver backend's handle (stream, event, module, kernel) that names nothing live in the
+    /// backend it was given to: destroyed or unloaded already (a kernel, with its module), from
+    /// before its device was reset, or another backend's. Refused before the driver, which
+    /// would be handed a dangling handle ([`crate::backend::live`]).
+    StaleHandle {
+        /// The backend (`"cuda"`, `"hip"`).
+        backend: &'static str,
+        /// What the handle is: `"stream"`, `"event"`, `"module"`, `"kernel"`.
+        what: &'static str,
+        /// The handle's number (a kernel's is its module's).
+        id: crate::backend::live::HandleId,
     },
 
     // ----- driver -----

@@ -26,9 +26,9 @@
 //! figures mean nothing. Without a driver or a device it prints a skip line and exits 0.
 //! Environment: `GIT_COMMIT` (printed in the header), `HW_BENCH_OUT` (a file that also gets the
 //! table).
-// Local names of driver entry points are spelled as in cuda.h (`cuMemAlloc`), so each call
-// reads like the C it measures.
-#![allow(non_snake_case)]
+// The raw sides call the driver through the crate's typed calls (`result::memory::alloc` is
+// cuMemAlloc), which look each entry point up in the loader's cache (one atomic load) and
+// check its code, as the backend's own calls do.
 
 use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
@@ -42,22 +42,13 @@ use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::{Backend, KernelArg, LaunchDims};
 use gpu_core::token::Token;
 use gpu_core::{DeviceId, Error};
-use gpu_cuda_ffi::{CudaBackend, Driver, check, reports_no_device, sys};
+use gpu_cuda_ffi::{CudaBackend, Driver, check, reports_no_device, result, sys};
 use gpu_ffi_loader::hw_bench::{
     KIB, MIB, Outcome, Plan, Report, Target, figure, size_text, today, whole,
 };
 use gpu_rt::runtime::{Arg, Runtime, RuntimeConfig};
 
 const D0: DeviceId = DeviceId(0);
-/// Calls a driver entry point held in a local of the same name and checks its result.
-macro_rules! cu {
-    ($function:ident($($argument:expr),* $(,)?)) => {
-        // SAFETY: every call site passes live handles of device 0's context (current on this
-        // thread), memory that stays valid until the call's work is synchronised, and
-        // out-parameters valid for writes.
-        check(stringify!($function), unsafe { $function($($argument),*) })
-    };
-}
 
 /// A non-blocking stream of the current context, destroyed on drop.
 struct RawStream {
@@ -67,23 +58,20 @@ struct RawStream {
 
 impl RawStream {
     fn new(driver: &'static Driver) -> Outcome<Self> {
-        let cuStreamCreate = driver.cuStreamCreate()?;
-        let mut raw = ptr::null_mut();
-        cu!(cuStreamCreate(&mut raw, sys::CU_STREAM_NON_BLOCKING))?;
+        let raw = result::stream::create(driver, sys::CU_STREAM_NON_BLOCKING)?;
         Ok(Self { driver, raw })
     }
 
     fn synchronize(&self) -> Outcome<()> {
-        let cuStreamSynchronize = self.driver.cuStreamSynchronize()?;
-        Ok(cu!(cuStreamSynchronize(self.raw))?)
+        // SAFETY: the stream lives until `self` drops.
+        Ok(unsafe { result::stream::synchronize(self.driver, self.raw) }?)
     }
 }
 
 impl Drop for RawStream {
     fn drop(&mut self) {
-        if let Ok(cuStreamDestroy) = self.driver.cuStreamDestroy() {
-            let _ = cu!(cuStreamDestroy(self.raw));
-        }
+        // SAFETY: the stream was created by `new` and is destroyed once, here.
+        let _ = unsafe { result::stream::destroy(self.driver, self.raw) };
     }
 }
 
@@ -95,18 +83,15 @@ struct RawEvent {
 
 impl RawEvent {
     fn new(driver: &'static Driver) -> Outcome<Self> {
-        let cuEventCreate = driver.cuEventCreate()?;
-        let mut raw = ptr::null_mut();
-        cu!(cuEventCreate(&mut raw, sys::CU_EVENT_DISABLE_TIMING))?;
+        let raw = result::event::create(driver, sys::CU_EVENT_DISABLE_TIMING)?;
         Ok(Self { driver, raw })
     }
 }
 
 impl Drop for RawEvent {
     fn drop(&mut self) {
-        if let Ok(cuEventDestroy) = self.driver.cuEventDestroy() {
-            let _ = cu!(cuEventDestroy(self.raw));
-        }
+        // SAFETY: the event was created by `new` and is destroyed once, here.
+        let _ = unsafe { result::event::destroy(self.driver, self.raw) };
     }
 }
 
@@ -135,24 +120,11 @@ impl Bench<'_> {
 /// Case 1: device memory cache hit against the warm driver pool and cuMemAlloc/cuMemFree.
 fn device_alloc_free(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
     let (rt, driver, plan) = (bench.rt, bench.driver, bench.plan);
-    let cuDeviceGet = driver.cuDeviceGet()?;
-    let cuDeviceGetDefaultMemPool = driver.cuDeviceGetDefaultMemPool()?;
-    let cuMemPoolSetAttribute = driver.cuMemPoolSetAttribute()?;
-    let cuMemAllocAsync = driver.cuMemAllocAsync()?;
-    let cuMemFreeAsync = driver.cuMemFreeAsync()?;
-    let cuMemAlloc = driver.cuMemAlloc()?;
-    let cuMemFree = driver.cuMemFree()?;
     let stream = RawStream::new(driver)?;
-    let mut ordinal: sys::CUdevice = 0;
-    cu!(cuDeviceGet(&mut ordinal, 0))?;
-    let mut pool = ptr::null_mut();
-    cu!(cuDeviceGetDefaultMemPool(&mut pool, ordinal))?;
-    let mut threshold = u64::MAX;
-    cu!(cuMemPoolSetAttribute(
-        pool,
-        sys::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-        (&mut threshold as *mut u64).cast()
-    ))?;
+    let ordinal = result::device::get(driver, 0)?;
+    let pool = result::device::default_memory_pool(driver, ordinal)?;
+    // SAFETY: device 0's default pool, which lives as long as its context.
+    unsafe { result::memory::set_pool_release_threshold(driver, pool, u64::MAX) }?;
     let before = bench.allocator_stats(MemoryKind::Device);
     for size in [256, 64 * KIB, MIB] {
         let [ours, pool] = plan.interleaved(
@@ -168,9 +140,14 @@ fn device_alloc_free(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
                 }),
                 &mut whole(|calls| {
                     for _ in 0..calls {
-                        let mut address: sys::CUdeviceptr = 0;
-                        cu!(cuMemAllocAsync(&mut address, black_box(size), stream.raw))?;
-                        cu!(cuMemFreeAsync(black_box(address), stream.raw))?;
+                        // SAFETY: a live stream of the current context.
+                        let address = unsafe {
+                            result::memory::alloc_async(driver, black_box(size), stream.raw)
+                        }?;
+                        // SAFETY: the allocation just made, unused, freed in the same order.
+                        unsafe {
+                            result::memory::free_async(driver, black_box(address), stream.raw)
+                        }?;
                     }
                     stream.synchronize()
                 }),
@@ -180,9 +157,9 @@ fn device_alloc_free(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
         // drift, and the row has no target.
         let plain = plan.median_per_call(15, 40, |calls| {
             for _ in 0..calls {
-                let mut address: sys::CUdeviceptr = 0;
-                cu!(cuMemAlloc(&mut address, black_box(size)))?;
-                cu!(cuMemFree(black_box(address)))?;
+                let address = result::memory::alloc(driver, black_box(size))?;
+                // SAFETY: the allocation just made, unused by any work.
+                unsafe { result::memory::free(driver, black_box(address)) }?;
             }
             Ok(())
         })?;
@@ -220,8 +197,6 @@ fn device_alloc_free(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
 /// Case 2: pinned host memory cache hit against cuMemHostAlloc/cuMemFreeHost.
 fn host_pinned_alloc_free(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
     let (rt, driver, plan) = (bench.rt, bench.driver, bench.plan);
-    let cuMemHostAlloc = driver.cuMemHostAlloc()?;
-    let cuMemFreeHost = driver.cuMemFreeHost()?;
     // The flags the backend uses when the runtime's cache misses.
     let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
     let before = bench.allocator_stats(MemoryKind::HostPinned);
@@ -238,9 +213,9 @@ fn host_pinned_alloc_free(bench: &Bench<'_>, report: &mut Report) -> Outcome<()>
         // while the hit needs long ones; the row has no target.
         let driver_ns = plan.median_per_call(7, 10, |calls| {
             for _ in 0..calls {
-                let mut address = ptr::null_mut();
-                cu!(cuMemHostAlloc(&mut address, black_box(size), flags))?;
-                cu!(cuMemFreeHost(black_box(address)))?;
+                let address = result::memory::alloc_host(driver, black_box(size), flags)?;
+                // SAFETY: the allocation just made, unused by any work.
+                unsafe { result::memory::free_host(driver, black_box(address)) }?;
             }
             Ok(())
         })?;
@@ -294,7 +269,6 @@ impl Xorshift {
 /// Case 3: "is this range pinned, and where?" with 4,096 locked regions.
 fn pinned_lookup(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
     let (rt, driver, plan) = (bench.rt, bench.driver, bench.plan);
-    let cuPointerGetAttribute = driver.cuPointerGetAttribute()?;
     let regions = plan.pick(4096, 64);
     // 32 KiB regions 64 KiB apart, from a 64 KiB-aligned start: disjoint and page-aligned with
     // 4 KiB and with 64 KiB pages, no two regions sharing a page.
@@ -322,12 +296,7 @@ fn pinned_lookup(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
     // Both sides must give the same answer before either is timed.
     for &query in queries.iter().take(64) {
         let ours = rt.pinned_address(query, QUERY_LEN, D0)?;
-        let mut theirs: sys::CUdeviceptr = 0;
-        cu!(cuPointerGetAttribute(
-            (&mut theirs as *mut sys::CUdeviceptr).cast(),
-            sys::CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
-            query as sys::CUdeviceptr
-        ))?;
+        let theirs = result::memory::device_pointer_of(driver, query as sys::CUdeviceptr)?;
         if ours != Some(theirs as usize) {
             return Err(format!(
                 "pinned_address({query:#x}) = {ours:x?}, the driver's device pointer {theirs:#x}"
@@ -344,14 +313,15 @@ fn pinned_lookup(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
     };
     let [ours_next, device_pointer_next, memory_type_next] = &mut next;
     let driver_lookup = |attribute: sys::CUpointer_attribute, query: usize| -> Outcome<()> {
-        // Large enough for either attribute (a CUdeviceptr or an unsigned int).
-        let mut value: sys::CUdeviceptr = 0;
-        cu!(cuPointerGetAttribute(
-            (&mut value as *mut sys::CUdeviceptr).cast(),
-            attribute,
-            query as sys::CUdeviceptr
-        ))?;
-        black_box(value);
+        let query = query as sys::CUdeviceptr;
+        match attribute {
+            sys::CU_POINTER_ATTRIBUTE_DEVICE_POINTER => {
+                black_box(result::memory::device_pointer_of(driver, query)?);
+            }
+            _ => {
+                black_box(result::memory::memory_type_of(driver, query)?);
+            }
+        }
         Ok(())
     };
     let [ours, device_pointer, memory_type] = plan.interleaved(
@@ -413,14 +383,6 @@ fn pinned_lookup(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
 /// Case 4: streams and events from the runtime's pools against creating and destroying them.
 fn stream_event_pools(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
     let (rt, driver, plan) = (bench.rt, bench.driver, bench.plan);
-    let cuStreamCreate = driver.cuStreamCreate()?;
-    let cuStreamDestroy = driver.cuStreamDestroy()?;
-    let cuStreamSynchronize = driver.cuStreamSynchronize()?;
-    let cuEventCreate = driver.cuEventCreate()?;
-    let cuEventDestroy = driver.cuEventDestroy()?;
-    let cuEventRecord = driver.cuEventRecord()?;
-    let cuEventSynchronize = driver.cuEventSynchronize()?;
-    let cuMemsetD8Async = driver.cuMemsetD8Async()?;
     let buffer = rt.alloc(D0, MemoryKind::Device, 64)?;
     let address = buffer.address() as sys::CUdeviceptr;
     let kept_stream = RawStream::new(driver)?;
@@ -442,18 +404,24 @@ fn stream_event_pools(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
             }),
             &mut whole(|calls| {
                 for _ in 0..calls {
-                    let mut stream = ptr::null_mut();
-                    cu!(cuStreamCreate(&mut stream, sys::CU_STREAM_NON_BLOCKING))?;
-                    cu!(cuMemsetD8Async(address, 1, 64, stream))?;
-                    cu!(cuStreamSynchronize(stream))?;
-                    cu!(cuStreamDestroy(stream))?;
+                    let stream = result::stream::create(driver, sys::CU_STREAM_NON_BLOCKING)?;
+                    // SAFETY: (the three calls) the stream just created, and 64 bytes of the
+                    // runtime's live buffer, which nothing else uses meanwhile.
+                    unsafe {
+                        result::memory::set_d8_async(driver, address, 1, 64, stream)?;
+                        result::stream::synchronize(driver, stream)?;
+                        result::stream::destroy(driver, stream)?;
+                    }
                 }
                 Ok(())
             }),
             &mut whole(|calls| {
                 for _ in 0..calls {
-                    cu!(cuMemsetD8Async(address, 1, 64, kept_stream.raw))?;
-                    cu!(cuStreamSynchronize(kept_stream.raw))?;
+                    // SAFETY: the kept stream, and 64 bytes of the live buffer.
+                    unsafe {
+                        result::memory::set_d8_async(driver, address, 1, 64, kept_stream.raw)?;
+                    }
+                    kept_stream.synchronize()?;
                 }
                 Ok(())
             }),
@@ -496,22 +464,31 @@ fn stream_event_pools(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
             }),
             &mut whole(|calls| {
                 for _ in 0..calls {
-                    let mut event = ptr::null_mut();
-                    cu!(cuMemsetD8Async(address, 2, 64, kept_stream.raw))?;
-                    cu!(cuEventCreate(&mut event, sys::CU_EVENT_DISABLE_TIMING))?;
-                    cu!(cuEventRecord(event, kept_stream.raw))?;
-                    cu!(cuStreamSynchronize(kept_stream.raw))?;
-                    cu!(cuEventSynchronize(event))?;
-                    cu!(cuEventDestroy(event))?;
+                    // SAFETY: the kept stream, and 64 bytes of the live buffer.
+                    unsafe {
+                        result::memory::set_d8_async(driver, address, 2, 64, kept_stream.raw)?;
+                    }
+                    let event = result::event::create(driver, sys::CU_EVENT_DISABLE_TIMING)?;
+                    // SAFETY: the event just created, recorded on the kept stream, waited for
+                    // and destroyed.
+                    unsafe {
+                        result::event::record(driver, event, kept_stream.raw)?;
+                        result::stream::synchronize(driver, kept_stream.raw)?;
+                        result::event::synchronize(driver, event)?;
+                        result::event::destroy(driver, event)?;
+                    }
                 }
                 Ok(())
             }),
             &mut whole(|calls| {
                 for _ in 0..calls {
-                    cu!(cuMemsetD8Async(address, 2, 64, kept_stream.raw))?;
-                    cu!(cuEventRecord(kept_event.raw, kept_stream.raw))?;
-                    cu!(cuStreamSynchronize(kept_stream.raw))?;
-                    cu!(cuEventSynchronize(kept_event.raw))?;
+                    // SAFETY: the kept stream and event, and 64 bytes of the live buffer.
+                    unsafe {
+                        result::memory::set_d8_async(driver, address, 2, 64, kept_stream.raw)?;
+                        result::event::record(driver, kept_event.raw, kept_stream.raw)?;
+                        result::stream::synchronize(driver, kept_stream.raw)?;
+                        result::event::synchronize(driver, kept_event.raw)?;
+                    }
                 }
                 Ok(())
             }),
@@ -553,9 +530,6 @@ fn stream_event_pools(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
 /// Case 5: k tokens from k streams joined, then one operation after the join.
 fn k_way_join(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
     let (rt, driver, plan) = (bench.rt, bench.driver, bench.plan);
-    let cuMemsetD8Async = driver.cuMemsetD8Async()?;
-    let cuEventRecord = driver.cuEventRecord()?;
-    let cuStreamWaitEvent = driver.cuStreamWaitEvent()?;
     const SPAN: usize = 64;
     let buffer = rt.alloc(D0, MemoryKind::Device, 8 * SPAN)?;
     let streams = (0..8)
@@ -593,16 +567,20 @@ fn k_way_join(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
                 }),
                 &mut whole(|rounds| {
                     let base = buffer.address() as sys::CUdeviceptr;
-                    for _ in 0..rounds {
-                        for (branch, stream) in streams.iter().take(k).enumerate() {
-                            let span = base + (branch * SPAN) as sys::CUdeviceptr;
-                            cu!(cuMemsetD8Async(span, 1, SPAN, stream.raw))?;
+                    // SAFETY: (the whole loop) the kept streams and events, and spans of the
+                    // runtime's live buffer, which nothing else uses meanwhile.
+                    unsafe {
+                        for _ in 0..rounds {
+                            for (branch, stream) in streams.iter().take(k).enumerate() {
+                                let span = base + (branch * SPAN) as sys::CUdeviceptr;
+                                result::memory::set_d8_async(driver, span, 1, SPAN, stream.raw)?;
+                            }
+                            for (stream, event) in streams.iter().zip(&events).take(k).skip(1) {
+                                result::event::record(driver, event.raw, stream.raw)?;
+                                result::stream::wait_event(driver, streams[0].raw, event.raw, 0)?;
+                            }
+                            result::memory::set_d8_async(driver, base, 2, SPAN, streams[0].raw)?;
                         }
-                        for (stream, event) in streams.iter().zip(&events).take(k).skip(1) {
-                            cu!(cuEventRecord(event.raw, stream.raw))?;
-                            cu!(cuStreamWaitEvent(streams[0].raw, event.raw, 0))?;
-                        }
-                        cu!(cuMemsetD8Async(base, 2, SPAN, streams[0].raw))?;
                     }
                     streams[0].synchronize()
                 }),
@@ -643,17 +621,20 @@ struct PageableCopies {
 
 impl PageableCopies {
     fn find(driver: &Driver) -> Outcome<Self> {
-        let cuGetProcAddress = driver.cuGetProcAddress()?;
+        let get_proc_address = driver.cuGetProcAddress()?;
         let lookup = |name: &std::ffi::CStr| -> Outcome<*mut c_void> {
             let mut address = ptr::null_mut();
             let mut status = sys::CU_GET_PROC_ADDRESS_SUCCESS;
-            cu!(cuGetProcAddress(
-                name.as_ptr(),
-                &mut address,
-                3020,
-                sys::CU_GET_PROC_ADDRESS_LEGACY_STREAM as sys::cuuint64_t,
-                &mut status
-            ))?;
+            // SAFETY: `name` is NUL-terminated and both out-parameters are valid for writes.
+            check("cuGetProcAddress", unsafe {
+                get_proc_address(
+                    name.as_ptr(),
+                    &mut address,
+                    3020,
+                    sys::CU_GET_PROC_ADDRESS_LEGACY_STREAM as sys::cuuint64_t,
+                    &mut status,
+                )
+            })?;
             if address.is_null() || status != sys::CU_GET_PROC_ADDRESS_SUCCESS {
                 return Err(format!("the driver has no {name:?} with the ABI of CUDA 3.2").into());
             }
@@ -676,17 +657,45 @@ impl PageableCopies {
             })
         }
     }
+
+    /// cuMemcpyHtoD: copies `bytes` of host memory to device memory, synchronously.
+    ///
+    /// # Safety
+    /// `[src, src + bytes)` is valid for reads and `[dst, dst + bytes)` device memory valid
+    /// for writes, and nothing else uses the destination meanwhile.
+    unsafe fn host_to_device(
+        &self,
+        dst: sys::CUdeviceptr,
+        src: *const c_void,
+        bytes: usize,
+    ) -> Result<(), Error> {
+        // SAFETY: the caller's promise for both ranges.
+        check("cuMemcpyHtoD", unsafe {
+            (self.host_to_device)(dst, src, bytes)
+        })
+    }
+
+    /// cuMemcpyDtoH: copies `bytes` of device memory to host memory, synchronously.
+    ///
+    /// # Safety
+    /// As [`PageableCopies::host_to_device`], the other way.
+    unsafe fn device_to_host(
+        &self,
+        dst: *mut c_void,
+        src: sys::CUdeviceptr,
+        bytes: usize,
+    ) -> Result<(), Error> {
+        // SAFETY: the caller's promise for both ranges.
+        check("cuMemcpyDtoH", unsafe {
+            (self.device_to_host)(dst, src, bytes)
+        })
+    }
 }
 
 /// Case 6: 256 MiB copies, locked and pageable, both directions.
 fn copies(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
     let (rt, driver, plan) = (bench.rt, bench.driver, bench.plan);
-    let cuMemcpyHtoDAsync = driver.cuMemcpyHtoDAsync()?;
-    let cuMemcpyDtoHAsync = driver.cuMemcpyDtoHAsync()?;
-    let PageableCopies {
-        host_to_device: cuMemcpyHtoD,
-        device_to_host: cuMemcpyDtoH,
-    } = PageableCopies::find(driver)?;
+    let pageable_copies = PageableCopies::find(driver)?;
     let bytes = plan.pick(256 * MIB, 8 * MIB);
     let stream = RawStream::new(driver)?;
     let device = rt.alloc(D0, MemoryKind::Device, bytes)?;
@@ -711,12 +720,17 @@ fn copies(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
         })?;
         let raw_h2d = plan.median_per_call(11, 1, |calls| {
             for _ in 0..calls {
-                cu!(cuMemcpyHtoDAsync(
-                    device_address,
-                    host as *const c_void,
-                    bytes,
-                    stream.raw
-                ))?;
+                // SAFETY: the locked span and the device buffer, both `bytes` long and live; the
+                // copy is synchronised before either is touched.
+                unsafe {
+                    result::memory::copy_host_to_device_async(
+                        driver,
+                        device_address,
+                        host as *const c_void,
+                        bytes,
+                        stream.raw,
+                    )
+                }?;
                 stream.synchronize()?;
             }
             Ok(())
@@ -730,12 +744,16 @@ fn copies(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
         })?;
         let raw_d2h = plan.median_per_call(11, 1, |calls| {
             for _ in 0..calls {
-                cu!(cuMemcpyDtoHAsync(
-                    host as *mut c_void,
-                    device_address,
-                    bytes,
-                    stream.raw
-                ))?;
+                // SAFETY: as for the upload above.
+                unsafe {
+                    result::memory::copy_device_to_host_async(
+                        driver,
+                        host as *mut c_void,
+                        device_address,
+                        bytes,
+                        stream.raw,
+                    )
+                }?;
                 stream.synchronize()?;
             }
             Ok(())
@@ -769,21 +787,19 @@ fn copies(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
     let mut pageable = vec![3u8; bytes];
     let driver_h2d = plan.median_per_call(7, 1, |calls| {
         for _ in 0..calls {
-            cu!(cuMemcpyHtoD(
-                device_address,
-                pageable.as_ptr().cast(),
-                bytes
-            ))?;
+            // SAFETY: the pageable vector and the device buffer, both `bytes` long and live.
+            unsafe {
+                pageable_copies.host_to_device(device_address, pageable.as_ptr().cast(), bytes)
+            }?;
         }
         Ok(())
     })?;
     let driver_d2h = plan.median_per_call(7, 1, |calls| {
         for _ in 0..calls {
-            cu!(cuMemcpyDtoH(
-                pageable.as_mut_ptr().cast(),
-                device_address,
-                bytes
-            ))?;
+            // SAFETY: as for the upload above.
+            unsafe {
+                pageable_copies.device_to_host(pageable.as_mut_ptr().cast(), device_address, bytes)
+            }?;
         }
         Ok(())
     })?;
@@ -887,7 +903,6 @@ fn time_launches(
 /// batches, the row with the target) and the time to completion of long chains.
 fn kernel_launch(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
     let (rt, driver, plan) = (bench.rt, bench.driver, bench.plan);
-    let cuLaunchKernel = driver.cuLaunchKernel()?;
     const WORDS: u32 = 256;
     let buffer = rt.alloc(D0, MemoryKind::Device, WORDS as usize * 4)?;
     let dims = LaunchDims::linear(1, WORDS);
@@ -946,27 +961,11 @@ fn kernel_launch(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
 
     // Raw: the backend's CUfunction, and the same kernel as a CUkernel of a library.
     let function = kernel.raw();
-    let cuLibraryLoadData = driver.cuLibraryLoadData()?;
-    let cuLibraryGetKernel = driver.cuLibraryGetKernel()?;
-    let cuLibraryUnload = driver.cuLibraryUnload()?;
-    let mut library = ptr::null_mut();
     let ptx = concat!(include_str!("../kernels/kernels.ptx"), "\0");
-    cu!(cuLibraryLoadData(
-        &mut library,
-        ptx.as_ptr().cast(),
-        ptr::null_mut(),
-        ptr::null_mut(),
-        0,
-        ptr::null_mut(),
-        ptr::null_mut(),
-        0
-    ))?;
-    let mut context_free = ptr::null_mut();
-    cu!(cuLibraryGetKernel(
-        &mut context_free,
-        library,
-        c"fill_u32".as_ptr()
-    ))?;
+    // SAFETY: the PTX ends with a NUL and lives as long as the program.
+    let library = unsafe { result::module::library_load_data(driver, ptx.as_ptr().cast()) }?;
+    // SAFETY: the library just loaded.
+    let context_free = unsafe { result::module::library_kernel(driver, library, c"fill_u32") }?;
     let mut destination = buffer.address() as u64;
     let mut value: u32 = 7;
     let mut count = u64::from(WORDS);
@@ -975,21 +974,17 @@ fn kernel_launch(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
         (&mut value as *mut u32).cast(),
         (&mut count as *mut u64).cast(),
     ];
+    let shape = result::module::LaunchShape {
+        grid: [1, 1, 1],
+        block: [WORDS, 1, 1],
+        shared_bytes: 0,
+    };
     let raw_launch = |f: sys::CUfunction| -> Outcome<()> {
         let mut params = params;
-        Ok(cu!(cuLaunchKernel(
-            f,
-            1,
-            1,
-            1,
-            WORDS,
-            1,
-            1,
-            0,
-            stream.raw,
-            params.as_mut_ptr(),
-            ptr::null_mut()
-        ))?)
+        // SAFETY: fill_u32 of the backend's module or of the library (both live until the
+        // end), on a live stream of the current context, with one pointer per parameter; it
+        // writes `WORDS` words of the live buffer.
+        Ok(unsafe { result::module::launch(driver, f, shape, stream.raw, params.as_mut_ptr()) }?)
     };
     let raw = |calls: usize, until: Until| {
         time_launches(calls, until, || raw_launch(function), synchronize)
@@ -1018,7 +1013,8 @@ fn kernel_launch(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
     let [ours_host, backend_host, raw_host, raw_kernel_host] =
         measure(Until::Enqueued, 101, HOST_BATCH)?;
     let [ours_done, backend_done, raw_done, raw_kernel_done] = measure(Until::Completed, 31, 1000)?;
-    cu!(cuLibraryUnload(library))?;
+    // SAFETY: the library loaded above, whose kernel's launches have all completed.
+    unsafe { result::module::library_unload(driver, library) }?;
     backend.stream_destroy(backend_stream)?;
     let after = rt.stats();
 
@@ -1077,12 +1073,9 @@ fn kernel_launch(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
             report.row("7", ours_label, ours, driver_label, driver, None, target);
         }
     }
-    let cuCtxGetCurrent = driver.cuCtxGetCurrent()?;
     let get_current = plan.median_per_call(31, 1000, |calls| {
         for _ in 0..calls {
-            let mut current = ptr::null_mut();
-            cu!(cuCtxGetCurrent(&mut current))?;
-            black_box(current);
+            black_box(result::context::current(driver)?);
         }
         Ok(())
     })?;
@@ -1133,8 +1126,8 @@ fn run(backend: CudaBackend, plan: Plan) -> Outcome<bool> {
     let backend = Arc::new(backend);
     let rt = Runtime::shared(Arc::clone(&backend), RuntimeConfig::default())?;
     // Device 0's context stays current on this thread for both sides.
-    let cuCtxSetCurrent = driver.cuCtxSetCurrent()?;
-    cu!(cuCtxSetCurrent(context))?;
+    // SAFETY: device 0's primary context, which the backend holds retained until it drops.
+    unsafe { result::context::set_current(driver, context) }?;
     let version = driver.driver_version();
     let header = format!(
         "# CUDA backend hardware benchmark\n\n\
@@ -1189,7 +1182,8 @@ fn run(backend: CudaBackend, plan: Plan) -> Outcome<bool> {
         }
     }
     // The backend releases the primary context when it drops: leave none current.
-    cu!(cuCtxSetCurrent(ptr::null_mut()))?;
+    // SAFETY: no context.
+    unsafe { result::context::set_current(driver, ptr::null_mut()) }?;
     eprintln!("[hw {:6.1}s] done", started.elapsed().as_secs_f64());
     report.publish(&header)
 }

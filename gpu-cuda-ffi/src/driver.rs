@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 use gpu_core::Error;
 use gpu_ffi_loader::{EntryPointCache, open_library};
 
-use crate::result::{BACKEND, check, driver_error};
+use crate::result::{BACKEND, driver_error};
 use crate::sys;
 
 /// The file names [`Driver::load`] tries, in order.
@@ -238,7 +238,7 @@ impl Driver {
     }
 
     /// A driver whose entry points come from `resolver`; reads the driver version through it.
-    fn with_resolver(
+    pub(crate) fn with_resolver(
         resolver: Box<dyn ResolveEntryPoint>,
         library: Option<libloading::Library>,
     ) -> Result<Self, Error> {
@@ -249,11 +249,7 @@ impl Driver {
             entry_points: EntryPointCache::new(),
             _library: library,
         };
-        let get_version = driver.cuDriverGetVersion()?;
-        let mut version = 0;
-        // SAFETY: `version` is valid for writes; cuDriverGetVersion needs no cuInit.
-        check("cuDriverGetVersion", unsafe { get_version(&mut version) })?;
-        driver.driver_version = version;
+        driver.driver_version = crate::result::device::driver_version(&driver)?;
         Ok(driver)
     }
 

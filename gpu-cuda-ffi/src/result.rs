@@ -1,5 +1,22 @@
-//! `CUresult` codes turned into the toolkit's errors, keeping the driver's own name and number.
-//! Names come from a table generated from cuda.h (read through gpu-ffi-loader's ResultCodes).
+//! The driver's calls, typed: one small function per driver call, by area ([`device`],
+//! [`context`], [`memory`], [`stream`], [`event`], [`module`]), as cudarc's `result` module has
+//! them. Each looks its entry point up through [`Driver`](crate::Driver) (cached after the
+//! first use), passes its out-parameters itself, and returns the value or the failure as
+//! [`Error::Driver`] with the call's name and the code. A call that takes raw handles or
+//! pointers the driver would dereference (a destroyed stream, a freed address) is an
+//! `unsafe fn` whose `# Safety` section says what the caller vouches for; one that takes only
+//! values is safe. The backend, the benchmarks and the tests call the driver through these.
+//!
+//! Below them, `CUresult` codes turned into the toolkit's errors, keeping the driver's own name
+//! and number. Names come from a table generated from cuda.h (read through gpu-ffi-loader's
+//! ResultCodes).
+
+pub mod context;
+pub mod device;
+pub mod event;
+pub mod memory;
+pub mod module;
+pub mod stream;
 
 use gpu_core::{DriverError, Error};
 use gpu_ffi_loader::ResultCodes;

@@ -243,18 +243,18 @@ fn host_registration(b: &CudaBackend, stream: CudaStream) {
     assert_eq!(host[99], 0);
     b.free(D0, MemoryKind::Device, device_memory, None).unwrap();
 
+    // Refused before the driver: a pointer inside the range, and one no longer registered.
     assert_eq!(
         kept!(b, b.host_unregister(start + 5000)),
-        Err(driver("cuMemHostUnregister", "CUDA_ERROR_INVALID_VALUE", 1))
+        Err(Error::NotEntryStart {
+            ptr: start + 5000,
+            entry: range
+        })
     );
     kept!(b, b.host_unregister(start)).unwrap();
     assert_eq!(
         kept!(b, b.host_unregister(start)),
-        Err(driver(
-            "cuMemHostUnregister",
-            "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
-            713
-        ))
+        Err(Error::NotLocked { ptr: start })
     );
     assert_eq!(kept!(b, b.host_pinned_extent(start, &mut found)), Ok(None));
 
@@ -304,6 +304,23 @@ fn streams_and_events(b: &CudaBackend) {
     b.free(D0, MemoryKind::HostPinned, pinned, None).unwrap();
     kept!(b, b.event_destroy(event)).unwrap();
     kept!(b, b.stream_destroy(first)).unwrap();
+    // Destroyed handles are refused before the driver, which would be handed dangling ones.
+    assert!(matches!(
+        kept!(b, b.event_query(event)),
+        Err(Error::StaleHandle { what: "event", .. })
+    ));
+    assert!(matches!(
+        kept!(b, b.stream_wait_event(second, event)),
+        Err(Error::StaleHandle { what: "event", .. })
+    ));
+    assert!(matches!(
+        kept!(b, b.stream_synchronize(first)),
+        Err(Error::StaleHandle { what: "stream", .. })
+    ));
+    assert!(matches!(
+        b.free(D0, MemoryKind::Device, device_memory, None),
+        Err(Error::UnknownAddress { .. })
+    ));
     kept!(b, b.stream_destroy(second)).unwrap();
 }
 
@@ -475,7 +492,7 @@ fn module_images(b: &CudaBackend, stream: CudaStream) {
         .allocate(D0, MemoryKind::Device, (words + 1) * 4)
         .unwrap()
         .unwrap();
-    // SAFETY (fills): inside the live allocation of `words + 1` words.
+    // SAFETY: (fills) inside the live allocation of `words + 1` words.
     unsafe { b.fill_elements(stream, data, FillValue::U16(0xbeef), (words + 1) * 2) }.unwrap();
     // SAFETY: the embedded PTX ends with a NUL and lives as long as the program.
     let module = kept!(b, unsafe {
@@ -530,6 +547,19 @@ fn module_images(b: &CudaBackend, stream: CudaStream) {
         }))
     ));
     kept!(b, b.module_unload(module)).unwrap();
+    // The module and its kernel are stale now, refused before the driver.
+    assert!(matches!(
+        kept!(b, b.module_kernel(module, c"fill_u32")),
+        Err(Error::StaleHandle { what: "module", .. })
+    ));
+    // SAFETY: refused before anything is enqueued.
+    let launched = kept!(b, unsafe {
+        b.launch_packed(stream, fill, LaunchDims::linear(1, 1), params.as_mut_ptr())
+    });
+    assert!(matches!(
+        launched,
+        Err(Error::StaleHandle { what: "kernel", .. })
+    ));
     b.free(D0, MemoryKind::Device, data, None).unwrap();
 }
 

@@ -11,13 +11,11 @@
 //!
 //! `--bench` runs the full measurement; without it each case runs once as a smoke test. Without
 //! the library or a device it prints a skip line and exits 0.
-#![allow(non_snake_case)]
 
 use std::cell::RefCell;
 use std::ffi::c_void;
 use std::hint::black_box;
 use std::process::ExitCode;
-use std::ptr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -26,20 +24,10 @@ use gpu_core::backend::{Backend, LaunchDims};
 use gpu_core::token::Token;
 use gpu_core::{DeviceId, Error};
 use gpu_ffi_loader::hw_bench::{KIB, MIB, Outcome, Plan, Report, Target, size_text, today, whole};
-use gpu_hip_ffi::{Hip, HipBackend, check, reports_no_device, sys};
+use gpu_hip_ffi::{Hip, HipBackend, reports_no_device, result, sys};
 use gpu_rt::runtime::{Arg, Runtime, RuntimeConfig};
 
 const D0: DeviceId = DeviceId(0);
-
-/// Calls a HIP function held in a local of the same name and checks its result.
-macro_rules! hip {
-    ($function:ident($($argument:expr),* $(,)?)) => {
-        // SAFETY: every call site passes live handles of device 0 (current on this thread),
-        // memory that stays valid until the call's work is synchronised, and out-parameters
-        // valid for writes.
-        check(stringify!($function), unsafe { $function($($argument),*) })
-    };
-}
 
 /// A non-blocking stream of device 0, destroyed on drop.
 struct RawStream {
@@ -49,45 +37,30 @@ struct RawStream {
 
 impl RawStream {
     fn new(hip: &'static Hip) -> Outcome<Self> {
-        let hipStreamCreateWithFlags = hip.hipStreamCreateWithFlags()?;
-        let mut raw = ptr::null_mut();
-        hip!(hipStreamCreateWithFlags(
-            &mut raw,
-            sys::hipStreamNonBlocking
-        ))?;
+        let raw = result::stream::create(hip, sys::hipStreamNonBlocking)?;
         Ok(Self { hip, raw })
     }
 
     fn synchronize(&self) -> Outcome<()> {
-        let hipStreamSynchronize = self.hip.hipStreamSynchronize()?;
-        Ok(hip!(hipStreamSynchronize(self.raw))?)
+        // SAFETY: the stream lives until `self` drops.
+        Ok(unsafe { result::stream::synchronize(self.hip, self.raw) }?)
     }
 }
 
 impl Drop for RawStream {
     fn drop(&mut self) {
-        if let Ok(hipStreamDestroy) = self.hip.hipStreamDestroy() {
-            let _ = hip!(hipStreamDestroy(self.raw));
-        }
+        // SAFETY: the stream was created by `new` and is destroyed once, here.
+        let _ = unsafe { result::stream::destroy(self.hip, self.raw) };
     }
 }
 
 /// Case 1: device memory cache hit against the warm default pool.
 fn device_alloc_free(rt: &Runtime<HipBackend>, plan: Plan, report: &mut Report) -> Outcome<()> {
     let hip = rt.backend().library();
-    let hipDeviceGetDefaultMemPool = hip.hipDeviceGetDefaultMemPool()?;
-    let hipMemPoolSetAttribute = hip.hipMemPoolSetAttribute()?;
-    let hipMallocAsync = hip.hipMallocAsync()?;
-    let hipFreeAsync = hip.hipFreeAsync()?;
     let stream = RawStream::new(hip)?;
-    let mut pool = ptr::null_mut();
-    hip!(hipDeviceGetDefaultMemPool(&mut pool, 0))?;
-    let mut threshold = u64::MAX;
-    hip!(hipMemPoolSetAttribute(
-        pool,
-        sys::hipMemPoolAttrReleaseThreshold,
-        (&mut threshold as *mut u64).cast()
-    ))?;
+    let pool = result::device::default_memory_pool(hip, 0)?;
+    // SAFETY: device 0's default pool, which lives as long as the device's state.
+    unsafe { result::memory::set_pool_release_threshold(hip, pool, u64::MAX) }?;
     for size in [256, 64 * KIB, MIB] {
         let [ours, pool] = plan.interleaved(
             51,
@@ -102,9 +75,12 @@ fn device_alloc_free(rt: &Runtime<HipBackend>, plan: Plan, report: &mut Report) 
                 }),
                 &mut whole(|calls| {
                     for _ in 0..calls {
-                        let mut address = ptr::null_mut();
-                        hip!(hipMallocAsync(&mut address, black_box(size), stream.raw))?;
-                        hip!(hipFreeAsync(black_box(address), stream.raw))?;
+                        // SAFETY: a live stream of device 0, which is current.
+                        let address = unsafe {
+                            result::memory::alloc_async(hip, black_box(size), stream.raw)
+                        }?;
+                        // SAFETY: the allocation just made, unused, freed in the same order.
+                        unsafe { result::memory::free_async(hip, black_box(address), stream.raw) }?;
                     }
                     stream.synchronize()
                 }),
@@ -140,7 +116,7 @@ impl Drop for LockedRanges<'_> {
 /// Case 3: "is this range pinned, and where?" with 4,096 locked regions, against
 /// hipPointerGetAttributes on the same addresses.
 fn pinned_lookup(rt: &Runtime<HipBackend>, plan: Plan, report: &mut Report) -> Outcome<()> {
-    let hipPointerGetAttributes = rt.backend().library().hipPointerGetAttributes()?;
+    let hip = rt.backend().library();
     let regions = plan.pick(4096, 64);
     const REGION: usize = 32 * KIB;
     const STRIDE: usize = 64 * KIB;
@@ -161,12 +137,7 @@ fn pinned_lookup(rt: &Runtime<HipBackend>, plan: Plan, report: &mut Report) -> O
         .map(|i| base + (i * 2_654_435_761) % regions * STRIDE + (i * 97) % (REGION - QUERY_LEN))
         .collect();
     let lookup = |query: usize| -> Outcome<usize> {
-        let mut attributes = sys::hipPointerAttribute_t::default();
-        hip!(hipPointerGetAttributes(
-            &mut attributes,
-            query as *const c_void
-        ))?;
-        Ok(attributes.devicePointer as usize)
+        Ok(result::memory::attributes_of(hip, query)?.devicePointer as usize)
     };
     for &query in queries.iter().take(64) {
         let ours = rt.pinned_address(query, QUERY_LEN, D0)?;
@@ -224,7 +195,6 @@ const HOST_BATCH: usize = 64;
 /// hipModuleLaunchKernel of the same function on one stream; the host's cost per launch.
 fn kernel_launch(rt: &Runtime<HipBackend>, plan: Plan, report: &mut Report) -> Outcome<()> {
     let hip = rt.backend().library();
-    let hipModuleLaunchKernel = hip.hipModuleLaunchKernel()?;
     const WORDS: u32 = 256;
     let buffer = rt.alloc(D0, MemoryKind::Device, WORDS as usize * 4)?;
     let dims = LaunchDims::linear(1, WORDS);
@@ -244,6 +214,11 @@ fn kernel_launch(rt: &Runtime<HipBackend>, plan: Plan, report: &mut Report) -> O
         (&mut value as *mut u32).cast(),
         (&mut count as *mut u64).cast(),
     ];
+    let shape = result::module::LaunchShape {
+        grid: [1, 1, 1],
+        block: [WORDS, 1, 1],
+        shared_bytes: 0,
+    };
     let chain = RefCell::new(Vec::<Token>::with_capacity(1));
     let [ours, raw] = plan.interleaved(
         201,
@@ -268,19 +243,18 @@ fn kernel_launch(rt: &Runtime<HipBackend>, plan: Plan, report: &mut Report) -> O
                 let start = Instant::now();
                 for _ in 0..calls {
                     let mut params = params;
-                    hip!(hipModuleLaunchKernel(
-                        function,
-                        1,
-                        1,
-                        1,
-                        WORDS,
-                        1,
-                        1,
-                        0,
-                        stream.raw,
-                        params.as_mut_ptr(),
-                        ptr::null_mut()
-                    ))?;
+                    // SAFETY: the backend's fill_u32 (its module lives as long as the backend)
+                    // on a live stream of device 0, with one pointer per parameter; it writes
+                    // `WORDS` words of the live buffer.
+                    unsafe {
+                        result::module::launch(
+                            hip,
+                            function,
+                            shape,
+                            stream.raw,
+                            params.as_mut_ptr(),
+                        )
+                    }?;
                 }
                 let enqueued = start.elapsed();
                 stream.synchronize()?;
@@ -316,11 +290,8 @@ const CASES: [Case; 3] = [
 fn run(backend: HipBackend, plan: Plan) -> Outcome<bool> {
     let hip = backend.library();
     let rt = Runtime::shared(Arc::new(backend), RuntimeConfig::default())?;
-    let hipSetDevice = hip.hipSetDevice()?;
-    hip!(hipSetDevice(0))?;
-    let mut version = 0;
-    let hipRuntimeGetVersion = hip.hipRuntimeGetVersion()?;
-    hip!(hipRuntimeGetVersion(&mut version))?;
+    result::device::set_current(hip, 0)?;
+    let version = result::device::runtime_version(hip)?;
     let header = format!(
         "# HIP backend hardware benchmark\n\n\
          device 0: {} ({} devices); HIP runtime version {version} ({}); date {}; commit {}\n\

@@ -1,5 +1,20 @@
-//! `hipError_t` codes turned into the toolkit's errors, keeping HIP's own name and number;
-//! names come from a table generated from the header, so naming a code needs no library.
+//! HIP's calls, typed: one small function per HIP call, by area ([`device`], [`memory`],
+//! [`stream`], [`event`], [`module`]), as the CUDA crate's `result` module has them. Each looks
+//! its function up through [`Hip`](crate::Hip) (cached after the first use), passes its
+//! out-parameters itself, and returns the value or the failure as [`Error::Driver`] with the
+//! call's name and the code. A call that takes raw handles or pointers HIP would dereference
+//! (a destroyed stream, a freed address) is an `unsafe fn` whose `# Safety` section says what
+//! the caller vouches for; one that takes only values is safe.
+//!
+//! Below them, `hipError_t` codes turned into the toolkit's errors, keeping HIP's own name and
+//! number; names come from a table generated from the header, so naming a code needs no
+//! library.
+
+pub mod device;
+pub mod event;
+pub mod memory;
+pub mod module;
+pub mod stream;
 
 use gpu_core::{DriverError, Error};
 use gpu_ffi_loader::ResultCodes;

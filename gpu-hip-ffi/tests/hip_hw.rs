@@ -215,18 +215,18 @@ fn host_registration(b: &HipBackend, stream: HipStream) {
     assert_eq!(host[99], 0);
     b.free(D0, MemoryKind::Device, device_memory, None).unwrap();
 
+    // Refused before HIP: a pointer inside the range, and one no longer registered.
     assert_eq!(
         kept!(b, b.host_unregister(start + 5000)),
-        Err(hip("hipHostUnregister", "hipErrorInvalidValue", 1))
+        Err(Error::NotEntryStart {
+            ptr: start + 5000,
+            entry: range
+        })
     );
     kept!(b, b.host_unregister(start)).unwrap();
     assert_eq!(
         kept!(b, b.host_unregister(start)),
-        Err(hip(
-            "hipHostUnregister",
-            "hipErrorHostMemoryNotRegistered",
-            713
-        ))
+        Err(Error::NotLocked { ptr: start })
     );
     assert_eq!(kept!(b, b.host_pinned_extent(start, &mut found)), Ok(None));
     // Memory pinned by someone else (here hipHostMalloc) is found with its whole extent.
@@ -263,6 +263,15 @@ fn streams_and_events(b: &HipBackend) {
     b.free(D0, MemoryKind::Device, device_memory, None).unwrap();
     kept!(b, b.event_destroy(event)).unwrap();
     kept!(b, b.stream_destroy(first)).unwrap();
+    // Destroyed handles are refused before HIP, which would be handed dangling ones.
+    assert!(matches!(
+        kept!(b, b.event_query(event)),
+        Err(Error::StaleHandle { what: "event", .. })
+    ));
+    assert!(matches!(
+        kept!(b, b.stream_synchronize(first)),
+        Err(Error::StaleHandle { what: "stream", .. })
+    ));
     kept!(b, b.stream_destroy(second)).unwrap();
 }
 
@@ -503,7 +512,7 @@ fn peer_access_and_peer_copies_between_two_devices() {
         .unwrap()
         .unwrap();
     let plain = b.allocate(d0, MemoryKind::Device, bytes).unwrap().unwrap();
-    // SAFETY (every fill and copy below): inside the two live allocations, each waited for
+    // SAFETY: (every fill and copy below) inside the two live allocations, each waited for
     // before it is read again or freed.
     unsafe {
         b.fill(s1, pooled, 0x42, bytes).unwrap();

@@ -194,3 +194,127 @@ fn a_reset_brings_a_lost_device_back_and_refuses_what_it_freed() {
     assert_eq!(report.errors, vec![]);
     assert_eq!(report.left, LeftBehind::default());
 }
+
+/// A reset while another thread blocks in `wait` would destroy the stream it blocks on: the
+/// waited token is no longer live (the wait consumed it), but the wait in progress counts as
+/// one, and the reset is refused until it has returned. Before, the reset went ahead.
+#[test]
+fn a_reset_is_refused_while_a_host_wait_blocks_on_the_device() {
+    use std::sync::mpsc;
+    use std::sync::{Arc, Mutex};
+
+    let backend = HostBackend::new(HostConfig::with_devices(2));
+    let (gate_tx, gate_rx) = mpsc::channel::<()>();
+    let (started_tx, started_rx) = mpsc::channel::<()>();
+    let gate = Mutex::new((gate_rx, started_tx));
+    backend.register_kernel("gated", move |_, _| {
+        let gate = gate.lock().unwrap();
+        gate.1.send(()).ok();
+        gate.0.recv().ok();
+        Ok(())
+    });
+    let rt = Arc::new(Runtime::new(backend).unwrap());
+    // SAFETY: no pointer arguments.
+    let gated = unsafe { rt.launch(D0, "gated", LaunchDims::linear(1, 1), &[], &mut vec![]) };
+    let gated = gated.unwrap();
+    started_rx.recv().unwrap();
+    let waiter = {
+        let rt = Arc::clone(&rt);
+        std::thread::spawn(move || rt.wait(gated))
+    };
+    // The wait has begun (under the state's lock) once the planner holds no live token.
+    while rt.stats().planner.live_tokens != 0 {
+        assert!(
+            !waiter.is_finished(),
+            "the wait returned before its kernel ran"
+        );
+        std::thread::yield_now();
+    }
+    let refused = rt.reset_device(D0);
+    assert_eq!(
+        refused,
+        Err(Error::LiveWorkOnDevice {
+            device: D0,
+            tokens: 1
+        }),
+        "a reset went ahead under a wait in progress"
+    );
+    gate_tx.send(()).unwrap();
+    waiter.join().unwrap().unwrap();
+    rt.reset_device(D0).unwrap();
+    let rt = Arc::into_inner(rt).unwrap();
+    rt.shutdown().unwrap();
+}
+
+/// A kernel that fails while it runs with an error that does not lose the device (here an
+/// argument of the wrong kind, read as a `u32`) fails alone: its wait reports it, once, and
+/// the stream it ran on goes back to the pool usable, so later work on the device succeeds
+/// and shutdown is clean. Before, the stream kept the error: every later fill on the device
+/// failed with it, and shutdown returned it.
+#[test]
+fn a_kernel_failing_without_losing_the_device_fails_only_itself() {
+    use gpu_rt::runtime::Arg;
+
+    let backend = HostBackend::new(HostConfig::with_devices(2));
+    backend.register_kernel("reads_a_u32", |ctx, _| ctx.arg_u32(0).map(drop));
+    let rt = Runtime::new(backend).unwrap();
+    // SAFETY: no pointer arguments.
+    let failed = unsafe {
+        rt.launch(
+            D0,
+            "reads_a_u32",
+            LaunchDims::linear(1, 1),
+            &[Arg::F32(1.0)],
+            &mut vec![],
+        )
+    };
+    let error = rt.wait(failed.unwrap()).unwrap_err();
+    assert_eq!(HostErrorCode::of(&error), Some(HostErrorCode::InvalidValue));
+    assert_eq!(rt.device_lost(D0), None);
+    let buffer = rt.alloc(D0, MemoryKind::Device, 4096).unwrap();
+    for round in 0..20u8 {
+        rt.wait(rt.fill(D0, buffer.all(), round, &mut vec![]).unwrap())
+            .unwrap();
+    }
+    drop(buffer);
+    let report = rt.shutdown().unwrap();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+}
+
+/// A reset destroys the device's streams, events and memory: the recording backend counts
+/// them as gone and its trace says so, so a runtime that lost and reset a device still shuts
+/// down with nothing live and a trace without defects. Before, the recorder kept counting the
+/// reset device's objects as live (and reported them as leaks).
+#[test]
+fn a_recorder_counts_what_a_reset_destroyed_as_gone() {
+    use gpu_rt::runtime::{LiveObjects, RecordingBackend, RuntimeConfig};
+    use std::sync::Arc;
+
+    let backend = HostBackend::new(HostConfig::with_devices(2));
+    backend.register_kernel("fault", |_, _| {
+        Err(HostErrorCode::IllegalAddress.error("launch"))
+    });
+    let recorder = Arc::new(RecordingBackend::new(backend));
+    let rt = Runtime::shared(Arc::clone(&recorder), RuntimeConfig::default()).unwrap();
+    let on_1 = rt.alloc(D1, MemoryKind::Device, 4096).unwrap();
+    for device in [D0, D1] {
+        let buffer = rt.alloc(device, MemoryKind::Device, 4096).unwrap();
+        let filled = rt.fill(device, buffer.all(), 1, &mut vec![]).unwrap();
+        let mut branches = rt.fork(filled, 2).unwrap();
+        rt.wait(branches.pop().unwrap()).unwrap();
+        rt.wait(branches.pop().unwrap()).unwrap();
+    }
+    // SAFETY: no pointer arguments.
+    let faulted = unsafe { rt.launch(D0, "fault", LaunchDims::linear(1, 1), &[], &mut vec![]) };
+    assert!(lost_by_illegal_address(
+        &rt.wait(faulted.unwrap()).unwrap_err(),
+        D0
+    ));
+    rt.reset_device(D0).unwrap();
+    rt.wait(rt.fill(D1, on_1.all(), 2, &mut vec![]).unwrap())
+        .unwrap();
+    drop(on_1);
+    rt.shutdown().unwrap();
+    assert_eq!(recorder.live(), LiveObjects::default());
+    assert_eq!(recorder.defects(), vec![]);
+}

@@ -284,6 +284,32 @@ fn misuse_is_a_typed_error_that_changes_nothing() {
 /// serve it, so not released before growing) succeeds after the ladder returns that block's
 /// segment; one no ladder can serve is `OutOfMemory` with the numbers, and the live
 /// allocations are untouched.
+/// A reset destroys every stream of the device, the framework's too: a stream adopted before
+/// it is refused after it (the runtime does not map its raw value to the dead stream), a new
+/// one is adopted afresh, and the other device's adopted stream goes on.
+#[test]
+fn streams_adopted_before_a_reset_are_gone_after_it() {
+    let (backend, rt) = runtime(2, 1 << 30);
+    let (old, on_1) = (
+        framework_stream(&backend, D0),
+        framework_stream(&backend, D1),
+    );
+    let kept = alloc(&rt, D1, 4096, on_1);
+    free(&rt, D0, alloc(&rt, D0, 4096, old), 4096, old).unwrap();
+    rt.reset_device(D0).unwrap();
+    // SAFETY: refused (the stream died with the reset), so nothing is enqueued on it.
+    let refused = unsafe { rt.alloc_on_foreign_stream(D0, MemoryKind::Device, 64, old.raw()) };
+    let Err(Error::Driver(e)) = refused else {
+        panic!("{refused:?}");
+    };
+    assert_eq!(e.name, "HOST_INVALID_HANDLE");
+    let new = framework_stream(&backend, D0);
+    let address = alloc(&rt, D0, 4096, new);
+    free(&rt, D0, address, 4096, new).unwrap();
+    free(&rt, D1, kept, 4096, on_1).unwrap();
+    finish(&backend, rt, &[(D0, new), (D1, on_1)]);
+}
+
 #[test]
 fn out_of_memory_climbs_the_ladder_before_failing() {
     let (backend, rt) = runtime(1, 40 * MIB);

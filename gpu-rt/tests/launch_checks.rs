@@ -347,3 +347,76 @@ fn huge_fork_counts_are_typed_errors_and_the_runtime_goes_on() {
     let kinds: Vec<_> = report.program.unwaited.iter().map(|t| t.kind).collect();
     assert_eq!(kinds, vec![UnwaitedKind::Discarded; discarded]);
 }
+
+/// Memory the runtime cannot see the bounds of (a raw span, as an FFI layer passes a program's
+/// pointers) is checked by the host backend against the buffer it points into, as
+/// compute-sanitizer checks a sub-allocator's annotated regions: a fill or copy that runs out
+/// of its buffer into the neighbouring one, and a launch whose kernel would, are refused
+/// naming the bytes, and memory freed back to the cache is no buffer at all. Before, only the
+/// 2 MiB driver allocation bounded them, and the neighbour was overwritten.
+#[test]
+fn raw_spans_are_bounded_by_the_buffer_they_point_into() {
+    let rt = runtime();
+    let a = rt.alloc(D0, MemoryKind::Device, 4096).unwrap();
+    let neighbour = rt.alloc(D0, MemoryKind::Device, 4096).unwrap();
+    rt.wait(rt.fill(D0, neighbour.all(), 0x5a, &mut vec![]).unwrap())
+        .unwrap();
+    // SAFETY: the spans name memory of live buffers; what runs past them is refused before
+    // anything is queued (this test's subject).
+    let (over, inside) = unsafe {
+        (
+            gpu_rt::runtime::Span::from_raw(a.address(), 8192),
+            gpu_rt::runtime::Span::from_raw(a.address(), 4096),
+        )
+    };
+    let args = [Arg::Span(over), Arg::U32(1), Arg::U64(2048)];
+    let refused = launch(&rt, "fill_u32", LaunchDims::linear(8, 256), &args);
+    assert!(
+        matches!(
+            refused,
+            Err(Error::KernelReach {
+                argument: Some(0),
+                given: 4096,
+                reach: 8192,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        rt.fill(D0, over, 1, &mut vec![]).err(),
+        Some(Error::OutOfBounds {
+            offset: 0,
+            len: 8192,
+            size: 4096
+        })
+    );
+    let large = rt.alloc(D0, MemoryKind::Device, 8192).unwrap();
+    assert_eq!(
+        rt.copy(D0, large.all(), over, &mut vec![]).err(),
+        Some(Error::OutOfBounds {
+            offset: 0,
+            len: 8192,
+            size: 4096
+        })
+    );
+    assert!(bytes_of(&rt, &neighbour).iter().all(|&b| b == 0x5a));
+    // Inside its buffer, the raw span works.
+    fill_words(&rt, Arg::Span(inside), 7, 1024);
+    assert!(bytes_of(&rt, &a).chunks(4).all(|w| w == 7u32.to_ne_bytes()));
+
+    // Freed memory is no buffer: work on it is refused, not run on the cache's memory.
+    let freed = a.address();
+    rt.free(a).unwrap();
+    // SAFETY: refused before anything is queued.
+    let stale = unsafe { gpu_rt::runtime::Span::from_raw(freed, 64) };
+    assert_eq!(
+        rt.fill(D0, stale, 1, &mut vec![]).err(),
+        Some(Error::UnknownAddress {
+            device: D0,
+            address: freed
+        })
+    );
+    drop((neighbour, large));
+    rt.shutdown().unwrap();
+}

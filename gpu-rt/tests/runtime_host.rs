@@ -733,6 +733,48 @@ fn a_free_after_a_peer_use_pools_each_event_with_its_own_device() {
     rt.shutdown().unwrap();
 }
 
+/// The planner's events and the allocators' come from one pool per device: every driver event
+/// created is counted once in `events_created`, and every event handed out by either (a pool
+/// hit saves a create/destroy pair) in `event_acquires`. Before, the allocators kept pools of
+/// their own whose creations were counted as both, and whose reuse was never counted.
+#[test]
+fn one_event_pool_per_device_counts_each_create_once_and_every_reuse() {
+    let rt = runtime();
+    let buffer = rt.alloc(D0, MemoryKind::Device, 4096).unwrap();
+    for round in 0..8u8 {
+        let filled = rt.fill(D0, buffer.all(), round, &mut vec![]).unwrap();
+        let mut branches = rt.fork(filled, 2).unwrap();
+        let (a, b) = (branches.pop().unwrap(), branches.pop().unwrap());
+        let low = rt
+            .fill(D0, buffer.span(0, 2048).unwrap(), round, &mut vec![a])
+            .unwrap();
+        let high = rt
+            .fill(D0, buffer.span(2048, 2048).unwrap(), round, &mut vec![b])
+            .unwrap();
+        // A block used on two streams: its free records an event on the other one.
+        let scratch = rt.alloc(D0, MemoryKind::Device, 4096).unwrap();
+        let used = rt.fill(D0, scratch.all(), 1, &mut vec![low]).unwrap();
+        rt.wait(used).unwrap();
+        rt.wait(high).unwrap();
+        rt.free(scratch).unwrap();
+        rt.trim().unwrap();
+    }
+    let stats = rt.stats();
+    let created = rt.backend().calls().of(CallKind::EventCreate);
+    assert_eq!(stats.events_created, created, "{stats:?}");
+    assert!(
+        stats.event_acquires > stats.events_created + 8,
+        "the allocators' reuse is counted: {stats:?}"
+    );
+    assert_eq!(
+        stats.pool_calls_saved(),
+        (stats.stream_acquires - stats.streams_created) + (stats.event_acquires - created)
+    );
+    drop(buffer);
+    let report = rt.shutdown().unwrap();
+    assert_eq!(report.left.events, 0);
+}
+
 /// Found by the stress run with faults: one failed event record poisoned the runtime, so every
 /// thread's later work failed. The host now stands in for the record (it synchronises the
 /// stream) and the waits on that event are skipped: later work succeeds, in order, and the

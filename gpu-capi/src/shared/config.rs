@@ -16,7 +16,7 @@ use std::ffi::OsStr;
 use gpu_runtime::allocator::AllocatorConfig;
 use gpu_runtime::runtime::RuntimeConfig;
 
-use super::CapiError;
+use super::status::CapiError;
 
 /// Environment variable for [`AllocatorConfig::release_before_growing`].
 pub const RELEASE_BEFORE_GROWING_VAR: &str = "GPU_RUNTIME_RELEASE_BEFORE_GROWING";

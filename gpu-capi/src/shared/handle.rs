@@ -16,14 +16,16 @@
 //! below the next session's, so every handle carries the session that issued it: a handle below
 //! the current generation is refused as one from an earlier session (its objects were released
 //! by the shutdown), and can never name an object of the current session.
+//!
+//! # Errors
+//!
+//! What is wrong with a value is a [`HandleError`], this module's own: the crate's error type
+//! converts it (with `?`), in the one place that also gives every handle error its status
+//! code and message. So this module knows nothing of status codes.
 
 use hashbrown::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-
-use gpu_runtime::error::Error;
-
-use super::status::CapiError;
 
 /// What kind of object a handle names (the top byte of its value says it; errors name it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -64,8 +66,8 @@ impl HandleKind {
         }
     }
 
-    /// What a null handle of this kind is called in a [`Error::NullPointer`].
-    const fn null_name(self) -> &'static str {
+    /// What a null handle of this kind is called in a null-pointer error.
+    pub(crate) const fn null_name(self) -> &'static str {
         match self {
             HandleKind::Memory => "memory handle",
             HandleKind::Kernel => "kernel handle",
@@ -98,6 +100,55 @@ impl HandleKind {
 
 const TAG_SHIFT: u32 = 56;
 
+/// Why a value names no object of a [`HandleMap`] or [`HandleTable`], or why no handle could
+/// be issued. Converted into the crate's error with `?` (which gives it its status code and
+/// message); nothing here decides either.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HandleError {
+    /// The null handle (zero) where a handle of `kind` is needed.
+    Null {
+        /// The kind the call expects.
+        kind: HandleKind,
+    },
+    /// A handle of one kind given where another is expected, or a value of no kind at all (a
+    /// raw pointer, say).
+    WrongKind {
+        /// The kind the call expects.
+        expected: HandleKind,
+        /// The kind of the handle given, if it names a kind at all.
+        found: Option<HandleKind>,
+        /// The handle's value.
+        handle: u64,
+    },
+    /// A handle of `kind` of this session that names no live object: already released (or
+    /// never issued).
+    Stale {
+        /// The kind the call expects.
+        kind: HandleKind,
+        /// The handle's value.
+        handle: u64,
+    },
+    /// A handle of `kind` issued by an earlier session of the library: the runtime it belonged
+    /// to was shut down, which released its object.
+    EarlierSession {
+        /// The kind the call expects.
+        kind: HandleKind,
+        /// The handle's value.
+        handle: u64,
+    },
+    /// The process has used up its serial numbers (2^56 of them: never, in practice).
+    SerialsExhausted {
+        /// What needed a serial number.
+        what: &'static str,
+        /// The serial number the counter gave.
+        serial: u64,
+        /// The last serial number a handle has room for.
+        limit: u64,
+    },
+    /// The host had no memory for a table entry.
+    HostOutOfMemory,
+}
+
 /// The serial numbers a handle has room for, below its tag.
 const SERIAL_MASK: u64 = (1 << TAG_SHIFT) - 1;
 
@@ -112,16 +163,14 @@ static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
 
 /// Takes the next serial number, refusing once the serials are used up (2^56 of them: never,
 /// in practice; a wrapped serial could repeat a handle, so the counter never wraps).
-fn next_serial(what: &'static str) -> Result<u64, CapiError> {
+fn next_serial(what: &'static str) -> Result<u64, HandleError> {
     let serial = NEXT_SERIAL.fetch_add(1, Ordering::Relaxed);
     if serial > SERIAL_MASK {
-        return Err(Error::LimitExceeded {
+        return Err(HandleError::SerialsExhausted {
             what,
-            required: usize::try_from(serial).unwrap_or(usize::MAX),
-            limit: usize::try_from(SERIAL_MASK).unwrap_or(usize::MAX),
-            detail: vec!["handle serial numbers are never reused in a process".into()],
-        }
-        .into());
+            serial,
+            limit: SERIAL_MASK,
+        });
     }
     Ok(serial)
 }
@@ -135,7 +184,7 @@ pub struct Generation(u64);
 impl Generation {
     /// A new session's generation: above every handle issued so far (it takes a serial number
     /// of its own, so two sessions never share one). Fails only when the serials are used up.
-    pub fn next() -> Result<Self, CapiError> {
+    pub fn next() -> Result<Self, HandleError> {
         next_serial("sessions and handles of this process").map(Generation)
     }
 
@@ -171,19 +220,17 @@ impl<T> HandleMap<T> {
 
     /// Stores `value` and returns its new handle. Fails (keeping nothing) only if the host has
     /// no memory for the entry.
-    pub fn insert(&mut self, value: T) -> Result<u64, CapiError> {
+    pub fn insert(&mut self, value: T) -> Result<u64, HandleError> {
         self.entries
             .try_reserve(1)
-            .map_err(|_| Error::HostOutOfMemory {
-                what: "a handle table entry",
-            })?;
+            .map_err(|_| HandleError::HostOutOfMemory)?;
         let handle = (self.kind.tag() << TAG_SHIFT) | next_serial("handles of this process")?;
         self.entries.insert(handle, value);
         Ok(handle)
     }
 
     /// The object `handle` names.
-    pub fn get(&self, handle: u64) -> Result<&T, CapiError> {
+    pub fn get(&self, handle: u64) -> Result<&T, HandleError> {
         self.check_kind(handle)?;
         self.entries
             .get(&handle)
@@ -191,14 +238,14 @@ impl<T> HandleMap<T> {
     }
 
     /// The object `handle` names, to change.
-    pub fn get_mut(&mut self, handle: u64) -> Result<&mut T, CapiError> {
+    pub fn get_mut(&mut self, handle: u64) -> Result<&mut T, HandleError> {
         self.check_kind(handle)?;
         let missing = self.missing(handle);
         self.entries.get_mut(&handle).ok_or(missing)
     }
 
     /// Takes the object `handle` names out of the map (a second remove of it fails).
-    pub fn remove(&mut self, handle: u64) -> Result<T, CapiError> {
+    pub fn remove(&mut self, handle: u64) -> Result<T, HandleError> {
         self.check_kind(handle)?;
         self.entries
             .remove(&handle)
@@ -226,16 +273,13 @@ impl<T> HandleMap<T> {
     }
 
     /// Refuses the null handle and handles of another kind (or of none: a raw pointer, say).
-    fn check_kind(&self, handle: u64) -> Result<(), CapiError> {
+    fn check_kind(&self, handle: u64) -> Result<(), HandleError> {
         if handle == 0 {
-            return Err(Error::NullPointer {
-                what: self.kind.null_name(),
-            }
-            .into());
+            return Err(HandleError::Null { kind: self.kind });
         }
         match HandleKind::of_handle(handle) {
             Some(kind) if kind == self.kind => Ok(()),
-            found => Err(CapiError::WrongHandleKind {
+            found => Err(HandleError::WrongKind {
                 expected: self.kind,
                 found,
                 handle,
@@ -245,12 +289,12 @@ impl<T> HandleMap<T> {
 
     /// Why a handle of the right kind names no object here: it is from an earlier session,
     /// or it was released (or never issued).
-    fn missing(&self, handle: u64) -> CapiError {
+    fn missing(&self, handle: u64) -> HandleError {
         let kind = self.kind;
         if self.generation.predates(handle) {
-            CapiError::EarlierSession { kind, handle }
+            HandleError::EarlierSession { kind, handle }
         } else {
-            CapiError::StaleHandle { kind, handle }
+            HandleError::Stale { kind, handle }
         }
     }
 }
@@ -281,7 +325,7 @@ impl<T> HandleTable<T> {
 
     /// Stores `value` and returns its new handle. Fails (keeping nothing) only if the host has
     /// no memory for the entry.
-    pub fn insert(&self, value: T) -> Result<u64, CapiError> {
+    pub fn insert(&self, value: T) -> Result<u64, HandleError> {
         self.map().insert(Some(value))
     }
 
@@ -290,10 +334,10 @@ impl<T> HandleTable<T> {
     /// state (consumes tokens, say) never has to undo it because the table had no room. A
     /// failure of either leaves the table as it was. Returns the handle and what `make` gave
     /// besides the value.
-    pub fn insert_with<R>(
+    pub fn insert_with<R, E: From<HandleError>>(
         &self,
-        make: impl FnOnce() -> Result<(T, R), CapiError>,
-    ) -> Result<(u64, R), CapiError> {
+        make: impl FnOnce() -> Result<(T, R), E>,
+    ) -> Result<(u64, R), E> {
         let handle = self.map().insert(None)?;
         match make() {
             Ok((value, extra)) => {
@@ -310,28 +354,28 @@ impl<T> HandleTable<T> {
     }
 
     /// Takes the object `handle` names out of the table (a second remove of it fails).
-    pub fn remove(&self, handle: u64) -> Result<T, CapiError> {
+    pub fn remove(&self, handle: u64) -> Result<T, HandleError> {
         self.remove_if(handle, |_| Ok(()))
     }
 
     /// Takes the object `handle` names out of the table if `check` accepts it (in the same
     /// lock, so no other thread's remove comes in between); a refusal leaves it there.
-    pub fn remove_if(
+    pub fn remove_if<E: From<HandleError>>(
         &self,
         handle: u64,
-        check: impl FnOnce(&T) -> Result<(), CapiError>,
-    ) -> Result<T, CapiError> {
+        check: impl FnOnce(&T) -> Result<(), E>,
+    ) -> Result<T, E> {
         let mut map = self.map();
         let value = map
             .get(handle)?
             .as_ref()
             .ok_or_else(|| map.missing(handle))?;
         check(value)?;
-        map.remove(handle)?.ok_or_else(|| map.missing(handle))
+        Ok(map.remove(handle)?.ok_or_else(|| map.missing(handle))?)
     }
 
     /// A clone of the object `handle` names.
-    pub fn get(&self, handle: u64) -> Result<T, CapiError>
+    pub fn get(&self, handle: u64) -> Result<T, HandleError>
     where
         T: Clone,
     {
@@ -358,7 +402,6 @@ impl<T> HandleTable<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shared::status::GpurtStatus;
 
     fn generation() -> Generation {
         Generation::next().unwrap()
@@ -376,19 +419,17 @@ mod tests {
         let refused = second.remove(old).unwrap_err();
         assert_eq!(
             refused,
-            CapiError::EarlierSession {
+            HandleError::EarlierSession {
                 kind: HandleKind::Memory,
                 handle: old
             }
         );
-        assert_eq!(refused.status(), GpurtStatus::InvalidHandle);
-        assert!(refused.to_string().contains("earlier session"), "{refused}");
         assert_eq!(second.get(new), Ok("second session"), "untouched");
         // A released handle of this session is stale, not of an earlier session.
         second.remove(new).unwrap();
         assert_eq!(
             second.get(new),
-            Err(CapiError::StaleHandle {
+            Err(HandleError::Stale {
                 kind: HandleKind::Memory,
                 handle: new
             })
@@ -398,8 +439,8 @@ mod tests {
     #[test]
     fn insert_with_stores_nothing_when_its_value_cannot_be_made() {
         let table = HandleTable::new(HandleKind::Kernel, generation());
-        let refused = table.insert_with(|| Err::<(u32, ()), _>(CapiError::NotOpen));
-        assert_eq!(refused, Err(CapiError::NotOpen));
+        let refused = table.insert_with(|| Err::<(u32, ()), _>(HandleError::HostOutOfMemory));
+        assert_eq!(refused, Err(HandleError::HostOutOfMemory));
         assert!(table.is_empty());
         let (handle, extra) = table
             .insert_with(|| {
@@ -408,7 +449,7 @@ mod tests {
                     1,
                     "the entry is taken before the value is made"
                 );
-                Ok((5, "extra"))
+                Ok::<_, HandleError>((5, "extra"))
             })
             .unwrap();
         assert_eq!((table.get(handle), extra), (Ok(5), "extra"));
@@ -425,12 +466,20 @@ mod tests {
         let event = HandleMap::<u32>::new(HandleKind::Event, generation())
             .insert(0)
             .unwrap();
-        let wrong = map.get(event).unwrap_err();
-        assert!(
-            wrong.to_string().contains("is a MLIR event handle"),
-            "{wrong}"
+        assert_eq!(
+            map.get(event),
+            Err(HandleError::WrongKind {
+                expected: HandleKind::Stream,
+                found: Some(HandleKind::Event),
+                handle: event
+            })
         );
-        assert_eq!(map.get(0).unwrap_err().status(), GpurtStatus::NullPointer);
+        assert_eq!(
+            map.get(0),
+            Err(HandleError::Null {
+                kind: HandleKind::Stream
+            })
+        );
         assert_eq!(map.remove(stream), Ok(2));
         assert!(map.is_empty());
     }
@@ -445,7 +494,7 @@ mod tests {
         assert_eq!(table.remove(a).unwrap(), "a");
         assert_eq!(
             table.remove(a),
-            Err(CapiError::StaleHandle {
+            Err(HandleError::Stale {
                 kind: HandleKind::Memory,
                 handle: a
             })
@@ -466,14 +515,14 @@ mod tests {
         let handle = table.insert(7).unwrap();
         let refused = table.remove_if(handle, |&value| {
             if value == 7 {
-                Err(CapiError::NotOpen)
+                Err(HandleError::HostOutOfMemory)
             } else {
                 Ok(())
             }
         });
-        assert_eq!(refused, Err(CapiError::NotOpen));
+        assert_eq!(refused, Err(HandleError::HostOutOfMemory));
         assert_eq!(table.get(handle), Ok(7));
-        assert_eq!(table.remove_if(handle, |_| Ok(())), Ok(7));
+        assert_eq!(table.remove_if(handle, |_| Ok::<_, HandleError>(())), Ok(7));
         assert!(table.is_empty());
     }
 
@@ -483,12 +532,15 @@ mod tests {
         let kernels = HandleTable::new(HandleKind::Kernel, generation());
         let kernel = kernels.insert(1).unwrap();
         buffers.insert(2).unwrap();
-        let null = buffers.get(0).unwrap_err();
-        assert_eq!(null.status(), GpurtStatus::NullPointer);
-        assert!(null.to_string().contains("memory handle is a null pointer"));
+        assert_eq!(
+            buffers.get(0),
+            Err(HandleError::Null {
+                kind: HandleKind::Memory
+            })
+        );
         assert_eq!(
             buffers.get(kernel),
-            Err(CapiError::WrongHandleKind {
+            Err(HandleError::WrongKind {
                 expected: HandleKind::Memory,
                 found: Some(HandleKind::Kernel),
                 handle: kernel
@@ -498,13 +550,12 @@ mod tests {
         let foreign = buffers.remove(pointer).unwrap_err();
         assert_eq!(
             foreign,
-            CapiError::WrongHandleKind {
+            HandleError::WrongKind {
                 expected: HandleKind::Memory,
                 found: None,
                 handle: pointer
             }
         );
-        assert_eq!(foreign.status(), GpurtStatus::InvalidHandle);
         assert_eq!(buffers.len(), 1, "failed calls change nothing");
         assert_eq!(kernels.len(), 1);
     }
@@ -558,7 +609,7 @@ mod tests {
                     }
                     Step::Remove(n) => {
                         let handle = issued[n % issued.len()];
-                        let expected = live.remove(&handle).ok_or(CapiError::StaleHandle {
+                        let expected = live.remove(&handle).ok_or(HandleError::Stale {
                             kind: HandleKind::Memory,
                             handle,
                         });
@@ -566,20 +617,26 @@ mod tests {
                     }
                     Step::Get(n) => {
                         let handle = issued[n % issued.len()];
-                        let expected = live.get(&handle).copied().ok_or(CapiError::StaleHandle {
+                        let expected = live.get(&handle).copied().ok_or(HandleError::Stale {
                             kind: HandleKind::Memory,
                             handle,
                         });
                         proptest::prop_assert_eq!(table.get(handle), expected);
                     }
                     Step::Foreign(value) => {
-                        let status = table.get(value).unwrap_err().status();
+                        // Null is refused as null; anything else by kind (a kernel handle
+                        // names another kind, a pointer none).
+                        let refused = table.get(value).unwrap_err();
+                        let by_kind = matches!(
+                            refused,
+                            HandleError::WrongKind { expected: HandleKind::Memory, .. }
+                        );
                         let expected = if value == 0 {
-                            GpurtStatus::NullPointer
+                            refused == HandleError::Null { kind: HandleKind::Memory }
                         } else {
-                            GpurtStatus::InvalidHandle
+                            by_kind
                         };
-                        proptest::prop_assert_eq!(status, expected);
+                        proptest::prop_assert!(expected, "{:?} refused as {:?}", value, refused);
                         proptest::prop_assert!(table.remove(value).is_err());
                     }
                 }

@@ -14,7 +14,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use gpu_runtime::error::Error;
 
-use super::handle::HandleKind;
+use super::handle::{HandleError, HandleKind};
 
 /// Status code of every C API call: `GPURT_STATUS_OK` (0) or the kind of failure. The message
 /// of the calling thread's last failure is in `gpurt_last_error()`.
@@ -203,6 +203,48 @@ impl From<Error> for CapiError {
     }
 }
 
+/// The one place handle errors become the crate's: a null handle is the core's null pointer
+/// (named after its kind), running out of serial numbers or of host memory the core's limit
+/// and out-of-memory errors, and the rest the invalid-handle errors below.
+impl From<HandleError> for CapiError {
+    fn from(error: HandleError) -> Self {
+        match error {
+            HandleError::Null { kind } => Error::NullPointer {
+                what: kind.null_name(),
+            }
+            .into(),
+            HandleError::WrongKind {
+                expected,
+                found,
+                handle,
+            } => CapiError::WrongHandleKind {
+                expected,
+                found,
+                handle,
+            },
+            HandleError::Stale { kind, handle } => CapiError::StaleHandle { kind, handle },
+            HandleError::EarlierSession { kind, handle } => {
+                CapiError::EarlierSession { kind, handle }
+            }
+            HandleError::SerialsExhausted {
+                what,
+                serial,
+                limit,
+            } => Error::LimitExceeded {
+                what,
+                required: usize::try_from(serial).unwrap_or(usize::MAX),
+                limit: usize::try_from(limit).unwrap_or(usize::MAX),
+                detail: vec!["handle serial numbers are never reused in a process".into()],
+            }
+            .into(),
+            HandleError::HostOutOfMemory => Error::HostOutOfMemory {
+                what: "a handle table entry",
+            }
+            .into(),
+        }
+    }
+}
+
 impl CapiError {
     /// The status code callers switch on.
     pub fn status(&self) -> GpurtStatus {
@@ -242,7 +284,8 @@ fn core_status(error: &Error) -> GpurtStatus {
         | Error::TokenUnknown { .. }
         | Error::TokenForeign { .. }
         | Error::UnknownStream { .. }
-        | Error::UnknownEvent { .. } => S::InvalidHandle,
+        | Error::UnknownEvent { .. }
+        | Error::StaleHandle { .. } => S::InvalidHandle,
         Error::LockOverlap { .. }
         | Error::ExternalPinTooSmall { .. }
         | Error::CopyOverlap { .. } => S::Overlap,
@@ -336,6 +379,12 @@ pub fn with_last_error<T>(read: impl FnOnce(&CStr) -> T) -> T {
     LAST_ERROR.with(|last| read(last.borrow().as_c_str()))
 }
 
+/// The calling thread's last failure message, as text (for the tests of every client ABI).
+#[cfg(test)]
+pub(crate) fn last_error() -> String {
+    with_last_error(|message| message.to_string_lossy().into_owned())
+}
+
 /// Runs an exported call's body: a panic is caught and becomes [`CapiError::Panicked`], and a
 /// failure is recorded as the thread's last error. Returns the body's value, or `on_failure`
 /// when it failed (for ABIs whose functions return a value rather than a status, such as a
@@ -376,10 +425,6 @@ fn run_caught<T>(body: impl FnOnce() -> Result<T, CapiError>) -> Result<T, CapiE
 mod tests {
     use super::*;
     use gpu_runtime::id::DeviceId;
-
-    fn last_error() -> String {
-        with_last_error(|message| message.to_string_lossy().into_owned())
-    }
 
     #[test]
     fn a_panic_becomes_the_panic_status_with_its_message() {
@@ -504,5 +549,78 @@ mod tests {
         };
         assert_eq!(stale.status(), GpurtStatus::InvalidHandle);
         assert!(stale.to_string().contains("memory handle 0x10"));
+    }
+
+    #[test]
+    fn handle_errors_get_their_status_and_a_message_that_names_the_kind() {
+        let cases = [
+            (
+                HandleError::Null {
+                    kind: HandleKind::Memory,
+                },
+                GpurtStatus::NullPointer,
+                "memory handle is a null pointer",
+            ),
+            (
+                HandleError::Null {
+                    kind: HandleKind::Stream,
+                },
+                GpurtStatus::NullPointer,
+                "MLIR stream handle is a null pointer",
+            ),
+            (
+                HandleError::WrongKind {
+                    expected: HandleKind::Stream,
+                    found: Some(HandleKind::Event),
+                    handle: 0xC2 << 56 | 5,
+                },
+                GpurtStatus::InvalidHandle,
+                "is a MLIR event handle where a MLIR stream handle is expected",
+            ),
+            (
+                HandleError::WrongKind {
+                    expected: HandleKind::Memory,
+                    found: None,
+                    handle: 0x7fff_1234_5678,
+                },
+                GpurtStatus::InvalidHandle,
+                "0x7fff12345678 is not a handle of this library (a memory handle",
+            ),
+            (
+                HandleError::Stale {
+                    kind: HandleKind::Kernel,
+                    handle: 0x10,
+                },
+                GpurtStatus::InvalidHandle,
+                "names no live kernel: it was already released",
+            ),
+            (
+                HandleError::EarlierSession {
+                    kind: HandleKind::Memory,
+                    handle: 0x10,
+                },
+                GpurtStatus::InvalidHandle,
+                "earlier session",
+            ),
+            (
+                HandleError::SerialsExhausted {
+                    what: "handles of this process",
+                    serial: 1 << 56,
+                    limit: (1 << 56) - 1,
+                },
+                GpurtStatus::LimitExceeded,
+                "handles of this process",
+            ),
+            (
+                HandleError::HostOutOfMemory,
+                GpurtStatus::HostOutOfMemory,
+                "a handle table entry",
+            ),
+        ];
+        for (error, status, message) in cases {
+            let error = CapiError::from(error);
+            assert_eq!(error.status(), status, "{error}");
+            assert!(error.to_string().contains(message), "{error}");
+        }
     }
 }

@@ -188,7 +188,7 @@ impl fmt::Display for Error {
             ),
             Error::LiveWorkOnDevice { device, tokens } => write!(
                 f,
-                "{device} has {tokens} live token(s) of work; wait for them (their waits report \
+                "{device} has {tokens} live token(s) of work (waits in progress included); wait for them (their waits report \
                  the loss) or release them before resetting it"
             ),
             Error::DeviceLost { device, cause } => write!(
@@ -286,6 +286,12 @@ impl fmt::Display for Error {
                 "the calling thread's current {backend} context belongs to none of the \
                  backend's devices (the program created it itself); pop or unset it before \
                  calling, or make a device's primary context current"
+            ),
+            Error::StaleHandle { backend, what, id } => write!(
+                f,
+                "{backend} {what} {id} is not live: it was destroyed (a kernel: its module was \
+                 unloaded), its device was reset, or it belongs to another backend; create or \
+                 load it again"
             ),
             Error::Driver(e) => write!(
                 f,

@@ -2,12 +2,11 @@
 //! device's primary context current for a few driver calls and puts the caller's back after.
 
 use core::marker::PhantomData;
-use core::ptr;
 
 use gpu_core::{DeviceId, Error, Result};
 
 use crate::driver::Driver;
-use crate::result::{BACKEND, check};
+use crate::result::{BACKEND, context};
 use crate::sys;
 
 /// Makes one context current until dropped, then restores whatever was current before (none,
@@ -17,53 +16,43 @@ use crate::sys;
 /// When the context is already current (the runtime's device guard made it so) the scope costs
 /// one cuCtxGetCurrent and changes nothing; otherwise it pushes the context on the thread's
 /// context stack and pops it at the end (0.06 us for both, measured on an H200).
-pub(crate) struct ContextScope {
-    /// cuCtxPopCurrent, looked up before the push so that the pop cannot fail for a missing
-    /// symbol; `None` when nothing was pushed.
-    pop: Option<sys::PFN_cuCtxPopCurrent>,
+pub(crate) struct ContextScope<'d> {
+    /// The driver to pop with; `None` when nothing was pushed.
+    pushed: Option<&'d Driver>,
     /// The context stack is per thread: the scope must end on the thread that began it.
     _same_thread: PhantomData<*const ()>,
 }
 
-impl ContextScope {
+impl<'d> ContextScope<'d> {
     /// Makes `context` current on the calling thread for the scope's life.
-    pub(crate) fn enter(driver: &Driver, context: sys::CUcontext) -> Result<Self> {
-        if current_context(driver)? == context {
+    pub(crate) fn enter(driver: &'d Driver, context: sys::CUcontext) -> Result<Self> {
+        if context::current(driver)? == context {
             return Ok(Self {
-                pop: None,
+                pushed: None,
                 _same_thread: PhantomData,
             });
         }
-        let pop = driver.cuCtxPopCurrent()?;
-        let push = driver.cuCtxPushCurrent()?;
+        // Looked up before the push (and cached from then on), so that the pop at the end
+        // cannot fail for a missing symbol.
+        driver.cuCtxPopCurrent()?;
         // SAFETY: `context` is a primary context the backend retained at open and still holds.
-        check("cuCtxPushCurrent", unsafe { push(context) })?;
+        unsafe { context::push_current(driver, context) }?;
         Ok(Self {
-            pop: Some(pop),
+            pushed: Some(driver),
             _same_thread: PhantomData,
         })
     }
 }
 
-impl Drop for ContextScope {
+impl Drop for ContextScope<'_> {
     fn drop(&mut self) {
-        if let Some(pop) = self.pop {
-            let mut popped = ptr::null_mut();
-            // SAFETY: this scope pushed a context on this thread's stack (a scope is not Send, so
-            // it ends on the thread that began it), and inner scopes have popped theirs, so the
+        if let Some(driver) = self.pushed {
+            // This scope pushed a context on this thread's stack (a scope is not Send, so it
+            // ends on the thread that began it), and inner scopes have popped theirs, so the
             // top is ours. Popping it cannot fail, and a drop could not report it anyway.
-            let _ = unsafe { pop(&mut popped) };
+            let _ = context::pop_current(driver);
         }
     }
-}
-
-/// The calling thread's current context (null when none).
-pub(crate) fn current_context(driver: &Driver) -> Result<sys::CUcontext> {
-    let get = driver.cuCtxGetCurrent()?;
-    let mut current = ptr::null_mut();
-    // SAFETY: `current` is valid for writes.
-    check("cuCtxGetCurrent", unsafe { get(&mut current) })?;
-    Ok(current)
 }
 
 /// Which of the backend's devices `current` belongs to, given each device's primary context in
@@ -86,6 +75,7 @@ pub(crate) fn device_of_context(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core::ptr;
 
     /// A context handle that is only an address, for tests that never call the driver.
     fn fake_context(address: usize) -> sys::CUcontext {

@@ -6,88 +6,93 @@
 //! otherwise the context is pushed and popped around the driver calls, so the calling thread's
 //! current context (none, another device's, or one the program created itself) is the same
 //! after the call as before it, also on error paths.
+//!
+//! Every handle the backend hands out carries a number never used before in the process
+//! ([`HandleId`]), and the backend keeps the live ones ([`LiveHandles`]: streams, events, and
+//! modules, the program's and each device's kernel library; a kernel is live while its module
+//! is). A method that takes a handle looks it up first and holds it for the length of its
+//! driver calls, so a destroyed, unloaded, reset or foreign handle is [`Error::StaleHandle`]
+//! and never reaches the driver, and a destroy waits for the calls in flight on its handle. The
+//! addresses it allocated and the host ranges it registered are kept too ([`LiveAllocations`],
+//! [`LiveRegistrations`]): `free` and `host_unregister` refuse anything else before the driver.
 
 mod caps;
 mod context;
 pub mod kernels;
 
-use core::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use core::ffi::{CStr, c_int, c_void};
 use core::ptr;
 use core::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 
 use gpu_core::allocator::MemoryKind;
-use gpu_core::backend::library::{ArgBuffer, LIBRARY};
+use gpu_core::backend::live::{
+    FreeStep, HandleId, Live, LiveAllocations, LiveHandles, LiveRegistrations, check_allocation,
+    check_stream_allocation, enable_peer_access, kernel_name, library_arguments, library_functions,
+    none_on_code, workgroup_bytes_attribute,
+};
 use gpu_core::backend::{
     Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device_slots, check_same_device,
 };
 use gpu_core::{ByteRange, DeviceId, Error, Result};
 
 use crate::driver::Driver;
-use crate::result::{BACKEND, check, driver_error};
+use crate::result::module::LaunchShape;
+use crate::result::{self, BACKEND, driver_error};
 use crate::sys;
 
-use context::{ContextScope, current_context, device_of_context};
+use context::{ContextScope, device_of_context};
 
 // Device addresses (CUdeviceptr) are 64-bit and the backend stores them as usize: the CUDA
 // driver exists only for 64-bit platforms.
 const _: () = assert!(size_of::<usize>() == size_of::<sys::CUdeviceptr>());
 
-/// Calls a driver function through the loader and checks its result, naming the call.
-macro_rules! call {
-    ($driver:expr, $name:ident($($argument:expr),* $(,)?)) => {{
-        let function = $driver.$name()?;
-        // SAFETY: each call site passes handles the backend owns (or the caller vouched for
-        // through the trait contract) and out-parameters valid for writes.
-        check(stringify!($name), unsafe { function($($argument),*) })
-    }};
+/// A driver code as the toolkit's errors carry it.
+const fn code(code: sys::CUresult) -> i64 {
+    code as i64
 }
 
-/// Like [`call!`], but returns the raw `CUresult` for call sites that treat some codes as
-/// outcomes (out of memory, not ready).
-macro_rules! call_raw {
-    ($driver:expr, $name:ident($($argument:expr),* $(,)?)) => {{
-        let function = $driver.$name()?;
-        // SAFETY: as for `call!`.
-        unsafe { function($($argument),*) }
-    }};
-}
-
-/// What [`CudaKernel::name`] says for a kernel of a program's own module.
-const MODULE_KERNEL: &str = "(a kernel of a loaded module)";
-
-/// An in-order queue of work on one device: a non-blocking `CUstream` and its device.
+/// An in-order queue of work on one device: a non-blocking `CUstream` (or an adopted one), its
+/// device, and its number in the backend's live streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CudaStream {
     raw: sys::CUstream,
     device: DeviceId,
+    id: HandleId,
 }
 
-/// A completion marker: a `CUevent` created without timing, and its device.
+/// A completion marker: a `CUevent` created without timing, its device, and its number in the
+/// backend's live events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CudaEvent {
     raw: sys::CUevent,
     device: DeviceId,
+    id: HandleId,
 }
 
-/// A kernel loaded on one device: of the standard library, or of a module the program loaded.
+/// A kernel loaded on one device: of the standard library, or of a module the program loaded;
+/// live while that module is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CudaKernel {
     function: sys::CUfunction,
     device: DeviceId,
+    /// The number of its module (the device's library module for a library kernel).
+    module: HandleId,
     /// Index into the library table (name and parameters); `None` for a module's kernel,
     /// whose parameters nothing here knows.
     library_index: Option<usize>,
 }
 
-/// A module image loaded on one device (`CUmodule`), from [`Backend::module_load`].
+/// A module image loaded on one device (`CUmodule`), from [`Backend::module_load`], and its
+/// number in the backend's live modules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CudaModule {
     raw: sys::CUmodule,
     device: DeviceId,
+    id: HandleId,
 }
 
-// SAFETY (all three handles): the values are opaque driver handles, never dereferenced by this
+// SAFETY: (all four handles) the values are opaque driver handles, never dereferenced by this
 // crate. The CUDA driver API is thread-safe: a stream, event or function may be used from any
 // thread, provided its context is current there, which every method ensures with a
 // `ContextScope` on the handle's device.
@@ -164,15 +169,15 @@ impl CudaKernel {
 
     /// The kernel's name in the standard library (a module's kernel says so instead).
     pub fn name(&self) -> &'static str {
-        self.library_index
-            .map_or(MODULE_KERNEL, |index| LIBRARY[index].name)
+        kernel_name(self.library_index)
     }
 }
 
-/// The kernel library loaded on one device: the module and one function per library entry.
+/// The kernel library loaded on one device: the module (live in the backend's modules while it
+/// is loaded) and one function per library entry.
 struct LoadedLibrary {
-    module: sys::CUmodule,
-    functions: [sys::CUfunction; LIBRARY.len()],
+    module: CudaModule,
+    functions: Vec<sys::CUfunction>,
 }
 
 /// One device as opened: its ordinal, retained primary context, default memory pool (where
@@ -210,6 +215,16 @@ impl DeviceState {
 pub struct CudaBackend {
     driver: &'static Driver,
     devices: Vec<DeviceState>,
+    /// The streams it created or adopted and has not destroyed.
+    streams: LiveHandles<CudaStream>,
+    /// The events it created and has not destroyed.
+    events: LiveHandles<CudaEvent>,
+    /// The modules loaded and not unloaded: the program's, and each device's kernel library.
+    modules: LiveHandles<CudaModule>,
+    /// The memory it allocated and has not freed.
+    allocations: LiveAllocations,
+    /// The host ranges it registered and has not unregistered.
+    registrations: LiveRegistrations,
 }
 
 // SAFETY: the raw handles inside (contexts, pools, modules, functions) are opaque driver
@@ -254,9 +269,8 @@ impl CudaBackend {
     /// cuInit or, if cuInit succeeds, from cuDeviceGetCount), and any driver failure while
     /// opening; nothing stays retained after an error.
     pub fn with_driver(driver: &'static Driver) -> Result<Self> {
-        call!(driver, cuInit(0))?;
-        let mut count: c_int = 0;
-        call!(driver, cuDeviceGetCount(&mut count))?;
+        result::device::init(driver, 0)?;
+        let count = result::device::count(driver)?;
         if count <= 0 {
             return Err(Error::Driver(driver_error(
                 "cuDeviceGetCount",
@@ -268,10 +282,7 @@ impl CudaBackend {
             && driver.cuDeviceGetDefaultMemPool().is_ok()
             && driver.cuMemPoolSetAttribute().is_ok();
         // Devices join as they are opened, so an error below drops (and releases) those opened.
-        let mut backend = Self {
-            driver,
-            devices: Vec::with_capacity(count as usize),
-        };
+        let mut backend = Self::with_devices(driver, Vec::with_capacity(count as usize));
         for index in 0..count {
             let state = open_device(driver, index, pool_entry_points)?;
             backend.devices.push(state);
@@ -282,6 +293,19 @@ impl CudaBackend {
             }
         }
         Ok(backend)
+    }
+
+    /// A backend of `devices`, with nothing live yet.
+    fn with_devices(driver: &'static Driver, devices: Vec<DeviceState>) -> Self {
+        Self {
+            driver,
+            devices,
+            streams: LiveHandles::new(BACKEND, "stream"),
+            events: LiveHandles::new(BACKEND, "event"),
+            modules: LiveHandles::new(BACKEND, "module"),
+            allocations: LiveAllocations::new(),
+            registrations: LiveRegistrations::new(),
+        }
     }
 
     /// The loaded driver.
@@ -308,7 +332,7 @@ impl CudaBackend {
     }
 
     /// Makes `device`'s context current until the returned scope ends.
-    fn enter(&self, device: DeviceId) -> Result<ContextScope> {
+    fn enter(&self, device: DeviceId) -> Result<ContextScope<'static>> {
         ContextScope::enter(self.driver, self.device(device)?.context())
     }
 
@@ -317,90 +341,75 @@ impl CudaBackend {
     fn device_addresses(&self, host: usize, device_ptrs: &mut [usize]) -> Result<()> {
         for (index, slot) in device_ptrs.iter_mut().enumerate() {
             let _scope = self.enter(DeviceId(index as u32))?;
-            let mut address: sys::CUdeviceptr = 0;
-            call!(
-                self.driver,
-                cuMemHostGetDevicePointer(&mut address, host as *mut c_void, 0)
-            )?;
-            *slot = address as usize;
+            *slot = result::memory::host_device_pointer(self.driver, host)? as usize;
         }
         Ok(())
     }
 
-    /// The library of `device`, loading its module on first use.
-    fn library_function(&self, device: DeviceId, library_index: usize) -> Result<sys::CUfunction> {
+    /// The function `library_index` of `device`'s kernel library and the library module's
+    /// number, loading the module on first use.
+    fn library_function(
+        &self,
+        device: DeviceId,
+        library_index: usize,
+    ) -> Result<(HandleId, sys::CUfunction)> {
         let state = self.device(device)?;
         let mut slot = state
             .library
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(loaded) = slot.as_ref() {
-            return Ok(loaded.functions[library_index]);
+            return Ok((loaded.module.id, loaded.functions[library_index]));
         }
-        // Looked up before loading, so that unloading on an error path cannot fail for a missing
-        // symbol (which would leak the module and report the lookup instead of the error).
-        let unload = self.driver.cuModuleUnload()?;
+        // Looked up before loading (and cached from then on), so that unloading on an error
+        // path cannot fail for a missing symbol (which would leak the module and report the
+        // lookup instead of the error).
+        self.driver.cuModuleUnload()?;
         let _scope = self.enter(device)?;
-        let mut module = ptr::null_mut();
-        call!(
-            self.driver,
-            cuModuleLoadData(&mut module, kernels::PTX.as_ptr().cast())
+        // SAFETY: the embedded PTX ends with a NUL and lives as long as the program.
+        let module =
+            unsafe { result::module::load_data(self.driver, kernels::PTX.as_ptr().cast()) }?;
+        let functions = library_functions(
+            module,
+            // SAFETY: the module was just loaded in the current context.
+            |module, symbol| unsafe { result::module::function(self.driver, module, symbol) },
+            // SAFETY: the module was just loaded and nothing else refers to it.
+            |module| drop(unsafe { result::module::unload(self.driver, module) }),
         )?;
-        let mut functions = [ptr::null_mut(); LIBRARY.len()];
-        for (function, entry) in functions.iter_mut().zip(LIBRARY) {
-            if let Err(error) = call!(
-                self.driver,
-                cuModuleGetFunction(function, module, entry.symbol.as_ptr())
-            ) {
-                // SAFETY: the module was just loaded and nothing else refers to it.
-                let _ = unsafe { unload(module) };
-                return Err(error);
-            }
-        }
+        let module = self.register_module(module, device);
         let function = functions[library_index];
         *slot = Some(LoadedLibrary { module, functions });
-        Ok(function)
+        Ok((module.id, function))
     }
 
-    /// Frees host-visible memory (`kind` managed or pinned host) once `after`'s work is done.
-    fn free_synchronously(
-        &self,
-        kind: MemoryKind,
-        address: usize,
-        after: Option<CudaStream>,
-    ) -> Result<()> {
-        if let Some(stream) = after {
-            call!(self.driver, cuStreamSynchronize(stream.raw))?;
-        }
-        match kind {
-            MemoryKind::HostPinned => call!(self.driver, cuMemFreeHost(address as *mut c_void)),
-            _ => call!(self.driver, cuMemFree(address as sys::CUdeviceptr)),
-        }
+    /// `kernel`'s module, live, held until the guard drops: a kernel of an unloaded module (or
+    /// of a library from before its device's reset) is [`Error::StaleHandle`] naming a kernel.
+    fn live_kernel(&self, kernel: CudaKernel) -> Result<Live<CudaModule>> {
+        self.modules.get_as(kernel.module, "kernel")
+    }
+
+    /// Records a module just loaded on `device` as live.
+    fn register_module(&self, raw: sys::CUmodule, device: DeviceId) -> CudaModule {
+        self.modules
+            .register(device, |id| CudaModule { raw, device, id })
+    }
+
+    /// Records a stream of `device` as live.
+    fn register_stream(&self, raw: sys::CUstream, device: DeviceId) -> CudaStream {
+        self.streams
+            .register(device, |id| CudaStream { raw, device, id })
     }
 }
 
 /// Reads device `index`'s description and retains its primary context.
 fn open_device(driver: &Driver, index: c_int, pool_entry_points: bool) -> Result<DeviceState> {
-    let mut ordinal: sys::CUdevice = 0;
-    call!(driver, cuDeviceGet(&mut ordinal, index))?;
-    let mut name = [0 as c_char; 256];
-    call!(
-        driver,
-        cuDeviceGetName(name.as_mut_ptr(), name.len() as c_int, ordinal)
-    )?;
-    // SAFETY: the driver wrote a NUL-terminated name into the buffer (it truncates to fit).
-    let name = unsafe { CStr::from_ptr(name.as_ptr()) }
-        .to_string_lossy()
-        .into_owned();
-    let mut total_memory = 0usize;
-    call!(driver, cuDeviceTotalMem(&mut total_memory, ordinal))?;
+    let ordinal = result::device::get(driver, index)?;
+    let name = result::device::name(driver, ordinal)?;
+    let total_memory = result::device::total_memory(driver, ordinal)?;
     let info = caps::describe_device(name, total_memory, pool_entry_points, |attribute| {
-        let mut value: c_int = 0;
-        call!(driver, cuDeviceGetAttribute(&mut value, attribute, ordinal))?;
-        Ok(value)
+        result::device::attribute(driver, attribute, ordinal)
     })?;
-    let mut context = ptr::null_mut();
-    call!(driver, cuDevicePrimaryCtxRetain(&mut context, ordinal))?;
+    let context = result::context::retain_primary(driver, ordinal)?;
     Ok(DeviceState {
         ordinal,
         context: AtomicPtr::new(context),
@@ -415,31 +424,16 @@ fn open_device(driver: &Driver, index: c_int, pool_entry_points: bool) -> Result
 /// synchronisation (0.61 us for a warm alloc+free pair against 55 us for cuMemAlloc+cuMemFree).
 fn configure_default_pool(driver: &Driver, state: &DeviceState) -> Result<sys::CUmemoryPool> {
     let _scope = ContextScope::enter(driver, state.context())?;
-    let mut pool = ptr::null_mut();
-    call!(driver, cuDeviceGetDefaultMemPool(&mut pool, state.ordinal))?;
-    let mut threshold: u64 = u64::MAX;
-    call!(
-        driver,
-        cuMemPoolSetAttribute(
-            pool,
-            sys::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-            (&mut threshold as *mut u64).cast()
-        )
-    )?;
+    let pool = result::device::default_memory_pool(driver, state.ordinal)?;
+    // SAFETY: the device's default pool, which lives as long as its context.
+    unsafe { result::memory::set_pool_release_threshold(driver, pool, u64::MAX) }?;
     Ok(pool)
 }
 
-/// `Some(address)` for success, `None` for `CUDA_ERROR_OUT_OF_MEMORY`, else the driver error.
-fn allocation_outcome(
-    call: &'static str,
-    code: sys::CUresult,
-    address: usize,
-) -> Result<Option<usize>> {
-    match code {
-        sys::CUDA_SUCCESS => Ok(Some(address)),
-        sys::CUDA_ERROR_OUT_OF_MEMORY => Ok(None),
-        failed => Err(Error::Driver(driver_error(call, failed))),
-    }
+/// `Some(address)` for an allocation, `None` for `CUDA_ERROR_OUT_OF_MEMORY`, else the error.
+fn allocation_outcome(allocated: Result<sys::CUdeviceptr>) -> Result<Option<usize>> {
+    none_on_code(allocated, code(sys::CUDA_ERROR_OUT_OF_MEMORY))
+        .map(|address| address.map(|address| address as usize))
 }
 
 impl Drop for CudaBackend {
@@ -452,16 +446,14 @@ impl Drop for CudaBackend {
                 .take();
             if let Some(loaded) = loaded
                 && let Ok(_scope) = ContextScope::enter(self.driver, state.context())
-                && let Ok(unload) = self.driver.cuModuleUnload()
             {
                 // SAFETY: the module was loaded in this context and its functions are not used
                 // after the backend is gone (the trait's handles do not outlive it).
-                let _ = unsafe { unload(loaded.module) };
+                let _ = unsafe { result::module::unload(self.driver, loaded.module.raw) };
             }
-            if let Ok(release) = self.driver.cuDevicePrimaryCtxRelease() {
-                // SAFETY: the backend retained this device's primary context once at open.
-                let _ = unsafe { release(state.ordinal) };
-            }
+            // SAFETY: the backend retained this device's primary context once at open, and
+            // nothing of it is used through the backend any more.
+            let _ = unsafe { result::context::release_primary(self.driver, state.ordinal) };
         }
     }
 }
@@ -494,7 +486,7 @@ impl Backend for CudaBackend {
     /// context is current. A context the program created itself is [`Error::ForeignContext`]:
     /// `Option<DeviceId>` cannot name it, and a guard that restored `None` would lose it.
     fn current_device(&self) -> Result<Option<DeviceId>> {
-        let current = current_context(self.driver)?;
+        let current = result::context::current(self.driver)?;
         device_of_context(self.devices.iter().map(|state| state.context()), current)
     }
 
@@ -504,19 +496,22 @@ impl Backend for CudaBackend {
             Some(device) => self.device(device)?.context(),
             None => ptr::null_mut(),
         };
-        call!(self.driver, cuCtxSetCurrent(context))
+        // SAFETY: null, or a primary context the backend holds retained.
+        unsafe { result::context::set_current(self.driver, context) }
     }
 
     /// cuCtxGetCurrent: the context on top of the calling thread's context stack, whoever
     /// owns it (null when none).
     fn save_current(&self) -> Result<SavedContext> {
-        current_context(self.driver).map(SavedContext)
+        result::context::current(self.driver).map(SavedContext)
     }
 
     /// cuCtxSetCurrent with the saved context: replaces the top of the calling thread's context
     /// stack, as `set_current_device` did, so the stack is as it was before the switch.
     fn restore_current(&self, saved: SavedContext) -> Result<()> {
-        call!(self.driver, cuCtxSetCurrent(saved.0))
+        // SAFETY: null, one of the backend's primary contexts, or a context its owner keeps
+        // alive while it may be restored (the trait's contract for `restore_current`).
+        unsafe { result::context::set_current(self.driver, saved.0) }
     }
 
     /// Whether the saved context is `device`'s primary context (an index and a comparison).
@@ -528,70 +523,46 @@ impl Backend for CudaBackend {
 
     /// Device: cuMemAlloc; managed: cuMemAllocManaged with `ATTACH_GLOBAL`; pinned host:
     /// cuMemHostAlloc with `PORTABLE | DEVICEMAP`.
+    /// The address is recorded for `free`.
     fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
-        let state = self.device(device)?;
-        if !state.info.allocator.support(kind).available {
-            return Err(Error::KindUnsupported { device, kind });
-        }
-        if bytes == 0 {
-            return Err(Error::ZeroSize {
-                what: "allocation size",
-            });
-        }
+        check_allocation(&self.device(device)?.info, device, kind, bytes)?;
         let _scope = self.enter(device)?;
-        match kind {
-            MemoryKind::Device => {
-                let mut address: sys::CUdeviceptr = 0;
-                let code = call_raw!(self.driver, cuMemAlloc(&mut address, bytes));
-                allocation_outcome("cuMemAlloc", code, address as usize)
-            }
+        let driver = self.driver;
+        let allocated = allocation_outcome(match kind {
+            MemoryKind::Device => result::memory::alloc(driver, bytes),
             MemoryKind::Managed => {
-                let mut address: sys::CUdeviceptr = 0;
-                let code = call_raw!(
-                    self.driver,
-                    cuMemAllocManaged(&mut address, bytes, sys::CU_MEM_ATTACH_GLOBAL)
-                );
-                allocation_outcome("cuMemAllocManaged", code, address as usize)
+                result::memory::alloc_managed(driver, bytes, sys::CU_MEM_ATTACH_GLOBAL)
             }
             MemoryKind::HostPinned => {
-                let mut address = ptr::null_mut();
                 let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
-                let code = call_raw!(self.driver, cuMemHostAlloc(&mut address, bytes, flags));
-                allocation_outcome("cuMemHostAlloc", code, address as usize)
+                result::memory::alloc_host(driver, bytes, flags)
+                    .map(|host| host as sys::CUdeviceptr)
             }
-        }
+        });
+        self.allocations.record(device, kind, allocated)
     }
 
     /// Device memory only: cuMemAllocFromPoolAsync from the device's default pool (release
-    /// threshold at the maximum). Other kinds are [`Error::KindUnsupported`].
+    /// threshold at the maximum). Other kinds are [`Error::KindUnsupported`]. The address is
+    /// recorded for `free`.
     fn allocate_on_stream(
         &self,
         stream: CudaStream,
         kind: MemoryKind,
         bytes: usize,
     ) -> Result<Option<usize>> {
-        let state = self.device(stream.device)?;
-        let pool = match (kind, state.pool()) {
-            (MemoryKind::Device, Some(pool)) => pool,
-            _ => {
-                return Err(Error::KindUnsupported {
-                    device: stream.device,
-                    kind,
-                });
-            }
-        };
-        if bytes == 0 {
-            return Err(Error::ZeroSize {
-                what: "allocation size",
-            });
-        }
-        let _scope = self.enter(stream.device)?;
-        let mut address: sys::CUdeviceptr = 0;
-        let code = call_raw!(
-            self.driver,
-            cuMemAllocFromPoolAsync(&mut address, bytes, pool, stream.raw)
-        );
-        allocation_outcome("cuMemAllocFromPoolAsync", code, address as usize)
+        let stream = self.streams.get(stream.id)?;
+        let device = stream.device;
+        let pool = self.device(device)?.pool();
+        check_stream_allocation(device, kind, pool.is_some(), bytes)?;
+        let pool = pool.expect("checked");
+        let _scope = self.enter(device)?;
+        // SAFETY: the device's default pool, and a live stream of the device (held), whose
+        // context is current.
+        let allocated = allocation_outcome(unsafe {
+            result::memory::alloc_from_pool_async(self.driver, bytes, pool, stream.raw)
+        });
+        self.allocations.record(device, kind, allocated)
     }
 
     /// Device memory with `after`: cuMemFreeAsync on that stream (stream-ordered, for memory
@@ -600,7 +571,9 @@ impl Backend for CudaBackend {
     /// stream: cuMemFree of pool memory that was opened to a peer (cuMemPoolSetAccess) is
     /// reported leaked by compute-sanitizer (measured on two H100s,
     /// `hw-results/2026-11-25-2xH100-peer-probe`). Managed and pinned host memory:
-    /// synchronise `after`, then cuMemFree / cuMemFreeHost.
+    /// synchronise `after`, then cuMemFree / cuMemFreeHost. Only memory this backend allocated
+    /// (of `kind`, on `device`) and has not freed reaches the driver: anything else is
+    /// [`Error::UnknownAddress`]; a failed free leaves the memory recorded.
     fn free(
         &self,
         device: DeviceId,
@@ -609,38 +582,51 @@ impl Backend for CudaBackend {
         after: Option<CudaStream>,
     ) -> Result<()> {
         self.device(device)?;
-        if address == 0 {
-            return Err(Error::NullPointer {
-                what: "freed address",
-            });
-        }
-        let _scope = self.enter(device)?;
-        match (kind, after) {
-            (MemoryKind::Device, Some(stream)) => call!(
-                self.driver,
-                cuMemFreeAsync(address as sys::CUdeviceptr, stream.raw)
-            ),
-            (MemoryKind::Device, None) => {
-                let mut pool: sys::CUmemoryPool = ptr::null_mut();
-                call!(
-                    self.driver,
-                    cuPointerGetAttribute(
-                        (&mut pool as *mut sys::CUmemoryPool).cast(),
-                        sys::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
-                        address as sys::CUdeviceptr
-                    )
-                )?;
-                if pool.is_null() {
-                    call!(self.driver, cuMemFree(address as sys::CUdeviceptr))
-                } else {
-                    call!(
-                        self.driver,
-                        cuMemFreeAsync(address as sys::CUdeviceptr, ptr::null_mut())
-                    )
+        self.allocations.release(device, kind, address, || {
+            let after = after
+                .map(|stream| self.streams.get(stream.id))
+                .transpose()?;
+            let _scope = self.enter(device)?;
+            let (driver, device_address) = (self.driver, address as sys::CUdeviceptr);
+            // Each arm frees `address`: live memory of this kind that this backend allocated on
+            // the device, just taken out of its allocations (so no other free reaches it), that
+            // the caller no longer uses but by `after`'s work (the trait's contract).
+            match FreeStep::of(kind, after.as_deref()) {
+                // SAFETY: device memory as said above, freed in the order of `stream`, a live
+                // stream of the device (held) whose context is current.
+                FreeStep::InStreamOrder(stream) => unsafe {
+                    result::memory::free_async(driver, device_address, stream.raw)
+                },
+                FreeStep::Now => {
+                    let pool = result::memory::memory_pool_of(driver, device_address)?;
+                    if pool.is_null() {
+                        // SAFETY: device memory of no pool as said above, unused by any work.
+                        unsafe { result::memory::free(driver, device_address) }
+                    } else {
+                        // SAFETY: pool memory as said above, unused by any work, freed in the
+                        // order of the legacy default stream (null) of the current context.
+                        unsafe {
+                            result::memory::free_async(driver, device_address, ptr::null_mut())
+                        }
+                    }
+                }
+                FreeStep::AfterSynchronizing { after, pinned } => {
+                    if let Some(stream) = after {
+                        // SAFETY: a live stream of the device (held), whose context is current.
+                        unsafe { result::stream::synchronize(driver, stream.raw) }?;
+                    }
+                    if pinned {
+                        // SAFETY: pinned host memory as said above, unused now that `after`'s
+                        // work has finished.
+                        unsafe { result::memory::free_host(driver, address as *mut c_void) }
+                    } else {
+                        // SAFETY: managed memory as said above, unused now that `after`'s work
+                        // has finished.
+                        unsafe { result::memory::free(driver, device_address) }
+                    }
                 }
             }
-            _ => self.free_synchronously(kind, address, after),
-        }
+        })
     }
 
     /// cuMemHostRegister with `PORTABLE | DEVICEMAP` (in device 0's context: registration needs
@@ -652,26 +638,31 @@ impl Backend for CudaBackend {
         // Looked up, and device 0's context entered, before registering: undoing the
         // registration on the error path below can then neither fail for a missing symbol nor
         // for entering the context, which would leave the range registered after an error.
-        let unregister = self.driver.cuMemHostUnregister()?;
+        self.driver.cuMemHostUnregister()?;
         let _scope = self.enter(DeviceId(0))?;
-        call!(
-            self.driver,
-            cuMemHostRegister(range.start as *mut c_void, range.len, flags)
-        )?;
+        let host = range.start as *mut c_void;
+        // SAFETY: the trait's contract: the caller's host range stays allocated until it is
+        // unregistered.
+        unsafe { result::memory::host_register(self.driver, host, range.len, flags) }?;
         if let Err(error) = self.device_addresses(range.start, device_ptrs) {
-            // SAFETY: the range was registered just above; nothing else can unregister it
-            // meanwhile without breaking the trait's contract.
-            let _ = unsafe { unregister(range.start as *mut c_void) };
+            // SAFETY: the range was registered just above and nothing has used it yet.
+            let _ = unsafe { result::memory::host_unregister(self.driver, host) };
             return Err(error);
         }
+        self.registrations.record(range);
         Ok(())
     }
 
-    /// cuMemHostUnregister of exactly `start` (an interior pointer is the driver's
-    /// `CUDA_ERROR_INVALID_VALUE`; memory not registered, `CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED`).
+    /// cuMemHostUnregister of exactly `start`, a range this backend registered: a pointer
+    /// inside one is [`Error::NotEntryStart`], and one in none (never registered here, or
+    /// unregistered already) [`Error::NotLocked`], both before the driver.
     fn host_unregister(&self, start: usize) -> Result<()> {
-        let _scope = self.enter(DeviceId(0))?;
-        call!(self.driver, cuMemHostUnregister(start as *mut c_void))
+        self.registrations.release(start, || {
+            let _scope = self.enter(DeviceId(0))?;
+            // SAFETY: a range this backend registered (just taken out of its registrations);
+            // the trait's contract: no work still to run uses it.
+            unsafe { result::memory::host_unregister(self.driver, start as *mut c_void) }
+        })
     }
 
     /// One cuPointerGetAttributes for the memory type and the allocation's range: host memory
@@ -684,46 +675,18 @@ impl Backend for CudaBackend {
         device_ptrs: &mut [usize],
     ) -> Result<Option<ByteRange>> {
         check_device_slots(self.devices.len(), device_ptrs)?;
-        let mut memory_type: c_uint = 0;
-        let mut start: sys::CUdeviceptr = 0;
-        let mut size: usize = 0;
-        let mut attributes = [
-            sys::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-            sys::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-            sys::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-        ];
-        let mut values: [*mut c_void; 3] = [
-            (&mut memory_type as *mut c_uint).cast(),
-            (&mut start as *mut sys::CUdeviceptr).cast(),
-            (&mut size as *mut usize).cast(),
-        ];
-        let code = {
+        let range = {
             let _scope = self.enter(DeviceId(0))?;
-            call_raw!(
-                self.driver,
-                cuPointerGetAttributes(
-                    attributes.len() as c_uint,
-                    attributes.as_mut_ptr(),
-                    values.as_mut_ptr(),
-                    ptr as sys::CUdeviceptr
-                )
-            )
-        };
-        match code {
-            sys::CUDA_SUCCESS => {}
             // What cuPointerGetAttribute (singular) and older drivers say for unknown memory.
-            sys::CUDA_ERROR_INVALID_VALUE => return Ok(None),
-            failed => {
-                return Err(Error::Driver(driver_error(
-                    "cuPointerGetAttributes",
-                    failed,
-                )));
-            }
-        }
-        if memory_type != sys::CU_MEMORYTYPE_HOST {
+            none_on_code(
+                result::memory::range_of(self.driver, ptr as sys::CUdeviceptr),
+                code(sys::CUDA_ERROR_INVALID_VALUE),
+            )?
+        };
+        let Some(range) = range.filter(|range| range.memory_type == sys::CU_MEMORYTYPE_HOST) else {
             return Ok(None);
-        }
-        let Some(extent) = ByteRange::new(start as usize, size) else {
+        };
+        let Some(extent) = ByteRange::new(range.start as usize, range.size) else {
             return Ok(None);
         };
         self.device_addresses(extent.start, device_ptrs)?;
@@ -732,109 +695,125 @@ impl Backend for CudaBackend {
 
     fn stream_create(&self, device: DeviceId) -> Result<CudaStream> {
         let _scope = self.enter(device)?;
-        let mut raw = ptr::null_mut();
-        call!(
-            self.driver,
-            cuStreamCreate(&mut raw, sys::CU_STREAM_NON_BLOCKING)
-        )?;
-        Ok(CudaStream { raw, device })
+        let raw = result::stream::create(self.driver, sys::CU_STREAM_NON_BLOCKING)?;
+        Ok(self.register_stream(raw, device))
     }
 
     /// Wraps the raw `CUstream` with its device, with no driver call: the driver cannot check
     /// a handle without dereferencing it. `0` (the legacy default stream), `CU_STREAM_LEGACY`
     /// and `CU_STREAM_PER_THREAD` name the default streams of whichever context is current
-    /// at each call, which every method makes `device`'s primary context.
+    /// at each call, which every method makes `device`'s primary context. The handle is live
+    /// (each adoption a handle of its own) until the stream is destroyed or the device reset.
     unsafe fn adopt_stream(&self, device: DeviceId, raw: usize) -> Result<CudaStream> {
         self.device(device)?;
-        Ok(CudaStream {
-            raw: raw as sys::CUstream,
-            device,
-        })
+        Ok(self.register_stream(raw as sys::CUstream, device))
     }
 
+    /// cuStreamDestroy, once no call of another thread uses the stream any more; the handle is
+    /// stale from the moment the call begins (live again if the driver refuses).
     fn stream_destroy(&self, stream: CudaStream) -> Result<()> {
-        let _scope = self.enter(stream.device)?;
-        call!(self.driver, cuStreamDestroy(stream.raw))
+        self.streams
+            .destroy(stream.id, std::thread::yield_now, |stream| {
+                let _scope = self.enter(stream.device)?;
+                // SAFETY: a live stream of the device, just taken out of the live streams after
+                // the last call using it returned, so nothing uses it again.
+                unsafe { result::stream::destroy(self.driver, stream.raw) }
+            })
     }
 
     fn stream_synchronize(&self, stream: CudaStream) -> Result<()> {
+        let stream = self.streams.get(stream.id)?;
         let _scope = self.enter(stream.device)?;
-        call!(self.driver, cuStreamSynchronize(stream.raw))
+        // SAFETY: a live stream of the device (held), whose context is current.
+        unsafe { result::stream::synchronize(self.driver, stream.raw) }
     }
 
     fn event_create(&self, device: DeviceId) -> Result<CudaEvent> {
         let _scope = self.enter(device)?;
-        let mut raw = ptr::null_mut();
-        call!(
-            self.driver,
-            cuEventCreate(&mut raw, sys::CU_EVENT_DISABLE_TIMING)
-        )?;
-        Ok(CudaEvent { raw, device })
+        let raw = result::event::create(self.driver, sys::CU_EVENT_DISABLE_TIMING)?;
+        Ok(self
+            .events
+            .register(device, |id| CudaEvent { raw, device, id }))
     }
 
+    /// cuEventDestroy, once no call of another thread uses the event any more; the handle is
+    /// stale from the moment the call begins (live again if the driver refuses).
     fn event_destroy(&self, event: CudaEvent) -> Result<()> {
-        let _scope = self.enter(event.device)?;
-        call!(self.driver, cuEventDestroy(event.raw))
+        self.events
+            .destroy(event.id, std::thread::yield_now, |event| {
+                let _scope = self.enter(event.device)?;
+                // SAFETY: a live event of the device, just taken out of the live events after the
+                // last call using it returned, so nothing uses it again.
+                unsafe { result::event::destroy(self.driver, event.raw) }
+            })
     }
 
     /// cuEventRecord; an event of another device is [`Error::WrongDevice`] before the driver
     /// (which would say "invalid resource handle").
     fn event_record(&self, event: CudaEvent, stream: CudaStream) -> Result<()> {
         check_same_device(stream.device, event.device)?;
+        let (stream, event) = (self.streams.get(stream.id)?, self.events.get(event.id)?);
         let _scope = self.enter(stream.device)?;
-        call!(self.driver, cuEventRecord(event.raw, stream.raw))
+        // SAFETY: a live event and a live stream of the device (both held), whose context is
+        // current.
+        unsafe { result::event::record(self.driver, event.raw, stream.raw) }
     }
 
     fn stream_wait_event(&self, stream: CudaStream, event: CudaEvent) -> Result<()> {
+        let (stream, event) = (self.streams.get(stream.id)?, self.events.get(event.id)?);
         let _scope = self.enter(stream.device)?;
-        call!(self.driver, cuStreamWaitEvent(stream.raw, event.raw, 0))
+        // SAFETY: a live stream of the device, whose context is current, and a live event of
+        // any (both held).
+        unsafe { result::stream::wait_event(self.driver, stream.raw, event.raw, 0) }
     }
 
     /// cuEventQuery: `CUDA_SUCCESS` is true, `CUDA_ERROR_NOT_READY` false.
     fn event_query(&self, event: CudaEvent) -> Result<bool> {
+        let event = self.events.get(event.id)?;
         let _scope = self.enter(event.device)?;
-        match call_raw!(self.driver, cuEventQuery(event.raw)) {
-            sys::CUDA_SUCCESS => Ok(true),
-            sys::CUDA_ERROR_NOT_READY => Ok(false),
-            failed => Err(Error::Driver(driver_error("cuEventQuery", failed))),
-        }
+        // SAFETY: a live event of the device (held).
+        unsafe { result::event::query(self.driver, event.raw) }
     }
 
     fn event_synchronize(&self, event: CudaEvent) -> Result<()> {
+        let event = self.events.get(event.id)?;
         let _scope = self.enter(event.device)?;
-        call!(self.driver, cuEventSynchronize(event.raw))
+        // SAFETY: a live event of the device (held).
+        unsafe { result::event::synchronize(self.driver, event.raw) }
     }
 
     /// cuCtxSynchronize in the device's primary context.
     fn device_synchronize(&self, device: DeviceId) -> Result<()> {
         let _scope = self.enter(device)?;
-        call!(self.driver, cuCtxSynchronize())
+        result::context::synchronize(self.driver)
     }
 
     /// cuDevicePrimaryCtxReset, then the device's set-up again: the kernel library is
     /// forgotten (its module died with the context; the next `kernel` call loads it again)
-    /// and the default pool's release threshold is raised again. Every stream, event and
-    /// allocation of the device is gone; peer access to and from it too.
+    /// and the default pool's release threshold is raised again. Every stream, event, module
+    /// and allocation of the device is gone, and its handles stale; peer access to and from it
+    /// too.
     fn reset_device(&self, device: DeviceId) -> Result<()> {
         let state = self.device(device)?;
         let mut library = state
             .library
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        call!(self.driver, cuDevicePrimaryCtxReset(state.ordinal))?;
+        // SAFETY: the trait's contract: nothing of the device is used after its reset; its
+        // handles go stale below.
+        unsafe { result::context::reset_primary(self.driver, state.ordinal) }?;
         *library = None;
         drop(library);
+        self.streams.forget_device(device);
+        self.events.forget_device(device);
+        self.modules.forget_device(device);
+        self.allocations.forget_device(device);
         // The reset destroyed the context this backend retained (calls in it say
         // CUDA_ERROR_CONTEXT_IS_DESTROYED, seen on two H200s): give that retain back and
         // retain the device's primary context afresh.
-        let release = self.driver.cuDevicePrimaryCtxRelease()?;
         // SAFETY: the backend retained this device's primary context once, at open.
-        let _ = unsafe { release(state.ordinal) };
-        let mut context = ptr::null_mut();
-        call!(
-            self.driver,
-            cuDevicePrimaryCtxRetain(&mut context, state.ordinal)
-        )?;
+        let _ = unsafe { result::context::release_primary(self.driver, state.ordinal) };
+        let context = result::context::retain_primary(self.driver, state.ordinal)?;
         state.context.store(context, Ordering::Release);
         if state.info.allocator.device.stream_ordered {
             let pool = configure_default_pool(self.driver, state)?;
@@ -849,9 +828,7 @@ impl Backend for CudaBackend {
         if device == peer {
             return Ok(false);
         }
-        let mut possible: c_int = 0;
-        call!(self.driver, cuDeviceCanAccessPeer(&mut possible, from, to))?;
-        Ok(possible != 0)
+        result::device::can_access_peer(self.driver, from, to)
     }
 
     /// cuCtxEnablePeerAccess in `device`'s primary context (already enabled, by us or by
@@ -863,32 +840,37 @@ impl Backend for CudaBackend {
     fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()> {
         let peer_state = self.device(peer)?;
         let ordinal = self.device(device)?.ordinal;
-        let disable = self.driver.cuCtxDisablePeerAccess()?;
+        // Looked up first (and cached), so that undoing cannot fail for a missing symbol.
+        self.driver.cuCtxDisablePeerAccess()?;
         let _scope = self.enter(device)?;
-        let newly_enabled =
-            match call_raw!(self.driver, cuCtxEnablePeerAccess(peer_state.context(), 0)) {
-                sys::CUDA_SUCCESS => true,
-                sys::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => false,
-                failed => {
-                    return Err(Error::Driver(driver_error("cuCtxEnablePeerAccess", failed)));
-                }
-            };
-        let Some(pool) = peer_state.pool() else {
-            return Ok(());
-        };
-        let access = sys::CUmemAccessDesc {
-            location: sys::CUmemLocation {
-                type_: sys::CU_MEM_LOCATION_TYPE_DEVICE,
-                id: ordinal,
+        let driver = self.driver;
+        let peer_context = peer_state.context();
+        enable_peer_access(
+            || {
+                // SAFETY: the peer's primary context, which the backend holds retained.
+                let enabled =
+                    unsafe { result::context::enable_peer_access(driver, peer_context, 0) };
+                none_on_code(enabled, code(sys::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED))
+                    .map(|newly| newly.is_some())
             },
-            flags: sys::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        };
-        let granted = call!(self.driver, cuMemPoolSetAccess(pool, &access, 1));
-        if granted.is_err() && newly_enabled {
-            // SAFETY: this context enabled access to the peer's context just above.
-            let _ = unsafe { disable(peer_state.context()) };
-        }
-        granted
+            || {
+                let pool = peer_state.pool()?;
+                let access = sys::CUmemAccessDesc {
+                    location: sys::CUmemLocation {
+                        type_: sys::CU_MEM_LOCATION_TYPE_DEVICE,
+                        id: ordinal,
+                    },
+                    flags: sys::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+                };
+                // SAFETY: the peer's default pool, which lives as long as its context.
+                Some(unsafe { result::memory::set_pool_access(driver, pool, &[access]) })
+            },
+            || {
+                // SAFETY: this context enabled access to the peer's context just above, and no
+                // work has used it yet.
+                let _ = unsafe { result::context::disable_peer_access(driver, peer_context) };
+            },
+        )
     }
 
     /// cuMemcpyPeerAsync with each side's primary context.
@@ -904,20 +886,23 @@ impl Backend for CudaBackend {
         src_device: DeviceId,
         bytes: usize,
     ) -> Result<()> {
+        let stream = self.streams.get(stream.id)?;
         let dst_context = self.device(dst_device)?.context();
         let src_context = self.device(src_device)?.context();
         let _scope = self.enter(stream.device)?;
-        call!(
-            self.driver,
-            cuMemcpyPeerAsync(
+        // SAFETY: the caller's promise for both ranges; both contexts are primary contexts the
+        // backend holds, and the stream is live (held) and of the current one.
+        unsafe {
+            result::memory::copy_peer_async(
+                self.driver,
                 dst as sys::CUdeviceptr,
                 dst_context,
                 src as sys::CUdeviceptr,
                 src_context,
                 bytes,
-                stream.raw
+                stream.raw,
             )
-        )
+        }
     }
 
     /// cuMemcpyAsync: with unified addressing (every 64-bit device CUDA 12 and 13 support) the
@@ -926,16 +911,19 @@ impl Backend for CudaBackend {
     /// # Safety
     /// The trait's: the driver checks nothing about the caller's host memory.
     unsafe fn copy(&self, stream: CudaStream, dst: usize, src: usize, bytes: usize) -> Result<()> {
+        let stream = self.streams.get(stream.id)?;
         let _scope = self.enter(stream.device)?;
-        call!(
-            self.driver,
-            cuMemcpyAsync(
+        // SAFETY: the caller's promise for both ranges; the stream is live (held) and of the
+        // current context.
+        unsafe {
+            result::memory::copy_async(
+                self.driver,
                 dst as sys::CUdeviceptr,
                 src as sys::CUdeviceptr,
                 bytes,
-                stream.raw
+                stream.raw,
             )
-        )
+        }
     }
 
     /// cuMemsetD8Async.
@@ -943,21 +931,30 @@ impl Backend for CudaBackend {
     /// # Safety
     /// The trait's.
     unsafe fn fill(&self, stream: CudaStream, dst: usize, value: u8, bytes: usize) -> Result<()> {
+        let stream = self.streams.get(stream.id)?;
         let _scope = self.enter(stream.device)?;
-        call!(
-            self.driver,
-            cuMemsetD8Async(dst as sys::CUdeviceptr, value, bytes, stream.raw)
-        )
+        // SAFETY: the caller's promise for the range; the stream is live (held) and of the
+        // current context.
+        unsafe {
+            result::memory::set_d8_async(
+                self.driver,
+                dst as sys::CUdeviceptr,
+                value,
+                bytes,
+                stream.raw,
+            )
+        }
     }
 
     /// The library module is loaded on the device at the first call (cuModuleLoadData of the
     /// embedded PTX, JIT-compiled by the driver) and kept; later calls only look it up.
     fn kernel(&self, device: DeviceId, name: &str) -> Result<CudaKernel> {
         let library_index = kernels::find(name)?;
-        let function = self.library_function(device, library_index)?;
+        let (module, function) = self.library_function(device, library_index)?;
         Ok(CudaKernel {
             function,
             device,
+            module,
             library_index: Some(library_index),
         })
     }
@@ -973,12 +970,23 @@ impl Backend for CudaBackend {
         value: FillValue,
         count: usize,
     ) -> Result<()> {
+        let stream = self.streams.get(stream.id)?;
         let _scope = self.enter(stream.device)?;
-        let dst = dst as sys::CUdeviceptr;
+        let (driver, dst, raw) = (self.driver, dst as sys::CUdeviceptr, stream.raw);
+        // The stream is live (held) and of the current context.
         match value {
-            FillValue::U8(v) => call!(self.driver, cuMemsetD8Async(dst, v, count, stream.raw)),
-            FillValue::U16(v) => call!(self.driver, cuMemsetD16Async(dst, v, count, stream.raw)),
-            FillValue::U32(v) => call!(self.driver, cuMemsetD32Async(dst, v, count, stream.raw)),
+            // SAFETY: the caller's promise for `count` bytes at `dst`; the stream as said above.
+            FillValue::U8(v) => unsafe { result::memory::set_d8_async(driver, dst, v, count, raw) },
+            // SAFETY: the caller's promise for `count` 16-bit elements at `dst`; the stream as
+            // said above.
+            FillValue::U16(v) => unsafe {
+                result::memory::set_d16_async(driver, dst, v, count, raw)
+            },
+            // SAFETY: the caller's promise for `count` 32-bit elements at `dst`; the stream as
+            // said above.
+            FillValue::U32(v) => unsafe {
+                result::memory::set_d32_async(driver, dst, v, count, raw)
+            },
         }
     }
 
@@ -994,64 +1002,67 @@ impl Backend for CudaBackend {
             });
         }
         let _scope = self.enter(device)?;
-        let mut raw = ptr::null_mut();
-        call!(self.driver, cuModuleLoadData(&mut raw, image))?;
-        Ok(CudaModule { raw, device })
+        // SAFETY: the caller's promise for the image.
+        let raw = unsafe { result::module::load_data(self.driver, image) }?;
+        Ok(self.register_module(raw, device))
     }
 
-    /// cuModuleUnload.
+    /// cuModuleUnload, once no call of another thread uses the module or one of its kernels
+    /// any more; the module and its kernels are stale from the moment the call begins (live
+    /// again if the driver refuses).
     fn module_unload(&self, module: CudaModule) -> Result<()> {
-        let _scope = self.enter(module.device)?;
-        call!(self.driver, cuModuleUnload(module.raw))
+        self.modules
+            .destroy(module.id, std::thread::yield_now, |module| {
+                let _scope = self.enter(module.device)?;
+                // SAFETY: a live module of the device, just taken out of the live modules after
+                // the last call using it or its kernels returned, so nothing uses them again.
+                unsafe { result::module::unload(self.driver, module.raw) }
+            })
     }
 
     /// cuModuleGetFunction; a name the module lacks is the driver's `CUDA_ERROR_NOT_FOUND`.
     fn module_kernel(&self, module: CudaModule, name: &CStr) -> Result<CudaKernel> {
+        let module = self.modules.get(module.id)?;
         let _scope = self.enter(module.device)?;
-        let mut function = ptr::null_mut();
-        call!(
-            self.driver,
-            cuModuleGetFunction(&mut function, module.raw, name.as_ptr())
-        )?;
+        // SAFETY: a live module of the device (held).
+        let function = unsafe { result::module::function(self.driver, module.raw, name) }?;
         Ok(CudaKernel {
             function,
             device: module.device,
+            module: module.id,
             library_index: None,
         })
     }
 
     /// cuFuncGetAttribute(`SHARED_SIZE_BYTES`).
     fn kernel_static_workgroup_bytes(&self, kernel: CudaKernel) -> Result<u32> {
-        let mut bytes: c_int = 0;
+        let _module = self.live_kernel(kernel)?;
         let _scope = self.enter(kernel.device)?;
-        call!(
-            self.driver,
-            cuFuncGetAttribute(
-                &mut bytes,
+        // SAFETY: a function of a live module of the device (held).
+        let bytes = unsafe {
+            result::module::function_attribute(
+                self.driver,
                 sys::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-                kernel.function
+                kernel.function,
             )
-        )?;
+        }?;
         Ok(u32::try_from(bytes).unwrap_or(0))
     }
 
     /// cuFuncSetAttribute(`MAX_DYNAMIC_SHARED_SIZE_BYTES`).
     fn kernel_allow_workgroup_bytes(&self, kernel: CudaKernel, bytes: u32) -> Result<()> {
-        let value = c_int::try_from(bytes).map_err(|_| Error::LimitExceeded {
-            what: "dynamic workgroup memory per workgroup",
-            required: bytes as usize,
-            limit: c_int::MAX as usize,
-            detail: vec![format!("kernel {}", kernel.name())],
-        })?;
+        let value = workgroup_bytes_attribute(bytes, kernel.library_index)?;
+        let _module = self.live_kernel(kernel)?;
         let _scope = self.enter(kernel.device)?;
-        call!(
-            self.driver,
-            cuFuncSetAttribute(
+        // SAFETY: a function of a live module of the device (held).
+        unsafe {
+            result::module::set_function_attribute(
+                self.driver,
                 kernel.function,
                 sys::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                value
+                value,
             )
-        )
+        }
     }
 
     /// cuLaunchKernel, after checking the arguments against the kernel's parameters
@@ -1069,13 +1080,7 @@ impl Backend for CudaBackend {
         dims: LaunchDims,
         args: &[KernelArg],
     ) -> Result<()> {
-        let Some(library_index) = kernel.library_index else {
-            return Err(Error::KernelArgumentMismatch {
-                kernel: MODULE_KERNEL,
-                expected: "the module's own parameter array (launch_packed)",
-            });
-        };
-        let mut values = ArgBuffer::pack(&LIBRARY[library_index], args)?;
+        let mut values = library_arguments(kernel.library_index, args)?;
         let mut pointers = values.pointers();
         // SAFETY: the caller's promise for the memory; the parameter array was just packed
         // from arguments checked against the kernel's parameters.
@@ -1112,6 +1117,7 @@ impl CudaBackend {
         params: *mut *mut c_void,
     ) -> Result<()> {
         check_same_device(stream.device, kernel.device)?;
+        let (stream, _module) = (self.streams.get(stream.id)?, self.live_kernel(kernel)?);
         // The launch keeps its scope. cuda.h (13.0) lets cuLaunchKernel take the context from
         // the stream only for a context-less CUkernel: "the context to launch the kernel on
         // will either be taken from the specified stream \p hStream or the current context in
@@ -1121,60 +1127,17 @@ impl CudaBackend {
         // bound to the current thread". Launching CUkernel handles (cuLibraryLoadData +
         // cuLibraryGetKernel) instead would make the scope unnecessary here.
         let _scope = self.enter(stream.device)?;
-        call!(
-            self.driver,
-            cuLaunchKernel(
-                kernel.function,
-                dims.grid[0],
-                dims.grid[1],
-                dims.grid[2],
-                dims.block[0],
-                dims.block[1],
-                dims.block[2],
-                dims.dynamic_workgroup_bytes,
-                stream.raw,
-                params,
-                ptr::null_mut()
-            )
-        )
+        let shape = LaunchShape {
+            grid: dims.grid,
+            block: dims.block,
+            shared_bytes: dims.dynamic_workgroup_bytes,
+        };
+        // SAFETY: a function of a live module and a live stream of the device (both held), whose
+        // context is current; the caller's promise for the parameters and the memory the
+        // kernel reaches.
+        unsafe { result::module::launch(self.driver, kernel.function, shape, stream.raw, params) }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The trait requires these; raw pointers inside would otherwise forbid them.
-    fn assert_thread_safe<T: Send + Sync>() {}
-
-    /// The trait requires a saved context to be `Send` (not `Sync`).
-    fn assert_send<T: Send>() {}
-
-    #[test]
-    fn handles_and_backend_are_send_and_sync() {
-        assert_thread_safe::<CudaStream>();
-        assert_thread_safe::<CudaEvent>();
-        assert_thread_safe::<CudaKernel>();
-        assert_thread_safe::<CudaBackend>();
-        assert_send::<SavedContext>();
-    }
-
-    #[test]
-    fn out_of_memory_is_none_and_other_codes_are_driver_errors() {
-        assert_eq!(
-            allocation_outcome("cuMemAlloc", 0, 0x1000),
-            Ok(Some(0x1000))
-        );
-        assert_eq!(
-            allocation_outcome("cuMemAlloc", sys::CUDA_ERROR_OUT_OF_MEMORY, 0),
-            Ok(None)
-        );
-        assert_eq!(
-            allocation_outcome("cuMemHostAlloc", sys::CUDA_ERROR_INVALID_VALUE, 0),
-            Err(Error::Driver(driver_error(
-                "cuMemHostAlloc",
-                sys::CUDA_ERROR_INVALID_VALUE
-            )))
-        );
-    }
-}
+mod tests;

@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use gpu_core::DriverError;
 
+use crate::result::check;
+
 /// An address that stands for "found" where nothing will call it.
 const NEVER_CALLED: *mut c_void = ptr::without_provenance_mut(0x1000);
 

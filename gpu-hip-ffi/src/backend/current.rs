@@ -13,8 +13,7 @@ use core::marker::PhantomData;
 use gpu_core::Result;
 
 use crate::library::Hip;
-use crate::result::check;
-use crate::sys;
+use crate::result;
 
 std::thread_local! {
     /// Whether the thread's last choice through this backend was "no device".
@@ -31,52 +30,42 @@ pub(crate) fn set_no_device_chosen(none: bool) {
     NO_DEVICE_CHOSEN.with(|mark| mark.set(none));
 }
 
-/// The calling thread's device, as hipGetDevice reports it.
-pub(crate) fn current_ordinal(hip: &Hip) -> Result<c_int> {
-    let get = hip.hipGetDevice()?;
-    let mut ordinal: c_int = 0;
-    // SAFETY: `ordinal` is valid for writes.
-    check("hipGetDevice", unsafe { get(&mut ordinal) })?;
-    Ok(ordinal)
-}
-
 /// Makes one device current until dropped, then makes the caller's device current again, also
 /// when the code in between returns early with an error or unwinds. When the device is already
 /// current the scope costs one hipGetDevice and changes nothing.
-pub(crate) struct DeviceScope {
-    /// hipSetDevice and the device to put back, looked up before the switch so that putting it
-    /// back cannot fail for a missing symbol; `None` when nothing was switched.
-    restore: Option<(sys::PFN_hipSetDevice, c_int)>,
+pub(crate) struct DeviceScope<'h> {
+    /// The library and the device to put back; `None` when nothing was switched.
+    restore: Option<(&'h Hip, c_int)>,
     /// The current device is per thread: the scope must end on the thread that began it.
     _same_thread: PhantomData<*const ()>,
 }
 
-impl DeviceScope {
+impl<'h> DeviceScope<'h> {
     /// Makes device `ordinal` current on the calling thread for the scope's life.
-    pub(crate) fn enter(hip: &Hip, ordinal: c_int) -> Result<Self> {
-        let previous = current_ordinal(hip)?;
+    pub(crate) fn enter(hip: &'h Hip, ordinal: c_int) -> Result<Self> {
+        let previous = result::device::current(hip)?;
         if previous == ordinal {
             return Ok(Self {
                 restore: None,
                 _same_thread: PhantomData,
             });
         }
-        let set = hip.hipSetDevice()?;
-        // SAFETY: plain value argument; HIP checks the ordinal.
-        check("hipSetDevice", unsafe { set(ordinal) })?;
+        // hipSetDevice is looked up here (and cached from then on), so that putting the
+        // caller's device back cannot fail for a missing symbol.
+        result::device::set_current(hip, ordinal)?;
         Ok(Self {
-            restore: Some((set, previous)),
+            restore: Some((hip, previous)),
             _same_thread: PhantomData,
         })
     }
 }
 
-impl Drop for DeviceScope {
+impl Drop for DeviceScope<'_> {
     fn drop(&mut self) {
-        if let Some((set, previous)) = self.restore {
-            // SAFETY: `previous` was the thread's device a moment ago, so HIP accepts it again;
-            // a drop could not report a failure anyway.
-            let _ = unsafe { set(previous) };
+        if let Some((hip, previous)) = self.restore {
+            // `previous` was the thread's device a moment ago, so HIP accepts it again; a drop
+            // could not report a failure anyway.
+            let _ = result::device::set_current(hip, previous);
         }
     }
 }

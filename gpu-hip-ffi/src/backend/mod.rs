@@ -1,51 +1,52 @@
 //! The HIP backend: `gpu_core::backend::Backend` on the HIP runtime API, with every
 //! device-bound call made with its device current and the caller's device put back after.
 //!
-//! Every method that acts on a device runs inside a `DeviceScope` (module `current`): if the device is already
-//! current (the runtime's device guard made it so) nothing changes; otherwise hipSetDevice
+//! Every method that acts on a device runs inside a `DeviceScope` (module `current`): if the
+//! device is already current (the runtime's device guard made it so) nothing changes; otherwise
+//! hipSetDevice
 //! switches to it and back around the HIP calls, so the calling thread's current device is the
 //! same after the call as before it, also on error paths (hipSetDevice is per thread: the IREE
 //! multi-device bug was a missing restore).
+//!
+//! Every handle the backend hands out carries a number never used before in the process
+//! ([`HandleId`]), and the backend keeps the live ones ([`LiveHandles`]: streams, events, and
+//! modules, the program's and each device's kernel library; a kernel is live while its module
+//! is). A method that takes a handle looks it up first and holds it for the length of its HIP
+//! calls, so a destroyed, unloaded, reset or foreign handle is [`Error::StaleHandle`] and never
+//! reaches HIP, and a destroy waits for the calls in flight on its handle. The addresses it
+//! allocated and the host ranges it registered are kept too ([`LiveAllocations`],
+//! [`LiveRegistrations`]): `free` and `host_unregister` refuse anything else before HIP.
 
 mod caps;
 mod current;
 
-use core::ffi::{CStr, c_char, c_int, c_uint, c_void};
+use core::ffi::{CStr, c_int, c_void};
 use core::ptr;
 use core::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 
 use gpu_core::allocator::MemoryKind;
-use gpu_core::backend::library::{ArgBuffer, LIBRARY, find_for};
+use gpu_core::backend::library::find_for;
+use gpu_core::backend::live::{
+    FreeStep, HandleId, Live, LiveAllocations, LiveHandles, LiveRegistrations, check_allocation,
+    check_stream_allocation, enable_peer_access, kernel_name, library_arguments, library_functions,
+    none_on_code, workgroup_bytes_attribute,
+};
 use gpu_core::backend::{
     Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device_slots, check_same_device,
 };
 use gpu_core::{ByteRange, DeviceId, Error, Result};
 
 use crate::library::Hip;
-use crate::result::{BACKEND, check, driver_error};
+use crate::result::module::LaunchShape;
+use crate::result::{self, BACKEND, driver_error};
 use crate::sys;
 
-use current::{DeviceScope, current_ordinal, no_device_chosen, set_no_device_chosen};
+use current::{DeviceScope, no_device_chosen, set_no_device_chosen};
 
-/// Calls a HIP function through the loader and checks its result, naming the call.
-macro_rules! call {
-    ($hip:expr, $name:ident($($argument:expr),* $(,)?)) => {{
-        let function = $hip.$name()?;
-        // SAFETY: each call site passes handles the backend owns (or the caller vouched for
-        // through the trait contract) and out-parameters valid for writes.
-        check(stringify!($name), unsafe { function($($argument),*) })
-    }};
-}
-
-/// Like [`call!`], but returns the raw `hipError_t` for call sites that treat some codes as
-/// outcomes (out of memory, not ready).
-macro_rules! call_raw {
-    ($hip:expr, $name:ident($($argument:expr),* $(,)?)) => {{
-        let function = $hip.$name()?;
-        // SAFETY: as for `call!`.
-        unsafe { function($($argument),*) }
-    }};
+/// A HIP code as the toolkit's errors carry it.
+const fn code(code: sys::hipError_t) -> i64 {
+    code as i64
 }
 
 /// The kernel images tried in order by hipModuleLoadData: on NVIDIA GPUs (feature `nvidia`)
@@ -58,41 +59,47 @@ const KERNEL_IMAGES: &[&[u8]] = &[gpu_cuda_ffi::kernels::PTX.as_bytes()];
 #[cfg(not(feature = "nvidia"))]
 const KERNEL_IMAGES: &[&[u8]] = crate::code_objects::CODE_OBJECTS;
 
-/// An in-order queue of work on one device: a non-blocking `hipStream_t` and its device.
+/// An in-order queue of work on one device: a non-blocking `hipStream_t` (or an adopted one),
+/// its device, and its number in the backend's live streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HipStream {
     raw: sys::hipStream_t,
     device: DeviceId,
+    id: HandleId,
 }
 
-/// A completion marker: a `hipEvent_t` created without timing, and its device.
+/// A completion marker: a `hipEvent_t` created without timing, its device, and its number in
+/// the backend's live events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HipEvent {
     raw: sys::hipEvent_t,
     device: DeviceId,
+    id: HandleId,
 }
 
-/// A kernel loaded on one device: of the standard library, or of a module the program loaded.
+/// A kernel loaded on one device: of the standard library, or of a module the program loaded;
+/// live while that module is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HipKernel {
     function: sys::hipFunction_t,
     device: DeviceId,
+    /// The number of its module (the device's library module for a library kernel).
+    module: HandleId,
     /// Index into the library table (name and parameters); `None` for a module's kernel,
     /// whose parameters nothing here knows.
     library_index: Option<usize>,
 }
 
-/// A module image loaded on one device (`hipModule_t`), from [`Backend::module_load`].
+/// A module image loaded on one device (`hipModule_t`), from [`Backend::module_load`], and its
+/// number in the backend's live modules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HipModule {
     raw: sys::hipModule_t,
     device: DeviceId,
+    id: HandleId,
 }
 
-/// What [`HipKernel::name`] says for a kernel of a program's own module.
-const MODULE_KERNEL: &str = "(a kernel of a loaded module)";
-
-// SAFETY (all three handles): the values are opaque HIP handles, never dereferenced by this
+// SAFETY: (all four handles) the values are opaque HIP handles, never dereferenced by this
 // crate. The HIP runtime is thread-safe: a stream, event or function may be used from any
 // thread, and every method makes the handle's device current around its calls.
 unsafe impl Send for HipStream {}
@@ -148,8 +155,7 @@ impl HipKernel {
 
     /// The kernel's name in the standard library (a module's kernel says so instead).
     pub fn name(&self) -> &'static str {
-        self.library_index
-            .map_or(MODULE_KERNEL, |index| LIBRARY[index].name)
+        kernel_name(self.library_index)
     }
 }
 
@@ -158,10 +164,11 @@ impl HipKernel {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SavedDevice(Option<c_int>);
 
-/// The kernel library loaded on one device: the module and one function per library entry.
+/// The kernel library loaded on one device: the module (live in the backend's modules while it
+/// is loaded) and one function per library entry.
 struct LoadedLibrary {
-    module: sys::hipModule_t,
-    functions: [sys::hipFunction_t; LIBRARY.len()],
+    module: HipModule,
+    functions: Vec<sys::hipFunction_t>,
 }
 
 /// One device as opened: its ordinal, default memory pool (where stream-ordered allocation is
@@ -189,6 +196,16 @@ impl DeviceState {
 pub struct HipBackend {
     hip: &'static Hip,
     devices: Vec<DeviceState>,
+    /// The streams it created or adopted and has not destroyed.
+    streams: LiveHandles<HipStream>,
+    /// The events it created and has not destroyed.
+    events: LiveHandles<HipEvent>,
+    /// The modules loaded and not unloaded: the program's, and each device's kernel library.
+    modules: LiveHandles<HipModule>,
+    /// The memory it allocated and has not freed.
+    allocations: LiveAllocations,
+    /// The host ranges it registered and has not unregistered.
+    registrations: LiveRegistrations,
 }
 
 // SAFETY: the raw handles inside (pools, modules, functions) are opaque HIP handles, used only
@@ -232,15 +249,14 @@ impl HipBackend {
     /// [`Error::Driver`] with `hipErrorNoDevice` when HIP reports no device, and any HIP
     /// failure while opening.
     pub fn with_library(hip: &'static Hip) -> Result<Self> {
-        let mut count: c_int = 0;
-        call!(hip, hipGetDeviceCount(&mut count))?;
+        let count = result::device::count(hip)?;
         if count <= 0 {
             return Err(Error::Driver(driver_error(
                 "hipGetDeviceCount",
                 sys::hipErrorNoDevice,
             )));
         }
-        call!(hip, hipInit(0))?;
+        result::device::init(hip, 0)?;
         let pool_entry_points = hip.hipMallocAsync().is_ok()
             && hip.hipFreeAsync().is_ok()
             && hip.hipDeviceGetDefaultMemPool().is_ok()
@@ -253,7 +269,20 @@ impl HipBackend {
             }
             devices.push(state);
         }
-        Ok(Self { hip, devices })
+        Ok(Self::with_devices(hip, devices))
+    }
+
+    /// A backend of `devices`, with nothing live yet.
+    fn with_devices(hip: &'static Hip, devices: Vec<DeviceState>) -> Self {
+        Self {
+            hip,
+            devices,
+            streams: LiveHandles::new(BACKEND, "stream"),
+            events: LiveHandles::new(BACKEND, "event"),
+            modules: LiveHandles::new(BACKEND, "module"),
+            allocations: LiveAllocations::new(),
+            registrations: LiveRegistrations::new(),
+        }
     }
 
     /// The loaded HIP library.
@@ -272,7 +301,7 @@ impl HipBackend {
     }
 
     /// Makes `device` current until the returned scope ends.
-    fn enter(&self, device: DeviceId) -> Result<DeviceScope> {
+    fn enter(&self, device: DeviceId) -> Result<DeviceScope<'static>> {
         DeviceScope::enter(self.hip, self.device(device)?.ordinal)
     }
 
@@ -281,49 +310,61 @@ impl HipBackend {
     fn device_addresses(&self, host: usize, device_ptrs: &mut [usize]) -> Result<()> {
         for (index, slot) in device_ptrs.iter_mut().enumerate() {
             let _scope = self.enter(DeviceId(index as u32))?;
-            let mut address = ptr::null_mut();
-            call!(
-                self.hip,
-                hipHostGetDevicePointer(&mut address, host as *mut c_void, 0)
-            )?;
-            *slot = address as usize;
+            *slot = result::memory::host_device_pointer(self.hip, host)?;
         }
         Ok(())
     }
 
-    /// The library function `library_index` of `device`, loading the module on first use.
+    /// The function `library_index` of `device`'s kernel library and the library module's
+    /// number, loading the module on first use.
     fn library_function(
         &self,
         device: DeviceId,
         library_index: usize,
-    ) -> Result<sys::hipFunction_t> {
+    ) -> Result<(HandleId, sys::hipFunction_t)> {
         let state = self.device(device)?;
         let mut slot = state
             .library
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(loaded) = slot.as_ref() {
-            return Ok(loaded.functions[library_index]);
+            return Ok((loaded.module.id, loaded.functions[library_index]));
         }
-        // Looked up before loading, so that unloading on an error path cannot fail for a missing
-        // symbol (which would leak the module and report the lookup instead of the error).
-        let unload = self.hip.hipModuleUnload()?;
+        // Looked up before loading (and cached from then on), so that unloading on an error
+        // path cannot fail for a missing symbol (which would leak the module and report the
+        // lookup instead of the error).
+        self.hip.hipModuleUnload()?;
         let _scope = self.enter(device)?;
         let module = self.load_module()?;
-        let mut functions = [ptr::null_mut(); LIBRARY.len()];
-        for (function, entry) in functions.iter_mut().zip(LIBRARY) {
-            if let Err(error) = call!(
-                self.hip,
-                hipModuleGetFunction(function, module, entry.symbol.as_ptr())
-            ) {
-                // SAFETY: the module was just loaded and nothing else refers to it.
-                let _ = unsafe { unload(module) };
-                return Err(error);
-            }
-        }
+        let functions = library_functions(
+            module,
+            // SAFETY: the module was just loaded on the current device.
+            |module, symbol| unsafe { result::module::function(self.hip, module, symbol) },
+            // SAFETY: the module was just loaded and nothing else refers to it.
+            |module| drop(unsafe { result::module::unload(self.hip, module) }),
+        )?;
+        let module = self.register_module(module, device);
         let function = functions[library_index];
         *slot = Some(LoadedLibrary { module, functions });
-        Ok(function)
+        Ok((module.id, function))
+    }
+
+    /// `kernel`'s module, live, held until the guard drops: a kernel of an unloaded module (or
+    /// of a library from before its device's reset) is [`Error::StaleHandle`] naming a kernel.
+    fn live_kernel(&self, kernel: HipKernel) -> Result<Live<HipModule>> {
+        self.modules.get_as(kernel.module, "kernel")
+    }
+
+    /// Records a module just loaded on `device` as live.
+    fn register_module(&self, raw: sys::hipModule_t, device: DeviceId) -> HipModule {
+        self.modules
+            .register(device, |id| HipModule { raw, device, id })
+    }
+
+    /// Records a stream of `device` as live.
+    fn register_stream(&self, raw: sys::hipStream_t, device: DeviceId) -> HipStream {
+        self.streams
+            .register(device, |id| HipStream { raw, device, id })
     }
 
     /// Loads the first of [`KERNEL_IMAGES`] the current device accepts; the last refusal is
@@ -334,55 +375,23 @@ impl HipBackend {
             sys::hipErrorNoBinaryForGpu,
         ));
         for image in KERNEL_IMAGES {
-            let mut module = ptr::null_mut();
-            match call!(
-                self.hip,
-                hipModuleLoadData(&mut module, image.as_ptr().cast())
-            ) {
-                Ok(()) => return Ok(module),
+            // SAFETY: an embedded image, complete and static.
+            match unsafe { result::module::load_data(self.hip, image.as_ptr().cast()) } {
+                Ok(module) => return Ok(module),
                 Err(error) => refusal = error,
             }
         }
         Err(refusal)
     }
-
-    /// Frees host-visible memory (`kind` managed or pinned host) once `after`'s work is done.
-    fn free_synchronously(
-        &self,
-        kind: MemoryKind,
-        address: usize,
-        after: Option<HipStream>,
-    ) -> Result<()> {
-        if let Some(stream) = after {
-            call!(self.hip, hipStreamSynchronize(stream.raw))?;
-        }
-        match kind {
-            MemoryKind::HostPinned => call!(self.hip, hipHostFree(address as *mut c_void)),
-            _ => call!(self.hip, hipFree(address as *mut c_void)),
-        }
-    }
 }
 
 /// Reads device `ordinal`'s description.
 fn open_device(hip: &Hip, ordinal: c_int, pool_entry_points: bool) -> Result<DeviceState> {
-    let mut device: sys::hipDevice_t = 0;
-    call!(hip, hipDeviceGet(&mut device, ordinal))?;
-    let mut name = [0 as c_char; 256];
-    call!(
-        hip,
-        hipDeviceGetName(name.as_mut_ptr(), name.len() as c_int, device)
-    )?;
-    // SAFETY: HIP wrote a NUL-terminated name into the buffer (it truncates to fit), and the
-    // last byte is still the zero it was initialised with.
-    let name = unsafe { CStr::from_ptr(name.as_ptr()) }
-        .to_string_lossy()
-        .into_owned();
-    let mut total_memory = 0usize;
-    call!(hip, hipDeviceTotalMem(&mut total_memory, device))?;
+    let device = result::device::get(hip, ordinal)?;
+    let name = result::device::name(hip, device)?;
+    let total_memory = result::device::total_memory(hip, device)?;
     let info = caps::describe_device(name, total_memory, pool_entry_points, |attribute| {
-        let mut value: c_int = 0;
-        call!(hip, hipDeviceGetAttribute(&mut value, attribute, ordinal))?;
-        Ok(value)
+        result::device::attribute(hip, attribute, ordinal)
     })?;
     Ok(DeviceState {
         ordinal,
@@ -395,31 +404,16 @@ fn open_device(hip: &Hip, ordinal: c_int, pool_entry_points: bool) -> Result<Dev
 /// The device's default memory pool, with its release threshold raised to the maximum so that
 /// memory freed in stream order stays in the pool instead of going back at each synchronisation.
 fn configure_default_pool(hip: &Hip, ordinal: c_int) -> Result<sys::hipMemPool_t> {
-    let mut pool = ptr::null_mut();
-    call!(hip, hipDeviceGetDefaultMemPool(&mut pool, ordinal))?;
-    let mut threshold: u64 = u64::MAX;
-    call!(
-        hip,
-        hipMemPoolSetAttribute(
-            pool,
-            sys::hipMemPoolAttrReleaseThreshold,
-            (&mut threshold as *mut u64).cast()
-        )
-    )?;
+    let pool = result::device::default_memory_pool(hip, ordinal)?;
+    // SAFETY: the device's default pool, which lives as long as the device's state.
+    unsafe { result::memory::set_pool_release_threshold(hip, pool, u64::MAX) }?;
     Ok(pool)
 }
 
-/// `Some(address)` for success, `None` for `hipErrorOutOfMemory`, else the HIP error.
-fn allocation_outcome(
-    call: &'static str,
-    code: sys::hipError_t,
-    address: *mut c_void,
-) -> Result<Option<usize>> {
-    match code {
-        sys::hipSuccess => Ok(Some(address as usize)),
-        sys::hipErrorOutOfMemory => Ok(None),
-        failed => Err(Error::Driver(driver_error(call, failed))),
-    }
+/// `Some(address)` for an allocation, `None` for `hipErrorOutOfMemory`, else the HIP error.
+fn allocation_outcome(allocated: Result<*mut c_void>) -> Result<Option<usize>> {
+    none_on_code(allocated, code(sys::hipErrorOutOfMemory))
+        .map(|address| address.map(|address| address as usize))
 }
 
 impl Drop for HipBackend {
@@ -432,11 +426,10 @@ impl Drop for HipBackend {
                 .take();
             if let Some(loaded) = loaded
                 && let Ok(_scope) = DeviceScope::enter(self.hip, index as c_int)
-                && let Ok(unload) = self.hip.hipModuleUnload()
             {
                 // SAFETY: the module was loaded on this device and its functions are not used
                 // after the backend is gone (the trait's handles do not outlive it).
-                let _ = unsafe { unload(loaded.module) };
+                let _ = unsafe { result::module::unload(self.hip, loaded.module.raw) };
             }
         }
     }
@@ -485,7 +478,7 @@ impl Backend for HipBackend {
         if no_device_chosen() {
             Ok(SavedDevice(None))
         } else {
-            current_ordinal(self.hip).map(|ordinal| SavedDevice(Some(ordinal)))
+            result::device::current(self.hip).map(|ordinal| SavedDevice(Some(ordinal)))
         }
     }
 
@@ -493,7 +486,7 @@ impl Backend for HipBackend {
     fn restore_current(&self, saved: SavedDevice) -> Result<()> {
         match saved.0 {
             Some(ordinal) => {
-                call!(self.hip, hipSetDevice(ordinal))?;
+                result::device::set_current(self.hip, ordinal)?;
                 set_no_device_chosen(false);
             }
             None => set_no_device_chosen(true),
@@ -508,67 +501,49 @@ impl Backend for HipBackend {
     }
 
     /// Device: hipMalloc; managed: hipMallocManaged with `hipMemAttachGlobal`; pinned host:
-    /// hipHostMalloc with `Portable | Mapped`.
+    /// hipHostMalloc with `Portable | Mapped`. The
+    /// address is recorded for `free`.
     fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
-        let state = self.device(device)?;
-        if !state.info.allocator.support(kind).available {
-            return Err(Error::KindUnsupported { device, kind });
-        }
-        if bytes == 0 {
-            return Err(Error::ZeroSize {
-                what: "allocation size",
-            });
-        }
+        check_allocation(&self.device(device)?.info, device, kind, bytes)?;
         let _scope = self.enter(device)?;
-        let mut address = ptr::null_mut();
-        match kind {
-            MemoryKind::Device => {
-                let code = call_raw!(self.hip, hipMalloc(&mut address, bytes));
-                allocation_outcome("hipMalloc", code, address)
-            }
+        let hip = self.hip;
+        let allocated = allocation_outcome(match kind {
+            MemoryKind::Device => result::memory::alloc(hip, bytes),
             MemoryKind::Managed => {
-                let code = call_raw!(
-                    self.hip,
-                    hipMallocManaged(&mut address, bytes, sys::hipMemAttachGlobal)
-                );
-                allocation_outcome("hipMallocManaged", code, address)
+                result::memory::alloc_managed(hip, bytes, sys::hipMemAttachGlobal)
             }
             MemoryKind::HostPinned => {
                 let flags = sys::hipHostMallocPortable | sys::hipHostMallocMapped;
-                let code = call_raw!(self.hip, hipHostMalloc(&mut address, bytes, flags));
-                allocation_outcome("hipHostMalloc", code, address)
+                result::memory::alloc_host(hip, bytes, flags)
             }
-        }
+        });
+        self.allocations.record(device, kind, allocated)
     }
 
     /// Device memory only: hipMallocAsync from the device's default pool (release threshold at
     /// the maximum). Other kinds, and devices without pools, are [`Error::KindUnsupported`].
+    /// The address is recorded for `free`.
     fn allocate_on_stream(
         &self,
         stream: HipStream,
         kind: MemoryKind,
         bytes: usize,
     ) -> Result<Option<usize>> {
-        let state = self.device(stream.device)?;
-        if kind != MemoryKind::Device || state.pool().is_none() {
-            return Err(Error::KindUnsupported {
-                device: stream.device,
-                kind,
-            });
-        }
-        if bytes == 0 {
-            return Err(Error::ZeroSize {
-                what: "allocation size",
-            });
-        }
-        let _scope = self.enter(stream.device)?;
-        let mut address = ptr::null_mut();
-        let code = call_raw!(self.hip, hipMallocAsync(&mut address, bytes, stream.raw));
-        allocation_outcome("hipMallocAsync", code, address)
+        let stream = self.streams.get(stream.id)?;
+        let device = stream.device;
+        let pool = self.device(device)?.pool();
+        check_stream_allocation(device, kind, pool.is_some(), bytes)?;
+        let _scope = self.enter(device)?;
+        // SAFETY: a live stream of the device (held), which is current.
+        let allocated =
+            allocation_outcome(unsafe { result::memory::alloc_async(self.hip, bytes, stream.raw) });
+        self.allocations.record(device, kind, allocated)
     }
 
     /// Device memory with `after`: hipFreeAsync on that stream; without: hipFree. Managed and
-    /// pinned host memory: synchronise `after`, then hipFree / hipHostFree.
+    /// pinned host memory: synchronise `after`, then hipFree / hipHostFree. Only memory this
+    /// backend allocated (of `kind`, on `device`) and has not freed reaches HIP: anything else
+    /// is [`Error::UnknownAddress`]; a failed free leaves the memory recorded.
     fn free(
         &self,
         device: DeviceId,
@@ -577,19 +552,40 @@ impl Backend for HipBackend {
         after: Option<HipStream>,
     ) -> Result<()> {
         self.device(device)?;
-        if address == 0 {
-            return Err(Error::NullPointer {
-                what: "freed address",
-            });
-        }
-        let _scope = self.enter(device)?;
-        match (kind, after) {
-            (MemoryKind::Device, Some(stream)) => {
-                call!(self.hip, hipFreeAsync(address as *mut c_void, stream.raw))
+        self.allocations.release(device, kind, address, || {
+            let after = after
+                .map(|stream| self.streams.get(stream.id))
+                .transpose()?;
+            let _scope = self.enter(device)?;
+            let (hip, pointer) = (self.hip, address as *mut c_void);
+            // Each arm frees `address`: live memory of this kind that this backend allocated on
+            // the device, just taken out of its allocations (so no other free reaches it), that
+            // the caller no longer uses but by `after`'s work (the trait's contract).
+            match FreeStep::of(kind, after.as_deref()) {
+                // SAFETY: device memory as said above, freed in the order of `stream`, a live
+                // stream of the device (held), which is current.
+                FreeStep::InStreamOrder(stream) => unsafe {
+                    result::memory::free_async(hip, pointer, stream.raw)
+                },
+                // SAFETY: device memory as said above, unused by any work.
+                FreeStep::Now => unsafe { result::memory::free(hip, pointer) },
+                FreeStep::AfterSynchronizing { after, pinned } => {
+                    if let Some(stream) = after {
+                        // SAFETY: a live stream of the device (held), which is current.
+                        unsafe { result::stream::synchronize(hip, stream.raw) }?;
+                    }
+                    if pinned {
+                        // SAFETY: pinned host memory as said above, unused now that `after`'s
+                        // work has finished.
+                        unsafe { result::memory::free_host(hip, pointer) }
+                    } else {
+                        // SAFETY: managed memory as said above, unused now that `after`'s work
+                        // has finished.
+                        unsafe { result::memory::free(hip, pointer) }
+                    }
+                }
             }
-            (MemoryKind::Device, None) => call!(self.hip, hipFree(address as *mut c_void)),
-            _ => self.free_synchronously(kind, address, after),
-        }
+        })
     }
 
     /// hipHostRegister with `Portable | Mapped` (with device 0 current; registration is
@@ -600,25 +596,31 @@ impl Backend for HipBackend {
         let flags = sys::hipHostRegisterPortable | sys::hipHostRegisterMapped;
         // Looked up, and device 0 made current, before registering: undoing the registration
         // on the error path below can then fail neither for a missing symbol nor for the switch.
-        let unregister = self.hip.hipHostUnregister()?;
+        self.hip.hipHostUnregister()?;
         let _scope = self.enter(DeviceId(0))?;
-        call!(
-            self.hip,
-            hipHostRegister(range.start as *mut c_void, range.len, flags)
-        )?;
+        let host = range.start as *mut c_void;
+        // SAFETY: the trait's contract: the caller's host range stays allocated until it is
+        // unregistered.
+        unsafe { result::memory::host_register(self.hip, host, range.len, flags) }?;
         if let Err(error) = self.device_addresses(range.start, device_ptrs) {
-            // SAFETY: the range was registered just above; nothing else can unregister it
-            // meanwhile without breaking the trait's contract.
-            let _ = unsafe { unregister(range.start as *mut c_void) };
+            // SAFETY: the range was registered just above and nothing has used it yet.
+            let _ = unsafe { result::memory::host_unregister(self.hip, host) };
             return Err(error);
         }
+        self.registrations.record(range);
         Ok(())
     }
 
-    /// hipHostUnregister of exactly `start`.
+    /// hipHostUnregister of exactly `start`, a range this backend registered: a pointer inside
+    /// one is [`Error::NotEntryStart`], and one in none (never registered here, or unregistered
+    /// already) [`Error::NotLocked`], both before HIP.
     fn host_unregister(&self, start: usize) -> Result<()> {
-        let _scope = self.enter(DeviceId(0))?;
-        call!(self.hip, hipHostUnregister(start as *mut c_void))
+        self.registrations.release(start, || {
+            let _scope = self.enter(DeviceId(0))?;
+            // SAFETY: a range this backend registered (just taken out of its registrations);
+            // the trait's contract: no work still to run uses it.
+            unsafe { result::memory::host_unregister(self.hip, start as *mut c_void) }
+        })
     }
 
     /// One hipDrvPointerGetAttributes for the memory type and the allocation's range: host
@@ -630,45 +632,17 @@ impl Backend for HipBackend {
         device_ptrs: &mut [usize],
     ) -> Result<Option<ByteRange>> {
         check_device_slots(self.devices.len(), device_ptrs)?;
-        let mut memory_type: c_uint = 0;
-        let mut start: usize = 0;
-        let mut size: usize = 0;
-        let mut attributes = [
-            sys::HIP_POINTER_ATTRIBUTE_MEMORY_TYPE,
-            sys::HIP_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-            sys::HIP_POINTER_ATTRIBUTE_RANGE_SIZE,
-        ];
-        let mut values: [*mut c_void; 3] = [
-            (&mut memory_type as *mut c_uint).cast(),
-            (&mut start as *mut usize).cast(),
-            (&mut size as *mut usize).cast(),
-        ];
-        let code = {
+        let range = {
             let _scope = self.enter(DeviceId(0))?;
-            call_raw!(
-                self.hip,
-                hipDrvPointerGetAttributes(
-                    attributes.len() as c_uint,
-                    attributes.as_mut_ptr(),
-                    values.as_mut_ptr(),
-                    ptr as *mut c_void
-                )
-            )
+            none_on_code(
+                result::memory::range_of(self.hip, ptr),
+                code(sys::hipErrorInvalidValue),
+            )?
         };
-        match code {
-            sys::hipSuccess => {}
-            sys::hipErrorInvalidValue => return Ok(None),
-            failed => {
-                return Err(Error::Driver(driver_error(
-                    "hipDrvPointerGetAttributes",
-                    failed,
-                )));
-            }
-        }
-        if memory_type != sys::hipMemoryTypeHost {
+        let Some(range) = range.filter(|range| range.memory_type == sys::hipMemoryTypeHost) else {
             return Ok(None);
-        }
-        let Some(extent) = ByteRange::new(start, size) else {
+        };
+        let Some(extent) = ByteRange::new(range.start, range.size) else {
             return Ok(None);
         };
         self.device_addresses(extent.start, device_ptrs)?;
@@ -677,86 +651,100 @@ impl Backend for HipBackend {
 
     fn stream_create(&self, device: DeviceId) -> Result<HipStream> {
         let _scope = self.enter(device)?;
-        let mut raw = ptr::null_mut();
-        call!(
-            self.hip,
-            hipStreamCreateWithFlags(&mut raw, sys::hipStreamNonBlocking)
-        )?;
-        Ok(HipStream { raw, device })
+        let raw = result::stream::create(self.hip, sys::hipStreamNonBlocking)?;
+        Ok(self.register_stream(raw, device))
     }
 
     /// Wraps the raw `hipStream_t` with its device, with no HIP call: HIP cannot check a
     /// handle without dereferencing it. `0` (the null stream) and `hipStreamPerThread` name the
-    /// default streams of `device`, which every method makes current.
+    /// default streams of `device`, which every method makes current. The handle is live (each
+    /// adoption a handle of its own) until the stream is destroyed or the device reset.
     unsafe fn adopt_stream(&self, device: DeviceId, raw: usize) -> Result<HipStream> {
         self.device(device)?;
-        Ok(HipStream {
-            raw: raw as sys::hipStream_t,
-            device,
-        })
+        Ok(self.register_stream(raw as sys::hipStream_t, device))
     }
 
+    /// hipStreamDestroy, once no call of another thread uses the stream any more; the handle is
+    /// stale from the moment the call begins (live again if HIP refuses).
     fn stream_destroy(&self, stream: HipStream) -> Result<()> {
-        let _scope = self.enter(stream.device)?;
-        call!(self.hip, hipStreamDestroy(stream.raw))
+        self.streams
+            .destroy(stream.id, std::thread::yield_now, |stream| {
+                let _scope = self.enter(stream.device)?;
+                // SAFETY: a live stream of the device, just taken out of the live streams after
+                // the last call using it returned, so nothing uses it again.
+                unsafe { result::stream::destroy(self.hip, stream.raw) }
+            })
     }
 
     fn stream_synchronize(&self, stream: HipStream) -> Result<()> {
+        let stream = self.streams.get(stream.id)?;
         let _scope = self.enter(stream.device)?;
-        call!(self.hip, hipStreamSynchronize(stream.raw))
+        // SAFETY: a live stream of the device (held), which is current.
+        unsafe { result::stream::synchronize(self.hip, stream.raw) }
     }
 
     fn event_create(&self, device: DeviceId) -> Result<HipEvent> {
         let _scope = self.enter(device)?;
-        let mut raw = ptr::null_mut();
-        call!(
-            self.hip,
-            hipEventCreateWithFlags(&mut raw, sys::hipEventDisableTiming)
-        )?;
-        Ok(HipEvent { raw, device })
+        let raw = result::event::create(self.hip, sys::hipEventDisableTiming)?;
+        Ok(self
+            .events
+            .register(device, |id| HipEvent { raw, device, id }))
     }
 
+    /// hipEventDestroy, once no call of another thread uses the event any more; the handle is
+    /// stale from the moment the call begins (live again if HIP refuses).
     fn event_destroy(&self, event: HipEvent) -> Result<()> {
-        let _scope = self.enter(event.device)?;
-        call!(self.hip, hipEventDestroy(event.raw))
+        self.events
+            .destroy(event.id, std::thread::yield_now, |event| {
+                let _scope = self.enter(event.device)?;
+                // SAFETY: a live event of the device, just taken out of the live events after the
+                // last call using it returned, so nothing uses it again.
+                unsafe { result::event::destroy(self.hip, event.raw) }
+            })
     }
 
     /// hipEventRecord; an event of another device is [`Error::WrongDevice`] before HIP.
     fn event_record(&self, event: HipEvent, stream: HipStream) -> Result<()> {
         check_same_device(stream.device, event.device)?;
+        let (stream, event) = (self.streams.get(stream.id)?, self.events.get(event.id)?);
         let _scope = self.enter(stream.device)?;
-        call!(self.hip, hipEventRecord(event.raw, stream.raw))
+        // SAFETY: a live event and a live stream of the device (both held), which is current.
+        unsafe { result::event::record(self.hip, event.raw, stream.raw) }
     }
 
     fn stream_wait_event(&self, stream: HipStream, event: HipEvent) -> Result<()> {
+        let (stream, event) = (self.streams.get(stream.id)?, self.events.get(event.id)?);
         let _scope = self.enter(stream.device)?;
-        call!(self.hip, hipStreamWaitEvent(stream.raw, event.raw, 0))
+        // SAFETY: a live stream of the device, which is current, and a live event of any (both
+        // held).
+        unsafe { result::stream::wait_event(self.hip, stream.raw, event.raw, 0) }
     }
 
     /// hipEventQuery: `hipSuccess` is true, `hipErrorNotReady` false.
     fn event_query(&self, event: HipEvent) -> Result<bool> {
+        let event = self.events.get(event.id)?;
         let _scope = self.enter(event.device)?;
-        match call_raw!(self.hip, hipEventQuery(event.raw)) {
-            sys::hipSuccess => Ok(true),
-            sys::hipErrorNotReady => Ok(false),
-            failed => Err(Error::Driver(driver_error("hipEventQuery", failed))),
-        }
+        // SAFETY: a live event of the device (held).
+        unsafe { result::event::query(self.hip, event.raw) }
     }
 
     fn event_synchronize(&self, event: HipEvent) -> Result<()> {
+        let event = self.events.get(event.id)?;
         let _scope = self.enter(event.device)?;
-        call!(self.hip, hipEventSynchronize(event.raw))
+        // SAFETY: a live event of the device (held).
+        unsafe { result::event::synchronize(self.hip, event.raw) }
     }
 
     /// hipDeviceSynchronize with the device current.
     fn device_synchronize(&self, device: DeviceId) -> Result<()> {
         let _scope = self.enter(device)?;
-        call!(self.hip, hipDeviceSynchronize())
+        result::device::synchronize(self.hip)
     }
 
     /// hipDeviceReset with the device current, then the device's set-up again: the kernel
     /// library is forgotten (its module died with the device's state; the next `kernel` call
-    /// loads it again) and the default pool's release threshold is raised again.
+    /// loads it again) and the default pool's release threshold is raised again. Every stream,
+    /// event, module and allocation of the device is gone, and its handles stale.
     fn reset_device(&self, device: DeviceId) -> Result<()> {
         let state = self.device(device)?;
         let mut library = state
@@ -765,10 +753,16 @@ impl Backend for HipBackend {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         {
             let _scope = self.enter(device)?;
-            call!(self.hip, hipDeviceReset())?;
+            // SAFETY: the trait's contract: nothing of the device is used after its reset; its
+            // handles go stale below.
+            unsafe { result::device::reset(self.hip) }?;
         }
         *library = None;
         drop(library);
+        self.streams.forget_device(device);
+        self.events.forget_device(device);
+        self.modules.forget_device(device);
+        self.allocations.forget_device(device);
         if state.pool().is_some() {
             let pool = configure_default_pool(self.hip, state.ordinal)?;
             state.pool.store(pool, Ordering::Release);
@@ -782,9 +776,7 @@ impl Backend for HipBackend {
         if device == peer {
             return Ok(false);
         }
-        let mut possible: c_int = 0;
-        call!(self.hip, hipDeviceCanAccessPeer(&mut possible, from, to))?;
-        Ok(possible != 0)
+        result::device::can_access_peer(self.hip, from, to)
     }
 
     /// hipDeviceEnablePeerAccess with `device` current (already enabled, by us or by another
@@ -796,36 +788,34 @@ impl Backend for HipBackend {
     fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()> {
         let peer_state = self.device(peer)?;
         let ordinal = self.device(device)?.ordinal;
-        // Looked up first, so that undoing cannot fail for a missing symbol.
-        let disable = self.hip.hipDeviceDisablePeerAccess()?;
+        // Looked up first (and cached), so that undoing cannot fail for a missing symbol.
+        self.hip.hipDeviceDisablePeerAccess()?;
         let _scope = self.enter(device)?;
-        let newly_enabled =
-            match call_raw!(self.hip, hipDeviceEnablePeerAccess(peer_state.ordinal, 0)) {
-                sys::hipSuccess => true,
-                sys::hipErrorPeerAccessAlreadyEnabled => false,
-                failed => {
-                    return Err(Error::Driver(driver_error(
-                        "hipDeviceEnablePeerAccess",
-                        failed,
-                    )));
-                }
-            };
-        let Some(pool) = peer_state.pool() else {
-            return Ok(());
-        };
-        let access = sys::hipMemAccessDesc {
-            location: sys::hipMemLocation {
-                type_: sys::hipMemLocationTypeDevice,
-                id: ordinal,
+        let hip = self.hip;
+        enable_peer_access(
+            || {
+                let enabled = result::device::enable_peer_access(hip, peer_state.ordinal, 0);
+                none_on_code(enabled, code(sys::hipErrorPeerAccessAlreadyEnabled))
+                    .map(|newly| newly.is_some())
             },
-            flags: sys::hipMemAccessFlagsProtReadWrite,
-        };
-        let granted = call!(self.hip, hipMemPoolSetAccess(pool, &access, 1));
-        if granted.is_err() && newly_enabled {
-            // SAFETY: `device` (current) enabled access to the peer just above.
-            let _ = unsafe { disable(peer_state.ordinal) };
-        }
-        granted
+            || {
+                let pool = peer_state.pool()?;
+                let access = sys::hipMemAccessDesc {
+                    location: sys::hipMemLocation {
+                        type_: sys::hipMemLocationTypeDevice,
+                        id: ordinal,
+                    },
+                    flags: sys::hipMemAccessFlagsProtReadWrite,
+                };
+                // SAFETY: the peer's default pool, which lives as long as its device's state.
+                Some(unsafe { result::memory::set_pool_access(hip, pool, &[access]) })
+            },
+            || {
+                // SAFETY: `device` (current) enabled access to the peer just above, and no work
+                // has used it yet.
+                let _ = unsafe { result::device::disable_peer_access(hip, peer_state.ordinal) };
+            },
+        )
     }
 
     /// hipMemcpyAsync with `hipMemcpyDefault`: HIP finds each side's memory from its address
@@ -834,17 +824,20 @@ impl Backend for HipBackend {
     /// # Safety
     /// The trait's: HIP checks nothing about the caller's host memory.
     unsafe fn copy(&self, stream: HipStream, dst: usize, src: usize, bytes: usize) -> Result<()> {
+        let stream = self.streams.get(stream.id)?;
         let _scope = self.enter(stream.device)?;
-        call!(
-            self.hip,
-            hipMemcpyAsync(
+        // SAFETY: the caller's promise for both ranges; the stream is live (held) and of the
+        // current device.
+        unsafe {
+            result::memory::copy_async(
+                self.hip,
                 dst as *mut c_void,
                 src as *const c_void,
                 bytes,
                 sys::hipMemcpyDefault,
-                stream.raw
+                stream.raw,
             )
-        )
+        }
     }
 
     /// hipMemcpyPeerAsync with each side's device, on the stream's device.
@@ -860,20 +853,23 @@ impl Backend for HipBackend {
         src_device: DeviceId,
         bytes: usize,
     ) -> Result<()> {
+        let stream = self.streams.get(stream.id)?;
         let dst_ordinal = self.device(dst_device)?.ordinal;
         let src_ordinal = self.device(src_device)?.ordinal;
         let _scope = self.enter(stream.device)?;
-        call!(
-            self.hip,
-            hipMemcpyPeerAsync(
+        // SAFETY: the caller's promise for both ranges; the stream is live (held) and of the
+        // current device.
+        unsafe {
+            result::memory::copy_peer_async(
+                self.hip,
                 dst as *mut c_void,
                 dst_ordinal,
                 src as *const c_void,
                 src_ordinal,
                 bytes,
-                stream.raw
+                stream.raw,
             )
-        )
+        }
     }
 
     /// hipMemsetD8Async.
@@ -881,21 +877,24 @@ impl Backend for HipBackend {
     /// # Safety
     /// The trait's.
     unsafe fn fill(&self, stream: HipStream, dst: usize, value: u8, bytes: usize) -> Result<()> {
+        let stream = self.streams.get(stream.id)?;
         let _scope = self.enter(stream.device)?;
-        call!(
-            self.hip,
-            hipMemsetD8Async(dst as *mut c_void, value, bytes, stream.raw)
-        )
+        // SAFETY: the caller's promise for the range; the stream is live (held) and of the
+        // current device.
+        unsafe {
+            result::memory::set_d8_async(self.hip, dst as *mut c_void, value, bytes, stream.raw)
+        }
     }
 
     /// The library module is loaded on the device at the first call (hipModuleLoadData of the
     /// first image the device accepts) and kept; later calls only look it up.
     fn kernel(&self, device: DeviceId, name: &str) -> Result<HipKernel> {
         let library_index = find_for(BACKEND, name)?;
-        let function = self.library_function(device, library_index)?;
+        let (module, function) = self.library_function(device, library_index)?;
         Ok(HipKernel {
             function,
             device,
+            module,
             library_index: Some(library_index),
         })
     }
@@ -911,17 +910,19 @@ impl Backend for HipBackend {
         value: FillValue,
         count: usize,
     ) -> Result<()> {
+        let stream = self.streams.get(stream.id)?;
         let _scope = self.enter(stream.device)?;
-        let dst = dst as *mut c_void;
+        let (hip, dst, raw) = (self.hip, dst as *mut c_void, stream.raw);
+        // The stream is live (held) and of the current device.
         match value {
-            FillValue::U8(v) => call!(self.hip, hipMemsetD8Async(dst, v, count, stream.raw)),
-            FillValue::U16(v) => call!(self.hip, hipMemsetD16Async(dst, v, count, stream.raw)),
-            FillValue::U32(v) => {
-                call!(
-                    self.hip,
-                    hipMemsetD32Async(dst, v as c_int, count, stream.raw)
-                )
-            }
+            // SAFETY: the caller's promise for `count` bytes at `dst`; the stream as said above.
+            FillValue::U8(v) => unsafe { result::memory::set_d8_async(hip, dst, v, count, raw) },
+            // SAFETY: the caller's promise for `count` 16-bit elements at `dst`; the stream as
+            // said above.
+            FillValue::U16(v) => unsafe { result::memory::set_d16_async(hip, dst, v, count, raw) },
+            // SAFETY: the caller's promise for `count` 32-bit elements at `dst`; the stream as
+            // said above.
+            FillValue::U32(v) => unsafe { result::memory::set_d32_async(hip, dst, v, count, raw) },
         }
     }
 
@@ -936,69 +937,72 @@ impl Backend for HipBackend {
             });
         }
         let _scope = self.enter(device)?;
-        let mut raw = ptr::null_mut();
-        call!(self.hip, hipModuleLoadData(&mut raw, image))?;
-        Ok(HipModule { raw, device })
+        // SAFETY: the caller's promise for the image.
+        let raw = unsafe { result::module::load_data(self.hip, image) }?;
+        Ok(self.register_module(raw, device))
     }
 
-    /// hipModuleUnload.
+    /// hipModuleUnload, once no call of another thread uses the module or one of its kernels
+    /// any more; the module and its kernels are stale from the moment the call begins (live
+    /// again if HIP refuses).
     fn module_unload(&self, module: HipModule) -> Result<()> {
-        let _scope = self.enter(module.device)?;
-        call!(self.hip, hipModuleUnload(module.raw))
+        self.modules
+            .destroy(module.id, std::thread::yield_now, |module| {
+                let _scope = self.enter(module.device)?;
+                // SAFETY: a live module of the device, just taken out of the live modules after
+                // the last call using it or its kernels returned, so nothing uses them again.
+                unsafe { result::module::unload(self.hip, module.raw) }
+            })
     }
 
     /// hipModuleGetFunction.
     fn module_kernel(&self, module: HipModule, name: &CStr) -> Result<HipKernel> {
+        let module = self.modules.get(module.id)?;
         let _scope = self.enter(module.device)?;
-        let mut function = ptr::null_mut();
-        call!(
-            self.hip,
-            hipModuleGetFunction(&mut function, module.raw, name.as_ptr())
-        )?;
+        // SAFETY: a live module of the device (held).
+        let function = unsafe { result::module::function(self.hip, module.raw, name) }?;
         Ok(HipKernel {
             function,
             device: module.device,
+            module: module.id,
             library_index: None,
         })
     }
 
     /// hipFuncGetAttribute(`HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`).
     fn kernel_static_workgroup_bytes(&self, kernel: HipKernel) -> Result<u32> {
-        let mut bytes: c_int = 0;
+        let _module = self.live_kernel(kernel)?;
         let _scope = self.enter(kernel.device)?;
-        call!(
-            self.hip,
-            hipFuncGetAttribute(
-                &mut bytes,
+        // SAFETY: a function of a live module of the device (held).
+        let bytes = unsafe {
+            result::module::function_attribute(
+                self.hip,
                 sys::HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-                kernel.function
+                kernel.function,
             )
-        )?;
+        }?;
         Ok(u32::try_from(bytes).unwrap_or(0))
     }
 
     /// hipFuncSetAttribute(`hipFuncAttributeMaxDynamicSharedMemorySize`) on the module's
     /// function; nothing at or below the device's default limit, which every kernel has.
     fn kernel_allow_workgroup_bytes(&self, kernel: HipKernel, bytes: u32) -> Result<()> {
+        let _module = self.live_kernel(kernel)?;
         let state = self.device(kernel.device)?;
         if bytes <= state.info.workgroup.default_per_block {
             return Ok(());
         }
-        let value = c_int::try_from(bytes).map_err(|_| Error::LimitExceeded {
-            what: "dynamic workgroup memory per workgroup",
-            required: bytes as usize,
-            limit: c_int::MAX as usize,
-            detail: vec![format!("kernel {}", kernel.name())],
-        })?;
+        let value = workgroup_bytes_attribute(bytes, kernel.library_index)?;
         let _scope = self.enter(kernel.device)?;
-        call!(
-            self.hip,
-            hipFuncSetAttribute(
-                kernel.function as *const c_void,
+        // SAFETY: a function of a live module of the device (held).
+        unsafe {
+            result::module::set_function_attribute(
+                self.hip,
+                kernel.function,
                 sys::hipFuncAttributeMaxDynamicSharedMemorySize,
-                value
+                value,
             )
-        )
+        }
     }
 
     /// hipModuleLaunchKernel, after checking the arguments against the kernel's parameters
@@ -1016,13 +1020,7 @@ impl Backend for HipBackend {
         dims: LaunchDims,
         args: &[KernelArg],
     ) -> Result<()> {
-        let Some(library_index) = kernel.library_index else {
-            return Err(Error::KernelArgumentMismatch {
-                kernel: MODULE_KERNEL,
-                expected: "the module's own parameter array (launch_packed)",
-            });
-        };
-        let mut values = ArgBuffer::pack(&LIBRARY[library_index], args)?;
+        let mut values = library_arguments(kernel.library_index, args)?;
         let mut pointers = values.pointers();
         // SAFETY: the caller's promise for the memory; the parameter array was just packed
         // from arguments checked against the kernel's parameters.
@@ -1059,39 +1057,254 @@ impl HipBackend {
         params: *mut *mut c_void,
     ) -> Result<()> {
         check_same_device(stream.device, kernel.device)?;
+        let (stream, _module) = (self.streams.get(stream.id)?, self.live_kernel(kernel)?);
         let _scope = self.enter(stream.device)?;
-        call!(
-            self.hip,
-            hipModuleLaunchKernel(
-                kernel.function,
-                dims.grid[0],
-                dims.grid[1],
-                dims.grid[2],
-                dims.block[0],
-                dims.block[1],
-                dims.block[2],
-                dims.dynamic_workgroup_bytes,
-                stream.raw,
-                params,
-                ptr::null_mut()
-            )
-        )
+        let shape = LaunchShape {
+            grid: dims.grid,
+            block: dims.block,
+            shared_bytes: dims.dynamic_workgroup_bytes,
+        };
+        // SAFETY: a function of a live module and a live stream of the device (both held), which
+        // is current; the caller's promise for the parameters and the memory the kernel reaches.
+        unsafe { result::module::launch(self.hip, kernel.function, shape, stream.raw, params) }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpu_core::DriverError;
+    use gpu_core::backend::live::MODULE_KERNEL;
 
     fn assert_thread_safe<T: Send + Sync>() {}
 
     /// A backend over the real library with no device opened (what a machine without a HIP
     /// device would have if opening did not refuse); `None` where the library is absent.
     fn deviceless() -> Option<HipBackend> {
-        Hip::global().ok().map(|hip| HipBackend {
-            hip,
-            devices: Vec::new(),
-        })
+        Hip::global()
+            .ok()
+            .map(|hip| HipBackend::with_devices(hip, Vec::new()))
+    }
+
+    /// A backend over the real library with one device of an ordinal no machine has: every
+    /// call that reaches HIP fails at hipSetDevice, before any handle or address is given to
+    /// HIP. `None` where the library is absent.
+    fn unreachable_device() -> Option<HipBackend> {
+        let info = DeviceInfo {
+            name: "unreachable".into(),
+            total_memory: 1 << 30,
+            allocator: gpu_core::allocator::AllocatorCapabilities {
+                device: gpu_core::allocator::KindSupport::SYNCHRONOUS,
+                managed: gpu_core::allocator::KindSupport::NONE,
+                host_pinned: gpu_core::allocator::KindSupport::SYNCHRONOUS,
+                host_register: true,
+            },
+            workgroup: gpu_core::workgroup::WorkgroupLimits {
+                default_per_block: 64 << 10,
+                max_per_block_opt_in: 64 << 10,
+                per_multiprocessor: 64 << 10,
+                reserved_per_block: 0,
+            },
+            unified_addressing: true,
+            pageable_memory_access: false,
+        };
+        let device = DeviceState {
+            ordinal: 4077,
+            pool: AtomicPtr::new(ptr::null_mut()),
+            info,
+            library: Mutex::new(None),
+        };
+        Hip::global()
+            .ok()
+            .map(|hip| HipBackend::with_devices(hip, vec![device]))
+    }
+
+    /// Handles of `device` recorded as live in `backend`'s registries, as creating them would
+    /// (never given to HIP: their raw values are null), and a library kernel of the module.
+    fn live_handles(
+        backend: &HipBackend,
+        device: DeviceId,
+    ) -> (HipStream, HipEvent, HipModule, HipKernel) {
+        let stream = backend.register_stream(ptr::null_mut(), device);
+        let event = HipEvent {
+            raw: ptr::null_mut(),
+            device,
+            id: HandleId::fresh(),
+        };
+        backend.events.insert(event.id, device, event);
+        let module = backend.register_module(ptr::null_mut(), device);
+        let kernel = HipKernel {
+            function: ptr::null_mut(),
+            device,
+            module: module.id,
+            library_index: Some(0),
+        };
+        (stream, event, module, kernel)
+    }
+
+    fn stale(what: &'static str, id: HandleId) -> Error {
+        Error::StaleHandle {
+            backend: "hip",
+            what,
+            id,
+        }
+    }
+
+    #[test]
+    fn destroyed_unloaded_reset_and_foreign_handles_are_stale_before_hip() {
+        let Some(backend) = deviceless() else {
+            eprintln!("skipped: the HIP library is not installed");
+            return;
+        };
+        let d0 = DeviceId(0);
+        let unknown = Err(Error::UnknownDevice {
+            device: d0,
+            device_count: 0,
+        });
+        let (stream, event, module, kernel) = live_handles(&backend, d0);
+        let dims = LaunchDims::linear(1, 1);
+        // Live: past the registry, refused for the device (which this backend lacks).
+        assert_eq!(backend.stream_synchronize(stream), unknown);
+        assert_eq!(backend.event_record(event, stream), unknown);
+        assert_eq!(
+            backend.kernel_static_workgroup_bytes(kernel),
+            unknown.clone().map(|()| 0)
+        );
+        // SAFETY: refused before anything is enqueued.
+        let launched = unsafe { backend.launch_packed(stream, kernel, dims, ptr::null_mut()) };
+        assert_eq!(launched, unknown);
+        // What destroying does first: the handle leaves the registry.
+        backend.streams.remove(stream.id, || {}).unwrap();
+        let gone = Err(stale("stream", stream.id));
+        assert_eq!(backend.stream_synchronize(stream), gone);
+        assert_eq!(backend.stream_destroy(stream), gone);
+        assert_eq!(backend.event_record(event, stream), gone);
+        assert_eq!(backend.stream_wait_event(stream, event), gone);
+        assert_eq!(
+            backend.allocate_on_stream(stream, MemoryKind::Device, 64),
+            gone.clone().map(|()| None)
+        );
+        // SAFETY: refused before anything is enqueued.
+        unsafe {
+            assert_eq!(backend.copy(stream, 0x1000, 0x2000, 8), gone);
+            assert_eq!(backend.fill(stream, 0x1000, 0, 8), gone);
+            assert_eq!(
+                backend.fill_elements(stream, 0x1000, FillValue::U8(0), 8),
+                gone
+            );
+            assert_eq!(backend.copy_peer(stream, 0x1000, d0, 0x2000, d0, 8), gone);
+            assert_eq!(
+                backend.launch_packed(stream, kernel, dims, ptr::null_mut()),
+                gone
+            );
+        }
+        backend.events.remove(event.id, || {}).unwrap();
+        let gone = Err(stale("event", event.id));
+        assert_eq!(backend.event_query(event), gone.clone().map(|()| false));
+        assert_eq!(backend.event_synchronize(event), gone);
+        assert_eq!(backend.event_destroy(event), gone);
+        // Unloading a module makes its kernels stale.
+        backend.modules.remove(module.id, || {}).unwrap();
+        assert_eq!(
+            backend.module_kernel(module, c"k"),
+            Err(stale("module", module.id))
+        );
+        assert_eq!(
+            backend.module_unload(module),
+            Err(stale("module", module.id))
+        );
+        let gone = Err(stale("kernel", module.id));
+        assert_eq!(
+            backend.kernel_static_workgroup_bytes(kernel),
+            gone.clone().map(|()| 0)
+        );
+        assert_eq!(backend.kernel_allow_workgroup_bytes(kernel, 64), gone);
+        // A reset forgets every handle of its device; another backend's handles are stale.
+        let (stream, event, _, kernel) = live_handles(&backend, d0);
+        assert_eq!(backend.streams.forget_device(d0), 1);
+        assert_eq!(backend.events.forget_device(d0), 1);
+        assert_eq!(backend.modules.forget_device(d0), 1);
+        assert_eq!(
+            backend.stream_synchronize(stream),
+            Err(stale("stream", stream.id))
+        );
+        assert_eq!(
+            backend.event_synchronize(event),
+            Err(stale("event", event.id))
+        );
+        let other = deviceless().unwrap();
+        let (stream, ..) = live_handles(&other, d0);
+        assert_eq!(
+            backend.stream_synchronize(stream),
+            Err(stale("stream", stream.id))
+        );
+        assert_eq!(
+            backend.kernel_static_workgroup_bytes(kernel),
+            Err(stale("kernel", kernel.module))
+        );
+    }
+
+    #[test]
+    fn only_memory_and_ranges_this_backend_recorded_reach_hip() {
+        let Some(backend) = unreachable_device() else {
+            eprintln!("skipped: the HIP library is not installed");
+            return;
+        };
+        let d0 = DeviceId(0);
+        let kind = MemoryKind::Device;
+        let unknown = |address| {
+            Err(Error::UnknownAddress {
+                device: d0,
+                address,
+            })
+        };
+        assert_eq!(backend.free(d0, kind, 0x1000, None), unknown(0x1000));
+        // Recorded (as an allocation would): past the check, HIP refuses to switch to the
+        // device, and the memory stays recorded.
+        backend
+            .allocations
+            .record(d0, kind, Ok(Some(0x1000)))
+            .unwrap();
+        assert!(matches!(
+            backend.free(d0, kind, 0x1000, None),
+            Err(Error::Driver(DriverError {
+                call: "hipSetDevice" | "hipGetDevice",
+                ..
+            }))
+        ));
+        assert!(backend.allocations.contains(d0, kind, 0x1000));
+        assert_eq!(
+            backend.free(d0, MemoryKind::HostPinned, 0x1000, None),
+            unknown(0x1000),
+            "another kind"
+        );
+        // A stream of this backend that is stale: the free is refused, the memory kept.
+        let stream = backend.register_stream(ptr::null_mut(), d0);
+        backend.streams.remove(stream.id, || {}).unwrap();
+        assert_eq!(
+            backend.free(d0, kind, 0x1000, Some(stream)),
+            Err(stale("stream", stream.id))
+        );
+        assert!(backend.allocations.contains(d0, kind, 0x1000));
+
+        let range = ByteRange::new(0x7000_0100, 4096).unwrap();
+        assert_eq!(
+            backend.host_unregister(range.start),
+            Err(Error::NotLocked { ptr: range.start })
+        );
+        backend.registrations.record(range);
+        assert_eq!(
+            backend.host_unregister(range.start + 8),
+            Err(Error::NotEntryStart {
+                ptr: range.start + 8,
+                entry: range
+            })
+        );
+        assert!(matches!(
+            backend.host_unregister(range.start),
+            Err(Error::Driver(_))
+        ));
+        assert_eq!(backend.registrations.get(range.start), Some(range));
     }
 
     #[test]
@@ -1105,19 +1318,8 @@ mod tests {
             device: d0,
             device_count: 0,
         };
-        let stream = HipStream {
-            raw: ptr::null_mut(),
-            device: d0,
-        };
-        let event = HipEvent {
-            raw: ptr::null_mut(),
-            device: d0,
-        };
-        let kernel = HipKernel {
-            function: ptr::null_mut(),
-            device: d0,
-            library_index: Some(0),
-        };
+        // Live handles of the missing device (never given to HIP: refused for the device).
+        let (stream, event, module, kernel) = live_handles(&backend, d0);
         let range = ByteRange::new(0x1000, 64).unwrap();
         let mut one_slot = [0usize; 1];
         assert_eq!(backend.device_count(), 0);
@@ -1139,7 +1341,11 @@ mod tests {
             backend.host_register(range, &mut one_slot),
             Err(unknown.clone())
         );
-        assert_eq!(backend.host_unregister(0x1000), Err(unknown.clone()));
+        assert_eq!(
+            backend.host_unregister(0x1000),
+            Err(Error::NotLocked { ptr: 0x1000 }),
+            "never registered here"
+        );
         assert_eq!(
             backend.host_pinned_extent(0x1000, &mut one_slot),
             Err(unknown.clone())
@@ -1222,10 +1428,6 @@ mod tests {
                 Err(unknown.clone())
             );
         }
-        let module = HipModule {
-            raw: ptr::null_mut(),
-            device: d0,
-        };
         assert_eq!(backend.module_unload(module), Err(unknown.clone()));
         assert_eq!(backend.module_kernel(module, c"k"), Err(unknown.clone()));
         assert_eq!(backend.kernel(d0, "fill_u32"), Err(unknown.clone()));
@@ -1266,21 +1468,16 @@ mod tests {
 
     #[test]
     fn out_of_memory_is_none_and_other_codes_are_hip_errors() {
+        let failed = |call, code| Error::Driver(driver_error(call, code));
         let address = ptr::without_provenance_mut(0x1000);
+        assert_eq!(allocation_outcome(Ok(address)), Ok(Some(0x1000)));
         assert_eq!(
-            allocation_outcome("hipMalloc", sys::hipSuccess, address),
-            Ok(Some(0x1000))
-        );
-        assert_eq!(
-            allocation_outcome("hipMalloc", sys::hipErrorOutOfMemory, ptr::null_mut()),
+            allocation_outcome(Err(failed("hipMalloc", sys::hipErrorOutOfMemory))),
             Ok(None)
         );
         assert_eq!(
-            allocation_outcome("hipHostMalloc", sys::hipErrorInvalidValue, ptr::null_mut()),
-            Err(Error::Driver(driver_error(
-                "hipHostMalloc",
-                sys::hipErrorInvalidValue
-            )))
+            allocation_outcome(Err(failed("hipHostMalloc", sys::hipErrorInvalidValue))),
+            Err(failed("hipHostMalloc", sys::hipErrorInvalidValue))
         );
     }
 }

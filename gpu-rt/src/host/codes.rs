@@ -5,6 +5,21 @@ use gpu_core::error::{DriverError, Error};
 
 /// The host backend's driver error codes: CUDA's numbers for the same situation, with names
 /// prefixed `HOST_` (the [`DriverError::name`] of each error).
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::host::HostErrorCode;
+///
+/// let backend = HostBackend::new(HostConfig::with_devices(1));
+/// // As CUDA, the host backend acts on a device only while it is current.
+/// let error = backend.stream_create(DeviceId(0)).unwrap_err();
+/// assert_eq!(HostErrorCode::of(&error), Some(HostErrorCode::WrongCurrentDevice));
+/// assert_eq!(error, HostErrorCode::WrongCurrentDevice.error("stream_create"));
+/// assert_eq!(error.to_string().contains("HOST_WRONG_CURRENT_DEVICE"), true);
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HostErrorCode {
     /// A bad argument: wrong kind or device for an address, out-of-bounds range, bad launch
@@ -38,6 +53,16 @@ pub enum HostErrorCode {
 
 impl HostErrorCode {
     /// Every code.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::host::HostErrorCode;
+    ///
+    /// let names: Vec<&str> = HostErrorCode::ALL.iter().map(|code| code.name()).collect();
+    /// assert!(names.iter().all(|name| name.starts_with("HOST_")));
+    /// assert!(HostErrorCode::ALL.contains(&HostErrorCode::InjectedFault));
+    /// ```
     pub const ALL: [HostErrorCode; 11] = [
         HostErrorCode::InvalidValue,
         HostErrorCode::PeerAccessUnsupported,
@@ -53,6 +78,17 @@ impl HostErrorCode {
     ];
 
     /// The name in [`DriverError::name`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::host::HostErrorCode;
+    ///
+    /// assert_eq!(HostErrorCode::IllegalAddress.name(), "HOST_ILLEGAL_ADDRESS");
+    /// let Error::Driver(driver) = HostErrorCode::IllegalAddress.error("launch") else { panic!() };
+    /// assert_eq!((driver.call, driver.name), ("launch", "HOST_ILLEGAL_ADDRESS"));
+    /// ```
     pub const fn name(self) -> &'static str {
         match self {
             HostErrorCode::InvalidValue => "HOST_INVALID_VALUE",
@@ -70,6 +106,19 @@ impl HostErrorCode {
     }
 
     /// The number in [`DriverError::code`] (CUDA's code for the same situation).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::host::HostErrorCode;
+    ///
+    /// assert_eq!(HostErrorCode::IllegalAddress.code(), 700); // CUDA_ERROR_ILLEGAL_ADDRESS
+    /// // The codes of CUDA's sticky errors lose the device on the host backend too.
+    /// let Error::Driver(fault) = HostErrorCode::IllegalAddress.error("launch") else { panic!() };
+    /// let Error::Driver(misuse) = HostErrorCode::InvalidValue.error("copy") else { panic!() };
+    /// assert!(fault.loses_device() && !misuse.loses_device());
+    /// ```
     pub const fn code(self) -> i64 {
         match self {
             HostErrorCode::InvalidValue => 1,
@@ -87,6 +136,20 @@ impl HostErrorCode {
     }
 
     /// The error a failed `call` reports with this code.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::host::{CallKind, HostErrorCode};
+    /// use gpu_rt::runtime::with_device;
+    ///
+    /// let backend = HostBackend::new(HostConfig::with_devices(1));
+    /// backend.fail_nth(CallKind::StreamCreate, 1);
+    /// let failed = with_device(&backend, DeviceId(0), || backend.stream_create(DeviceId(0)));
+    /// assert_eq!(failed.err(), Some(HostErrorCode::InjectedFault.error("stream_create")));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub const fn error(self, call: &'static str) -> Error {
         Error::Driver(DriverError {
             backend: "host",
@@ -97,6 +160,21 @@ impl HostErrorCode {
     }
 
     /// The code of a host backend driver error, if `error` is one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::host::HostErrorCode;
+    /// use gpu_rt::runtime::with_device;
+    ///
+    /// let (backend, d0) = (HostBackend::new(HostConfig::with_devices(1)), DeviceId(0));
+    /// let refused = with_device(&backend, d0, || backend.free(d0, MemoryKind::Device, 64, None));
+    /// // No allocation there: CUDA's `CUDA_ERROR_INVALID_VALUE`.
+    /// assert_eq!(HostErrorCode::of(&refused.unwrap_err()), Some(HostErrorCode::InvalidValue));
+    /// assert_eq!(HostErrorCode::of(&Error::ZeroSize { what: "x" }), None); // not a driver error
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn of(error: &Error) -> Option<HostErrorCode> {
         match error {
             Error::Driver(e) if e.backend == "host" => {

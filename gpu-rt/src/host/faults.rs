@@ -11,6 +11,21 @@ use gpu_core::error::Result;
 macro_rules! call_kinds {
     ($($(#[$doc:meta])* $kind:ident => $name:literal,)*) => {
         /// A kind of driver call, as counted and as named in the host backend's errors.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use gpu_rt::prelude::*;
+        /// use gpu_rt::host::CallKind;
+        ///
+        /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+        /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+        /// rt.wait(rt.fill(DeviceId(0), buffer.all(), 1, &mut vec![])?)?;
+        /// let calls = rt.backend().calls();
+        /// assert_eq!((calls.of(CallKind::Allocate), calls.of(CallKind::Fill)), (1, 1));
+        /// assert_eq!(calls.of(CallKind::Launch), 0);
+        /// # Ok::<(), Error>(())
+        /// ```
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum CallKind {
             $($(#[$doc])* $kind,)*
@@ -18,9 +33,34 @@ macro_rules! call_kinds {
 
         impl CallKind {
             /// Every kind, in declaration order.
+            ///
+            /// # Examples
+            ///
+            /// ```
+            /// use gpu_rt::host::CallKind;
+            ///
+            /// assert_eq!(CallKind::ALL.first(), Some(&CallKind::DeviceInfo));
+            /// assert!(CallKind::ALL.contains(&CallKind::Launch));
+            /// ```
             pub const ALL: &'static [CallKind] = &[$(CallKind::$kind,)*];
 
             /// The call's name, as it appears in [`gpu_core::DriverError::call`].
+            ///
+            /// # Examples
+            ///
+            /// ```
+            /// use gpu_rt::prelude::*;
+            /// use gpu_rt::host::CallKind;
+            ///
+            /// let backend = HostBackend::new(HostConfig::with_devices(1));
+            /// backend.set_current_device(Some(DeviceId(0)))?;
+            /// backend.fail_nth(CallKind::Allocate, 1);
+            /// let failed = backend.allocate(DeviceId(0), MemoryKind::HostPinned, 64).unwrap_err();
+            /// let Error::Driver(driver) = failed else { panic!("{failed}") };
+            /// assert_eq!(driver.call, CallKind::Allocate.name()); // "allocate"
+/// assert_eq!(driver.name, "HOST_INJECTED_FAULT");
+            /// # Ok::<(), Error>(())
+            /// ```
             pub const fn name(self) -> &'static str {
                 match self {
                     $(CallKind::$kind => $name,)*
@@ -102,6 +142,21 @@ impl CallKind {
     /// live context does not fail), and a runtime's device guard restores the device in a
     /// destructor that cannot report an error. They are still counted per kind and can be
     /// failed by kind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::host::CallKind;
+    ///
+    /// let backend = HostBackend::new(HostConfig::with_devices(1));
+    /// backend.set_current_device(Some(DeviceId(0)))?; // bookkeeping: not in the total
+    /// assert!(!CallKind::SetCurrentDevice.in_total());
+    /// assert_eq!(backend.calls().total, 0);
+    /// backend.stream_destroy(backend.stream_create(DeviceId(0))?)?;
+    /// assert_eq!(backend.calls().total, 2);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub const fn in_total(self) -> bool {
         !matches!(
             self,
@@ -118,6 +173,22 @@ impl CallKind {
 }
 
 /// How many driver calls were made, in all and per kind (a snapshot).
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::host::CallKind;
+///
+/// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+/// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+/// let before = rt.backend().calls(); // a snapshot
+/// drop(buffer);
+/// let again = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?; // served by the cache
+/// assert_eq!(rt.backend().calls().since(&before).of(CallKind::Allocate), 0);
+/// # drop(again);
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CallCounts {
     /// Calls of every kind whose [`CallKind::in_total`] is true.
@@ -127,11 +198,43 @@ pub struct CallCounts {
 
 impl CallCounts {
     /// Calls of `kind`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::host::CallKind;
+    ///
+    /// let backend = HostBackend::new(HostConfig::with_devices(1));
+    /// backend.set_current_device(Some(DeviceId(0)))?;
+    /// backend.allocate(DeviceId(0), MemoryKind::HostPinned, 64)?;
+    /// assert_eq!(backend.calls().of(CallKind::Allocate), 1);
+    /// assert_eq!(backend.calls().of(CallKind::Free), 0);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn of(&self, kind: CallKind) -> u64 {
         self.per_kind[kind.index()]
     }
 
     /// The calls made since `earlier`, a snapshot taken before.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::host::CallKind;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// rt.wait(rt.fill(DeviceId(0), buffer.all(), 1, &mut vec![])?)?;
+    /// let before = rt.backend().calls();
+    /// rt.wait(rt.fill(DeviceId(0), buffer.all(), 2, &mut vec![])?)?;
+    /// let second = rt.backend().calls().since(&before);
+    /// // The second fill reused the pooled stream: no create, one fill, one synchronisation.
+    /// assert_eq!(second.of(CallKind::StreamCreate), 0);
+    /// assert_eq!((second.of(CallKind::Fill), second.of(CallKind::StreamSynchronize)), (1, 1));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn since(&self, earlier: &CallCounts) -> CallCounts {
         CallCounts {
             total: self.total - earlier.total,

@@ -9,6 +9,18 @@ use super::kernels::{KernelContext, KernelFn};
 use gpu_core::error::Result;
 
 /// The standard kernels, by name, as the host backend registers them by default.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_core::backend::library::LIBRARY;
+/// use gpu_rt::host::standard_kernels;
+///
+/// let names = standard_kernels().map(|(name, _)| name);
+/// assert_eq!(names, ["fill_u32", "axpy_f32", "workgroup_reverse_u32"]);
+/// // One host kernel for each entry of the library's table, which the GPU kernels share.
+/// assert!(LIBRARY.iter().zip(names).all(|(entry, name)| entry.name == name));
+/// ```
 pub fn standard_kernels() -> [(&'static str, KernelFn); 3] {
     [
         ("fill_u32", Arc::new(fill_u32)),

@@ -1,5 +1,6 @@
 //! The host backend's memory: device allocations backed by host memory (tracked, capacity
-//! limited, freed only once no queued work holds them) and the registered host ranges.
+//! limited, freed only once no queued work holds them), the buffers a runtime carved out of
+//! them (every access is checked against its buffer), and the registered host ranges.
 
 use alloc::collections::BTreeMap;
 use alloc::collections::btree_map::Entry;
@@ -15,6 +16,22 @@ use gpu_core::error::{ByteRange, Error, Result};
 use gpu_core::id::DeviceId;
 
 /// Alignment of every allocation, as CUDA guarantees for device memory.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::host::HOST_ALLOCATION_ALIGNMENT;
+///
+/// let backend = HostBackend::new(HostConfig::with_devices(1));
+/// backend.set_current_device(Some(DeviceId(0)))?; // the backend's calls need it
+/// for bytes in [1, 3, 1000] {
+///     let address = backend.allocate(DeviceId(0), MemoryKind::HostPinned, bytes)?.unwrap();
+///     assert_eq!(address % HOST_ALLOCATION_ALIGNMENT, 0);
+///     backend.free(DeviceId(0), MemoryKind::HostPinned, address, None)?;
+/// }
+/// # Ok::<(), Error>(())
+/// ```
 pub const HOST_ALLOCATION_ALIGNMENT: usize = 256;
 
 /// One block of host memory standing in for device memory. It is shared (`Arc`) by the
@@ -63,9 +80,31 @@ pub(super) struct Allocation {
     pub(super) stream_ordered: bool,
     /// The memory, shared with queued work that touches it.
     pub(super) block: Arc<Block>,
+    /// The buffers a runtime's allocator carved out of it (start -> length), as it said through
+    /// [`gpu_core::backend::Backend::note_buffer`]. Once there is one, an access must lie in
+    /// the buffer it starts in; memory between buffers is freed memory.
+    buffers: BTreeMap<usize, usize>,
 }
 
 impl Allocation {
+    /// The bytes an access that starts at `address` (inside the allocation) may reach: its
+    /// buffer's, or the whole allocation's if no buffer was carved out of it. An address
+    /// between buffers is [`Error::UnknownAddress`]: no live buffer holds it.
+    fn bounds_at(&self, address: usize) -> Result<ByteRange> {
+        if self.buffers.is_empty() {
+            return Ok(self.block.range());
+        }
+        self.buffers
+            .range(..=address)
+            .next_back()
+            .map(|(&start, &len)| ByteRange { start, len })
+            .filter(|buffer| buffer.contains(&byte_at(address)))
+            .ok_or(Error::UnknownAddress {
+                device: self.device,
+                address,
+            })
+    }
+
     /// Whether a copy on a stream of `stream_device` may touch this allocation with the plain
     /// copy call, given `reaches(stream_device, owner)`: the driver rule of
     /// [`gpu_core::backend::Backend::copy`]: another device's stream-ordered device memory only
@@ -86,8 +125,13 @@ impl Allocation {
 /// (registered ranges) for the launch's lifetime.
 #[derive(Clone, Debug)]
 pub(super) enum Region {
-    /// A backend allocation.
-    Allocation(Arc<Block>),
+    /// A backend allocation, and the bytes the argument may reach in it (its buffer's).
+    Allocation {
+        /// Held for the launch (the memory outlives the kernel's accesses).
+        _block: Arc<Block>,
+        /// The buffer the argument points into, or the whole allocation.
+        bounds: ByteRange,
+    },
     /// A registered host range.
     Registered(ByteRange),
 }
@@ -95,7 +139,7 @@ pub(super) enum Region {
 impl Region {
     pub(super) fn range(&self) -> ByteRange {
         match self {
-            Region::Allocation(block) => block.range(),
+            Region::Allocation { bounds, .. } => *bounds,
             Region::Registered(range) => *range,
         }
     }
@@ -193,6 +237,7 @@ impl Memory {
                 kind,
                 stream_ordered,
                 block,
+                buffers: BTreeMap::new(),
             },
         );
         Ok(Some(address))
@@ -217,7 +262,10 @@ impl Memory {
     }
 
     /// The allocation `range` lies in, or `None` if it touches no allocation (caller's host
-    /// memory). A range that runs out of an allocation is an error, as a driver's bounds check.
+    /// memory). A range that runs out of an allocation is an error, as a driver's bounds check;
+    /// one that runs out of the buffer it starts in is [`Error::OutOfBounds`] (its offset in
+    /// the buffer, its length and the buffer's size), and one that starts between buffers is
+    /// [`Error::UnknownAddress`] (freed memory).
     pub(super) fn holder(
         &self,
         range: ByteRange,
@@ -225,17 +273,69 @@ impl Memory {
     ) -> Result<Option<&Allocation>> {
         match overlapping(&self.allocations, range, allocation_extent) {
             None => Ok(None),
-            Some(a) if a.block.range().contains(&range) => Ok(Some(a)),
+            Some(a) if a.block.range().contains(&range) => {
+                let bounds = a.bounds_at(range.start)?;
+                if bounds.contains(&range) {
+                    Ok(Some(a))
+                } else {
+                    Err(Error::OutOfBounds {
+                        offset: range.start - bounds.start,
+                        len: range.len,
+                        size: bounds.len,
+                    })
+                }
+            }
             Some(_) => Err(HostErrorCode::InvalidValue.error(call)),
         }
     }
 
-    /// The allocation or registered range `ptr` lies in, if any.
+    /// The allocation or registered range `ptr` lies in, if any, bounded by the buffer `ptr`
+    /// points into (`None` between buffers: freed memory).
     pub(super) fn region_of(&self, ptr: usize) -> Option<Region> {
         if let Some(a) = overlapping(&self.allocations, byte_at(ptr), allocation_extent) {
-            return Some(Region::Allocation(a.block.clone()));
+            return a.bounds_at(ptr).ok().map(|bounds| Region::Allocation {
+                _block: a.block.clone(),
+                bounds,
+            });
         }
         self.registered_containing(ptr).map(Region::Registered)
+    }
+
+    /// Records that a runtime carved the buffer `range` out of an allocation (`live`), or
+    /// gave it back. A range outside every allocation, a live buffer overlapping another, or
+    /// the release of a buffer not recorded is `HOST_INVALID_VALUE`, changing nothing.
+    pub(super) fn note_buffer(
+        &mut self,
+        range: ByteRange,
+        live: bool,
+        call: &'static str,
+    ) -> Result<()> {
+        let invalid = || HostErrorCode::InvalidValue.error(call);
+        let start = self
+            .allocations
+            .range(..=range.start)
+            .next_back()
+            .map(|(&start, _)| start)
+            .ok_or_else(invalid)?;
+        let allocation = self.allocations.get_mut(&start).ok_or_else(invalid)?;
+        if !allocation.block.range().contains(&range) {
+            return Err(invalid());
+        }
+        let buffers = &mut allocation.buffers;
+        if !live {
+            return match buffers.get(&range.start) {
+                Some(&len) if len == range.len => {
+                    buffers.remove(&range.start);
+                    Ok(())
+                }
+                _ => Err(invalid()),
+            };
+        }
+        if overlapping(buffers, range, registered_extent).is_some() {
+            return Err(invalid());
+        }
+        buffers.insert(range.start, range.len);
+        Ok(())
     }
 
     fn registered_containing(&self, ptr: usize) -> Option<ByteRange> {

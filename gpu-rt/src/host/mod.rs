@@ -42,11 +42,12 @@
 //!   accesses under Miri).
 //! - **Failures**, as a GPU driver's: a call refused for its arguments (a bad launch shape,
 //!   an address out of bounds, an injected fault) changes nothing and affects nothing else.
-//!   Work that fails while it runs is the stream's failure: its later items are skipped and
-//!   its synchronisations report it. A fault (a kernel's illegal address or panic:
+//!   Work that fails while it runs with an error that does not lose the device fails alone:
+//!   the stream's later items run, and the first synchronisation (of the stream, or of an
+//!   event recorded after it) reports the failure, once. A fault (a kernel's illegal address or panic:
 //!   `HOST_ILLEGAL_ADDRESS`, `HOST_LAUNCH_FAILED`, the codes of
 //!   [`gpu_core::error::DriverError::loses_device`]) also loses the device, as a kernel fault's
-//!   sticky error does on CUDA: every later call that works on the device
+//!   sticky error does on CUDA: the stream's later items are skipped, and every later call that works on the device
 //!   (creating, enqueuing, synchronising, querying, on any stream or event of it) reports that
 //!   failure with its code, until [`Backend::reset_device`], which tears down the device's
 //!   streams, events, allocations, kernels and peer access and makes it usable again.
@@ -79,6 +80,23 @@
 //! [`HostBackend::stats`] counts live objects, and [`HostBackend::work_log`] gives each work
 //! item's start and finish in one backend-wide sequence. Dropping the backend lets every
 //! stream finish its work, joins every worker thread, and frees what is left.
+//!
+//! # Examples
+//!
+//! ```
+//! use gpu_rt::prelude::*;
+//! use gpu_rt::host::{CallKind, HostErrorCode};
+//!
+//! let backend = HostBackend::new(HostConfig::with_devices(2));
+//! backend.fail_nth(CallKind::StreamCreate, 1); // the first stream the runtime asks for
+//! let rt = Runtime::new(backend)?;
+//! let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+//! let refused = rt.fill(DeviceId(0), buffer.all(), 1, &mut vec![]).unwrap_err();
+//! assert_eq!(HostErrorCode::of(&refused), Some(HostErrorCode::InjectedFault));
+//! rt.wait(rt.fill(DeviceId(0), buffer.all(), 1, &mut vec![])?)?; // nothing was left broken
+//! assert_eq!(rt.backend().calls().of(CallKind::StreamCreate), 2);
+//! # Ok::<(), Error>(())
+//! ```
 
 mod bytes;
 mod codes;
@@ -110,7 +128,7 @@ use gpu_core::id::DeviceId;
 use current::CurrentDevice;
 use faults::CallLedger;
 use kernels::{KernelRegistry, Launch};
-use memory::Memory;
+use memory::{Memory, Region};
 use streams::{DeviceHealth, EventSlot, Payload, RecordPoint, StreamShared, WorkLog, run_worker};
 
 pub use codes::HostErrorCode;
@@ -162,10 +180,45 @@ fn join_all(entries: Vec<StreamEntry>) {
 
 /// A module image on the host backend, which cannot load any ([`Backend::module_load`] is
 /// [`Error::Unsupported`] there): a type with no values.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::host::HostModule;
+///
+/// /// No `HostModule` exists: code that receives one is unreachable.
+/// fn never(module: HostModule) -> u32 {
+///     match module {}
+/// }
+/// let backend = HostBackend::new(HostConfig::with_devices(1));
+/// let ptx = c".version 7.0\n.target sm_70\n.address_size 64\n"; // a complete PTX module
+/// backend.set_current_device(Some(DeviceId(0)))?;
+/// // SAFETY: `ptx` is a complete image, readable during the call.
+/// let loaded = unsafe { backend.module_load(DeviceId(0), ptx.as_ptr().cast()) };
+/// assert!(matches!(loaded.map(never), Err(Error::Unsupported { backend: "host", .. })));
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HostModule {}
 
 /// The host backend. See the [module documentation](self).
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+///
+/// // Two simulated devices in host memory, with the standard kernels: no GPU needed.
+/// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(2)))?;
+/// let buffer = rt.alloc(DeviceId(1), MemoryKind::Device, 1024)?;
+/// let filled = rt.fill(DeviceId(1), buffer.all(), 0x33, &mut vec![])?;
+/// let mut out = vec![0u8; 1024];
+/// rt.download(DeviceId(1), &mut out, buffer.all(), &mut vec![filled])?;
+/// assert!(out.iter().all(|&byte| byte == 0x33));
+/// assert_eq!(rt.backend().device_memory_in_use(DeviceId(0))?, 0); // device 1's only
+/// # Ok::<(), Error>(())
+/// ```
 pub struct HostBackend {
     devices: Vec<HostDeviceConfig>,
     current: CurrentDevice,
@@ -183,6 +236,18 @@ pub struct HostBackend {
 
 impl HostBackend {
     /// A backend with `config`'s devices and the standard kernel library registered.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let backend = HostBackend::new(HostConfig::with_devices(2));
+    /// assert_eq!((backend.name(), backend.device_count()), ("host", 2));
+    /// assert_eq!(backend.device_info(DeviceId(0))?.name, "host device 0");
+    /// assert_eq!(backend.stats().allocations, 0);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn new(config: HostConfig) -> Self {
         let mut kernels = KernelRegistry::default();
         for (name, function) in standard_kernels() {
@@ -212,6 +277,30 @@ impl HostBackend {
     /// registered under a name of the standard library
     /// ([`gpu_core::backend::library::LIBRARY`]) must take that kernel's arguments: launches of it
     /// are checked against the library's table, here and in the runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let backend = HostBackend::new(HostConfig::with_devices(1));
+    /// // `square(data, count)`: data[i] = data[i]^2, one workgroup for all.
+    /// backend.register_kernel("square", |ctx, _| {
+    ///     let data = ctx.view::<u32>(ctx.arg_ptr(0)?, ctx.arg_u64(1)? as usize)?;
+    ///     (0..data.len()).try_for_each(|i| data.set(i, data.get(i)? * data.get(i)?))
+    /// });
+    /// let rt = Runtime::new(backend)?;
+    /// let data = rt.alloc(DeviceId(0), MemoryKind::Device, 8)?;
+    /// let input = [3u32, 4].map(u32::to_ne_bytes).concat();
+    /// let up = rt.upload(DeviceId(0), data.all(), &input, &mut vec![])?;
+    /// let (args, dims) = ([Arg::Span(data.all()), Arg::U64(2)], LaunchDims::linear(1, 1));
+    /// // SAFETY: the kernel touches the two words of its span.
+    /// let done = unsafe { rt.launch(DeviceId(0), "square", dims, &args, &mut vec![up])? };
+    /// let mut out = [0u8; 8];
+    /// rt.download(DeviceId(0), &mut out, data.all(), &mut vec![done])?;
+    /// assert_eq!(out, [9u32, 16].map(u32::to_ne_bytes).concat()[..]);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn register_kernel(
         &self,
         name: &str,
@@ -224,6 +313,25 @@ impl HostBackend {
     /// (as a GPU kernel's fixed-size shared arrays): they count against the device's limits
     /// with the dynamic bytes, as a driver counts them ([`Backend::kernel_static_workgroup_bytes`]
     /// reports them; the opt-in and launches refuse what would pass the limits with them).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::host::HostErrorCode;
+    ///
+    /// let backend = HostBackend::new(HostConfig::with_devices(1));
+    /// // Declares 200 KiB of workgroup memory, as a GPU kernel's fixed-size shared arrays.
+    /// backend.register_kernel_with_static_workgroup_bytes("big_shared", 200 << 10, |_, _| Ok(()));
+    /// backend.set_current_device(Some(DeviceId(0)))?;
+    /// let kernel = backend.kernel(DeviceId(0), "big_shared")?;
+    /// assert_eq!(backend.kernel_static_workgroup_bytes(kernel)?, 200 << 10);
+    /// // With them, 32 KiB of dynamic memory passes the device's 227 KiB: refused.
+    /// let refused = backend.kernel_allow_workgroup_bytes(kernel, 32 << 10).unwrap_err();
+    /// assert_eq!(HostErrorCode::of(&refused), Some(HostErrorCode::InvalidValue));
+    /// backend.kernel_allow_workgroup_bytes(kernel, 16 << 10)?; // 216 KiB in all
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn register_kernel_with_static_workgroup_bytes(
         &self,
         name: &str,
@@ -235,6 +343,22 @@ impl HostBackend {
 
     /// Makes the `n`th call of `kind` from now fail with `HOST_INJECTED_FAULT`, changing
     /// nothing (1 = the next call; 0 also means the next).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::host::{CallKind, HostErrorCode};
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// rt.backend().fail_nth(CallKind::Allocate, 2); // the second allocation from now
+    /// let first = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// let failed = rt.alloc(DeviceId(0), MemoryKind::HostPinned, 64).err().unwrap();
+    /// assert_eq!(HostErrorCode::of(&failed), Some(HostErrorCode::InjectedFault));
+    /// assert!(rt.alloc(DeviceId(0), MemoryKind::HostPinned, 64).is_ok()); // it changed nothing
+    /// # drop(first);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn fail_nth(&self, kind: CallKind, n: u64) {
         self.calls.fail_nth(kind, n);
     }
@@ -242,21 +366,82 @@ impl HostBackend {
     /// Makes the `n`th driver call of any kind from now fail with `HOST_INJECTED_FAULT`,
     /// changing nothing (1 = the next call; 0 also means the next). Only calls counted in
     /// [`CallCounts::total`] are counted (see [`CallKind::in_total`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::host::HostErrorCode;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// rt.backend().fail_nth_call(1); // whatever the driver is asked next
+    /// let refused = rt.fill(DeviceId(0), buffer.all(), 1, &mut vec![]).unwrap_err();
+    /// assert_eq!(HostErrorCode::of(&refused), Some(HostErrorCode::InjectedFault));
+    /// rt.wait(rt.fill(DeviceId(0), buffer.all(), 1, &mut vec![])?)?; // and the next works
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn fail_nth_call(&self, n: u64) {
         self.calls.fail_nth_call(n);
     }
 
     /// Disarms every injected fault that has not fired; returns how many there were.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::host::CallKind;
+    ///
+    /// let backend = HostBackend::new(HostConfig::with_devices(1));
+    /// backend.fail_nth(CallKind::Allocate, 1);
+    /// backend.fail_nth_call(5);
+    /// assert_eq!(backend.clear_faults(), 2); // both disarmed before they fired
+    /// backend.set_current_device(Some(DeviceId(0)))?;
+    /// assert!(backend.allocate(DeviceId(0), MemoryKind::HostPinned, 64)?.is_some());
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn clear_faults(&self) -> usize {
         self.calls.clear()
     }
 
     /// How many driver calls have been made, in all and per kind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::host::CallKind;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// for _ in 0..3 {
+    ///     rt.wait(rt.fill(DeviceId(0), buffer.all(), 1, &mut vec![])?)?;
+    /// }
+    /// let calls = rt.backend().calls();
+    /// assert_eq!((calls.of(CallKind::Fill), calls.of(CallKind::StreamCreate)), (3, 1));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn calls(&self) -> CallCounts {
         self.calls.counts()
     }
 
     /// Live objects, for leak checks.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let mut host = vec![0u8; 4096];
+    /// let locked = rt.lock_host(&mut host)?;
+    /// let stats = rt.backend().stats();
+    /// assert_eq!((stats.registered_ranges, stats.registered_bytes), (1, 4096));
+    /// drop(locked);
+    /// assert_eq!(rt.backend().stats().registered_ranges, 0);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn stats(&self) -> HostStats {
         let (allocations, allocated_bytes, registered_ranges, registered_bytes) = {
             let memory = lock(&self.memory);
@@ -283,6 +468,22 @@ impl HostBackend {
 
     /// Bytes of `device`'s memory not yet returned to the host: live allocations plus freed
     /// ones still held by queued work.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(2)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 100)?;
+    /// // The allocator took a 2 MiB segment from the "driver" for 100 bytes.
+    /// assert_eq!(rt.backend().device_memory_in_use(DeviceId(0))?, 2 << 20);
+    /// assert_eq!(rt.backend().device_memory_in_use(DeviceId(1))?, 0);
+    /// drop(buffer);
+    /// rt.trim()?;
+    /// assert_eq!(rt.backend().device_memory_in_use(DeviceId(0))?, 0);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn device_memory_in_use(&self, device: DeviceId) -> Result<usize> {
         check_device(self, device)?;
         Ok(lock(&self.memory).device_usage(device))
@@ -290,11 +491,45 @@ impl HostBackend {
 
     /// The most recent finished work items (up to the configured capacity), in the order they
     /// finished.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::host::{WorkOp, WorkOutcome};
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// let filled = rt.fill(DeviceId(0), buffer.all(), 1, &mut vec![])?;
+    /// rt.wait(rt.fill(DeviceId(0), buffer.all(), 2, &mut vec![filled])?)?;
+    /// let fills: Vec<_> = rt.backend().work_log().into_iter()
+    ///     .filter(|record| matches!(record.op, WorkOp::Fill { .. })).collect();
+    /// assert_eq!(fills.len(), 2);
+    /// assert!(fills[0].finished < fills[1].started); // in order
+    /// assert!(fills.iter().all(|record| record.outcome == WorkOutcome::Done));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn work_log(&self) -> Vec<WorkRecord> {
         self.log.records()
     }
 
     /// Forgets the work log's records (the sequence numbers go on increasing).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// rt.wait(rt.fill(DeviceId(0), buffer.all(), 1, &mut vec![])?)?;
+    /// let last = rt.backend().work_log().last().map(|record| record.finished).unwrap();
+    /// rt.backend().clear_work_log();
+    /// assert!(rt.backend().work_log().is_empty());
+    /// rt.wait(rt.fill(DeviceId(0), buffer.all(), 2, &mut vec![])?)?;
+    /// assert!(rt.backend().work_log()[0].started > last); // the sequence goes on
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn clear_work_log(&self) {
         self.log.clear();
     }
@@ -350,6 +585,25 @@ impl HostBackend {
 
     /// The failure that lost `device`, if it is lost (a device is lost by the first work
     /// item that fails on it, until [`Backend::reset_device`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::host::HostErrorCode;
+    ///
+    /// let backend = HostBackend::new(HostConfig::with_devices(2));
+    /// backend.register_kernel("wild_read", |ctx, _| ctx.view::<u32>(0x10, 1).map(drop));
+    /// let rt = Runtime::new(backend)?;
+    /// // SAFETY: the kernel touches no memory: the backend refuses its one access.
+    /// let dims = LaunchDims::linear(1, 1);
+    /// let faulted = unsafe { rt.launch(DeviceId(1), "wild_read", dims, &[], &mut vec![])? };
+    /// assert!(rt.wait(faulted).is_err());
+    /// let cause = rt.backend().device_lost(DeviceId(1)).unwrap();
+    /// assert_eq!(HostErrorCode::of(&cause), Some(HostErrorCode::IllegalAddress));
+    /// assert_eq!(rt.backend().device_lost(DeviceId(0)), None);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn device_lost(&self, device: DeviceId) -> Option<Error> {
         self.health
             .get(device.index())
@@ -576,6 +830,14 @@ impl Backend for HostBackend {
         Ok(())
     }
 
+    /// Recorded, and every later copy, fill and launch argument in that memory is checked
+    /// against its buffer. Not counted as a call (nor failed by fault injection): an
+    /// annotation, not a driver call.
+    fn note_buffer(&self, device: DeviceId, range: ByteRange, live: bool) -> Result<()> {
+        check_device(self, device)?;
+        lock(&self.memory).note_buffer(range, live, "note_buffer")
+    }
+
     fn host_register(&self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
         let call = self.calls.enter(CallKind::HostRegister)?;
         let slots = self.device_slots(device_ptrs, call)?;
@@ -743,7 +1005,7 @@ impl Backend for HostBackend {
         };
         // Destroyed streams are waited for, but their errors surface only through events.
         for point in &draining {
-            let _ = point.wait();
+            point.reached();
         }
         live.iter().try_for_each(|point| point.wait())
     }
@@ -971,23 +1233,34 @@ impl Backend for HostBackend {
         if bad_shape {
             return Err(HostErrorCode::InvalidValue.error(call));
         }
-        if let Some(entry) = entry {
-            entry.check_arguments(args)?;
-        }
-        let regions = {
+        let regions: Vec<Option<Region>> = {
             let memory = lock(&self.memory);
             args.iter()
-                .filter_map(|arg| match arg {
+                .map(|arg| match arg {
                     KernelArg::Ptr(p) => memory.region_of(*p),
                     _ => None,
                 })
                 .collect()
         };
+        // A library kernel's pointer arguments may reach the end of the buffer (or registered
+        // range) they point into, and no further; one pointing into no memory of this backend
+        // may reach nothing.
+        if let Some(entry) = entry {
+            entry.check_launch(args, &dims, |index| {
+                match (args.get(index), regions.get(index)) {
+                    (Some(KernelArg::Ptr(p)), Some(Some(region))) => {
+                        let range = region.range();
+                        range.start + range.len - p
+                    }
+                    _ => 0,
+                }
+            })?;
+        }
         let launch = Launch {
             function,
             dims,
             args: args.to_vec(),
-            regions,
+            regions: regions.into_iter().flatten().collect(),
         };
         shared.enqueue(WorkOp::Launch { kernel }, Payload::Launch(Box::new(launch)));
         Ok(())

@@ -17,12 +17,48 @@ use gpu_core::error::{Error, Result};
 use gpu_core::id::DeviceId;
 
 /// A stream of the host backend (the backend's [`gpu_core::backend::Backend::Stream`]).
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::host::HostErrorCode;
+/// use gpu_rt::runtime::with_device;
+///
+/// let backend = HostBackend::new(HostConfig::with_devices(1));
+/// let stream = with_device(&backend, DeviceId(0), || backend.stream_create(DeviceId(0)))?;
+/// with_device(&backend, DeviceId(0), || backend.stream_destroy(stream))?;
+/// // Handles are never reused: a destroyed stream is always recognised.
+/// let stale = with_device(&backend, DeviceId(0), || backend.stream_synchronize(stream));
+/// assert_eq!(HostErrorCode::of(&stale.unwrap_err()), Some(HostErrorCode::InvalidHandle));
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HostStream {
     id: u64,
 }
 
 /// An event of the host backend (the backend's [`gpu_core::backend::Backend::Event`]).
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::runtime::with_device;
+///
+/// let backend = HostBackend::new(HostConfig::with_devices(1));
+/// let d0 = DeviceId(0);
+/// let (stream, event) = with_device(&backend, d0, || {
+///     Ok((backend.stream_create(d0)?, backend.event_create(d0)?))
+/// })?;
+/// assert!(backend.event_query(event)?); // never recorded: complete
+/// with_device(&backend, d0, || backend.event_record(event, stream))?;
+/// backend.event_synchronize(event)?;
+/// assert!(backend.event_query(event)?);
+/// with_device(&backend, d0, || backend.event_destroy(event))?;
+/// with_device(&backend, d0, || backend.stream_destroy(stream))?;
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HostEvent {
     id: u64,
@@ -41,6 +77,25 @@ impl HostStream {
 
     /// The stream's number, as a program that created it would hand it to another library
     /// (what [`gpu_core::backend::Backend::adopt_stream`] takes back). Never zero.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::host::HostErrorCode;
+    /// use gpu_rt::runtime::with_device;
+    ///
+    /// let backend = HostBackend::new(HostConfig::with_devices(2));
+    /// let stream = with_device(&backend, DeviceId(1), || backend.stream_create(DeviceId(1)))?;
+    /// assert_ne!(stream.raw(), 0);
+    /// // SAFETY: `stream.raw()` is a live stream, destroyed only below.
+    /// assert_eq!(unsafe { backend.adopt_stream(DeviceId(1), stream.raw()) }?, stream);
+    /// // Another device's number is refused.
+    /// let refused = unsafe { backend.adopt_stream(DeviceId(0), stream.raw()) }.unwrap_err();
+    /// assert_eq!(HostErrorCode::of(&refused), Some(HostErrorCode::InvalidHandle));
+    /// with_device(&backend, DeviceId(1), || backend.stream_destroy(stream))?;
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn raw(&self) -> usize {
         self.id as usize
     }
@@ -60,6 +115,21 @@ impl HostEvent {
 }
 
 /// What a queued work item does, as the work log reports it.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::host::WorkOp;
+///
+/// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+/// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+/// rt.wait(rt.fill(DeviceId(0), buffer.span(0, 32)?, 7, &mut vec![])?)?;
+/// let ops: Vec<WorkOp> = rt.backend().work_log().iter().map(|record| record.op).collect();
+/// let fill = WorkOp::Fill { dst: buffer.address(), value: FillValue::U8(7), bytes: 32 };
+/// assert!(ops.contains(&fill));
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WorkOp {
     /// Copy `bytes` from `src` to `dst`.
@@ -103,6 +173,25 @@ pub enum WorkOp {
 }
 
 /// How a work item ended.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::host::{WorkOp, WorkOutcome};
+///
+/// let backend = HostBackend::new(HostConfig::with_devices(1));
+/// backend.register_kernel("fails", |ctx, _| ctx.arg_u32(0).map(drop)); // needs a `u32`
+/// let rt = Runtime::new(backend)?;
+/// // SAFETY: the kernel touches no memory.
+/// let dims = LaunchDims::linear(1, 1);
+/// let failed = unsafe { rt.launch(DeviceId(0), "fails", dims, &[], &mut vec![])? };
+/// assert!(rt.wait(failed).is_err());
+/// let log = rt.backend().work_log();
+/// let launch = log.iter().find(|record| matches!(record.op, WorkOp::Launch { .. })).unwrap();
+/// assert_eq!(launch.outcome, WorkOutcome::Failed);
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WorkOutcome {
     /// It ran and succeeded.
@@ -115,6 +204,28 @@ pub enum WorkOutcome {
 }
 
 /// One finished work item, with the backend-wide sequence numbers of its start and finish.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::host::{WorkOp, WorkRecord};
+///
+/// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(2)))?;
+/// let a = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+/// let b = rt.alloc(DeviceId(1), MemoryKind::Device, 64)?;
+/// let filled = rt.fill(DeviceId(0), a.all(), 1, &mut vec![])?;
+/// rt.wait(rt.fill(DeviceId(1), b.all(), 2, &mut vec![filled])?)?; // after the first
+/// let log = rt.backend().work_log();
+/// let fill_on = |device| {
+///     let fill = |r: &&WorkRecord| r.device == device && matches!(r.op, WorkOp::Fill { .. });
+///     log.iter().find(fill).unwrap()
+/// };
+/// let (first, second) = (fill_on(DeviceId(0)), fill_on(DeviceId(1)));
+/// assert_ne!(first.stream, second.stream);
+/// assert!(first.finished < second.started); // device 1's stream waited for device 0's
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WorkRecord {
     /// The stream it ran on.
@@ -202,19 +313,27 @@ pub(super) struct RecordPoint {
 }
 
 impl RecordPoint {
-    /// Whether the point is complete; `Err` if the stream failed before it.
+    /// Whether the point is complete; `Err` if the stream failed before it (see
+    /// [`StreamState::failure_before`]).
     pub(super) fn query(&self) -> Result<bool> {
-        let state = lock(&self.stream.state);
+        let mut state = lock(&self.stream.state);
         if state.completed < self.count {
             return Ok(false);
         }
         state.failure_before(self.count).map_or(Ok(true), Err)
     }
 
-    /// Blocks until the point is complete; `Err` if the stream failed before it.
+    /// Blocks until the point is complete; `Err` if the stream failed before it (see
+    /// [`StreamState::failure_before`]).
     pub(super) fn wait(&self) -> Result<()> {
-        let state = self.stream.wait_for(self.count);
+        let mut state = self.stream.wait_for(self.count);
         state.failure_before(self.count).map_or(Ok(()), Err)
+    }
+
+    /// Blocks until the point is complete, reporting nothing: for a stream waiting on
+    /// another's record, which must not take that stream's failure from its own waiters.
+    pub(super) fn reached(&self) {
+        drop(self.stream.wait_for(self.count));
     }
 }
 
@@ -222,18 +341,33 @@ struct StreamState {
     queue: VecDeque<WorkItem>,
     enqueued: u64,
     completed: u64,
-    /// The first failure: the number of the failed item (from 1) and its error.
-    failure: Option<(u64, Error)>,
+    /// A fault that lost the device: the number of the failed item (from 1) and its error.
+    /// Later items are skipped, and every point at or after it reports it.
+    fault: Option<(u64, Error)>,
+    /// The first failure not yet reported that did not lose the device: it failed only its
+    /// own item (later items run), and the first synchronisation that covers it reports it.
+    unreported: Option<(u64, Error)>,
     /// Destroyed: the worker exits once the queue is empty.
     closing: bool,
 }
 
 impl StreamState {
-    fn failure_before(&self, count: u64) -> Option<Error> {
-        self.failure
+    /// The failure a synchronisation of the first `count` items reports: the fault, if one
+    /// came before (every time), else the unreported failure before (once: it is taken).
+    fn failure_before(&mut self, count: u64) -> Option<Error> {
+        if let Some((item, error)) = &self.fault
+            && *item <= count
+        {
+            return Some(error.clone());
+        }
+        if self
+            .unreported
             .as_ref()
-            .filter(|(item, _)| *item <= count)
-            .map(|(_, error)| error.clone())
+            .is_some_and(|(item, _)| *item <= count)
+        {
+            return self.unreported.take().map(|(_, error)| error);
+        }
+        None
     }
 }
 
@@ -278,7 +412,8 @@ impl StreamShared {
                 queue: VecDeque::new(),
                 enqueued: 0,
                 completed: 0,
-                failure: None,
+                fault: None,
+                unreported: None,
                 closing: false,
             }),
             changed: Condvar::new(),
@@ -341,7 +476,7 @@ pub(super) fn run_worker(stream: Arc<StreamShared>, log: Arc<WorkLog>) {
                 .wait(state)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
         };
-        let failed_earlier = state.failure.is_some();
+        let failed_earlier = state.fault.is_some();
         drop(state);
 
         let started = log.next();
@@ -373,11 +508,13 @@ pub(super) fn run_worker(stream: Arc<StreamShared>, log: Arc<WorkLog>) {
         state.completed += 1;
         if let Some(error) = error {
             // A fault (an illegal address, a launch failure: a GPU driver's sticky codes)
-            // loses the device; any other failure stays the stream's.
+            // loses the device; any other failure is its item's alone.
             if matches!(&error, Error::Driver(driver) if driver.loses_device()) {
                 stream.health.lose(&error);
+                state.fault = Some((state.completed, error));
+            } else if state.unreported.is_none() {
+                state.unreported = Some((state.completed, error));
             }
-            state.failure = Some((state.completed, error));
         }
         drop(state);
         stream.changed.notify_all();
@@ -415,7 +552,7 @@ fn execute(item: &WorkItem) -> Result<()> {
         // A record that failed belongs to a lost device, which reports the failure itself:
         // the waiting stream (perhaps of a device that keeps working) goes on.
         (WorkOp::Wait { .. }, Payload::Wait(Some(point))) => {
-            let _ = point.wait();
+            point.reached();
             Ok(())
         }
         _ => Ok(()),

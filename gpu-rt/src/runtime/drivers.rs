@@ -4,135 +4,84 @@
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use std::sync::{Mutex, PoisonError};
 
+use super::events::EventPool;
 use super::guard::with_device;
-use super::state::State;
+use super::streams::StreamTable;
 use gpu_core::allocator::{MemoryKind, SegmentDriver};
 use gpu_core::backend::Backend;
 use gpu_core::error::{ByteRange, Error, Result};
 use gpu_core::id::{DeviceId, EventId, StreamId};
 use gpu_core::lock_table::PinDriver;
 
-/// A stream the runtime knows: its device and, once created (or adopted), its driver handle.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct StreamSlot<S> {
-    pub(crate) device: DeviceId,
-    pub(crate) handle: Option<S>,
-    /// Adopted from another program ([`super::Runtime::alloc_on_foreign_stream`]): used, never
-    /// destroyed.
-    pub(crate) adopted: bool,
-}
-
-/// The device and driver handle of a planner stream that must exist by now.
-pub(crate) fn find_stream<S: Copy>(
-    streams: &[StreamSlot<S>],
-    stream: StreamId,
-) -> Result<(DeviceId, S)> {
-    streams
-        .get(stream.index())
-        .and_then(|slot| Some((slot.device, slot.handle?)))
-        .ok_or_else(|| Error::UnknownStream { stream })
-}
-
-/// Events the allocator records at frees, pooled per device and named by slab index.
+/// The events an allocator recorded at frees and still waits on, named by slab index; their
+/// driver events come from, and go back to, the runtime's per-device [`EventPool`].
 pub(crate) struct AllocatorEvents<E> {
-    /// `slots[id]`: the event's device and driver handle (none once a reset of its device
-    /// destroyed it: the id is never handed out again).
-    slots: Vec<(DeviceId, Option<E>)>,
-    /// Per device, ids ready for reuse.
-    free: Vec<Vec<EventId>>,
-    /// Events created so far (pool misses).
-    pub(crate) created: u64,
+    /// `slots[id]`: the event's device and driver handle while the allocator holds it.
+    slots: Vec<Option<(DeviceId, E)>>,
+    /// Ids of empty slots, for reuse.
+    free_ids: Vec<EventId>,
+    pool: Arc<EventPool<E>>,
+    /// Events taken from the pool so far.
+    pub(crate) acquired: u64,
 }
 
 impl<E: Copy> AllocatorEvents<E> {
-    pub(crate) fn new(device_count: usize) -> Self {
+    pub(crate) fn new(pool: Arc<EventPool<E>>) -> Self {
         Self {
             slots: Vec::new(),
-            free: (0..device_count).map(|_| Vec::new()).collect(),
-            created: 0,
+            free_ids: Vec::new(),
+            pool,
+            acquired: 0,
         }
     }
 
-    /// Events recorded and not yet back in the pool.
+    /// Events recorded and not yet given back.
     pub(crate) fn in_use(&self) -> usize {
-        let live = self.slots.iter().filter(|(_, e)| e.is_some()).count();
-        live - self.free.iter().map(Vec::len).sum::<usize>()
+        self.slots.len() - self.free_ids.len()
     }
 
-    /// Every event, for shutdown.
-    pub(crate) fn drain(&mut self) -> impl Iterator<Item = (DeviceId, E)> + '_ {
-        self.free.iter_mut().for_each(Vec::clear);
-        self.slots
-            .drain(..)
-            .filter_map(|(device, event)| Some((device, event?)))
-    }
-
-    /// Forgets every event of `device`, which a reset destroyed (none may be in use: their
-    /// streams were retired first).
-    pub(crate) fn forget_device(&mut self, device: DeviceId) {
-        if let Some(pool) = self.free.get_mut(device.index()) {
-            pool.clear();
-        }
-        for (of, event) in &mut self.slots {
-            if *of == device {
-                *event = None;
+    /// Gives every event back to the pool (for shutdown, and when a reset replaced this
+    /// memory: the allocator that waited on them is gone). Those of `lost`, a device a reset
+    /// destroyed the events of, are dropped instead.
+    pub(crate) fn give_back(&mut self, lost: Option<DeviceId>) {
+        self.free_ids.clear();
+        for (device, event) in self.slots.drain(..).flatten() {
+            if Some(device) != lost {
+                self.pool.put(device, event);
             }
         }
     }
-}
 
-/// Where the allocator's driver finds the runtime's streams (the lock order is a device's
-/// memory first, then the runtime's state).
-pub(crate) enum Streams<'a, B: Backend> {
-    /// The caller holds the state: its streams are read as they are.
-    Held(&'a [StreamSlot<B::Stream>]),
-    /// The state is locked only when a stream is needed: on an allocation hit or a free on one
-    /// stream, never.
-    OnDemand(&'a Mutex<State<B>>),
-}
-
-// Copy whatever `B` is (a derive would ask `B: Copy`): both forms hold only references.
-impl<B: Backend> Clone for Streams<'_, B> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<B: Backend> Copy for Streams<'_, B> {}
-
-impl<B: Backend> Streams<'_, B> {
-    /// The device and driver handle of `stream`, which must exist by now.
-    fn get(self, stream: StreamId) -> Result<(DeviceId, B::Stream)> {
-        match self {
-            Streams::Held(streams) => find_stream(streams, stream),
-            Streams::OnDemand(state) => find_stream(
-                state
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .streams(),
-                stream,
-            ),
+    /// Forgets every event of `device`, which a reset destroyed (none may be waited on: their
+    /// streams were retired first).
+    pub(crate) fn forget_device(&mut self, device: DeviceId) {
+        for (index, slot) in self.slots.iter_mut().enumerate() {
+            if slot.is_some_and(|(of, _)| of == device) {
+                *slot = None;
+                self.free_ids.push(EventId(index as u32));
+            }
         }
     }
 
-    /// A live stream of the runtime's own on `device`, if there is one.
-    fn any_on(self, device: DeviceId) -> Option<B::Stream> {
-        let pick = |streams: &[StreamSlot<B::Stream>]| {
-            streams
-                .iter()
-                .find(|slot| slot.device == device && !slot.adopted)
-                .and_then(|slot| slot.handle)
-        };
-        match self {
-            Streams::Held(streams) => pick(streams),
-            Streams::OnDemand(state) => pick(
-                state
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .streams(),
-            ),
+    fn hold(&mut self, device: DeviceId, event: E) -> EventId {
+        self.acquired += 1;
+        match self.free_ids.pop() {
+            Some(id) => {
+                self.slots[id.index()] = Some((device, event));
+                id
+            }
+            None => {
+                self.slots.push(Some((device, event)));
+                EventId((self.slots.len() - 1) as u32)
+            }
+        }
+    }
+
+    fn release(&mut self, id: EventId) {
+        if let Some((device, event)) = self.slots.get_mut(id.index()).and_then(Option::take) {
+            self.free_ids.push(id);
+            self.pool.put(device, event);
         }
     }
 }
@@ -140,7 +89,7 @@ impl<B: Backend> Streams<'_, B> {
 /// The allocator's driver: segments and events on one backend, with the runtime's streams.
 pub(crate) struct Segments<'a, B: Backend> {
     pub(crate) backend: &'a B,
-    pub(crate) streams: Streams<'a, B>,
+    pub(crate) streams: &'a StreamTable<B::Stream>,
     pub(crate) events: &'a mut AllocatorEvents<B::Event>,
 }
 
@@ -149,7 +98,9 @@ impl<B: Backend> Segments<'_, B> {
         self.events
             .slots
             .get(event.index())
-            .and_then(|&(_, e)| e)
+            .copied()
+            .flatten()
+            .map(|(_, e)| e)
             .ok_or_else(|| Error::UnknownEvent { event })
     }
 }
@@ -211,36 +162,16 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
     /// another: a buffer used by a peer copy is freed on the copying device's stream).
     fn record_event(&mut self, _memory_device: DeviceId, stream: StreamId) -> Result<EventId> {
         let (device, stream) = self.streams.get(stream)?;
-        let backend = self.backend;
-        let events = &mut *self.events;
-        with_device(backend, device, || {
-            let pool = events
-                .free
-                .get_mut(device.index())
-                .ok_or_else(|| Error::UnknownDevice {
-                    device,
-                    device_count: backend.device_count(),
-                })?;
-            let id = match pool.pop() {
-                Some(id) => id,
-                None => {
-                    let event = backend.event_create(device)?;
-                    events.created += 1;
-                    events.slots.push((device, Some(event)));
-                    EventId((events.slots.len() - 1) as u32)
-                }
-            };
-            let Some(event) = events.slots[id.index()].1 else {
-                return Err(Error::UnknownEvent { event: id });
-            };
-            match backend.event_record(event, stream) {
-                Ok(()) => Ok(id),
-                Err(e) => {
-                    events.free[device.index()].push(id);
-                    Err(e)
-                }
+        let event = self.events.pool.take(self.backend, device)?;
+        match with_device(self.backend, device, || {
+            self.backend.event_record(event, stream)
+        }) {
+            Ok(()) => Ok(self.events.hold(device, event)),
+            Err(e) => {
+                self.events.pool.put(device, event);
+                Err(e)
             }
-        })
+        }
     }
 
     fn event_completed(&mut self, _device: DeviceId, event: EventId) -> Result<bool> {
@@ -258,15 +189,10 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
         self.backend.event_synchronize(self.event(event)?)
     }
 
-    /// Pools `event` with its own device's events: the one it was recorded for may be another
-    /// (the memory's device), and reusing it there would record it on a foreign stream.
+    /// Gives `event` back to the pool of its own device: the one it was recorded for may be
+    /// another (the memory's device), and reusing it there would record it on a foreign stream.
     fn release_event(&mut self, _memory_device: DeviceId, event: EventId) {
-        let Some(&(device, Some(_))) = self.events.slots.get(event.index()) else {
-            return;
-        };
-        if let Some(pool) = self.events.free.get_mut(device.index()) {
-            pool.push(event);
-        }
+        self.events.release(event);
     }
 
     fn synchronize(&mut self, device: DeviceId) -> Result<()> {

@@ -4,7 +4,6 @@
 use std::sync::PoisonError;
 
 use super::Runtime;
-use super::drivers::Streams;
 use super::memory::DeviceMemory;
 use gpu_core::allocator::{AllocRequest, MemoryKind};
 use gpu_core::backend::Backend;
@@ -28,6 +27,29 @@ impl<B: Backend> Runtime<B> {
     /// # Safety
     /// `stream` must be a live stream of `device` (or a default-stream handle of the driver)
     /// that stays alive until the runtime shuts down, as [`Backend::adopt_stream`] requires.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::runtime::with_device;
+    /// use std::sync::Arc;
+    ///
+    /// let (backend, d0) = (Arc::new(HostBackend::new(HostConfig::with_devices(1))), DeviceId(0));
+    /// let rt = Runtime::shared(Arc::clone(&backend), RuntimeConfig::default())?;
+    /// // The framework's own stream, created behind the runtime's back.
+    /// let stream = with_device(&*backend, d0, || backend.stream_create(d0))?;
+    /// let (raw, kind) = (stream.raw(), MemoryKind::Device);
+    /// // SAFETY (all three calls): `raw` is a live stream of device 0 that outlives the runtime.
+    /// let address = unsafe { rt.alloc_on_foreign_stream(d0, kind, 4096, raw)? };
+    /// unsafe { rt.free_on_foreign_stream(d0, address, 4096, raw)? };
+    /// // Freed on the stream that used it: reused on that stream at once.
+    /// let again = unsafe { rt.alloc_on_foreign_stream(d0, kind, 4096, raw)? };
+    /// assert_eq!(again, address);
+    /// rt.shutdown()?; // gives the block back; the stream stays the framework's
+    /// with_device(&*backend, d0, || backend.stream_destroy(stream))?;
+    /// # Ok::<(), Error>(())
+    /// ```
     #[inline]
     pub unsafe fn alloc_on_foreign_stream(
         &self,
@@ -41,7 +63,7 @@ impl<B: Backend> Runtime<B> {
         let stream = unsafe { self.adopted(&mut memory, device, stream) }?;
         memory.allocate_by_address(
             &self.backend,
-            Streams::OnDemand(&self.state),
+            &self.streams,
             &AllocRequest::new(kind, size).on_stream(stream, &[]),
         )
     }
@@ -54,6 +76,29 @@ impl<B: Backend> Runtime<B> {
     ///
     /// # Safety
     /// As for [`Runtime::alloc_on_foreign_stream`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::runtime::with_device;
+    /// use std::sync::Arc;
+    ///
+    /// let (backend, d0) = (Arc::new(HostBackend::new(HostConfig::with_devices(1))), DeviceId(0));
+    /// let rt = Runtime::shared(Arc::clone(&backend), RuntimeConfig::default())?;
+    /// let stream = with_device(&*backend, d0, || backend.stream_create(d0))?;
+    /// let raw = stream.raw();
+    /// // SAFETY (all four calls): `raw` is a live stream of device 0, destroyed after the runtime.
+    /// let address = unsafe { rt.alloc_on_foreign_stream(d0, MemoryKind::Device, 256, raw)? };
+    /// let wrong_size = unsafe { rt.free_on_foreign_stream(d0, address, 512, raw) };
+    /// assert!(matches!(wrong_size, Err(Error::FreeSizeMismatch { .. }))); // changes nothing
+    /// unsafe { rt.free_on_foreign_stream(d0, address, 256, raw)? };
+    /// let twice = unsafe { rt.free_on_foreign_stream(d0, address, 256, raw) };
+    /// assert!(matches!(twice, Err(Error::UnknownAddress { .. })));
+    /// rt.shutdown()?;
+    /// with_device(&*backend, d0, || backend.stream_destroy(stream))?;
+    /// # Ok::<(), Error>(())
+    /// ```
     #[inline]
     pub unsafe fn free_on_foreign_stream(
         &self,
@@ -71,7 +116,7 @@ impl<B: Backend> Runtime<B> {
         let stream = unsafe { self.adopted(&mut memory, device, stream) }?;
         memory.free_by_address(
             &self.backend,
-            Streams::OnDemand(&self.state),
+            &self.streams,
             device,
             (address, size),
             stream,
@@ -86,6 +131,30 @@ impl<B: Backend> Runtime<B> {
     ///
     /// # Safety
     /// As for [`Runtime::alloc_on_foreign_stream`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::runtime::with_device;
+    /// use std::sync::Arc;
+    ///
+    /// let (backend, d0) = (Arc::new(HostBackend::new(HostConfig::with_devices(1))), DeviceId(0));
+    /// let rt = Runtime::shared(Arc::clone(&backend), RuntimeConfig::default())?;
+    /// let [a, b] = [0; 2].map(|_| with_device(&*backend, d0, || backend.stream_create(d0)));
+    /// let (a, b) = (a?, b?);
+    /// // SAFETY (all four calls): `a` and `b` are live streams of device 0 outliving the runtime.
+    /// let address = unsafe { rt.alloc_on_foreign_stream(d0, MemoryKind::Device, 256, a.raw())? };
+    /// unsafe { rt.mark_used_on_foreign_stream(d0, address, b.raw())? }; // `b`'s work reads it too
+    /// unsafe { rt.free_on_foreign_stream(d0, address, 256, a.raw())? }; // reused after both
+    /// let bogus = unsafe { rt.mark_used_on_foreign_stream(d0, 0x1000, b.raw()) };
+    /// assert!(matches!(bogus, Err(Error::UnknownAddress { .. })));
+    /// rt.shutdown()?;
+    /// for stream in [a, b] {
+    ///     with_device(&*backend, d0, || backend.stream_destroy(stream))?;
+    /// }
+    /// # Ok::<(), Error>(())
+    /// ```
     pub unsafe fn mark_used_on_foreign_stream(
         &self,
         device: DeviceId,

@@ -16,6 +16,24 @@ use gpu_core::id::DeviceId;
 
 /// Holds `device` current until dropped (or [`DeviceGuard::restore`]d), then puts back what
 /// was current before: a device, nothing, or a context the backend does not own.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::runtime::DeviceGuard;
+///
+/// let backend = HostBackend::new(HostConfig::with_devices(2));
+/// backend.set_current_device(Some(DeviceId(0)))?; // what the caller had current
+/// {
+///     let _guard = DeviceGuard::new(&backend, DeviceId(1))?;
+///     assert_eq!(backend.current_device()?, Some(DeviceId(1)));
+///     let stream = backend.stream_create(DeviceId(1))?; // device 1's calls work here
+///     backend.stream_destroy(stream)?;
+/// }
+/// assert_eq!(backend.current_device()?, Some(DeviceId(0))); // put back at the drop
+/// # Ok::<(), Error>(())
+/// ```
 #[must_use = "the device is current only while the guard lives"]
 pub struct DeviceGuard<'a, B: Backend + ?Sized> {
     backend: &'a B,
@@ -28,6 +46,24 @@ impl<'a, B: Backend + ?Sized> DeviceGuard<'a, B> {
     /// Makes `device` current. Saves the thread's current state first (one query of the
     /// driver) and switches only if it is not `device` already, so nested guards on one device
     /// cost one query each.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::host::CallKind;
+    /// use gpu_rt::runtime::DeviceGuard;
+    ///
+    /// let backend = HostBackend::new(HostConfig::with_devices(2));
+    /// let outer = DeviceGuard::new(&backend, DeviceId(1))?;
+    /// let switches = backend.calls().of(CallKind::SetCurrentDevice);
+    /// let inner = DeviceGuard::new(&backend, DeviceId(1))?; // already current: no switch
+    /// assert_eq!(backend.calls().of(CallKind::SetCurrentDevice), switches);
+    /// drop((inner, outer));
+    /// assert_eq!(backend.current_device()?, None);
+    /// assert!(DeviceGuard::new(&backend, DeviceId(2)).is_err()); // no such device
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn new(backend: &'a B, device: DeviceId) -> Result<Self> {
         let saved = backend.save_current()?;
         let switched = !backend.is_current(saved, device);
@@ -43,6 +79,22 @@ impl<'a, B: Backend + ?Sized> DeviceGuard<'a, B> {
 
     /// Restores what was current before now and reports a driver failure to do so (dropping
     /// the guard restores too, but can only ignore such a failure).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::host::CallKind;
+    /// use gpu_rt::runtime::DeviceGuard;
+    ///
+    /// let backend = HostBackend::new(HostConfig::with_devices(1));
+    /// DeviceGuard::new(&backend, DeviceId(0))?.restore()?;
+    /// assert_eq!(backend.current_device()?, None);
+    /// // A failure to restore is reported here (a drop would have to ignore it).
+    /// backend.fail_nth(CallKind::RestoreCurrent, 1);
+    /// assert!(DeviceGuard::new(&backend, DeviceId(0))?.restore().is_err());
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn restore(mut self) -> Result<()> {
         let switched = core::mem::replace(&mut self.switched, false);
         if switched {
@@ -69,6 +121,22 @@ static RESTORE_FAILURES: AtomicU64 = AtomicU64::new(0);
 /// How many device restores failed after a successful bracketed call, process-wide. Such a
 /// call still returns its value: what it created (an allocation, a stream) must reach the
 /// caller, or it would leak.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::host::CallKind;
+/// use gpu_rt::runtime::{restore_failures, with_device};
+///
+/// let backend = HostBackend::new(HostConfig::with_devices(1));
+/// let before = restore_failures();
+/// backend.fail_nth(CallKind::RestoreCurrent, 1);
+/// // The bracketed call succeeded, so its value comes back; the failed restore is counted.
+/// assert_eq!(with_device(&backend, DeviceId(0), || Ok(5))?, 5);
+/// assert_eq!(restore_failures(), before + 1);
+/// # Ok::<(), Error>(())
+/// ```
 pub fn restore_failures() -> u64 {
     RESTORE_FAILURES.load(Ordering::Relaxed)
 }
@@ -76,6 +144,23 @@ pub fn restore_failures() -> u64 {
 /// Runs `f` with `device` current and restores what the caller had current afterwards.
 /// Returns `f`'s result; a failed restore after a successful `f` is counted in
 /// [`restore_failures`].
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::host::HostErrorCode;
+/// use gpu_rt::runtime::with_device;
+///
+/// let backend = HostBackend::new(HostConfig::with_devices(2));
+/// // The host backend, as CUDA, acts on a device only while it is current.
+/// let refused = backend.stream_create(DeviceId(1)).unwrap_err();
+/// assert_eq!(HostErrorCode::of(&refused), Some(HostErrorCode::WrongCurrentDevice));
+/// let stream = with_device(&backend, DeviceId(1), || backend.stream_create(DeviceId(1)))?;
+/// with_device(&backend, DeviceId(1), || backend.stream_destroy(stream))?;
+/// assert_eq!(backend.current_device()?, None); // the caller's state, unchanged
+/// # Ok::<(), Error>(())
+/// ```
 pub fn with_device<B: Backend + ?Sized, T>(
     backend: &B,
     device: DeviceId,

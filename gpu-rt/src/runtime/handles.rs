@@ -22,6 +22,22 @@ pub(super) type UseList = spin::Mutex<Vec<StreamId>>;
 
 /// A byte range of memory an operation uses: part of a [`Buffer`], of [`LockedHost`] memory,
 /// or (for the runtime's own staging) a raw address.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+///
+/// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+/// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+/// let (head, tail) = (buffer.span(0, 32)?, buffer.span(32, 32)?);
+/// assert_eq!(tail.address(), head.address() + 32);
+/// let filled = rt.fill(DeviceId(0), tail, 4, &mut vec![])?; // the buffer notes the fill's stream
+/// let mut out = [0u8; 64];
+/// rt.download(DeviceId(0), &mut out, buffer.all(), &mut vec![filled])?;
+/// assert_eq!((out[31], out[32]), (0, 4));
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy)]
 pub struct Span<'a> {
     pub(super) address: usize,
@@ -57,26 +73,94 @@ impl<'a> Span<'a> {
     /// `[address, address + len)` stays valid, as memory the devices that use it can reach,
     /// until every operation given this span has completed, and the host does not race with
     /// those operations.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 32)?;
+    /// let data = vec![9u8; 32]; // memory the runtime neither owns nor borrows
+    /// // SAFETY: `data` stays valid, and unwritten, until the copy has completed (waited below).
+    /// let raw = unsafe { Span::from_raw(data.as_ptr() as usize, data.len()) };
+    /// rt.wait(rt.copy(DeviceId(0), buffer.all(), raw, &mut vec![])?)?;
+    /// let mut out = [0u8; 32];
+    /// rt.download(DeviceId(0), &mut out, buffer.all(), &mut vec![])?;
+    /// assert_eq!(out, [9; 32]);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub unsafe fn from_raw(address: usize, len: usize) -> Span<'static> {
         Span::raw(address, len)
     }
 
     /// The address of the span's first byte.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// assert_eq!(buffer.all().address(), buffer.address());
+    /// assert_eq!(buffer.span(16, 8)?.address(), buffer.address() + 16);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn address(&self) -> usize {
         self.address
     }
 
     /// The span's length in bytes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// assert_eq!((buffer.all().len(), buffer.span(16, 8)?.len()), (64, 8));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Whether the span is empty.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// assert!(!buffer.all().is_empty());
+    /// // Spans are never empty: a zero length is refused where it is asked for.
+    /// assert!(matches!(buffer.span(0, 0), Err(Error::ZeroSize { .. })));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// The part `[offset, offset + len)` of this span.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// let half = buffer.span(32, 32)?;
+    /// let quarter = half.sub(16, 16)?; // bytes 48..64 of the buffer
+    /// assert_eq!(quarter.address(), buffer.address() + 48);
+    /// let past_end = Error::OutOfBounds { offset: 16, len: 32, size: 32 };
+    /// assert_eq!(half.sub(16, 32).err(), Some(past_end));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn sub(&self, offset: usize, len: usize) -> Result<Span<'a>> {
         check_bounds(offset, len, self.len)?;
         Ok(Span {
@@ -160,6 +244,28 @@ fn check_bounds(offset: usize, len: usize, size: usize) -> Result<()> {
 }
 
 /// One argument of [`Runtime::launch`].
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+///
+/// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+/// let n = 256;
+/// let x = rt.alloc(DeviceId(0), MemoryKind::Device, n * 4)?;
+/// let y = rt.alloc(DeviceId(0), MemoryKind::Device, n * 4)?;
+/// let x_in = rt.fill_elements(DeviceId(0), x.all(), FillValue::U32(3f32.to_bits()), &mut vec![])?;
+/// let y_in = rt.fill_elements(DeviceId(0), y.all(), FillValue::U32(1f32.to_bits()), &mut vec![])?;
+/// // `axpy_f32(a, x, y, count)`: y = a * x + y. Arguments in the order the kernel takes them.
+/// let args = [Arg::F32(2.0), Arg::Span(x.all()), Arg::Span(y.all()), Arg::U64(n as u64)];
+/// let dims = LaunchDims::linear(1, 256);
+/// // SAFETY: a library kernel: the runtime checks how far it reaches into each span.
+/// let done = unsafe { rt.launch(DeviceId(0), "axpy_f32", dims, &args, &mut vec![x_in, y_in])? };
+/// let mut out = vec![0u8; n * 4];
+/// rt.download(DeviceId(0), &mut out, y.all(), &mut vec![done])?;
+/// assert_eq!(f32::from_ne_bytes(out[..4].try_into().unwrap()), 7.0); // 2 * 3 + 1
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy)]
 pub enum Arg<'a> {
     /// Memory the kernel reads or writes (its address is passed).
@@ -192,6 +298,27 @@ impl<'a> Arg<'a> {
 
 /// A kernel loaded on one device of a runtime, from [`Runtime::kernel`]. Copy it freely: it
 /// borrows the runtime.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+///
+/// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(2)))?;
+/// // One handle per device, looked up by name once; launches do no lookup.
+/// let fills: Vec<Kernel<'_, _>> =
+///     (0..2).map(|d| rt.kernel(DeviceId(d), "fill_u32")).collect::<Result<_>>()?;
+/// for (d, fill) in (0u32..).zip(&fills) {
+///     let buffer = rt.alloc(DeviceId(d), MemoryKind::Device, 64)?;
+///     let args = [Arg::Span(buffer.all()), Arg::U32(d + 10), Arg::U64(16)];
+///     // SAFETY: a library kernel: the runtime checks how far it reaches into each span.
+///     let filled = unsafe { fill.launch(LaunchDims::linear(1, 16), &args, &mut vec![])? };
+///     let mut out = [0u8; 64];
+///     rt.download(DeviceId(d), &mut out, buffer.all(), &mut vec![filled])?;
+///     assert_eq!(out[60..], (d + 10).to_ne_bytes());
+/// }
+/// # Ok::<(), Error>(())
+/// ```
 pub struct Kernel<'rt, B: Backend> {
     pub(super) runtime: &'rt Runtime<B>,
     pub(super) device: DeviceId,
@@ -213,6 +340,23 @@ impl<B: Backend> Copy for Kernel<'_, B> {}
 
 impl<B: Backend> Kernel<'_, B> {
     /// The device the kernel is loaded on.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(2)))?;
+    /// let fill = rt.kernel(DeviceId(1), "fill_u32")?;
+    /// assert_eq!(fill.device(), DeviceId(1));
+    /// // Its span arguments must be memory of that device.
+    /// let elsewhere = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// let args = [Arg::Span(elsewhere.all()), Arg::U32(0), Arg::U64(16)];
+    /// // SAFETY: a library kernel: the runtime checks how far it reaches into each span.
+    /// let refused = unsafe { fill.launch(LaunchDims::linear(1, 16), &args, &mut vec![]) };
+    /// assert!(matches!(refused, Err(Error::WrongDevice { .. })));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn device(&self) -> DeviceId {
         self.device
     }
@@ -229,6 +373,27 @@ impl<B: Backend> Kernel<'_, B> {
     /// `params` points to one valid pointer per kernel parameter, each to a value of that
     /// parameter's type, readable during the call; every byte the kernel reaches stays valid
     /// until it has completed, and the host does not race with it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use core::ffi::c_void;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// let fill = rt.kernel(DeviceId(0), "fill_u32")?; // fill_u32(dst, value, count)
+    /// let (mut dst, mut value, mut count) = (buffer.address(), 7u32, 16u64);
+    /// let mut params: [*mut c_void; 3] =
+    ///     [(&raw mut dst).cast(), (&raw mut value).cast(), (&raw mut count).cast()];
+    /// // SAFETY: one pointer per parameter, each to a value of its type; the 16 words fit the
+    /// // buffer, which outlives the kernel (it is waited for before the buffer is dropped).
+    /// let dims = LaunchDims::linear(1, 16);
+    /// let launched = unsafe { fill.launch_packed(dims, params.as_mut_ptr(), &mut vec![]) };
+    /// // A GPU backend enqueues it; the host backend's kernels take typed arguments only.
+    /// assert!(matches!(launched, Err(Error::Unsupported { backend: "host", .. })));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub unsafe fn launch_packed(
         &self,
         dims: LaunchDims,
@@ -297,6 +462,33 @@ impl<B: Backend> Kernel<'_, B> {
     /// spans, so those launches meet this contract by construction; for any other kernel (one
     /// the host backend registered under a name of its own) the caller guarantees that it
     /// touches only bytes inside the spans it is given.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let data = rt.alloc(DeviceId(0), MemoryKind::Device, 2 * 4 * 4)?; // 2 groups of 4 words
+    /// let up: Vec<u8> = (0u32..8).flat_map(u32::to_ne_bytes).collect();
+    /// let uploaded = rt.upload(DeviceId(0), data.all(), &up, &mut vec![])?;
+    /// // `workgroup_reverse_u32(data, words_per_group)`: needs 16 bytes of workgroup memory.
+    /// let reverse = rt.kernel(DeviceId(0), "workgroup_reverse_u32")?;
+    /// let args = [Arg::Span(data.all()), Arg::U32(4)];
+    /// let dims = LaunchDims { dynamic_workgroup_bytes: 16, ..LaunchDims::linear(2, 4) };
+    /// // SAFETY: a library kernel: the runtime checks how far it reaches into each span.
+    /// let done = unsafe { reverse.launch(dims, &args, &mut vec![uploaded])? };
+    /// let mut out = vec![0u8; 32];
+    /// rt.download(DeviceId(0), &mut out, data.all(), &mut vec![done])?;
+    /// // Each group's words reversed, plus one.
+    /// assert_eq!(out, [4u32, 3, 2, 1, 8, 7, 6, 5].map(u32::to_ne_bytes).concat());
+    /// // Too little workgroup memory for 4 words is refused before anything is queued.
+    /// let small = LaunchDims { dynamic_workgroup_bytes: 8, ..dims };
+    /// // SAFETY: as above.
+    /// let refused = unsafe { reverse.launch(small, &args, &mut vec![]) };
+    /// assert!(matches!(refused, Err(Error::KernelReach { .. })));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub unsafe fn launch(
         &self,
         dims: LaunchDims,
@@ -354,6 +546,20 @@ impl<B: Backend> Kernel<'_, B> {
 
 /// Memory from the runtime's allocator. Freed when dropped (or by [`Runtime::free`]), after
 /// every stream that used it is done with it.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+///
+/// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+/// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 1 << 20)?;
+/// let _filled = rt.fill(DeviceId(0), buffer.all(), 1, &mut vec![])?;
+/// drop(buffer); // safe while the fill may still run: the memory is reused only after it
+/// let again = rt.alloc(DeviceId(0), MemoryKind::Device, 1 << 20)?;
+/// assert_eq!(again.size(), 1 << 20);
+/// # Ok::<(), Error>(())
+/// ```
 pub struct Buffer<'rt, B: Backend> {
     pub(super) runtime: &'rt Runtime<B>,
     pub(super) device: DeviceId,
@@ -385,26 +591,91 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
     }
 
     /// The device the buffer belongs to.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(2)))?;
+    /// let buffer = rt.alloc(DeviceId(1), MemoryKind::Device, 64)?;
+    /// assert_eq!(buffer.device(), DeviceId(1));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn device(&self) -> DeviceId {
         self.device
     }
 
     /// The kind of memory.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// for kind in [MemoryKind::Device, MemoryKind::Managed, MemoryKind::HostPinned] {
+    ///     assert_eq!(rt.alloc(DeviceId(0), kind, 64)?.kind(), kind);
+    /// }
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn kind(&self) -> MemoryKind {
         self.handle.kind()
     }
 
     /// The buffer's size in bytes (as asked for).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 100)?;
+    /// assert_eq!(buffer.size(), 100); // as asked for, though the allocator rounds the block up
+    /// assert_eq!(buffer.all().len(), 100);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn size(&self) -> usize {
         self.size
     }
 
     /// The buffer's address (device address for device memory).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::host::HOST_ALLOCATION_ALIGNMENT;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let a = rt.alloc(DeviceId(0), MemoryKind::Device, 100)?;
+    /// let b = rt.alloc(DeviceId(0), MemoryKind::Device, 100)?;
+    /// assert_ne!(a.address(), b.address());
+    /// assert_eq!(a.address() % HOST_ALLOCATION_ALIGNMENT, 0);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn address(&self) -> usize {
         self.address
     }
 
     /// The part `[offset, offset + len)` of the buffer, for operations.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 100)?;
+    /// let filled = rt.fill(DeviceId(0), buffer.span(90, 10)?, 0xee, &mut vec![])?;
+    /// let mut tail = [0u8; 10];
+    /// rt.download(DeviceId(0), &mut tail, buffer.span(90, 10)?, &mut vec![filled])?;
+    /// assert_eq!(tail, [0xee; 10]);
+    /// let past_end = Error::OutOfBounds { offset: 90, len: 20, size: 100 };
+    /// assert_eq!(buffer.span(90, 20).err(), Some(past_end));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn span(&self, offset: usize, len: usize) -> Result<Span<'_>> {
         check_bounds(offset, len, self.size)?;
         let device = (self.kind() == MemoryKind::Device).then_some(self.device);
@@ -419,6 +690,18 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
     }
 
     /// The whole buffer, for operations.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 100)?;
+    /// let all = buffer.all();
+    /// assert_eq!((all.address(), all.len()), (buffer.address(), 100));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn all(&self) -> Span<'_> {
         let device = (self.kind() == MemoryKind::Device).then_some(self.device);
         Span {
@@ -435,6 +718,26 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
     ///
     /// # Safety
     /// No enqueued work may be using these bytes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let staging = rt.alloc(DeviceId(0), MemoryKind::HostPinned, 8)?;
+    /// // SAFETY: no work has been enqueued on the staging buffer yet.
+    /// unsafe { staging.write_host(0, &[1, 2, 3, 4, 5, 6, 7, 8])? };
+    /// let device = rt.alloc(DeviceId(0), MemoryKind::Device, 8)?;
+    /// let copied = rt.copy(DeviceId(0), device.all(), staging.all(), &mut vec![])?;
+    /// let mut out = [0u8; 8];
+    /// rt.download(DeviceId(0), &mut out, device.all(), &mut vec![copied])?;
+    /// assert_eq!(out, [1, 2, 3, 4, 5, 6, 7, 8]);
+    /// // SAFETY: as above. Device memory is not the host's to write.
+    /// let refused = unsafe { device.write_host(0, &[0]) };
+    /// assert!(matches!(refused, Err(Error::KindUnsupported { .. })));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub unsafe fn write_host(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.check_host_access(offset, data.len())?;
         // SAFETY: host-accessible memory of this buffer, in bounds (checked); the caller
@@ -453,6 +756,24 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
     ///
     /// # Safety
     /// No enqueued work may be writing these bytes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let managed = rt.alloc(DeviceId(0), MemoryKind::Managed, 8)?;
+    /// rt.wait(rt.fill(DeviceId(0), managed.all(), 0x42, &mut vec![])?)?;
+    /// let mut out = [0u8; 4];
+    /// // SAFETY: the fill that wrote the buffer has completed (waited for above).
+    /// unsafe { managed.read_host(4, &mut out)? };
+    /// assert_eq!(out, [0x42; 4]);
+    /// // SAFETY: as above. Out of bounds: bytes 6..10 of 8.
+    /// let refused = unsafe { managed.read_host(6, &mut out) };
+    /// assert!(matches!(refused, Err(Error::OutOfBounds { .. })));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub unsafe fn read_host(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check_host_access(offset, out.len())?;
         // SAFETY: as in `write_host`.
@@ -481,20 +802,47 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
         // Freed here, so not again by `drop`; the use list is the one field that owns memory.
         let mut this = core::mem::ManuallyDrop::new(self);
         let uses = core::mem::take(this.uses.get_mut());
-        this.runtime
-            .release_block(this.device, this.handle, &uses, this.epoch)
+        this.runtime.release_block(
+            this.device,
+            (this.handle, this.address, this.size),
+            &uses,
+            this.epoch,
+        )
     }
 }
 
 impl<B: Backend> Drop for Buffer<'_, B> {
     fn drop(&mut self) {
         // Errors cannot be reported from a drop; `Runtime::free` reports them.
-        let _ =
-            (self.runtime).release_block(self.device, self.handle, self.uses.get_mut(), self.epoch);
+        let _ = (self.runtime).release_block(
+            self.device,
+            (self.handle, self.address, self.size),
+            self.uses.get_mut(),
+            self.epoch,
+        );
     }
 }
 
 /// The caller's host memory, pinned for DMA while this guard lives.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+///
+/// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+/// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 4096)?;
+/// let mut host = vec![3u8; 4096];
+/// let locked = rt.lock_host(&mut host)?; // `host` is borrowed while pinned
+/// assert_eq!(rt.stats().locks.entries, 1);
+/// // Pinned memory is copied directly, with no staging.
+/// let copied = rt.copy(DeviceId(0), buffer.all(), locked.span(0, 4096)?, &mut vec![])?;
+/// rt.wait(copied)?;
+/// drop(locked); // waits for the transfers that used it, then unpins
+/// assert_eq!(rt.stats().locks.entries, 0);
+/// host[0] = 4; // the caller's again
+/// # Ok::<(), Error>(())
+/// ```
 pub struct LockedHost<'rt, 'm, B: Backend> {
     pub(super) runtime: &'rt Runtime<B>,
     /// The memory's first byte and length: held raw, since memory pinned through
@@ -514,6 +862,23 @@ unsafe impl<B: Backend> Sync for LockedHost<'_, '_, B> {}
 
 impl<B: Backend> LockedHost<'_, '_, B> {
     /// The part `[offset, offset + len)`, for transfers.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let mut host = vec![0u8; 64];
+    /// let mut locked = rt.lock_host(&mut host)?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 16)?;
+    /// let filled = rt.fill(DeviceId(0), buffer.all(), 9, &mut vec![])?;
+    /// let copied = rt.copy(DeviceId(0), locked.span(48, 16)?, buffer.all(), &mut vec![filled])?;
+    /// rt.wait(copied)?;
+    /// assert_eq!(&locked.memory()?[40..], [vec![0; 8], vec![9; 16]].concat());
+    /// assert!(matches!(locked.span(48, 32), Err(Error::OutOfBounds { .. })));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn span(&self, offset: usize, len: usize) -> Result<Span<'_>> {
         check_bounds(offset, len, self.len)?;
         Ok(Span {
@@ -530,6 +895,25 @@ impl<B: Backend> LockedHost<'_, '_, B> {
     /// finished: waits for the streams that did (a span's borrow ends when its transfer is
     /// enqueued, not when it completes). Borrowing it mutably needs the guard mutably, so no
     /// new transfer can use it while the host holds it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 16)?;
+    /// let mut host = vec![0u8; 16];
+    /// let mut locked = rt.lock_host(&mut host)?;
+    /// locked.memory()?.copy_from_slice(&[6; 16]); // the host writes the pinned memory
+    /// let up = rt.copy(DeviceId(0), buffer.all(), locked.span(0, 16)?, &mut vec![])?;
+    /// let back = rt.fill(DeviceId(0), buffer.span(0, 4)?, 0, &mut vec![up])?;
+    /// let down = rt.copy(DeviceId(0), locked.span(0, 16)?, buffer.all(), &mut vec![back])?;
+    /// // Waits for the copies that used the memory before handing it out.
+    /// assert_eq!(locked.memory()?, [vec![0; 4], vec![6; 12]].concat());
+    /// # rt.wait(down)?;
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn memory(&mut self) -> Result<&mut [u8]> {
         let uses = self.uses.get_mut();
         self.runtime.synchronize_streams(uses)?;
@@ -541,6 +925,20 @@ impl<B: Backend> LockedHost<'_, '_, B> {
     }
 
     /// Unpins now, reporting a failure (dropping the guard unpins too, silently).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let mut host = vec![0u8; 4096];
+    /// let locked = rt.lock_host(&mut host)?;
+    /// assert_eq!(rt.stats().locks.driver_pins, 1);
+    /// locked.unlock()?; // reports a failure to unpin, where dropping would ignore it
+    /// assert_eq!((rt.stats().locks.entries, rt.stats().locks.driver_unpins), (0, 1));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn unlock(self) -> Result<()> {
         let this = core::mem::ManuallyDrop::new(self);
         this.runtime.unlock_host(&this)

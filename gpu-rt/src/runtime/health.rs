@@ -22,6 +22,21 @@ struct DeviceHealth {
     cause: spin::Mutex<Option<Error>>,
     /// Resets so far: the device's epoch.
     resets: AtomicU32,
+    /// Host waits blocking on the device's streams and events outside the state's lock
+    /// ([`HostWaitHold`]): a reset, which destroys those, is refused while any runs.
+    host_waits: AtomicU32,
+}
+
+/// A host wait in progress on a device, taken under the state's lock before the lock is let go
+/// and the host blocks: while it lives the device is not reset under the wait.
+pub(crate) struct HostWaitHold<'h> {
+    counter: &'h AtomicU32,
+}
+
+impl Drop for HostWaitHold<'_> {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(1, Ordering::Release);
+    }
 }
 
 /// The health of every device of a runtime.
@@ -90,6 +105,21 @@ impl Health {
         self.devices
             .get(device.index())
             .map_or(0, |health| health.resets.load(Ordering::Acquire))
+    }
+
+    /// Notes a host wait about to block on `device` outside the state's lock (take it under the
+    /// lock: a reset holds that lock while it checks [`Health::host_waits`]).
+    pub(crate) fn hold_host_wait(&self, device: DeviceId) -> Option<HostWaitHold<'_>> {
+        let counter = &self.devices.get(device.index())?.host_waits;
+        counter.fetch_add(1, Ordering::Relaxed);
+        Some(HostWaitHold { counter })
+    }
+
+    /// Host waits blocking on `device` now.
+    pub(crate) fn host_waits(&self, device: DeviceId) -> u32 {
+        self.devices
+            .get(device.index())
+            .map_or(0, |health| health.host_waits.load(Ordering::Acquire))
     }
 
     /// Marks `device` usable again after a reset, in a new epoch.

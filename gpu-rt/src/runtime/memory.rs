@@ -4,17 +4,19 @@
 //! An allocation hit or a free takes only its device's lock, never the runtime's state: the
 //! state is locked, after the memory, only when the allocator needs a stream's driver handle.
 
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use super::drivers::{AllocatorEvents, Segments, StreamSlot, Streams};
-use super::guard::with_device;
+use super::drivers::{AllocatorEvents, Segments};
+use super::events::EventPool;
 use super::lock::{BackoffGuard, BackoffMutex};
+use super::streams::StreamTable;
 use gpu_core::allocator::{
     AllocRequest, Allocation, AllocatorConfig, AllocatorStats, BlockHandle, DeviceAllocator,
     MemoryKind, Release,
 };
 use gpu_core::backend::{Backend, DeviceInfo};
-use gpu_core::error::{Error, Result};
+use gpu_core::error::{ByteRange, Error, Result};
 use gpu_core::id::{DeviceId, StreamId};
 
 /// A device's memory, locked.
@@ -42,26 +44,32 @@ impl<B: Backend> DeviceMemory<B> {
     pub(crate) fn for_devices(
         infos: &[DeviceInfo],
         config: AllocatorConfig,
+        events: &Arc<EventPool<B::Event>>,
     ) -> Vec<BackoffMutex<Self>> {
         infos
             .iter()
             .enumerate()
             .map(|(index, info)| {
-                BackoffMutex::new(Self::new(DeviceId(index as u32), info, config, infos.len()))
+                BackoffMutex::new(Self::new(
+                    DeviceId(index as u32),
+                    info,
+                    config,
+                    Arc::clone(events),
+                ))
             })
             .collect()
     }
 
-    /// Empty memory of `device` (of `device_count`).
+    /// Empty memory of `device`, recording its events with drivers events from `events`.
     pub(crate) fn new(
         device: DeviceId,
         info: &DeviceInfo,
         config: AllocatorConfig,
-        device_count: usize,
+        events: Arc<EventPool<B::Event>>,
     ) -> Self {
         Self {
             allocator: DeviceAllocator::new(device, info.allocator, config),
-            events: AllocatorEvents::new(device_count),
+            events: AllocatorEvents::new(events),
             deferred_frees: Vec::new(),
             adopted: Vec::new(),
             by_address: hashbrown::HashMap::new(),
@@ -70,17 +78,11 @@ impl<B: Backend> DeviceMemory<B> {
 
     /// Replaces this device's memory with empty memory after a reset of the device, which
     /// freed its segments: nothing is freed again. Its events of other devices (recorded on
-    /// their streams, for blocks they used) are destroyed; its own device's died with it.
-    pub(crate) fn reset(&mut self, backend: &B, device: DeviceId, fresh: Self) {
-        let old = core::mem::replace(self, fresh);
-        let mut events = old.events;
-        for (of, event) in events.drain() {
-            if of != device {
-                // A failed destroy leaves an event of a working device behind: nothing to do
-                // about it here but not to stop the reset.
-                let _ = with_device(backend, of, || backend.event_destroy(event));
-            }
-        }
+    /// their streams, for blocks they used) go back to the pool; its own device's died with it.
+    pub(crate) fn reset(&mut self, device: DeviceId, fresh: Self) {
+        core::mem::replace(self, fresh)
+            .events
+            .give_back(Some(device));
     }
 
     /// Forgets `device`'s streams and events after a reset of that device (this memory is
@@ -89,14 +91,13 @@ impl<B: Backend> DeviceMemory<B> {
     pub(crate) fn forget_device(
         &mut self,
         backend: &B,
-        streams: &[StreamSlot<B::Stream>],
+        streams: &StreamTable<B::Stream>,
         device: DeviceId,
     ) {
-        let (allocator, mut driver) = self.parts(backend, Streams::Held(streams));
-        for (index, slot) in streams.iter().enumerate() {
-            if slot.device == device {
-                allocator.retire_stream(&mut driver, StreamId(index as u32));
-            }
+        let of_device = streams.of_device(device);
+        let (allocator, mut driver) = self.parts(backend, streams);
+        for stream in of_device {
+            allocator.retire_stream(&mut driver, stream);
         }
         self.events.forget_device(device);
     }
@@ -105,7 +106,7 @@ impl<B: Backend> DeviceMemory<B> {
     fn parts<'a>(
         &'a mut self,
         backend: &'a B,
-        streams: Streams<'a, B>,
+        streams: &'a StreamTable<B::Stream>,
     ) -> (&'a mut DeviceAllocator, Segments<'a, B>) {
         let driver = Segments {
             backend,
@@ -120,32 +121,49 @@ impl<B: Backend> DeviceMemory<B> {
     pub(crate) fn allocate(
         &mut self,
         backend: &B,
-        streams: Streams<'_, B>,
+        streams: &StreamTable<B::Stream>,
         request: &AllocRequest<'_>,
     ) -> Result<Allocation> {
+        let device = self.allocator.device();
         let (allocator, mut driver) = self.parts(backend, streams);
-        allocator.allocate(&mut driver, request)
+        let allocation = allocator.allocate(&mut driver, request)?;
+        let buffer = ByteRange::new(allocation.address, request.size);
+        // The backend hears of the buffer (a checking backend bounds accesses by it); one it
+        // refuses is given back, so a failed call changes nothing.
+        match buffer.map_or(Ok(()), |buffer| backend.note_buffer(device, buffer, true)) {
+            Ok(()) => Ok(allocation),
+            Err(e) => {
+                let _ = allocator.free(&mut driver, allocation.handle, Release::Idle);
+                Err(e)
+            }
+        }
     }
 
-    /// Frees `handle`, ordered after the work of every stream in `uses`. A free the driver
-    /// fails is kept and retried by the next trim (and at teardown, once every stream is idle).
+    /// Frees `handle`, the buffer `[address, address + size)`, ordered after the work of
+    /// every stream in `uses`. A free the driver fails is kept and retried by the next trim
+    /// (and at teardown, once every stream is idle).
     #[inline]
     pub(crate) fn free(
         &mut self,
         backend: &B,
-        streams: Streams<'_, B>,
+        streams: &StreamTable<B::Stream>,
         handle: BlockHandle,
+        (address, size): (usize, usize),
         uses: &[StreamId],
     ) -> Result<()> {
+        let device = self.allocator.device();
+        let noted = ByteRange::new(address, size)
+            .map_or(Ok(()), |buffer| backend.note_buffer(device, buffer, false));
         self.free_once(backend, streams, handle, uses)
-            .inspect_err(|_| self.deferred_frees.push((handle, uses.to_vec())))
+            .inspect_err(|_| self.deferred_frees.push((handle, uses.to_vec())))?;
+        noted
     }
 
     #[inline]
     fn free_once(
         &mut self,
         backend: &B,
-        streams: Streams<'_, B>,
+        streams: &StreamTable<B::Stream>,
         handle: BlockHandle,
         uses: &[StreamId],
     ) -> Result<()> {
@@ -181,7 +199,7 @@ impl<B: Backend> DeviceMemory<B> {
     pub(crate) fn allocate_by_address(
         &mut self,
         backend: &B,
-        streams: Streams<'_, B>,
+        streams: &StreamTable<B::Stream>,
         request: &AllocRequest<'_>,
     ) -> Result<usize> {
         let allocation = self.allocate(backend, streams, request)?;
@@ -198,14 +216,14 @@ impl<B: Backend> DeviceMemory<B> {
     pub(crate) fn free_by_address(
         &mut self,
         backend: &B,
-        streams: Streams<'_, B>,
+        streams: &StreamTable<B::Stream>,
         device: DeviceId,
         (address, size): (usize, usize),
         stream: StreamId,
     ) -> Result<()> {
         let handle = self.live_by_address(device, (address, size))?;
         self.by_address.remove(&address);
-        self.free(backend, streams, handle, &[stream])
+        self.free(backend, streams, handle, (address, size), &[stream])
     }
 
     /// The block of the live allocation at `address`, made with `size` bytes; an unknown
@@ -262,10 +280,11 @@ impl<B: Backend> DeviceMemory<B> {
 
     /// Retries the frees that failed, then gives cached memory back to the driver; returns
     /// the bytes released. Frees that fail again stay for the next trim.
-    pub(crate) fn trim(&mut self, backend: &B, streams: Streams<'_, B>) -> Result<usize> {
+    pub(crate) fn trim(&mut self, backend: &B, streams: &StreamTable<B::Stream>) -> Result<usize> {
         let mut first_error = Ok(());
         for (handle, uses) in core::mem::take(&mut self.deferred_frees) {
-            if let Err(e) = self.free(backend, streams, handle, &uses) {
+            if let Err(e) = self.free_once(backend, streams, handle, &uses) {
+                self.deferred_frees.push((handle, uses));
                 first_error = first_error.and(Err(e));
             }
         }
@@ -277,8 +296,8 @@ impl<B: Backend> DeviceMemory<B> {
     /// Takes every stream in `streams` as idle (all synchronised, about to be destroyed): what
     /// was freed on them, and what waits on events recorded on them, is known complete and
     /// usable by every stream, and the fences' events go back.
-    pub(crate) fn all_streams_idle(&mut self, backend: &B, streams: &[StreamSlot<B::Stream>]) {
-        let (allocator, mut driver) = self.parts(backend, Streams::Held(streams));
+    pub(crate) fn all_streams_idle(&mut self, backend: &B, streams: &StreamTable<B::Stream>) {
+        let (allocator, mut driver) = self.parts(backend, streams);
         allocator.all_streams_idle(&mut driver);
     }
 

@@ -17,6 +17,26 @@ use gpu_core::error::{Error, Result};
 use gpu_core::id::DeviceId;
 
 /// What the runtime found and did for one ordered pair of devices at open.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::runtime::PeerLink;
+///
+/// let mut config = HostConfig::with_devices(3);
+/// config.devices[2].peer_link = false; // device 2 is not on the link
+/// let rt = Runtime::new(HostBackend::new(config))?;
+/// let [d0, d1, d2] = [0, 1, 2].map(DeviceId);
+/// assert_eq!(rt.peer_link(d0, d1)?, &PeerLink::Enabled);
+/// assert_eq!(rt.peer_link(d0, d2)?, &PeerLink::Impossible);
+/// assert_eq!(rt.peer_link(d2, d2)?, &PeerLink::SameDevice);
+/// // Copies between 0 and 2 still work: the driver stages them through the host.
+/// let (a, c) = (rt.alloc(d0, MemoryKind::Device, 64)?, rt.alloc(d2, MemoryKind::Device, 64)?);
+/// rt.wait(rt.copy(d2, c.all(), a.all(), &mut vec![])?)?;
+/// assert_eq!(rt.stats().peer_copies_staged, 1);
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PeerLink {
     /// The device reaches the peer's memory directly: copies run over the link, and kernels
@@ -33,6 +53,22 @@ pub enum PeerLink {
 }
 
 /// How a copy between two devices' memory ran.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+///
+/// let config = RuntimeConfig { peer_access: false, ..RuntimeConfig::default() };
+/// let rt = Runtime::with_config(HostBackend::new(HostConfig::with_devices(2)), config)?;
+/// let a = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+/// let b = rt.alloc(DeviceId(1), MemoryKind::Device, 64)?;
+/// rt.wait(rt.copy(DeviceId(1), b.all(), a.all(), &mut vec![])?)?;
+/// // Each copy between devices' memory is counted by its path: staged here, with no peer access.
+/// let stats = rt.stats();
+/// assert_eq!((stats.peer_copies_direct, stats.peer_copies_staged), (0, 1));
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PeerPath {
     /// Over the link between the devices (peer access enabled both ways).

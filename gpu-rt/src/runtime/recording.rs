@@ -47,11 +47,60 @@ impl<H: PartialEq + Copy> Names<H> {
     }
 }
 
+/// What the wrapped backend holds for the caller, each with its device (a reset of a device
+/// destroys that device's streams, events and memory).
+struct Held<B: Backend> {
+    streams: Vec<(B::Stream, DeviceId)>,
+    /// Adopted streams: not the caller's to destroy (not counted), but they name a device.
+    adopted: Vec<(B::Stream, DeviceId)>,
+    events: Vec<(B::Event, DeviceId)>,
+    /// With their device (`None`: allocated on a stream the wrapper never saw made).
+    allocations: Vec<(usize, Option<DeviceId>)>,
+    registrations: usize,
+}
+
+impl<B: Backend> Held<B> {
+    const fn new() -> Self {
+        Self {
+            streams: Vec::new(),
+            adopted: Vec::new(),
+            events: Vec::new(),
+            allocations: Vec::new(),
+            registrations: 0,
+        }
+    }
+
+    fn counts(&self) -> LiveObjects {
+        LiveObjects {
+            streams: self.streams.len(),
+            events: self.events.len(),
+            allocations: self.allocations.len(),
+            registrations: self.registrations,
+        }
+    }
+
+    /// The device of `stream` (created or adopted through the wrapper).
+    fn device_of(&self, stream: B::Stream) -> Option<DeviceId> {
+        self.streams
+            .iter()
+            .chain(&self.adopted)
+            .find(|&&(s, _)| s == stream)
+            .map(|&(_, device)| device)
+    }
+}
+
+/// Removes the first entry whose key is `key`.
+fn forget<K: PartialEq, V>(entries: &mut Vec<(K, V)>, key: &K) {
+    if let Some(index) = entries.iter().position(|(k, _)| k == key) {
+        entries.swap_remove(index);
+    }
+}
+
 struct Log<B: Backend> {
     ops: Vec<TraceOp>,
     streams: Names<B::Stream>,
     events: Names<B::Event>,
-    live: LiveObjects,
+    held: Held<B>,
     /// Calls counted so far (all but name, device count, device info and `is_current`).
     calls: u64,
     /// The call number that fails, once.
@@ -64,6 +113,25 @@ struct Log<B: Backend> {
 }
 
 /// Objects the wrapped backend holds for its caller right now.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::runtime::LiveObjects;
+/// use std::sync::Arc;
+///
+/// let recorder = Arc::new(RecordingBackend::new(HostBackend::new(HostConfig::default())));
+/// let rt = Runtime::shared(Arc::clone(&recorder), RuntimeConfig::default())?;
+/// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+/// rt.wait(rt.fill(DeviceId(0), buffer.all(), 0, &mut vec![])?)?;
+/// let live = recorder.live();
+/// assert_eq!((live.allocations, live.streams), (1, 1)); // a segment, a pooled stream
+/// drop(buffer);
+/// rt.shutdown()?;
+/// assert_eq!(recorder.live(), LiveObjects::default());
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LiveObjects {
     /// Streams created and not destroyed.
@@ -77,6 +145,25 @@ pub struct LiveObjects {
 }
 
 /// Wraps any backend and records its stream/event calls (successful ones) as [`TraceOp`]s.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_core::token::TraceOp;
+/// use std::sync::Arc;
+///
+/// let recorder = Arc::new(RecordingBackend::new(HostBackend::new(HostConfig::default())));
+/// let rt = Runtime::shared(Arc::clone(&recorder), RuntimeConfig::default())?;
+/// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+/// rt.wait(rt.fill(DeviceId(0), buffer.all(), 0, &mut vec![])?)?;
+/// drop(buffer);
+/// rt.shutdown()?;
+/// let trace = recorder.trace(); // what the driver saw
+/// assert!(matches!(trace[0], TraceOp::CreateStream { .. }));
+/// assert!(recorder.defects().is_empty()); // no leak, no use after destroy
+/// # Ok::<(), Error>(())
+/// ```
 pub struct RecordingBackend<B: Backend> {
     inner: B,
     log: Mutex<Log<B>>,
@@ -84,12 +171,40 @@ pub struct RecordingBackend<B: Backend> {
 
 impl<B: Backend> RecordingBackend<B> {
     /// Records the calls made to `inner`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let recorder = RecordingBackend::new(HostBackend::new(HostConfig::with_devices(2)));
+    /// assert_eq!((recorder.device_count(), recorder.calls()), (2, 0)); // a `Backend` too
+    /// let rt = Runtime::new(recorder)?;
+    /// assert_eq!(rt.device_count(), 2);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn new(inner: B) -> Self {
         Self::with_trace(inner, true)
     }
 
     /// Counts the calls made to `inner` and the objects it holds, keeping no trace: for long
     /// runs, where a trace would grow with every call ([`RecordingBackend::trace`] stays empty).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use std::sync::Arc;
+    ///
+    /// let backend = HostBackend::new(HostConfig::default());
+    /// let recorder = Arc::new(RecordingBackend::counting(backend));
+    /// let rt = Runtime::shared(Arc::clone(&recorder), RuntimeConfig::default())?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// rt.wait(rt.fill(DeviceId(0), buffer.all(), 0, &mut vec![])?)?;
+    /// assert!(recorder.calls() > 0 && recorder.trace().is_empty()); // counted, not traced
+    /// assert_eq!(recorder.live().allocations, 1);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn counting(inner: B) -> Self {
         Self::with_trace(inner, false)
     }
@@ -101,7 +216,7 @@ impl<B: Backend> RecordingBackend<B> {
                 ops: Vec::new(),
                 streams: Names::new(),
                 events: Names::new(),
-                live: LiveObjects::default(),
+                held: Held::new(),
                 calls: 0,
                 fail_at: None,
                 tracing,
@@ -112,19 +227,65 @@ impl<B: Backend> RecordingBackend<B> {
 
     /// Makes call number `n` (counted from the wrapper's creation) fail once with an injected
     /// driver error, without reaching the wrapped backend.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use std::sync::Arc;
+    ///
+    /// let recorder = Arc::new(RecordingBackend::new(HostBackend::new(HostConfig::default())));
+    /// let rt = Runtime::shared(Arc::clone(&recorder), RuntimeConfig::default())?;
+    /// recorder.fail_call(recorder.calls() + 1); // the next call fails, once
+    /// assert!(rt.alloc(DeviceId(0), MemoryKind::Device, 64).is_err());
+    /// assert!(rt.alloc(DeviceId(0), MemoryKind::Device, 64).is_ok()); // nothing was left broken
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn fail_call(&self, n: u64) {
         self.log().fail_at = Some(n);
     }
 
     /// Calls made so far (every trait method but `name`, `device_count`, `device_info` and
     /// `is_current`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use std::sync::Arc;
+    ///
+    /// let recorder = Arc::new(RecordingBackend::new(HostBackend::new(HostConfig::default())));
+    /// let rt = Runtime::shared(Arc::clone(&recorder), RuntimeConfig::default())?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// let before = recorder.calls();
+    /// drop(rt.alloc(DeviceId(0), MemoryKind::Device, 64)?); // a cache hit: no driver call
+    /// assert_eq!(recorder.calls(), before);
+    /// # drop(buffer);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn calls(&self) -> u64 {
         self.log().calls
     }
 
     /// What the wrapped backend holds for the caller right now.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use std::sync::Arc;
+    ///
+    /// let recorder = Arc::new(RecordingBackend::new(HostBackend::new(HostConfig::default())));
+    /// let rt = Runtime::shared(Arc::clone(&recorder), RuntimeConfig::default())?;
+    /// let mut host = vec![0u8; 4096];
+    /// let locked = rt.lock_host(&mut host)?;
+    /// assert_eq!(recorder.live().registrations, 1); // pinned through the driver
+    /// drop(locked);
+    /// assert_eq!(recorder.live().registrations, 0);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn live(&self) -> LiveObjects {
-        self.log().live
+        self.log().held.counts()
     }
 
     fn log(&self) -> std::sync::MutexGuard<'_, Log<B>> {
@@ -148,11 +309,46 @@ impl<B: Backend> RecordingBackend<B> {
     }
 
     /// The wrapped backend.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let recorder = RecordingBackend::new(HostBackend::new(HostConfig::default()));
+    /// let rt = Runtime::new(recorder)?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// // The wrapped backend, for what only it offers: the host backend's own counters.
+    /// assert_eq!(rt.backend().inner().stats().allocations, 1);
+    /// # drop(buffer);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn inner(&self) -> &B {
         &self.inner
     }
 
     /// The calls recorded so far.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_core::token::TraceOp;
+    /// use std::sync::Arc;
+    ///
+    /// let backend = HostBackend::new(HostConfig::with_devices(2));
+    /// let recorder = Arc::new(RecordingBackend::new(backend));
+    /// let rt = Runtime::shared(Arc::clone(&recorder), RuntimeConfig::default())?;
+    /// let a = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// let b = rt.alloc(DeviceId(1), MemoryKind::Device, 64)?;
+    /// let filled = rt.fill(DeviceId(0), a.all(), 1, &mut vec![])?;
+    /// rt.wait(rt.copy(DeviceId(1), b.all(), a.all(), &mut vec![filled])?)?;
+    /// let trace = recorder.trace();
+    /// // The copy on device 1 waited for the fill on device 0 with an event, not the host.
+    /// assert!(trace.iter().any(|op| matches!(op, TraceOp::Wait { .. })));
+    /// assert!(trace.iter().any(|op| matches!(op, TraceOp::PeerCopy { direct: true, .. })));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn trace(&self) -> Vec<TraceOp> {
         self.log
             .lock()
@@ -163,6 +359,24 @@ impl<B: Backend> RecordingBackend<B> {
 
     /// Checks the calls recorded so far (a trace checked before every object was destroyed
     /// reports the live ones as leaks).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use std::sync::Arc;
+    ///
+    /// let recorder = Arc::new(RecordingBackend::new(HostBackend::new(HostConfig::default())));
+    /// let rt = Runtime::shared(Arc::clone(&recorder), RuntimeConfig::default())?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// rt.wait(rt.fill(DeviceId(0), buffer.all(), 0, &mut vec![])?)?;
+    /// // Checked while the runtime lives, its pooled stream is still alive: reported as a leak.
+    /// assert_eq!(recorder.defects().len(), 1);
+    /// drop(buffer);
+    /// rt.shutdown()?;
+    /// assert!(recorder.defects().is_empty());
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn defects(&self) -> Vec<Defect> {
         check(&self.trace())
     }
@@ -244,14 +458,18 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     /// adopted stream is not counted as live (the runtime never destroys it).
     unsafe fn adopt_stream(&self, device: DeviceId, raw: usize) -> Result<B::Stream> {
         // SAFETY: the caller's promise, passed on.
-        unsafe { self.inner.adopt_stream(device, raw) }
+        let adopted = unsafe { self.inner.adopt_stream(device, raw) };
+        if let Ok(stream) = adopted {
+            self.log().held.adopted.push((stream, device));
+        }
+        adopted
     }
 
     fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
         self.enter("allocate")?;
         let result = self.inner.allocate(device, kind, bytes);
-        if let Ok(Some(_)) = result {
-            self.log().live.allocations += 1;
+        if let Ok(Some(address)) = result {
+            self.log().held.allocations.push((address, Some(device)));
         }
         result
     }
@@ -264,8 +482,10 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     ) -> Result<Option<usize>> {
         self.enter("allocate_on_stream")?;
         let result = self.inner.allocate_on_stream(stream, kind, bytes);
-        if let Ok(Some(_)) = result {
-            self.log().live.allocations += 1;
+        if let Ok(Some(address)) = result {
+            let mut log = self.log();
+            let device = log.held.device_of(stream);
+            log.held.allocations.push((address, device));
         }
         self.launch_on(&result, stream);
         result
@@ -281,7 +501,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.enter("free")?;
         let result = self.inner.free(device, kind, address, after);
         if result.is_ok() {
-            self.log().live.allocations -= 1;
+            forget(&mut self.log().held.allocations, &address);
         }
         if let Some(stream) = after {
             self.launch_on(&result, stream);
@@ -289,11 +509,16 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         result
     }
 
+    /// Passed on, unrecorded: an annotation, not a driver call.
+    fn note_buffer(&self, device: DeviceId, range: ByteRange, live: bool) -> Result<()> {
+        self.inner.note_buffer(device, range, live)
+    }
+
     fn host_register(&self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
         self.enter("host_register")?;
         let result = self.inner.host_register(range, device_ptrs);
         if result.is_ok() {
-            self.log().live.registrations += 1;
+            self.log().held.registrations += 1;
         }
         result
     }
@@ -302,7 +527,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.enter("host_unregister")?;
         let result = self.inner.host_unregister(start);
         if result.is_ok() {
-            self.log().live.registrations -= 1;
+            self.log().held.registrations -= 1;
         }
         result
     }
@@ -320,7 +545,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.enter("stream_create")?;
         let result = self.inner.stream_create(device);
         if let Ok(stream) = result {
-            self.log().live.streams += 1;
+            self.log().held.streams.push((stream, device));
             self.record(&result, |log| TraceOp::CreateStream {
                 stream: StreamId(log.streams.create(stream)),
                 device,
@@ -333,7 +558,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.enter("stream_destroy")?;
         let result = self.inner.stream_destroy(stream);
         if result.is_ok() {
-            self.log().live.streams -= 1;
+            forget(&mut self.log().held.streams, &stream);
         }
         self.record(&result, |log| TraceOp::DestroyStream {
             stream: StreamId(log.streams.of(stream)),
@@ -354,7 +579,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.enter("event_create")?;
         let result = self.inner.event_create(device);
         if let Ok(event) = result {
-            self.log().live.events += 1;
+            self.log().held.events.push((event, device));
             self.record(&result, |log| TraceOp::CreateEvent {
                 event: EventId(log.events.create(event)),
                 device,
@@ -367,7 +592,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.enter("event_destroy")?;
         let result = self.inner.event_destroy(event);
         if result.is_ok() {
-            self.log().live.events -= 1;
+            forget(&mut self.log().held.events, &event);
         }
         self.record(&result, |log| TraceOp::DestroyEvent {
             event: EventId(log.events.of(event)),
@@ -424,9 +649,41 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.enter("reset_device")?;
         let result = self.inner.reset_device(device);
         if result.is_ok() {
-            self.log()
-                .peer_access
-                .retain(|&(a, b)| a != device && b != device);
+            let mut log = self.log();
+            log.peer_access.retain(|&(a, b)| a != device && b != device);
+            // The reset destroyed the device's streams and events (the trace says so) and
+            // freed its memory.
+            let held = &mut log.held;
+            let streams: Vec<_> = held
+                .streams
+                .iter()
+                .filter(|&&(_, d)| d == device)
+                .map(|&(s, _)| s)
+                .collect();
+            let events: Vec<_> = held
+                .events
+                .iter()
+                .filter(|&&(_, d)| d == device)
+                .map(|&(e, _)| e)
+                .collect();
+            held.streams.retain(|&(_, d)| d != device);
+            held.adopted.retain(|&(_, d)| d != device);
+            held.events.retain(|&(_, d)| d != device);
+            held.allocations.retain(|&(_, d)| d != Some(device));
+            if log.tracing {
+                for stream in streams {
+                    let op = TraceOp::DestroyStream {
+                        stream: StreamId(log.streams.of(stream)),
+                    };
+                    log.ops.push(op);
+                }
+                for event in events {
+                    let op = TraceOp::DestroyEvent {
+                        event: EventId(log.events.of(event)),
+                    };
+                    log.ops.push(op);
+                }
+            }
         }
         result
     }

@@ -1,5 +1,6 @@
 //! The runtime's mutable state behind its one lock: the token planner, the driver handles of
-//! the planner's streams and events, the kernel cache; and the code that carries a plan out on
+//! the planner's events (its streams' are in their own table, [`super::streams`]), the kernel
+//! cache; and the code that carries a plan out on
 //! the backend, step by step, each under the device guard. (Memory has a lock per device.)
 
 use alloc::ffi::CString;
@@ -8,11 +9,12 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::ffi::{CStr, c_void};
 
-use super::drivers::{StreamSlot, Streams, find_stream};
+use super::events::EventPool;
 use super::guard::with_device;
 use super::health::Health;
 use super::lock::BackoffMutex;
 use super::memory::DeviceMemory;
+use super::streams::{StreamSlot, StreamTable};
 use super::{ModuleId, RuntimeStats};
 use gpu_core::backend::{Backend, DeviceInfo};
 use gpu_core::error::{Error, Result};
@@ -44,6 +46,14 @@ pub(crate) enum HostWait<B: Backend> {
 }
 
 impl<B: Backend> HostWait<B> {
+    /// The device the wait blocks on (none for [`HostWait::Nothing`]).
+    pub(crate) fn device(&self) -> Option<DeviceId> {
+        match self {
+            HostWait::Nothing => None,
+            HostWait::Stream(device, _) | HostWait::Event(device, _) => Some(*device),
+        }
+    }
+
     /// Blocks until the work has finished; reports its failure (a failure that loses the
     /// device as [`Error::DeviceLost`], noted in `health`).
     pub(crate) fn block(self, backend: &B, health: &Health) -> Result<()> {
@@ -97,10 +107,12 @@ pub(crate) struct State<B: Backend> {
     pub(crate) planner: Planner,
     /// Steps being carried out (a reused buffer).
     steps: Vec<PlanStep>,
-    /// Driver streams of the planner's stream ids.
-    streams: Vec<StreamSlot<B::Stream>>,
+    /// Driver streams of the planner's stream ids (shared with the allocator's driver).
+    streams: Arc<StreamTable<B::Stream>>,
     /// Driver events of the planner's event ids, with their devices.
     events: Vec<Option<(DeviceId, B::Event)>>,
+    /// Where driver events come from and go back to (shared with the allocators).
+    event_pool: Arc<EventPool<B::Event>>,
     /// Indices of loaded kernels by name, then by device: looked up by `&str` with no
     /// allocation, once per handle.
     kernel_names: hashbrown::HashMap<String, Vec<Option<KernelIndex>>>,
@@ -125,18 +137,23 @@ struct Counts {
     stream_acquires: u64,
     streams_created: u64,
     event_acquires: u64,
-    events_created: u64,
     operations: u64,
     waits: u64,
 }
 
 impl<B: Backend> State<B> {
-    pub(crate) fn new(infos: &[DeviceInfo], health: Arc<Health>) -> Self {
+    pub(crate) fn new(
+        infos: &[DeviceInfo],
+        health: Arc<Health>,
+        streams: Arc<StreamTable<B::Stream>>,
+        event_pool: Arc<EventPool<B::Event>>,
+    ) -> Self {
         Self {
             planner: Planner::new(infos.len()),
             steps: Vec::new(),
-            streams: Vec::new(),
+            streams,
             events: Vec::new(),
+            event_pool,
             kernel_names: hashbrown::HashMap::new(),
             kernels: Vec::new(),
             modules: Vec::new(),
@@ -229,7 +246,10 @@ impl<B: Backend> State<B> {
             }
             PlanStep::ReleaseStream { .. } | PlanStep::ReleaseEvent { .. } => Ok(()),
             PlanStep::DestroyStream { stream, .. } => self.destroy_stream(backend, stream.index()),
-            PlanStep::DestroyEvent { event, .. } => self.destroy_event(backend, event.index()),
+            PlanStep::DestroyEvent { event, .. } => {
+                self.give_back_event(event.index());
+                Ok(())
+            }
             PlanStep::Record { event, stream } => {
                 let event_id = event;
                 let (device, stream) = self.stream(stream)?;
@@ -310,34 +330,23 @@ impl<B: Backend> State<B> {
         device: DeviceId,
         stream: StreamId,
     ) -> Result<B::Stream> {
-        let slot = self.slot(device, stream);
-        slot.device = device;
-        if let Some(handle) = slot.handle {
+        if let Some(handle) = self.streams.handle(stream) {
             return Ok(handle);
         }
         let handle = with_device(backend, device, || backend.stream_create(device))?;
         self.counts.streams_created += 1;
-        self.slot(device, stream).handle = Some(handle);
+        self.streams.set(
+            stream,
+            StreamSlot {
+                device,
+                handle: Some(handle),
+                adopted: false,
+            },
+        );
         Ok(handle)
     }
 
-    /// The slot of `stream`, made room for (new slots: of `device`, no handle yet).
-    fn slot(&mut self, device: DeviceId, stream: StreamId) -> &mut StreamSlot<B::Stream> {
-        let index = stream.index();
-        if self.streams.len() <= index {
-            self.streams.resize(
-                index + 1,
-                StreamSlot {
-                    device,
-                    handle: None,
-                    adopted: false,
-                },
-            );
-        }
-        &mut self.streams[index]
-    }
-
-    /// The driver event of `event`, created now if it has none yet.
+    /// The driver event of `event`, taken from the pool now if it has none yet.
     fn ensure_event(&mut self, backend: &B, device: DeviceId, event: EventId) -> Result<B::Event> {
         let index = event.index();
         if self.events.len() <= index {
@@ -346,8 +355,7 @@ impl<B: Backend> State<B> {
         if let Some((_, handle)) = self.events[index] {
             return Ok(handle);
         }
-        let handle = with_device(backend, device, || backend.event_create(device))?;
-        self.counts.events_created += 1;
+        let handle = self.event_pool.take(backend, device)?;
         self.events[index] = Some((device, handle));
         Ok(handle)
     }
@@ -357,44 +365,39 @@ impl<B: Backend> State<B> {
     /// destroyed.
     pub(crate) fn adopt_stream(&mut self, device: DeviceId, handle: B::Stream) -> Result<StreamId> {
         let stream = self.planner.reserve_stream(device)?;
-        *self.slot(device, stream) = StreamSlot {
-            device,
-            handle: Some(handle),
-            adopted: true,
-        };
+        self.streams.set(
+            stream,
+            StreamSlot {
+                device,
+                handle: Some(handle),
+                adopted: true,
+            },
+        );
         Ok(stream)
     }
 
     /// Destroys the driver stream at `index`, if any and not adopted; a failed destroy keeps
     /// the handle.
     fn destroy_stream(&mut self, backend: &B, index: usize) -> Result<()> {
-        let Some(slot) = self.streams.get_mut(index).filter(|slot| !slot.adopted) else {
-            return Ok(());
-        };
-        let (device, Some(handle)) = (slot.device, slot.handle.take()) else {
+        let Some((device, handle)) = self.streams.take_own(index) else {
             return Ok(());
         };
         with_device(backend, device, || backend.stream_destroy(handle))
-            .inspect_err(|_| self.streams[index].handle = Some(handle))
+            .inspect_err(|_| self.streams.put_back(index, handle))
     }
 
-    /// Destroys the driver event at `index`, if any; a failed destroy keeps the handle.
-    fn destroy_event(&mut self, backend: &B, index: usize) -> Result<()> {
-        let Some((device, handle)) = self.events.get_mut(index).and_then(Option::take) else {
-            return Ok(());
-        };
-        self.note_completed_on_host(EventId(index as u32), false);
-        with_device(backend, device, || backend.event_destroy(handle))
-            .inspect_err(|_| self.events[index] = Some((device, handle)))
+    /// Gives the driver event at `index`, if any, back to the pool (the planner no longer
+    /// names it).
+    fn give_back_event(&mut self, index: usize) {
+        if let Some((device, handle)) = self.events.get_mut(index).and_then(Option::take) {
+            self.note_completed_on_host(EventId(index as u32), false);
+            self.event_pool.put(device, handle);
+        }
     }
 
+    #[inline]
     fn stream(&self, stream: StreamId) -> Result<(DeviceId, B::Stream)> {
-        find_stream(&self.streams, stream)
-    }
-
-    /// The driver streams of the planner's stream ids, for the allocator's driver.
-    pub(crate) fn streams(&self) -> &[StreamSlot<B::Stream>] {
-        &self.streams
+        self.streams.get(stream)
     }
 
     /// The driver event of `event`.
@@ -428,7 +431,8 @@ impl<B: Backend> State<B> {
         }
     }
 
-    fn stream_wait(&self, stream: StreamId) -> Result<HostWait<B>> {
+    /// What the host blocks on to wait for the work enqueued on `stream` so far.
+    pub(crate) fn stream_wait(&self, stream: StreamId) -> Result<HostWait<B>> {
         match self.stream(stream) {
             Ok((device, handle)) => Ok(HostWait::Stream(device, handle)),
             // A stream never created has no work to wait for.
@@ -488,11 +492,7 @@ impl<B: Backend> State<B> {
     /// their next use, kernels and modules are loaded again when asked for, and kernel handles
     /// from before are refused ([`Error::StaleAfterReset`]).
     pub(crate) fn forget_device(&mut self, device: DeviceId) {
-        for slot in &mut self.streams {
-            if slot.device == device && !slot.adopted {
-                slot.handle = None;
-            }
-        }
+        self.streams.forget_device(device);
         let mut forgotten = Vec::new();
         for (index, event) in self.events.iter_mut().enumerate() {
             if event.is_some_and(|(of, _)| of == device) {
@@ -702,7 +702,7 @@ impl<B: Backend> State<B> {
             stream_acquires: self.counts.stream_acquires,
             streams_created: self.counts.streams_created,
             event_acquires: self.counts.event_acquires,
-            events_created: self.counts.events_created,
+            events_created: self.event_pool.created(),
             operations: self.counts.operations,
             waits: self.counts.waits,
             planner: self.planner.footprint(),
@@ -742,12 +742,10 @@ impl<B: Backend> State<B> {
                 if round == 1 {
                     device.all_streams_idle(backend, &self.streams);
                 }
-                trimmed += device
-                    .trim(backend, Streams::Held(&self.streams))
-                    .unwrap_or_else(|e| {
-                        note(Err(e));
-                        0
-                    });
+                trimmed += device.trim(backend, &self.streams).unwrap_or_else(|e| {
+                    note(Err(e));
+                    0
+                });
             }
         }
         for module in 0..self.modules.len() {
@@ -761,32 +759,29 @@ impl<B: Backend> State<B> {
         for step in steps.drain(..) {
             note(self.carry_out(backend, step, &mut no_work));
         }
-        // Streams and events the planner no longer names (those of outstanding tokens) go too.
-        // A destroy the driver refuses is tried once more (a failed call changes nothing).
-        let mut allocator_events: Vec<_> = memory
-            .iter_mut()
-            .flat_map(|device| device.get_mut().events.drain())
-            .collect();
+        // Streams and events the planner no longer names (those of outstanding tokens) go too;
+        // every event goes back to the pool, and the pool's events are destroyed. A destroy
+        // the driver refuses is tried once more (a failed call changes nothing).
+        for index in 0..self.events.len() {
+            self.give_back_event(index);
+        }
+        for device in memory.iter_mut() {
+            device.get_mut().events.give_back(None);
+        }
+        let mut events = self.event_pool.drain();
         for _ in 0..2 {
             for index in 0..self.streams.len() {
                 note(self.destroy_stream(backend, index));
             }
-            for index in 0..self.events.len() {
-                note(self.destroy_event(backend, index));
-            }
-            allocator_events.retain(|&(device, handle)| {
+            events.retain(|&(device, handle)| {
                 let destroyed = with_device(backend, device, || backend.event_destroy(handle));
                 let failed = destroyed.is_err();
                 note(destroyed);
                 failed
             });
         }
-        let streams_left = self
-            .streams
-            .iter()
-            .filter(|slot| slot.handle.is_some() && !slot.adopted)
-            .count();
-        let events_left = self.events.iter().flatten().count() + allocator_events.len();
+        let streams_left = self.streams.own_live();
+        let events_left = events.len();
         Teardown {
             program,
             trimmed,

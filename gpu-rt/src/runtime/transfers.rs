@@ -18,6 +18,24 @@ impl<B: Backend> Runtime<B> {
     /// pinned is copied directly; other memory goes through two pinned staging buffers. A
     /// transfer that fails once started discards every token it holds, `after`'s included
     /// (shutdown reports them as discarded).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 256)?;
+    /// let input: Vec<u8> = (0..=255).collect();
+    /// let uploaded = rt.upload(DeviceId(0), buffer.all(), &input, &mut vec![])?;
+    /// // `input` is no longer needed here; the token stands for the device side.
+    /// let mut out = vec![0u8; 256];
+    /// rt.download(DeviceId(0), &mut out, buffer.all(), &mut vec![uploaded])?;
+    /// assert_eq!(out, input);
+    /// let short = rt.upload(DeviceId(0), buffer.all(), &input[..10], &mut vec![]);
+    /// assert!(matches!(short, Err(Error::OutOfBounds { .. }))); // lengths must match
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn upload(
         &self,
         device: DeviceId,
@@ -58,6 +76,23 @@ impl<B: Backend> Runtime<B> {
     /// Copies `src` on `device` into pageable host memory `dst`, through two pinned staging
     /// buffers (the DMA of one chunk overlaps the host copy of the previous one). Returns once
     /// `dst` holds the data. Failures as for [`Runtime::upload`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(2)))?;
+    /// let buffer = rt.alloc(DeviceId(1), MemoryKind::Device, 1 << 20)?;
+    /// let filled = rt.fill(DeviceId(1), buffer.all(), 0x11, &mut vec![])?;
+    /// let mut out = vec![0u8; 1 << 20];
+    /// rt.download(DeviceId(1), &mut out, buffer.all(), &mut vec![filled])?; // after the fill
+    /// assert!(out.iter().all(|&byte| byte == 0x11));
+    /// let mut part = [0u8; 16];
+    /// rt.download(DeviceId(1), &mut part, buffer.span(64, 16)?, &mut vec![])?;
+    /// assert_eq!(part, [0x11; 16]);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn download(
         &self,
         device: DeviceId,

@@ -25,6 +25,21 @@ struct Slot<T> {
 }
 
 /// A claim on the result of one queued action.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+/// use gpu_rt::runtime::DeviceWorker;
+/// use std::sync::Arc;
+///
+/// let backend = Arc::new(HostBackend::new(HostConfig::with_devices(1)));
+/// let worker = DeviceWorker::start(backend, DeviceId(0))?;
+/// let tickets: Vec<_> = (0..4).map(|i| worker.submit(move |_| Ok(i * i))).collect();
+/// let results = tickets.into_iter().map(|t| t.wait()).collect::<Result<Vec<_>>>()?;
+/// assert_eq!(results, [0, 1, 4, 9]); // run in the order queued
+/// # Ok::<(), Error>(())
+/// ```
 #[must_use = "an action's error is only seen by waiting on its ticket"]
 pub struct Ticket<T> {
     slot: Arc<Slot<T>>,
@@ -32,6 +47,22 @@ pub struct Ticket<T> {
 
 impl<T> Ticket<T> {
     /// Blocks until the action has run; its result, or the queue's sticky error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::runtime::DeviceWorker;
+    /// use std::sync::Arc;
+    ///
+    /// let backend = Arc::new(HostBackend::new(HostConfig::with_devices(1)));
+    /// let worker = DeviceWorker::start(backend, DeviceId(0))?;
+    /// let ticket = worker.submit(|backend: &HostBackend| backend.current_device());
+    /// assert_eq!(ticket.wait()?, Some(DeviceId(0)));
+    /// let panicked = worker.submit(|_| -> Result<()> { panic!("in an action") });
+    /// assert_eq!(panicked.wait().err(), Some(Error::ActionPanicked { device: DeviceId(0) }));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn wait(self) -> Result<T> {
         let mut result = self
             .slot
@@ -51,6 +82,26 @@ impl<T> Ticket<T> {
     }
 
     /// Whether the action has finished (successfully or not).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::runtime::DeviceWorker;
+    /// use std::sync::{Arc, mpsc};
+    ///
+    /// let backend = Arc::new(HostBackend::new(HostConfig::with_devices(1)));
+    /// let worker = DeviceWorker::start(backend, DeviceId(0))?;
+    /// let (go, gate) = mpsc::channel::<()>();
+    /// let ticket = worker.submit(move |_| Ok(gate.recv().is_ok()));
+    /// assert!(!ticket.is_done()); // held at its gate
+    /// go.send(()).unwrap();
+    /// while !ticket.is_done() {
+    ///     std::thread::yield_now();
+    /// }
+    /// assert!(ticket.wait()?);
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn is_done(&self) -> bool {
         self.slot
             .result
@@ -61,6 +112,20 @@ impl<T> Ticket<T> {
 }
 
 /// The worker thread of one device.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_rt::prelude::*;
+///
+/// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(2)))?;
+/// // Driver calls with hidden thread-local state go to the device's own thread.
+/// let worker = rt.worker(DeviceId(1))?;
+/// let stream = worker.submit(|backend: &HostBackend| backend.stream_create(DeviceId(1))).wait()?;
+/// worker.submit(move |backend: &HostBackend| backend.stream_destroy(stream)).wait()?;
+/// assert_eq!(rt.backend().stats().streams, 0);
+/// # Ok::<(), Error>(())
+/// ```
 pub struct DeviceWorker<B: Backend> {
     device: DeviceId,
     sender: Option<Sender<Job<B>>>,
@@ -71,6 +136,20 @@ pub struct DeviceWorker<B: Backend> {
 impl<B: Backend> DeviceWorker<B> {
     /// Starts the worker of `device`: its thread makes the device current once, for good.
     /// A failure to do so is the queue's first sticky error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::runtime::DeviceWorker;
+    /// use std::sync::Arc;
+    ///
+    /// let backend = Arc::new(HostBackend::new(HostConfig::with_devices(2)));
+    /// let worker = DeviceWorker::start(Arc::clone(&backend), DeviceId(1))?;
+    /// assert_eq!(worker.submit(|b: &HostBackend| b.current_device()).wait()?, Some(DeviceId(1)));
+    /// assert!(DeviceWorker::start(backend, DeviceId(2)).is_err()); // no such device
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn start(backend: Arc<B>, device: DeviceId) -> Result<Self> {
         gpu_core::backend::check_device(&*backend, device)?;
         let (sender, receiver) = mpsc::channel::<Job<B>>();
@@ -98,6 +177,16 @@ impl<B: Backend> DeviceWorker<B> {
     }
 
     /// The device this worker drives.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(2)))?;
+    /// assert_eq!(rt.worker(DeviceId(1))?.device(), DeviceId(1));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn device(&self) -> DeviceId {
         self.device
     }
@@ -105,6 +194,23 @@ impl<B: Backend> DeviceWorker<B> {
     /// Queues `action` behind everything queued before. It runs on the worker thread with the
     /// device current, unless the queue holds a sticky error, in which case it is refused
     /// with [`Error::QueueFailed`]. An action that fails (or panics) makes its error sticky.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::runtime::DeviceWorker;
+    /// use std::sync::Arc;
+    ///
+    /// let backend = Arc::new(HostBackend::new(HostConfig::default()));
+    /// let worker = DeviceWorker::start(backend, DeviceId(0))?;
+    /// let failed = worker.submit(|_| -> Result<()> { Err(Error::ZeroSize { what: "demo" }) });
+    /// assert!(failed.wait().is_err());
+    /// // The failure is sticky: later actions are refused without running.
+    /// let refused = worker.submit(|_| Ok(1));
+    /// assert!(matches!(refused.wait(), Err(Error::QueueFailed { .. })));
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn submit<T: Send + 'static>(
         &self,
         action: impl FnOnce(&B) -> Result<T> + Send + 'static,
@@ -158,6 +264,21 @@ impl<B: Backend> DeviceWorker<B> {
     }
 
     /// The queue's sticky error, if any, which is cleared: later actions run again.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::runtime::DeviceWorker;
+    /// use std::sync::Arc;
+    ///
+    /// let backend = Arc::new(HostBackend::new(HostConfig::default()));
+    /// let worker = DeviceWorker::start(backend, DeviceId(0))?;
+    /// let _ = worker.submit(|_| -> Result<()> { Err(Error::ZeroSize { what: "demo" }) }).wait();
+    /// assert_eq!(worker.clear_error(), Some(Error::ZeroSize { what: "demo" }));
+    /// assert_eq!(worker.submit(|_| Ok(2)).wait()?, 2); // runs again
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn clear_error(&self) -> Option<Error> {
         self.sticky
             .lock()
@@ -166,6 +287,22 @@ impl<B: Backend> DeviceWorker<B> {
     }
 
     /// The queue's sticky error, if any, left in place.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use gpu_rt::runtime::DeviceWorker;
+    /// use std::sync::Arc;
+    ///
+    /// let backend = Arc::new(HostBackend::new(HostConfig::default()));
+    /// let worker = DeviceWorker::start(backend, DeviceId(0))?;
+    /// assert_eq!(worker.error(), None);
+    /// let _ = worker.submit(|_| -> Result<()> { Err(Error::ZeroSize { what: "demo" }) }).wait();
+    /// assert_eq!(worker.error(), Some(Error::ZeroSize { what: "demo" }));
+    /// assert!(worker.error().is_some()); // left in place
+    /// # Ok::<(), Error>(())
+    /// ```
     pub fn error(&self) -> Option<Error> {
         self.sticky
             .lock()

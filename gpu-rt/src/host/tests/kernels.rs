@@ -268,15 +268,45 @@ fn kernels_reach_only_memory_their_pointer_arguments_lie_in() {
     b.set_current_device(Some(D0)).unwrap();
     let s = b.stream_create(D0).unwrap();
     let a = b.allocate(D0, MemoryKind::Device, 64).unwrap().unwrap();
-    // 17 words run past the 64-byte allocation.
+    // 17 words run past the 64-byte allocation: a library kernel is refused at launch, naming
+    // the argument, what it was given and what it would reach.
     let args = [KernelArg::Ptr(a), KernelArg::U32(1), KernelArg::U64(17)];
+    // SAFETY: refused before anything is queued.
+    let refused = unsafe { launch_named(&b, s, D0, "fill_u32", LaunchDims::linear(1, 32), &args) };
+    assert!(
+        matches!(
+            refused,
+            Err(Error::KernelReach {
+                argument: Some(0),
+                given: 64,
+                reach: 68,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    // A kernel the library does not describe runs, and its access past the end faults.
+    b.register_kernel("write_past", |ctx, _| {
+        ctx.view::<u32>(ctx.arg_ptr(0)?, 17)?.set(16, 1)
+    });
     // SAFETY: the pointer is an allocation of `b`, which the kernel cannot reach past.
-    unsafe { launch_named(&b, s, D0, "fill_u32", LaunchDims::linear(1, 32), &args) }.unwrap();
+    unsafe {
+        launch_named(
+            &b,
+            s,
+            D0,
+            "write_past",
+            LaunchDims::linear(1, 1),
+            &args[..1],
+        )
+    }
+    .unwrap();
     assert_eq!(code(b.stream_synchronize(s)), HostErrorCode::IllegalAddress);
     // The fault lost the device: a reset brings it back, without its objects.
     b.reset_device(D0).unwrap();
 
-    // Pageable host memory is not device-accessible; registered memory is.
+    // Pageable host memory is not device-accessible (a library kernel may reach none of it);
+    // registered memory is.
     let s = b.stream_create(D0).unwrap();
     let mut host = vec![0u32; 16];
     let args = [
@@ -284,12 +314,20 @@ fn kernels_reach_only_memory_their_pointer_arguments_lie_in() {
         KernelArg::U32(5),
         KernelArg::U64(16),
     ];
-    // SAFETY: unregistered host memory, which a host-backend kernel cannot reach at all.
-    unsafe { launch_named(&b, s, D0, "fill_u32", LaunchDims::linear(1, 32), &args) }.unwrap();
-    assert_eq!(code(b.stream_synchronize(s)), HostErrorCode::IllegalAddress);
-    b.reset_device(D0).unwrap();
+    // SAFETY: refused before anything is queued.
+    let refused = unsafe { launch_named(&b, s, D0, "fill_u32", LaunchDims::linear(1, 32), &args) };
+    assert!(
+        matches!(
+            refused,
+            Err(Error::KernelReach {
+                given: 0,
+                reach: 64,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
     let a = b.allocate(D0, MemoryKind::Device, 64).unwrap().unwrap();
-    let s = b.stream_create(D0).unwrap();
     let mut ptrs = [0usize; 2];
     b.host_register(ByteRange::new(addr(&host), 64).unwrap(), &mut ptrs)
         .unwrap();

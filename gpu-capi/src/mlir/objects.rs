@@ -1,0 +1,144 @@
+//! What the MLIR ABI keeps in a session ([`MlirObjects`]): the program's streams, events,
+//! modules, functions and allocations, made at open and released at shutdown.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use hashbrown::HashMap;
+
+use gpu_runtime::runtime::{Buffer, Kernel, ModuleId};
+use gpu_runtime::token::{Token, TraceOp};
+
+use crate::shared::{
+    ClientBackend, ClientObjects, ClientSlot, Generation, HandleKind, HandleMap, MlirSlot, Session,
+    TraceExport,
+};
+
+/// An MLIR stream: the token at its tail and the event waits queued since.
+#[derive(Default)]
+pub(super) struct Stream {
+    /// The token of its last operation (none before the first, or once waited for).
+    pub(super) tail: Option<Token>,
+    /// Branches of recorded events its next operation waits for.
+    pub(super) waits: Vec<Token>,
+}
+
+/// A function handle: a kernel name of a module, resolved per device at launch.
+pub(super) struct Function {
+    /// The module.
+    pub(super) module: ModuleId,
+    /// The kernel's name in it.
+    pub(super) name: CString,
+}
+
+/// What the MLIR ABI keeps in a session: the program's streams, events, modules, functions
+/// and allocations, by handle or address. One lock: MLIR programs call from one thread.
+pub struct MlirObjects<B: ClientBackend> {
+    inner: Mutex<Objects<B>>,
+}
+
+/// The objects behind [`MlirObjects`]'s lock.
+pub(super) struct Objects<B: ClientBackend> {
+    pub(super) streams: HandleMap<Stream>,
+    /// Streams whose tail is a branch of a recorded event, oldest first: dropped once done.
+    pub(super) idle: VecDeque<u64>,
+    pub(super) events: HandleMap<Option<Token>>,
+    pub(super) modules: HandleMap<ModuleId>,
+    pub(super) functions: HandleMap<Function>,
+    /// Function handles by module, then name, so asking again (the lowering asks before every
+    /// launch) returns the same handle, found without allocating.
+    pub(super) function_names: HashMap<ModuleId, HashMap<CString, u64>>,
+    /// Kernels resolved per function handle and device.
+    pub(super) kernels: HashMap<(u64, u32), Kernel<'static, B>>,
+    /// The allocations of `mgpuMemAlloc` by address, in order: the one an address lies in is
+    /// the last that starts at or below it.
+    pub(super) buffers: BTreeMap<usize, Buffer<'static, B>>,
+    /// The program's own stream/event calls and where to write them, when asked for.
+    pub(super) trace: Option<(PathBuf, Vec<TraceOp>)>,
+}
+
+impl<B: ClientBackend> ClientSlot<B> for MlirSlot {
+    type Objects = MlirObjects<B>;
+}
+
+impl<B: ClientBackend> ClientObjects<B> for MlirObjects<B> {
+    /// Empty, for the session of `generation`, recording the program's own stream and event
+    /// calls when the session writes a trace to `trace` (`GPU_RUNTIME_TRACE`): they go to the
+    /// same path with `.mlir` appended.
+    fn open(generation: Generation, trace: Option<&Path>) -> Self {
+        let program_trace = trace.map(|path| {
+            let mut name = path.as_os_str().to_owned();
+            name.push(".mlir");
+            (PathBuf::from(name), Vec::new())
+        });
+        Self {
+            inner: Mutex::new(Objects {
+                trace: program_trace,
+                streams: HandleMap::new(HandleKind::Stream, generation),
+                idle: VecDeque::new(),
+                events: HandleMap::new(HandleKind::Event, generation),
+                modules: HandleMap::new(HandleKind::Module, generation),
+                functions: HandleMap::new(HandleKind::Function, generation),
+                function_names: HashMap::new(),
+                kernels: HashMap::new(),
+                buffers: BTreeMap::new(),
+            }),
+        }
+    }
+
+    /// Releases everything the program left (streams it never destroyed, events, buffers;
+    /// modules stay for the runtime's shutdown to unload); returns how many streams it left.
+    fn release(&self, session: &Session<B>) -> usize {
+        let mut objects = self.lock();
+        let runtime = session.runtime();
+        let left = objects.streams.len();
+        for stream in objects.streams.drain() {
+            for token in stream.tail.into_iter().chain(stream.waits) {
+                let _ = runtime.wait(token);
+            }
+        }
+        for token in objects.events.drain().flatten() {
+            let _ = runtime.release(token);
+        }
+        objects.idle.clear();
+        objects.kernels.clear();
+        objects.buffers.clear();
+        if let Some((path, ops)) = objects.trace.take() {
+            match TraceExport::write(path, &ops) {
+                Ok(export) => {
+                    eprintln!(
+                        "gpu-runtime (mlir): the program's own stream/event calls: {} written to \
+                         {}: {} defect(s)",
+                        export.calls,
+                        export.path.display(),
+                        export.defects.len()
+                    );
+                    for defect in &export.defects {
+                        eprintln!("  {defect}");
+                    }
+                }
+                Err(error) => eprintln!("gpu-runtime (mlir): {error}"),
+            }
+        }
+        left
+    }
+}
+
+impl<B: ClientBackend> MlirObjects<B> {
+    /// The objects, locked (a panic while they were locked left nothing half-changed that a
+    /// later call relies on).
+    pub(super) fn lock(&self) -> MutexGuard<'_, Objects<B>> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<B: ClientBackend> Objects<B> {
+    /// Records one of the program's stream/event calls, when a trace is asked for.
+    pub(super) fn note(&mut self, op: impl FnOnce() -> TraceOp) {
+        if let Some((_, ops)) = &mut self.trace {
+            ops.push(op());
+        }
+    }
+}

@@ -1,0 +1,410 @@
+//! Streams and events: an MLIR stream as the token at its tail plus queued event waits, an
+//! event as a branch of a recorded tail, and the calls that create, order and wait for them.
+
+use std::ffi::c_void;
+
+use gpu_runtime::Error;
+use gpu_runtime::id::{EventId, StreamId};
+use gpu_runtime::runtime::Runtime;
+use gpu_runtime::token::{Token, TraceOp};
+
+use crate::shared::{CapiError, ClientBackend, Session};
+
+use super::objects::{Objects, Stream};
+use super::session::{device, on_session};
+
+/// The streams and events of a session, and the dependencies an operation takes from them.
+impl<B: ClientBackend> Objects<B> {
+    /// The live stream `handle` names (null is refused: the call needs a stream).
+    pub(super) fn stream(&mut self, handle: u64) -> Result<&mut Stream, CapiError> {
+        Ok(self.streams.get_mut(handle)?)
+    }
+
+    /// Refuses a stream handle that is neither null (no stream: the call is synchronous) nor a
+    /// live stream of this session.
+    pub(super) fn check_stream(&self, handle: u64) -> Result<(), CapiError> {
+        match handle {
+            0 => Ok(()),
+            _ => Ok(self.streams.get(handle).map(drop)?),
+        }
+    }
+
+    /// The live event `handle` names.
+    fn event(&mut self, handle: u64) -> Result<&mut Option<Token>, CapiError> {
+        Ok(self.events.get_mut(handle)?)
+    }
+
+    /// An operation's dependencies on `stream`: its queued waits and its tail, taken out (none
+    /// for the null stream). Refuses a stream that is not live, taking nothing.
+    fn take_deps(&mut self, stream: u64) -> Result<Vec<Token>, CapiError> {
+        if stream == 0 {
+            return Ok(Vec::new());
+        }
+        let stream = self.stream(stream)?;
+        let mut after = core::mem::take(&mut stream.waits);
+        after.extend(stream.tail.take());
+        Ok(after)
+    }
+
+    /// Gives `after` (from [`Objects::take_deps`]) back to `stream` when the operation was
+    /// refused (the runtime leaves a refused operation's dependencies untouched).
+    fn restore(&mut self, stream: u64, mut after: Vec<Token>) {
+        if let Ok(entry) = self.streams.get_mut(stream) {
+            entry.tail = after.pop();
+            entry.waits = after;
+        }
+    }
+
+    /// `stream`'s dependencies as one token: the only one, several joined, or none. A refused
+    /// join gives them back to the stream.
+    pub(super) fn take_point(
+        &mut self,
+        runtime: &Runtime<B>,
+        stream: u64,
+    ) -> Result<Option<Token>, CapiError> {
+        let mut after = self.take_deps(stream)?;
+        if after.len() < 2 {
+            return Ok(after.pop());
+        }
+        match runtime.join(&mut after) {
+            Ok(point) => Ok(Some(point)),
+            Err(error) => {
+                self.restore(stream, after);
+                Err(error.into())
+            }
+        }
+    }
+
+    /// Drops the oldest idle stream's branch if its event has completed (one query): such a
+    /// stream is a join input the program never uses again. A stream still running goes back
+    /// to the queue; one whose query failed keeps its branch (the failure is seen through the
+    /// event's own branch, or at shutdown) and leaves the queue.
+    fn prune_idle(&mut self, runtime: &Runtime<B>) {
+        let Some(oldest) = self.idle.pop_front() else {
+            return;
+        };
+        let Ok(stream) = self.streams.get_mut(oldest) else {
+            return;
+        };
+        if !stream.waits.is_empty() {
+            return;
+        }
+        let Some(tail) = stream.tail.take() else {
+            return;
+        };
+        let id = tail.id();
+        match runtime.wait_if_done(tail) {
+            Ok(None) => {}
+            Ok(Some(pending)) => {
+                stream.tail = Some(pending);
+                self.idle.push_front(oldest);
+            }
+            // The runtime hands a token back unchanged when it cannot tell.
+            Err(_) => stream.tail = Some(Token::from_id(id)),
+        }
+    }
+}
+
+/// A handle's name in the program's trace (the low bits of its serial number).
+fn stream_id(handle: u64) -> StreamId {
+    StreamId(handle as u32)
+}
+
+fn event_id(handle: u64) -> EventId {
+    EventId(handle as u32)
+}
+
+/// Refuses `stream` unless it is null or live (for calls that do nothing else with it, or
+/// check it before other work).
+pub(super) fn check_stream<B: ClientBackend>(
+    session: &Session<B>,
+    stream: u64,
+) -> Result<(), CapiError> {
+    session.mlir.lock().check_stream(stream)
+}
+
+/// Runs one operation on `stream` (null: no stream, and the caller waits for it): `check`
+/// refuses bad arguments against the objects, then `work` gets the dependencies and returns
+/// the new token. A refusal of either leaves the stream as it was.
+pub(super) fn on_stream<B: ClientBackend, T>(
+    session: &'static Session<B>,
+    stream: u64,
+    check: impl FnOnce(&Objects<B>) -> Result<(), CapiError>,
+    work: impl FnOnce(&mut Vec<Token>) -> Result<(Token, T), CapiError>,
+) -> Result<T, CapiError> {
+    let mut objects = session.mlir.lock();
+    objects.check_stream(stream)?;
+    check(&objects)?;
+    let mut after = objects.take_deps(stream)?;
+    let (token, value) = match work(&mut after) {
+        Ok(done) => done,
+        Err(error) => {
+            objects.restore(stream, after);
+            return Err(error);
+        }
+    };
+    if stream == 0 {
+        drop(objects);
+        session.runtime().wait(token)?;
+        return Ok(value);
+    }
+    objects.note(|| TraceOp::Launch {
+        stream: stream_id(stream),
+        device: Some(device()),
+    });
+    objects.stream(stream)?.tail = Some(token);
+    Ok(value)
+}
+
+/// Ends every token with `end`, even after a failure, and reports the first failure.
+fn end_all(
+    tokens: impl IntoIterator<Item = Token>,
+    mut end: impl FnMut(Token) -> Result<(), Error>,
+) -> Result<(), CapiError> {
+    let mut first = Ok(());
+    for token in tokens {
+        let ended = end(token);
+        if first.is_ok() {
+            first = ended;
+        }
+    }
+    Ok(first?)
+}
+
+fn stream_create<B: ClientBackend>(session: &'static Session<B>) -> Result<u64, CapiError> {
+    let mut objects = session.mlir.lock();
+    objects.prune_idle(session.runtime());
+    let handle = objects.streams.insert(Stream::default())?;
+    objects.note(|| TraceOp::CreateStream {
+        stream: stream_id(handle),
+        device: device(),
+    });
+    Ok(handle)
+}
+
+/// Destroys `stream`; its pending work goes on (CUDA allows destroying a busy stream) and its
+/// tokens are released without a wait, as the program chose not to wait for them. A failure
+/// to release one is reported; the stream is destroyed all the same.
+fn stream_destroy<B: ClientBackend>(
+    session: &'static Session<B>,
+    stream: u64,
+) -> Result<(), CapiError> {
+    let mut objects = session.mlir.lock();
+    let entry = objects.streams.remove(stream)?;
+    objects.idle.retain(|&s| s != stream);
+    objects.note(|| TraceOp::DestroyStream {
+        stream: stream_id(stream),
+    });
+    drop(objects);
+    let runtime = session.runtime();
+    end_all(entry.tail.into_iter().chain(entry.waits), |token| {
+        runtime.release(token)
+    })
+}
+
+/// Waits for everything on `stream` (nothing for the null stream); every token is waited for,
+/// and the first failure reported.
+fn stream_synchronize<B: ClientBackend>(
+    session: &'static Session<B>,
+    stream: u64,
+) -> Result<(), CapiError> {
+    let mut objects = session.mlir.lock();
+    let after = objects.take_deps(stream)?;
+    if stream != 0 {
+        objects.idle.retain(|&s| s != stream);
+        objects.note(|| TraceOp::SynchronizeStream {
+            stream: stream_id(stream),
+        });
+    }
+    drop(objects);
+    let runtime = session.runtime();
+    end_all(after, |token| runtime.wait(token))
+}
+
+fn stream_wait_event<B: ClientBackend>(
+    session: &'static Session<B>,
+    stream: u64,
+    event: u64,
+) -> Result<(), CapiError> {
+    let mut objects = session.mlir.lock();
+    objects.stream(stream)?;
+    let recorded = objects.event(event)?.take();
+    if let Some(token) = recorded {
+        // Never recorded, or done: nothing to wait for. Else the event keeps one branch and
+        // the stream waits on the other.
+        let id = token.id();
+        let [keep, branch] = match session.runtime().fork(token, 2) {
+            Ok(branches) => two(branches),
+            Err(error) => {
+                *objects.event(event)? = Some(Token::from_id(id));
+                return Err(error.into());
+            }
+        };
+        *objects.event(event)? = Some(keep);
+        objects.stream(stream)?.waits.push(branch);
+        objects.idle.retain(|&s| s != stream);
+    }
+    objects.note(|| TraceOp::Wait {
+        stream: stream_id(stream),
+        event: event_id(event),
+    });
+    Ok(())
+}
+
+fn two(tokens: Vec<Token>) -> [Token; 2] {
+    <[Token; 2]>::try_from(tokens).unwrap_or_else(|_| unreachable!("a fork into two"))
+}
+
+fn event_create<B: ClientBackend>(session: &'static Session<B>) -> Result<u64, CapiError> {
+    let mut objects = session.mlir.lock();
+    let handle = objects.events.insert(None)?;
+    objects.note(|| TraceOp::CreateEvent {
+        event: event_id(handle),
+        device: device(),
+    });
+    Ok(handle)
+}
+
+/// Destroys `event`, releasing its branch; a failure to release it is reported, the event is
+/// destroyed all the same.
+fn event_destroy<B: ClientBackend>(
+    session: &'static Session<B>,
+    event: u64,
+) -> Result<(), CapiError> {
+    let token = {
+        let mut objects = session.mlir.lock();
+        let token = objects.events.remove(event)?;
+        objects.note(|| TraceOp::DestroyEvent {
+            event: event_id(event),
+        });
+        token
+    };
+    let runtime = session.runtime();
+    end_all(token, |token| runtime.release(token))
+}
+
+fn event_synchronize<B: ClientBackend>(
+    session: &'static Session<B>,
+    event: u64,
+) -> Result<(), CapiError> {
+    let token = {
+        let mut objects = session.mlir.lock();
+        let token = objects.event(event)?.take();
+        objects.note(|| TraceOp::SynchronizeEvent {
+            event: event_id(event),
+        });
+        token
+    };
+    let runtime = session.runtime();
+    end_all(token, |token| runtime.wait(token))
+}
+
+/// Records `event` at `stream`'s tail. A refusal by the runtime gives the stream its
+/// dependencies back; the event's previous record is released last, once the new one is in
+/// place (a failure to release it is reported, the record stands).
+fn event_record<B: ClientBackend>(
+    session: &'static Session<B>,
+    event: u64,
+    stream: u64,
+) -> Result<(), CapiError> {
+    let mut objects = session.mlir.lock();
+    objects.event(event)?;
+    // A null stream (no MLIR stream) is refused here, before anything changes.
+    objects.stream(stream)?;
+    let runtime = session.runtime();
+    let (recorded, tail) = match objects.take_point(runtime, stream)? {
+        Some(point) => {
+            let id = point.id();
+            match runtime.fork_detached(point, 2) {
+                Ok(branches) => {
+                    let [for_event, for_stream] = two(branches);
+                    (Some(for_event), Some(for_stream))
+                }
+                Err(error) => {
+                    objects.stream(stream)?.tail = Some(Token::from_id(id));
+                    return Err(error.into());
+                }
+            }
+        }
+        None => (None, None),
+    };
+    objects.note(|| TraceOp::Record {
+        event: event_id(event),
+        stream: stream_id(stream),
+    });
+    let old = core::mem::replace(objects.event(event)?, recorded);
+    let idle = tail.is_some();
+    objects.stream(stream)?.tail = tail;
+    if idle {
+        objects.idle.push_back(stream);
+    }
+    drop(objects);
+    end_all(old, |token| runtime.release(token))
+}
+
+// ----- the exported ABI -----
+
+/// Creates a stream (no driver call: its work runs on pooled driver streams).
+#[unsafe(no_mangle)]
+pub extern "C" fn mgpuStreamCreate() -> *mut c_void {
+    on_session!("mgpuStreamCreate", 0, |s| stream_create(s)) as *mut c_void
+}
+
+/// Destroys a stream; work on it goes on, and its driver stream goes back to the pool.
+#[unsafe(no_mangle)]
+pub extern "C" fn mgpuStreamDestroy(stream: *mut c_void) {
+    on_session!("mgpuStreamDestroy", (), |s| stream_destroy(
+        s,
+        stream as u64
+    ))
+}
+
+/// Blocks until the work on `stream` (and the waits queued on it) has finished.
+#[unsafe(no_mangle)]
+pub extern "C" fn mgpuStreamSynchronize(stream: *mut c_void) {
+    on_session!("mgpuStreamSynchronize", (), |s| stream_synchronize(
+        s,
+        stream as u64
+    ))
+}
+
+/// Makes later work on `stream` wait for `event`'s last record.
+#[unsafe(no_mangle)]
+pub extern "C" fn mgpuStreamWaitEvent(stream: *mut c_void, event: *mut c_void) {
+    on_session!("mgpuStreamWaitEvent", (), |s| stream_wait_event(
+        s,
+        stream as u64,
+        event as u64
+    ))
+}
+
+/// Creates an event (no driver call: a recorded one uses a pooled driver event).
+#[unsafe(no_mangle)]
+pub extern "C" fn mgpuEventCreate() -> *mut c_void {
+    on_session!("mgpuEventCreate", 0, |s| event_create(s)) as *mut c_void
+}
+
+/// Destroys an event; its driver event goes back to the pool once nothing waits on it.
+#[unsafe(no_mangle)]
+pub extern "C" fn mgpuEventDestroy(event: *mut c_void) {
+    on_session!("mgpuEventDestroy", (), |s| event_destroy(s, event as u64))
+}
+
+/// Blocks until `event`'s last record has completed.
+#[unsafe(no_mangle)]
+pub extern "C" fn mgpuEventSynchronize(event: *mut c_void) {
+    on_session!("mgpuEventSynchronize", (), |s| event_synchronize(
+        s,
+        event as u64
+    ))
+}
+
+/// Records `event` at `stream`'s tail.
+#[unsafe(no_mangle)]
+pub extern "C" fn mgpuEventRecord(event: *mut c_void, stream: *mut c_void) {
+    on_session!("mgpuEventRecord", (), |s| event_record(
+        s,
+        event as u64,
+        stream as u64
+    ))
+}
