@@ -10,7 +10,9 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::id::{DeviceId, EventId, LockCounts, LockOwner, MemoryKind, StreamId, TokenId};
+use crate::id::{
+    DeviceId, EventId, HandleId, LockCounts, LockOwner, MemoryKind, StreamId, TokenId,
+};
 
 /// A half-open host byte range `[start, start + len)` as named in errors and reports.
 ///
@@ -461,7 +463,7 @@ pub enum Error {
         /// What the handle is: `"stream"`, `"event"`, `"module"`, `"kernel"`.
         what: &'static str,
         /// The handle's number (a kernel's is its module's).
-        id: crate::backend::live::HandleId,
+        id: HandleId,
     },
 
     // ----- driver -----

@@ -1,11 +1,14 @@
-//! Small `Copy` values every pure module and the error type share: device, stream, event and
-//! token ids, the memory kinds the allocator serves, and who holds a lock of the lock table.
+//! Small `Copy` values every pure module and the error type share: device, stream, event,
+//! token and handle ids, the memory kinds the allocator serves, and who holds a lock.
 //!
 //! Raw driver handles never appear here; backends map these ids to their own objects. The
 //! modules that use these values re-export them (`allocator::MemoryKind`, `token::TokenId`,
-//! `lock_table::{LockOwner, LockCounts}`), so this module imports from none of them.
+//! `lock_table::{LockOwner, LockCounts}`, `backend::live::HandleId`), so this module imports
+//! from none of them.
 
 use core::fmt;
+
+use spin::Mutex;
 
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
@@ -211,5 +214,49 @@ impl LockCounts {
             LockOwner::Raw => &mut self.raw,
             LockOwner::Guard => &mut self.guards,
         }
+    }
+}
+
+/// A handle's number: unique in the process, across backends too, and never reused, so a
+/// handle of a destroyed object, or of another backend, never passes for a live one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HandleId(u64);
+
+/// The next [`HandleId`]. A lock, not an `AtomicU64`: the 32-bit bare-metal targets the core
+/// builds for have no 64-bit atomics, and handles are made far from any hot path.
+static NEXT_ID: Mutex<u64> = Mutex::new(1);
+
+impl HandleId {
+    /// A number no handle of the process has had.
+    pub fn fresh() -> Self {
+        let mut next = NEXT_ID.lock();
+        let id = *next;
+        *next += 1;
+        HandleId(id)
+    }
+
+    /// The number.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for HandleId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use alloc::vec::Vec;
+
+    use super::*;
+
+    #[test]
+    fn ids_are_never_reused() {
+        let ids: Vec<HandleId> = (0..100).map(|_| HandleId::fresh()).collect();
+        assert!(ids.windows(2).all(|pair| pair[0] < pair[1]));
+        assert_eq!(alloc::string::ToString::to_string(&HandleId(7)), "#7");
     }
 }
