@@ -70,8 +70,9 @@ fn pairs(c: &mut Criterion) {
     group.bench_function("capi_fork_join", |b| {
         let mut branches = [GpurtToken::default(); 2];
         b.iter(|| {
-            // SAFETY: room for two branches; the join reads the two.
+            // SAFETY: room for two branches.
             ok(unsafe { gpurt_fork(token, 2, branches.as_mut_ptr()) });
+            // SAFETY: the two branches the fork wrote, and room for the joined token.
             ok(unsafe { gpurt_join(branches.as_ptr(), 2, &mut token) });
         })
     });

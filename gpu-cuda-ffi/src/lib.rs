@@ -6,8 +6,6 @@
 //! driver gets an error value, never a panic.
 //!
 //! [`CudaBackend`] implements the toolkit's backend trait on top of them ([`backend`]).
-#![warn(missing_docs)]
-#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod backend;
 pub mod driver;

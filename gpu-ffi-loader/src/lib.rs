@@ -9,7 +9,6 @@
 //! accessor per function.
 //! [`ResultCodes`] names a driver's result codes from its generated table, and [`hw_bench`]
 //! measures and reports the hardware benchmarks.
-#![warn(missing_docs)]
 
 pub mod hw_bench;
 mod result;
@@ -371,14 +370,21 @@ mod tests {
 
     type Strlen = unsafe extern "C" fn(*const core::ffi::c_char) -> usize;
 
-    dlsym_library! {
-        /// The C library, as a test library.
-        struct Libc;
-        backend: "test";
-        file_names: &["libgpu-ffi-loader-absent.so", "libc.so.6"];
-        (strlen, c"strlen", Strlen),
-        (gpu_ffi_loader_absent, c"gpu_ffi_loader_absent", Strlen),
+    // The macro makes a library's public API; here the library is the test module's own.
+    #[allow(unreachable_pub)]
+    mod libc {
+        use super::Strlen;
+
+        dlsym_library! {
+            /// The C library, as a test library.
+            pub struct Libc;
+            backend: "test";
+            file_names: &["libgpu-ffi-loader-absent.so", "libc.so.6"];
+            (strlen, c"strlen", Strlen),
+            (gpu_ffi_loader_absent, c"gpu_ffi_loader_absent", Strlen),
+        }
     }
+    use libc::{ENTRY_POINTS, Libc};
 
     #[test]
     fn generated_accessors_find_exported_symbols_and_report_absent_ones() {

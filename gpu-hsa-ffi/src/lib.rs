@@ -9,9 +9,6 @@
 //!
 //! Each module imports only those listed before it here: `sys`, `result`, `library`, `runtime`,
 //! `backend`.
-#![deny(clippy::undocumented_unsafe_blocks)]
-#![warn(missing_docs)]
-#![warn(unreachable_pub)]
 
 pub mod backend;
 pub mod library;

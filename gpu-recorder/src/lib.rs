@@ -25,7 +25,9 @@ pub mod translate;
     unnecessary_transmutes,
     clippy::all,
     clippy::pedantic,
-    missing_docs
+    clippy::undocumented_unsafe_blocks,
+    missing_docs,
+    unreachable_pub
 )]
 mod sys;
 

@@ -5,7 +5,6 @@
 //! The policies are gpu-core's (lock table, token planner, allocator, workgroup planner); this
 //! crate adds what needs threads: the device guard, per-device workers, the recording backend,
 //! device health and peer links.
-#![warn(missing_docs)]
 // Doc examples may not drop a token (or any `#[must_use]` value) unnoticed: a token dropped
 // unwaited orders nothing after its work.
 #![doc(test(attr(deny(unused_must_use))))]

@@ -201,9 +201,11 @@ fn a_block_recorded_on_another_stream_waits_for_that_streams_work() {
     // The recorded use has completed: the next look at pending blocks (a trim here) returns it.
     rt.trim().unwrap();
     assert_eq!(device_stats(&rt, D0).pending, 0);
-    // SAFETY: as above; refused before anything is adopted.
+    // SAFETY: `s2` is a live stream of D0, destroyed after the runtime; the call is refused
+    // before anything is adopted or enqueued.
+    let marked = unsafe { rt.mark_used_on_foreign_stream(D0, x + 512, s2.raw()) };
     assert_eq!(
-        unsafe { rt.mark_used_on_foreign_stream(D0, x + 512, s2.raw()) },
+        marked,
         Err(Error::UnknownAddress {
             device: D0,
             address: x + 512
@@ -253,12 +255,16 @@ fn misuse_is_a_typed_error_that_changes_nothing() {
             allocated: 1000
         })
     );
-    // SAFETY (each call): a live stream, or a refused one that nothing is enqueued on.
+    let try_alloc = |device, size, raw| {
+        // SAFETY: `raw` is a live stream destroyed after the runtime, or no stream at all; each
+        // call here is refused before anything is adopted or enqueued.
+        unsafe { rt.alloc_on_foreign_stream(device, MemoryKind::Device, size, raw) }
+    };
     let refused = [
-        unsafe { rt.alloc_on_foreign_stream(D0, MemoryKind::Device, 0, s0.raw()) },
-        unsafe { rt.alloc_on_foreign_stream(DeviceId(2), MemoryKind::Device, 64, s0.raw()) },
-        unsafe { rt.alloc_on_foreign_stream(D0, MemoryKind::Device, 64, s1.raw()) },
-        unsafe { rt.alloc_on_foreign_stream(D0, MemoryKind::Device, 64, 0) },
+        try_alloc(D0, 0, s0.raw()),
+        try_alloc(DeviceId(2), 64, s0.raw()),
+        try_alloc(D0, 64, s1.raw()),
+        try_alloc(D0, 64, 0),
     ];
     assert!(
         matches!(refused[0], Err(Error::ZeroSize { .. })),

@@ -12,14 +12,14 @@ const SOURCE: &str = "gpu-hip-ffi/kernels/kernels_amdgpu.hip";
 const OUTPUT_DIR: &str = "gpu-hip-ffi/kernels/code_objects";
 
 /// The targets built: CDNA2 (MI200), CDNA3 (MI300), RDNA3 (Radeon 7000).
-pub const TARGETS: [&str; 3] = ["gfx90a", "gfx942", "gfx1100"];
+pub(crate) const TARGETS: [&str; 3] = ["gfx90a", "gfx942", "gfx1100"];
 
 /// The clang used unless `CLANG` names one: Debian 12's clang 19 (clang 14 lacks gfx942 and
 /// gfx1100).
 const DEFAULT_CLANG: &str = "clang-19";
 
 /// Runs `cargo xtask amdgpu-kernels`.
-pub fn amdgpu_kernels(args: &[String]) -> Result<(), String> {
+pub(crate) fn amdgpu_kernels(args: &[String]) -> Result<(), String> {
     if !args.is_empty() {
         return Err("usage: cargo xtask amdgpu-kernels".to_string());
     }

@@ -8,7 +8,7 @@ const CRATE_DIR: &str = "gpu-capi";
 const HEADER: &str = "gpu-capi/include/gpu_runtime.h";
 
 /// Runs `cargo xtask capi-header [--check]`.
-pub fn capi_header(args: &[String]) -> Result<(), String> {
+pub(crate) fn capi_header(args: &[String]) -> Result<(), String> {
     let check = match args {
         [] => false,
         [flag] if flag == "--check" => true,

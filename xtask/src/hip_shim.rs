@@ -16,11 +16,11 @@ use crate::{root, run};
 /// The shim's source, relative to the workspace root.
 const SOURCE: &str = "gpu-hip-ffi/nvidia/hip_nvidia_shim.cpp";
 /// Where the shared library and the CUDA runtime go, relative to the workspace root.
-pub const OUTPUT_DIR: &str = "target/hip-nvidia";
+pub(crate) const OUTPUT_DIR: &str = "target/hip-nvidia";
 /// The shim's file name (what gpu-hip-ffi's `nvidia` loader opens).
-pub const SHIM_FILE: &str = "libgpu_hip_nvidia.so";
+pub(crate) const SHIM_FILE: &str = "libgpu_hip_nvidia.so";
 /// The CUDA runtime's file name, as the shim names it.
-pub const CUDART_FILE: &str = "libcudart.so.11.0";
+pub(crate) const CUDART_FILE: &str = "libcudart.so.11.0";
 
 /// CUDA 11.8: the runtime's headers and library, nvcc's `crt` headers, and the profiler header.
 const RUNTIME: Wheel = Wheel {
@@ -40,7 +40,7 @@ const PROFILER: Wheel = Wheel {
 };
 
 /// Runs `cargo xtask hip-shim`.
-pub fn hip_shim(args: &[String]) -> Result<(), String> {
+pub(crate) fn hip_shim(args: &[String]) -> Result<(), String> {
     if !args.is_empty() {
         return Err("usage: cargo xtask hip-shim".to_string());
     }
@@ -50,7 +50,7 @@ pub fn hip_shim(args: &[String]) -> Result<(), String> {
 }
 
 /// Builds the shim into [`OUTPUT_DIR`]; returns that folder.
-pub fn build() -> Result<PathBuf, String> {
+pub(crate) fn build() -> Result<PathBuf, String> {
     let root = root();
     let runtime = RUNTIME.fetch(&root)?.join("nvidia/cuda_runtime");
     let nvcc = NVCC.fetch(&root)?.join("nvidia/cuda_nvcc/include");

@@ -101,7 +101,7 @@ fn parse(args: &[String]) -> Result<PathBuf, String> {
     }
 }
 
-pub fn iree(args: &[String]) -> Result<(), String> {
+pub(crate) fn iree(args: &[String]) -> Result<(), String> {
     let out = parse(args)?;
     let tools = fetch()?;
     let files = build(&tools, &out)?;
@@ -116,14 +116,14 @@ pub fn iree(args: &[String]) -> Result<(), String> {
 }
 
 /// IREE's compiler and the runtime's tool folder, fetched (or found) under target/wheels.
-pub struct Tools {
+pub(crate) struct Tools {
     compiler: PathBuf,
     runtime_dir: PathBuf,
 }
 
 /// Downloads and unpacks both wheels (once) and makes their programs executable (unpacking a
 /// wheel with Python's zipfile drops the mode bits).
-pub fn fetch() -> Result<Tools, String> {
+pub(crate) fn fetch() -> Result<Tools, String> {
     let compiler = COMPILER.fetch(&root())?.join(COMPILER.probe);
     let runtime_dir = RUNTIME.fetch(&root())?.join(RUNTIME_TOOLS_DIR);
     let compiler_dir = compiler.parent().unwrap_or(Path::new("."));
@@ -143,7 +143,7 @@ pub fn fetch() -> Result<Tools, String> {
 /// Compiles each module for CUDA into `out` and for the CPU, runs the CPU modules here with
 /// the expected outputs (a wrong value fails the build), and copies the tools (stripped) and the
 /// flag files into `out`. Returns the files written.
-pub fn build(tools: &Tools, out: &Path) -> Result<Vec<PathBuf>, String> {
+pub(crate) fn build(tools: &Tools, out: &Path) -> Result<Vec<PathBuf>, String> {
     let sources = root().join("clients/iree");
     let work = root().join(WORK_DIR);
     for dir in [out, work.as_path()] {

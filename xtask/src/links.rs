@@ -18,7 +18,7 @@ use crate::root;
 
 /// A link found in a Markdown file.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Link {
+pub(crate) struct Link {
     /// 1-based line of the link's destination.
     pub line: usize,
     /// The destination as written (angle brackets and title removed).
@@ -26,7 +26,7 @@ pub struct Link {
 }
 
 /// Runs `cargo xtask check-links`.
-pub fn check_links(args: &[String]) -> Result<(), String> {
+pub(crate) fn check_links(args: &[String]) -> Result<(), String> {
     if !args.is_empty() {
         return Err("usage: cargo xtask check-links".to_string());
     }
@@ -277,7 +277,7 @@ fn prose_lines(text: &str) -> Vec<(usize, &str)> {
 
 /// Every link destination of a Markdown text: inline links and images, and reference
 /// definitions, outside fenced code blocks and code spans.
-pub fn links(text: &str) -> Vec<Link> {
+pub(crate) fn links(text: &str) -> Vec<Link> {
     let mut found = Vec::new();
     // Paragraphs (runs of non-blank prose lines), so a code span may continue on a later line.
     let mut paragraph: Vec<(usize, &str)> = Vec::new();

@@ -49,7 +49,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
     Ok(options)
 }
 
-pub fn mlir(args: &[String]) -> Result<(), String> {
+pub(crate) fn mlir(args: &[String]) -> Result<(), String> {
     let options = parse(args)?;
     let bindir = match options.bindir {
         Some(dir) => dir,
@@ -73,7 +73,11 @@ pub fn mlir(args: &[String]) -> Result<(), String> {
 /// Lowers, compiles and links every program of `clients/mlir/` into `out`, with `runtime`
 /// copied to `out/lib/libmlir_cuda_runtime.so` (the intermediate files go to
 /// `target/mlir-build/`). Returns the program names.
-pub fn build_programs(bindir: &Path, runtime: &Path, out: &Path) -> Result<Vec<String>, String> {
+pub(crate) fn build_programs(
+    bindir: &Path,
+    runtime: &Path,
+    out: &Path,
+) -> Result<Vec<String>, String> {
     let sources = root().join("clients/mlir");
     let work = root().join("target/mlir-build");
     let lib = out.join("lib");
@@ -179,7 +183,7 @@ fn expand_repeats(text: &str) -> Result<String, String> {
 }
 
 /// LLVM 22's binary folder: `LLVM_BINDIR`, else from `llvm-config-22` (Debian's `llvm-22`).
-pub fn llvm_bindir() -> Result<PathBuf, String> {
+pub(crate) fn llvm_bindir() -> Result<PathBuf, String> {
     if let Some(dir) = std::env::var_os("LLVM_BINDIR") {
         return Ok(PathBuf::from(dir));
     }

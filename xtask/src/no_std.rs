@@ -71,7 +71,7 @@ fn build_probe(target: &str, features: &str, opt_level: Option<&str>) -> Result<
 
 /// `cargo xtask no-std [--target T]...`: the library for each target (the host when none is
 /// given), and on bare-metal targets the probe program linked with every part.
-pub fn no_std(args: &[String], usage: &str) -> Result<(), String> {
+pub(crate) fn no_std(args: &[String], usage: &str) -> Result<(), String> {
     let targets = targets(args, usage)?;
     if targets.is_empty() {
         run(Command::new("cargo")
@@ -175,7 +175,7 @@ fn sections(llvm_size: &PathBuf, elf: &PathBuf) -> Result<Sections, String> {
 
 /// `cargo xtask code-size [--target T] [--opt-level L]`: a Markdown table of what each part
 /// costs in a release build for a bare-metal target.
-pub fn code_size(args: &[String], usage: &str) -> Result<(), String> {
+pub(crate) fn code_size(args: &[String], usage: &str) -> Result<(), String> {
     let mut target = DEFAULT_SIZE_TARGET.to_string();
     let mut opt_level = None;
     let mut args = args.iter();

@@ -85,7 +85,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
     Ok(options)
 }
 
-pub fn test_hw(args: &[String]) -> Result<(), String> {
+pub(crate) fn test_hw(args: &[String]) -> Result<(), String> {
     let options = parse(args)?;
     let tests = build_tests(&options)?;
     let benches = build_benches(&options)?;

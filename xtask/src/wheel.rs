@@ -7,7 +7,7 @@ use std::process::Command;
 use crate::run;
 
 /// One pinned wheel.
-pub struct Wheel {
+pub(crate) struct Wheel {
     /// Its package name and version.
     pub package: &'static str,
     pub version: &'static str,
@@ -28,7 +28,7 @@ const CACHE_DIR: &str = "target/wheels";
 
 impl Wheel {
     /// Downloads and unpacks the wheel unless that was done before; returns the unpacked root.
-    pub fn fetch(&self, root: &Path) -> Result<PathBuf, String> {
+    pub(crate) fn fetch(&self, root: &Path) -> Result<PathBuf, String> {
         let cache = root
             .join(CACHE_DIR)
             .join(format!("{}-{}", self.package, self.version));

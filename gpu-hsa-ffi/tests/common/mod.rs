@@ -9,7 +9,7 @@ use gpu_hsa_ffi::HsaBackend;
 /// Fills (a byte fill with a 3-byte head and 2-byte tail around aligned words), copies back
 /// through pinned host memory, `fill_u32` launched after a copy, an event recorded on one
 /// stream and waited for on another, each result checked; everything created is destroyed.
-pub fn round_trip(b: &HsaBackend) {
+pub(crate) fn round_trip(b: &HsaBackend) {
     let d0 = DeviceId(0);
     let stream = b.stream_create(d0).unwrap();
     let words = 1000usize;
@@ -88,7 +88,7 @@ pub fn round_trip(b: &HsaBackend) {
 /// stream of device 1 (whole buffers, then an unaligned part), each result read back through
 /// pinned host memory and checked; everything created is destroyed. With one device, or a pair
 /// without peer access, it says so and returns.
-pub fn peer_round_trip(b: &HsaBackend) {
+pub(crate) fn peer_round_trip(b: &HsaBackend) {
     let (d0, d1) = (DeviceId(0), DeviceId(1));
     if b.device_count() < 2 {
         eprintln!("peer round trip skipped: one device");

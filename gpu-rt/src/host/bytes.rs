@@ -25,9 +25,10 @@ unsafe fn byte<'a>(address: usize) -> &'a AtomicU8 {
 /// # Safety
 /// Both ranges are valid for the copy's reads and writes, as for [`byte`].
 pub(super) unsafe fn copy(dst: usize, src: usize, len: usize) {
-    // SAFETY (both loops): each address lies in one of the ranges the caller vouched for.
-    let move_byte = |i: usize| unsafe {
-        byte(dst + i).store(byte(src + i).load(Ordering::Relaxed), Ordering::Relaxed)
+    let move_byte = |i: usize| {
+        // SAFETY: `i < len` in both loops below, so each address lies in one of the ranges the
+        // caller vouched for.
+        unsafe { byte(dst + i).store(byte(src + i).load(Ordering::Relaxed), Ordering::Relaxed) }
     };
     if dst > src && dst < src + len {
         // The destination starts inside the source: copy from the end.

@@ -508,37 +508,37 @@ mod tests {
 
     /// What bindgen emits for a slice of cuda.h and cudaTypedefs.h 13.0.
     const BINDGEN_SAMPLE: &str = r#"
-        pub type CUdevice_v1 = ::core::ffi::c_int;
-        pub type CUdevice = CUdevice_v1;
-        pub type CUcontext = *mut CUctx_st;
-        pub type cudaError_enum = ::core::ffi::c_uint;
-        pub use self::cudaError_enum as CUresult;
-        pub const CUDA_ERROR_INVALID_VALUE: cudaError_enum = 1;
-        pub const CUDA_SUCCESS: cudaError_enum = 0;
-        pub type PFN_cuCtxGetDevice_v2000 = ::core::option::Option<
+        pub(crate) type CUdevice_v1 = ::core::ffi::c_int;
+        pub(crate) type CUdevice = CUdevice_v1;
+        pub(crate) type CUcontext = *mut CUctx_st;
+        pub(crate) type cudaError_enum = ::core::ffi::c_uint;
+        pub(crate) use self::cudaError_enum as CUresult;
+        pub(crate) const CUDA_ERROR_INVALID_VALUE: cudaError_enum = 1;
+        pub(crate) const CUDA_SUCCESS: cudaError_enum = 0;
+        pub(crate) type PFN_cuCtxGetDevice_v2000 = ::core::option::Option<
             unsafe extern "C" fn(device: *mut CUdevice_v1) -> CUresult>;
-        pub type PFN_cuCtxGetDevice_v13000 = ::core::option::Option<
+        pub(crate) type PFN_cuCtxGetDevice_v13000 = ::core::option::Option<
             unsafe extern "C" fn(device: *mut CUdevice, ctx: CUcontext) -> CUresult>;
-        pub type PFN_cuMemHostRegister_v6050 = ::core::option::Option<
+        pub(crate) type PFN_cuMemHostRegister_v6050 = ::core::option::Option<
             unsafe extern "C" fn(p: *mut ::core::ffi::c_void, bytesize: usize,
                                  Flags: ::core::ffi::c_uint) -> CUresult>;
-        pub type PFN_cuEventElapsedTime_v2000 = ::core::option::Option<
+        pub(crate) type PFN_cuEventElapsedTime_v2000 = ::core::option::Option<
             unsafe extern "C" fn(ms: *mut f32, start: CUdevice, end: CUdevice) -> CUresult>;
-        pub type PFN_cuEventElapsedTime_v12080 = ::core::option::Option<
+        pub(crate) type PFN_cuEventElapsedTime_v12080 = ::core::option::Option<
             unsafe extern "C" fn(ms: *mut f32, start: CUdevice, end: CUdevice) -> CUresult>;
-        pub type PFN_cuGetProcAddress_v11030 = ::core::option::Option<
+        pub(crate) type PFN_cuGetProcAddress_v11030 = ::core::option::Option<
             unsafe extern "C" fn(symbol: *const ::core::ffi::c_char) -> CUresult>;
-        pub type PFN_cuWrong_v2000 = ::core::option::Option<
+        pub(crate) type PFN_cuWrong_v2000 = ::core::option::Option<
             unsafe extern "C" fn(a: ::core::ffi::c_int, b: ::core::ffi::c_int) -> CUresult>;
         unsafe extern "C" {
-            pub fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult;
-            pub fn cuCtxGetDevice_v2(device: *mut CUdevice, ctx: CUcontext) -> CUresult;
-            pub fn cuMemHostRegister_v2(p: *mut ::core::ffi::c_void, bytesize: usize,
+            pub(crate) fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult;
+            pub(crate) fn cuCtxGetDevice_v2(device: *mut CUdevice, ctx: CUcontext) -> CUresult;
+            pub(crate) fn cuMemHostRegister_v2(p: *mut ::core::ffi::c_void, bytesize: usize,
                                         Flags: ::core::ffi::c_uint) -> CUresult;
-            pub fn cuEventElapsedTime_v2(ms: *mut f32, start: CUdevice_v1, end: CUdevice)
+            pub(crate) fn cuEventElapsedTime_v2(ms: *mut f32, start: CUdevice_v1, end: CUdevice)
                 -> CUresult;
-            pub fn cuWrong(a: ::core::ffi::c_int) -> CUresult;
-            pub fn cuUntyped() -> CUresult;
+            pub(crate) fn cuWrong(a: ::core::ffi::c_int) -> CUresult;
+            pub(crate) fn cuUntyped() -> CUresult;
         }
     "#;
 

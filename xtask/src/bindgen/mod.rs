@@ -35,7 +35,7 @@ struct Generated {
 const LIBRARIES: &[&str] = &["cuda", "cupti", "hip", "hsa"];
 
 /// Runs `cargo xtask bindgen [LIBRARY ...] [--check]` (every library when none is named).
-pub fn bindgen(args: &[String]) -> Result<(), String> {
+pub(crate) fn bindgen(args: &[String]) -> Result<(), String> {
     let usage = || {
         format!(
             "usage: cargo xtask bindgen [{}]... [--check]",
