@@ -102,9 +102,9 @@ fn calls_on_a_device_that_is_not_current_are_refused() {
     assert_eq!(code(b.event_record(event, stream)), wrong);
     assert_eq!(code(b.stream_wait_event(stream, event)), wrong);
     assert_eq!(code(b.event_destroy(event)), wrong);
-    // SAFETY: each call is refused before anything is enqueued (the host backend checks the
-    // current device, the handles and the allocation bounds first).
     assert_eq!(
+        // SAFETY: each call is refused before anything is enqueued (the host backend checks the
+        // current device, the handles and the allocation bounds first).
         code(unsafe { b.copy(stream, addr_mut(&mut host), buffer, 16) }),
         wrong
     );
@@ -114,8 +114,8 @@ fn calls_on_a_device_that_is_not_current_are_refused() {
         code(b.kernel_allow_workgroup_bytes(kernel, 64 * 1024)),
         wrong
     );
-    // SAFETY: as above.
     assert_eq!(
+        // SAFETY: as above.
         code(unsafe { b.launch(stream, kernel, LaunchDims::linear(1, 1), &[]) }),
         wrong
     );

@@ -22,39 +22,39 @@ fn kernel_names_and_workgroup_opt_in_follow_the_drivers_rules() {
         ..LaunchDims::linear(1, 32)
     };
     let invalid = HostErrorCode::InvalidValue;
-    // SAFETY: no pointer arguments.
     assert_eq!(
+        // SAFETY: no pointer arguments.
         code(unsafe { b.launch(s, k, with_bytes(48 * 1024 + 4), &[]) }),
         invalid
     );
     assert_eq!(code(b.kernel_allow_workgroup_bytes(k, 232_449)), invalid);
     b.kernel_allow_workgroup_bytes(k, 64 * 1024).unwrap();
-    // SAFETY: no pointer arguments.
     assert_eq!(
+        // SAFETY: no pointer arguments.
         code(unsafe { b.launch(s, k, with_bytes(64 * 1024 + 4), &[]) }),
         invalid
     );
-    // SAFETY: no pointer arguments.
     assert_eq!(
+        // SAFETY: no pointer arguments.
         code(unsafe { b.launch(s, k, LaunchDims::linear(0, 32), &[]) }),
         invalid
     );
     // The opt-in sets the kernel's limit, also below the default one, as CUDA's attribute does.
     b.kernel_allow_workgroup_bytes(k, 1024).unwrap();
-    // SAFETY: no pointer arguments.
     assert_eq!(
+        // SAFETY: no pointer arguments.
         code(unsafe { b.launch(s, k, with_bytes(1028), &[]) }),
         invalid
     );
-    // SAFETY: no pointer arguments.
     assert_eq!(
+        // SAFETY: no pointer arguments.
         code(unsafe { b.launch(s, k, LaunchDims::linear(1, 1025), &[]) }),
         invalid
     );
     b.set_current_device(Some(D1)).unwrap();
     let s1 = b.stream_create(D1).unwrap();
-    // SAFETY: no pointer arguments.
     assert_eq!(
+        // SAFETY: no pointer arguments.
         code(unsafe { b.launch(s1, k, LaunchDims::linear(1, 1), &[]) }),
         HostErrorCode::InvalidHandle
     );
@@ -221,8 +221,8 @@ fn a_failed_kernel_loses_its_device_until_reset_and_the_other_device_goes_on() {
         code(b.allocate(D0, MemoryKind::Device, 64)),
         HostErrorCode::IllegalAddress
     );
-    // SAFETY: `a` is a live allocation of `b`.
     assert_eq!(
+        // SAFETY: `a` is a live allocation of `b`.
         code(unsafe { b.fill(t, a, 1, 64) }),
         HostErrorCode::IllegalAddress
     );

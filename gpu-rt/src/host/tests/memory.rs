@@ -179,11 +179,13 @@ fn fill_elements_sets_16_and_32_bit_values_and_refuses_misaligned_or_overflowing
     b.set_current_device(Some(D0)).unwrap();
     let s = b.stream_create(D0).unwrap();
     let buffer = b.allocate(D0, MemoryKind::Device, 64).unwrap().unwrap();
-    // SAFETY (every fill and copy here): a live allocation of `b` (held by the backend while
-    // the work runs) and `host`, untouched until the synchronise.
+    // SAFETY: a live allocation of `b` (held by the backend while the work runs) and `host`,
+    // untouched until the synchronise; so for every fill and copy below.
     unsafe { b.fill_elements(s, buffer, FillValue::U32(0x0102_0304), 8) }.unwrap();
+    // SAFETY: as above.
     unsafe { b.fill_elements(s, buffer + 32, FillValue::U16(0xbeef), 16) }.unwrap();
     let mut host = [0u8; 64];
+    // SAFETY: as above.
     unsafe { b.copy(s, addr_mut(&mut host), buffer, 64) }.unwrap();
     b.stream_synchronize(s).unwrap();
     let words: Vec<u32> = host[..32]
@@ -197,8 +199,11 @@ fn fill_elements_sets_16_and_32_bit_values_and_refuses_misaligned_or_overflowing
     assert_eq!(words, [0x0102_0304; 8]);
     assert_eq!(halves, [0xbeef; 16]);
 
+    // SAFETY: refused before anything is enqueued (a 4-byte element at a 2-byte offset).
     let misaligned = unsafe { b.fill_elements(s, buffer + 2, FillValue::U32(1), 1) };
     assert_eq!(code(misaligned), HostErrorCode::InvalidValue);
+    // SAFETY: refused before anything is enqueued (the element count runs past the top of the
+    // address space).
     let overflowing = unsafe { b.fill_elements(s, buffer, FillValue::U16(1), usize::MAX) };
     assert!(matches!(overflowing, Err(Error::AddressOverflow { .. })));
     b.stream_destroy(s).unwrap();

@@ -31,24 +31,31 @@ fn a_plain_copy_reaches_another_devices_pool_memory_only_with_peer_access() {
     let s1 = b.stream_create(D1).unwrap();
     let target = b.allocate(D1, MemoryKind::Device, 256).unwrap().unwrap();
     let calls = b.calls().total;
-    // SAFETY (all copies below): live allocations of 256 bytes each.
+    // SAFETY: live allocations of 256 bytes each; so for all copies below.
     let refused = unsafe { b.copy(s1, target, pooled, 256) };
     assert_eq!(code(refused), HostErrorCode::InvalidValue);
+    // SAFETY: as above.
     let refused = unsafe { b.copy(s1, pooled, target, 256) };
     assert_eq!(code(refused), HostErrorCode::InvalidValue);
     assert_eq!(b.calls().total, calls + 2);
+    // SAFETY: as above.
     unsafe { b.copy(s1, target, plain, 256) }.unwrap();
+    // SAFETY: as above.
     unsafe { b.copy(s1, pinned, target, 256) }.unwrap();
     // The peer copy names each side's device, and a side of the wrong device is refused.
+    // SAFETY: as above.
     unsafe { b.copy_peer(s1, target, D1, pooled, D0, 256) }.unwrap();
     // SAFETY: as above.
     assert_eq!(unsafe { read_back(&b, s1, target, 256) }, vec![0x5a; 256]);
+    // SAFETY: as above.
     let wrong = unsafe { b.copy_peer(s1, target, D0, pooled, D0, 256) };
     assert_eq!(code(wrong), HostErrorCode::InvalidValue);
     assert!(b.peer_access_possible(D1, D0).unwrap());
     b.enable_peer_access(D1, D0).unwrap();
     b.enable_peer_access(D1, D0).unwrap();
+    // SAFETY: as above.
     unsafe { b.copy(s1, target, pooled, 256) }.unwrap();
+    // SAFETY: as above.
     assert_eq!(unsafe { read_back(&b, s1, target, 256) }, vec![0x5a; 256]);
     // One direction a call: device 0 still does not reach device 1's pool memory.
     let pooled_1 = b
@@ -57,6 +64,7 @@ fn a_plain_copy_reaches_another_devices_pool_memory_only_with_peer_access() {
         .unwrap();
     b.set_current_device(Some(D0)).unwrap();
     assert_eq!(
+        // SAFETY: as above.
         code(unsafe { b.copy(s0, plain, pooled_1, 256) }),
         HostErrorCode::InvalidValue
     );
