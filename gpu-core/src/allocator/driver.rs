@@ -2,9 +2,7 @@
 //! operations that order reuse across streams. Backends implement it; tests use a fake.
 
 use crate::error::Result;
-use crate::id::{DeviceId, EventId, StreamId};
-
-use super::MemoryKind;
+use crate::id::{DeviceId, EventId, MemoryKind, StreamId};
 
 /// What the allocator asks of a driver. Every method acts on one device; the allocator never
 /// calls two methods at once for the same device (it sits behind a per-device lock).

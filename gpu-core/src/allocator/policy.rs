@@ -4,10 +4,11 @@
 use alloc::vec::Vec;
 
 use crate::error::{Error, Result};
+use crate::id::MemoryKind;
 
-use super::MemoryKind;
-use super::bins::GRANULE;
-
+/// Block sizes are multiples of this; the size classes of the cache's bins count in these
+/// units.
+pub(crate) const GRANULE: usize = 256;
 /// Request sizes are rounded up to a multiple of this many bytes.
 pub const ROUNDING: usize = 512;
 /// The alignment every block has without carving: the driver's own guarantee (256 bytes for

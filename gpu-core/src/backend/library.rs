@@ -1,6 +1,9 @@
-//! The standard kernel library's table, shared by every backend: each kernel's name, parameter
-//! kinds and names, and how far it reaches through each pointer; with the argument checks and
-//! the packing into a pointer-to-value array (CUDA's and HIP's `kernelParams`) built on it.
+//! The standard kernel library's table, shared by every backend: each kernel's name, parameters
+//! and reach through each pointer, with the argument checks and packing built on it.
+//!
+//! The table gives each kernel's parameter kinds and names and how far it reaches through
+//! each pointer; the argument checks and the packing into a pointer-to-value array (CUDA's and
+//! HIP's `kernelParams`) are built on it.
 //!
 //! The kernels themselves live with their backends (CUDA C and its PTX in gpu-cuda-ffi, the
 //! AMDGPU code objects in gpu-hip-ffi, Rust functions in the host backend); this table is what

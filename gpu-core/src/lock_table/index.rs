@@ -1,6 +1,8 @@
 //! The ordered index behind the lock table: disjoint byte ranges kept sorted by start in
-//! one-cache-line chunks, found by a binary search over the chunks' first starts, then a
-//! branch-free count inside one chunk.
+//! one-cache-line chunks.
+//!
+//! A range is found by a binary search over the chunks' first starts, then a branch-free count
+//! inside one chunk.
 //!
 //! A flat sorted array searches fast but inserts in O(n) (a memmove of the whole array); a
 //! B-tree chases a pointer per level. Two levels keep both costs small: an insert shifts at

@@ -11,9 +11,11 @@ use alloc::vec::Vec;
 
 use lock_api::{RawRwLock, RwLock, RwLockWriteGuard};
 
-use super::{LockOwner, LockStart, LockStats, LockTable, Locked, PinDriver, Unlocked, pin_new};
+use super::driver::{PinDriver, pin_new};
+use super::outcome::{LockStats, Locked, Unlocked};
+use super::table::{LockStart, LockTable};
 use crate::error::Result;
-use crate::id::DeviceId;
+use crate::id::{DeviceId, LockOwner};
 
 /// What a writer holds while it works: the driver, and scratch for device addresses.
 struct Writer<D> {

@@ -7,8 +7,8 @@
 
 use core::fmt;
 
-use super::checker::{Checker, Finding, TraceObject};
-use super::trace::{LineParser, Names, TraceOp, write_finding};
+use super::checker::{Checker, Finding, TraceObject, write_finding};
+use super::trace::{LineParser, Names, TraceOp};
 use crate::error::Result;
 
 /// Checks a trace in the text format line by line, reporting each finding (with the trace's

@@ -1,3 +1,6 @@
+//! The workgroup planner's rules, one test each: placement, sharing by live range, alignment,
+//! stagger, the default and opt-in limits, launch-sized buffers, and the typed errors.
+
 use alloc::string::ToString;
 use alloc::vec;
 use alloc::vec::Vec;

@@ -108,8 +108,6 @@ mod library;
 mod memory;
 mod streams;
 #[cfg(test)]
-// Its safety comments land with the split of the host tests (one file per concern).
-#[allow(clippy::undocumented_unsafe_blocks)]
 mod tests;
 
 use alloc::boxed::Box;

@@ -3,10 +3,9 @@
 
 use alloc::boxed::Box;
 
-use super::cache::{Block, NIL};
+use super::block::{Block, NIL};
+use crate::allocator::policy::GRANULE;
 
-/// Block sizes are multiples of this; the class arithmetic counts in these units.
-pub(crate) const GRANULE: usize = 256;
 const SUB_CLASSES: usize = 32;
 const LOG2_SUB_CLASSES: u32 = 5;
 const LEVELS: usize = 52;

@@ -1,0 +1,43 @@
+//! What a driver backend (CUDA, HIP; HSA next) keeps live, and the steps around creating and
+//! destroying driver objects that are the same on every driver.
+//!
+//! Nothing here calls a driver: each backend translates to its own calls.
+//!
+//! - [`LiveHandles`]: a backend's registry of live handles (streams, events, modules). Each handle
+//!   carries a [`HandleId`], never reused in the process; a method that takes a handle looks its id
+//!   up ([`LiveHandles::get`]) and holds the [`Live`] it gets for as long as its driver call runs,
+//!   and destroying takes the entry out first ([`LiveHandles::destroy`]), waiting for the calls in
+//!   flight on that handle. A destroyed, unloaded, reset or foreign handle is
+//!   [`Error::StaleHandle`](crate::Error::StaleHandle) before the driver sees it, and no handle is
+//!   destroyed while a call uses it.
+//! - [`LiveAllocations`] and [`LiveRegistrations`]: the addresses a backend allocated and the
+//!   host ranges it registered, so that freeing or unregistering anything else is a typed
+//!   error before the driver is asked.
+//! - The policies the GPU backends share, each backend supplying only its driver's calls:
+//!   the checks before an allocation ([`check_allocation`], [`check_stream_allocation`]), a
+//!   driver code that is an answer rather than a failure ([`none_on_code`]: out of memory,
+//!   unknown memory), how each memory kind is freed ([`FreeStep`]), peer access with its undo
+//!   ([`enable_peer_access`]), the kernel library's functions looked up with the module
+//!   unloaded on a failure ([`library_functions`]), and a launch's arguments packed for a
+//!   library kernel ([`library_arguments`]).
+//!
+//! One concern a file: `handles` (the registry of live handles), `addresses` (allocations and
+//! registrations), `memory` (allocation checks, answering codes, frees, peer access) and
+//! `kernels` (the library's functions, names, arguments and workgroup attribute).
+
+mod addresses;
+mod handles;
+mod kernels;
+mod memory;
+#[cfg(test)]
+mod tests;
+
+pub use crate::id::HandleId;
+pub use addresses::{LiveAllocations, LiveRegistrations};
+pub use handles::{Live, LiveHandles};
+pub use kernels::{
+    MODULE_KERNEL, kernel_name, library_arguments, library_functions, workgroup_bytes_attribute,
+};
+pub use memory::{
+    FreeStep, check_allocation, check_stream_allocation, enable_peer_access, none_on_code,
+};

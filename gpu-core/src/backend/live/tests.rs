@@ -1,0 +1,385 @@
+//! The registry of live handles, the allocation and registration records, and the shared
+//! memory and kernel policies, each against the rules of the module documentation.
+
+use alloc::vec;
+use alloc::vec::Vec;
+use core::cell::Cell;
+use core::ffi::c_int;
+
+use super::*;
+use crate::allocator::{AllocatorCapabilities, KindSupport, MemoryKind};
+use crate::backend::library::LIBRARY;
+use crate::backend::{DeviceInfo, KernelArg};
+use crate::error::{ByteRange, DriverError, Error, Result};
+use crate::id::DeviceId;
+use crate::workgroup::WorkgroupLimits;
+
+const D0: DeviceId = DeviceId(0);
+const D1: DeviceId = DeviceId(1);
+
+fn stale(what: &'static str, id: HandleId) -> Error {
+    Error::StaleHandle {
+        backend: "test",
+        what,
+        id,
+    }
+}
+
+#[test]
+fn a_live_handle_is_found_and_a_destroyed_or_unknown_one_is_stale() {
+    let streams = LiveHandles::new("test", "stream");
+    let (a, b) = (HandleId::fresh(), HandleId::fresh());
+    streams.insert(a, D0, 10u32);
+    streams.insert(b, D1, 20u32);
+    assert_eq!(*streams.get(a).unwrap(), 10);
+    assert_eq!(*streams.get(b).unwrap(), 20);
+    let destroyed = Cell::new(None);
+    streams
+        .destroy(
+            a,
+            || {},
+            |&raw| {
+                destroyed.set(Some(raw));
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert_eq!(destroyed.get(), Some(10));
+    assert_eq!(streams.get(a).unwrap_err(), stale("stream", a));
+    assert_eq!(
+        streams.destroy(a, || {}, |_| unreachable!()),
+        Err(stale("stream", a)),
+        "destroyed twice"
+    );
+    let never = HandleId::fresh();
+    assert_eq!(streams.get(never).unwrap_err(), stale("stream", never));
+    assert_eq!(
+        streams.get_as(never, "kernel").unwrap_err(),
+        stale("kernel", never)
+    );
+    assert_eq!(streams.len(), 1);
+}
+
+#[test]
+fn a_registered_handle_gets_a_fresh_id() {
+    let streams = LiveHandles::new("test", "stream");
+    let (one, two) = (streams.register(D0, |id| id), streams.register(D1, |id| id));
+    assert!(one < two);
+    assert_eq!(
+        (*streams.get(one).unwrap(), *streams.get(two).unwrap()),
+        (one, two)
+    );
+    assert_eq!(streams.forget_device(D1), 1);
+}
+
+#[test]
+fn a_failed_destroy_puts_the_handle_back() {
+    let events = LiveHandles::new("test", "event");
+    let id = HandleId::fresh();
+    events.insert(id, D0, 'e');
+    let failure = Error::NullPointer { what: "driver" };
+    assert_eq!(
+        events.destroy(id, || {}, |_| Err(failure.clone())),
+        Err(failure)
+    );
+    assert_eq!(*events.get(id).unwrap(), 'e');
+}
+
+#[test]
+fn destroy_waits_for_the_calls_holding_the_handle() {
+    let streams = LiveHandles::new("test", "stream");
+    let id = HandleId::fresh();
+    streams.insert(id, D0, 1u8);
+    let held = Cell::new(Some(streams.get(id).unwrap()));
+    let looks = Cell::new(0);
+    // The "call in flight" ends at the third look.
+    let relax = || {
+        looks.set(looks.get() + 1);
+        if looks.get() == 3 {
+            held.take();
+        }
+    };
+    assert_eq!(streams.remove(id, relax), Ok((D0, 1)));
+    assert_eq!(looks.get(), 3);
+    assert!(!streams.contains(id));
+}
+
+#[test]
+fn a_reset_forgets_the_devices_handles_only() {
+    let modules = LiveHandles::new("test", "module");
+    let ids: Vec<HandleId> = (0..4).map(|_| HandleId::fresh()).collect();
+    for (index, &id) in ids.iter().enumerate() {
+        modules.insert(id, DeviceId(index as u32 % 2), index);
+    }
+    let in_flight = modules.get(ids[0]).unwrap();
+    assert_eq!(modules.forget_device(D0), 2);
+    assert_eq!(*in_flight, 0, "a call in flight keeps its value");
+    assert!(modules.get(ids[0]).is_err() && modules.get(ids[2]).is_err());
+    assert!(modules.get(ids[1]).is_ok() && modules.get(ids[3]).is_ok());
+}
+
+#[test]
+fn only_live_allocations_of_the_kind_and_device_are_freed() {
+    let allocations = LiveAllocations::new();
+    let kind = MemoryKind::Device;
+    assert_eq!(
+        allocations.record(D0, kind, Ok(Some(0x1000))),
+        Ok(Some(0x1000))
+    );
+    assert_eq!(allocations.record(D0, kind, Ok(None)), Ok(None));
+    let failed = Err(Error::NullPointer { what: "x" });
+    assert_eq!(allocations.record(D0, kind, failed.clone()), failed);
+    assert_eq!(allocations.len(), 1);
+    let never = |_| -> Result<()> { panic!("the driver was asked") };
+    let unknown = |device, address| Err(Error::UnknownAddress { device, address });
+    assert_eq!(
+        allocations.release(D0, kind, 0x2000, || never(())),
+        unknown(D0, 0x2000)
+    );
+    assert_eq!(
+        allocations.release(D1, kind, 0x1000, || never(())),
+        unknown(D1, 0x1000)
+    );
+    assert_eq!(
+        allocations.release(D0, MemoryKind::HostPinned, 0x1000, || never(())),
+        unknown(D0, 0x1000)
+    );
+    assert_eq!(
+        allocations.release(D0, kind, 0, || never(())),
+        Err(Error::NullPointer {
+            what: "freed address"
+        })
+    );
+    // A failed free leaves the memory live; a good one frees it once.
+    let failure = Error::ZeroSize { what: "driver" };
+    assert_eq!(
+        allocations.release(D0, kind, 0x1000, || Err(failure.clone())),
+        Err(failure)
+    );
+    assert!(allocations.contains(D0, kind, 0x1000));
+    assert_eq!(allocations.release(D0, kind, 0x1000, || Ok(())), Ok(()));
+    assert_eq!(
+        allocations.release(D0, kind, 0x1000, || never(())),
+        unknown(D0, 0x1000)
+    );
+    assert!(allocations.is_empty());
+    for (device, address) in [(D0, 0x10), (D1, 0x20), (D0, 0x30)] {
+        allocations.record(device, kind, Ok(Some(address))).unwrap();
+    }
+    assert_eq!(allocations.forget_device(D0), 2);
+    assert!(allocations.contains(D1, kind, 0x20));
+}
+
+#[test]
+fn only_registered_starts_are_unregistered() {
+    let registrations = LiveRegistrations::new();
+    let range = ByteRange::new(0x1000, 0x100).unwrap();
+    registrations.record(range);
+    let never = || -> Result<()> { panic!("the driver was asked") };
+    assert_eq!(
+        registrations.release(0x1080, never),
+        Err(Error::NotEntryStart {
+            ptr: 0x1080,
+            entry: range
+        })
+    );
+    assert_eq!(
+        registrations.release(0x1100, never),
+        Err(Error::NotLocked { ptr: 0x1100 })
+    );
+    assert_eq!(
+        registrations.release(0x800, never),
+        Err(Error::NotLocked { ptr: 0x800 })
+    );
+    let failure = Error::ZeroSize { what: "driver" };
+    assert_eq!(
+        registrations.release(0x1000, || Err(failure.clone())),
+        Err(failure)
+    );
+    assert_eq!(registrations.get(0x1000), Some(range));
+    assert_eq!(registrations.release(0x1000, || Ok(())), Ok(()));
+    assert_eq!(
+        registrations.release(0x1000, never),
+        Err(Error::NotLocked { ptr: 0x1000 })
+    );
+    assert!(registrations.is_empty());
+}
+
+fn device_info() -> DeviceInfo {
+    DeviceInfo {
+        name: "test".into(),
+        total_memory: 1 << 30,
+        allocator: AllocatorCapabilities {
+            device: KindSupport::SYNCHRONOUS,
+            managed: KindSupport::NONE,
+            host_pinned: KindSupport::SYNCHRONOUS,
+            host_register: true,
+        },
+        workgroup: WorkgroupLimits {
+            default_per_block: 48 << 10,
+            max_per_block_opt_in: 48 << 10,
+            per_multiprocessor: 64 << 10,
+            reserved_per_block: 0,
+        },
+        unified_addressing: true,
+        pageable_memory_access: false,
+    }
+}
+
+#[test]
+fn allocations_of_missing_kinds_or_no_bytes_are_refused() {
+    let info = device_info();
+    assert_eq!(check_allocation(&info, D0, MemoryKind::Device, 64), Ok(()));
+    assert_eq!(
+        check_allocation(&info, D0, MemoryKind::Managed, 64),
+        Err(Error::KindUnsupported {
+            device: D0,
+            kind: MemoryKind::Managed
+        })
+    );
+    let zero = Err(Error::ZeroSize {
+        what: "allocation size",
+    });
+    assert_eq!(check_allocation(&info, D0, MemoryKind::HostPinned, 0), zero);
+    assert_eq!(
+        check_stream_allocation(D1, MemoryKind::Device, true, 64),
+        Ok(())
+    );
+    assert_eq!(
+        check_stream_allocation(D1, MemoryKind::Device, true, 0),
+        zero
+    );
+    for (kind, pool) in [(MemoryKind::Device, false), (MemoryKind::Managed, true)] {
+        assert_eq!(
+            check_stream_allocation(D1, kind, pool, 64),
+            Err(Error::KindUnsupported { device: D1, kind })
+        );
+    }
+}
+
+fn driver_error(code: i64) -> Error {
+    Error::Driver(DriverError {
+        backend: "test",
+        call: "alloc",
+        name: "CODE",
+        code,
+    })
+}
+
+#[test]
+fn the_answering_code_is_none_and_others_stay_errors() {
+    assert_eq!(none_on_code(Ok(5), 2), Ok(Some(5)));
+    assert_eq!(none_on_code::<u8>(Err(driver_error(2)), 2), Ok(None));
+    assert_eq!(
+        none_on_code::<u8>(Err(driver_error(1)), 2),
+        Err(driver_error(1))
+    );
+    let other = Error::ZeroSize { what: "x" };
+    assert_eq!(none_on_code::<u8>(Err(other.clone()), 2), Err(other));
+}
+
+#[test]
+fn each_kind_is_freed_its_way() {
+    use MemoryKind::*;
+    assert_eq!(FreeStep::of(Device, Some(7)), FreeStep::InStreamOrder(7));
+    assert_eq!(FreeStep::<u8>::of(Device, None), FreeStep::Now);
+    assert_eq!(
+        FreeStep::of(HostPinned, Some(7)),
+        FreeStep::AfterSynchronizing {
+            after: Some(7),
+            pinned: true
+        }
+    );
+    assert_eq!(
+        FreeStep::<u8>::of(Managed, None),
+        FreeStep::AfterSynchronizing {
+            after: None,
+            pinned: false
+        }
+    );
+}
+
+#[test]
+fn peer_access_is_undone_only_where_this_call_enabled_it_and_the_pool_refused() {
+    let undone = Cell::new(0);
+    let undo = || undone.set(undone.get() + 1);
+    let refused = || Some(Err(driver_error(1)));
+    assert_eq!(enable_peer_access(|| Ok(true), || None, undo), Ok(()));
+    assert_eq!(
+        enable_peer_access(|| Ok(false), || Some(Ok(())), undo),
+        Ok(())
+    );
+    assert_eq!(
+        enable_peer_access(|| Ok(false), refused, undo),
+        Err(driver_error(1))
+    );
+    assert_eq!(undone.get(), 0, "already enabled by someone else: left on");
+    assert_eq!(
+        enable_peer_access(|| Ok(true), refused, undo),
+        Err(driver_error(1))
+    );
+    assert_eq!(undone.get(), 1);
+    assert_eq!(
+        enable_peer_access(|| Err(driver_error(3)), || unreachable!(), undo),
+        Err(driver_error(3))
+    );
+    assert_eq!(undone.get(), 1);
+}
+
+#[test]
+fn a_missing_library_function_unloads_the_module() {
+    let unloaded = Cell::new(None);
+    let all = library_functions(
+        7u8,
+        |_, symbol| Ok(symbol.to_bytes().len()),
+        |m| unloaded.set(Some(m)),
+    );
+    assert_eq!(all.unwrap().len(), LIBRARY.len());
+    assert_eq!(unloaded.get(), None);
+    let missing = LIBRARY[1].symbol;
+    let found = library_functions(
+        7u8,
+        |_, symbol| {
+            if symbol == missing {
+                Err(driver_error(500))
+            } else {
+                Ok(())
+            }
+        },
+        |m| unloaded.set(Some(m)),
+    );
+    assert_eq!(found, Err(driver_error(500)));
+    assert_eq!(unloaded.get(), Some(7));
+}
+
+#[test]
+fn launch_arguments_are_checked_against_the_library_and_refused_for_modules() {
+    let args = [KernelArg::Ptr(0x1000), KernelArg::U32(1), KernelArg::U64(1)];
+    let fill = crate::backend::library::find_for("test", "fill_u32").unwrap();
+    assert!(library_arguments(Some(fill), &args).is_ok());
+    assert!(matches!(
+        library_arguments(Some(fill), &args[..2]),
+        Err(Error::KernelArgumentMismatch {
+            kernel: "fill_u32",
+            ..
+        })
+    ));
+    assert!(matches!(
+        library_arguments(None, &args),
+        Err(Error::KernelArgumentMismatch {
+            kernel: MODULE_KERNEL,
+            expected: "the module's own parameter array (launch_packed)"
+        })
+    ));
+    assert_eq!(kernel_name(Some(fill)), "fill_u32");
+    assert_eq!(workgroup_bytes_attribute(4096, None), Ok(4096));
+    assert_eq!(
+        workgroup_bytes_attribute(u32::MAX, Some(fill)),
+        Err(Error::LimitExceeded {
+            what: "dynamic workgroup memory per workgroup",
+            required: u32::MAX as usize,
+            limit: c_int::MAX as usize,
+            detail: vec!["kernel fill_u32".into()],
+        })
+    );
+}

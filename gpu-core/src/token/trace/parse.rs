@@ -1,0 +1,357 @@
+//! Reading the text format: [`parse_trace`] reads a whole trace into a [`ParsedTrace`], and
+//! the line parser under it reads one line at a time, for it and for the streaming checker.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use super::names::Names;
+use super::op::TraceOp;
+use crate::error::{Error, Result};
+use crate::id::{DeviceId, EventId, StreamId};
+
+/// A trace read from text into memory: the operations, the line each came from, and the
+/// names. For traces of any length, [`StreamingChecker`](crate::token::StreamingChecker)
+/// checks line by line instead, with memory bounded by the objects alive.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ParsedTrace {
+    /// The operations, with streams and events numbered in order of first mention.
+    pub ops: Vec<TraceOp>,
+    /// For each operation, its line number (from 1).
+    pub lines: Vec<usize>,
+    /// Stream names, indexed by [`StreamId`].
+    pub stream_names: Vec<String>,
+    /// Event names, indexed by [`EventId`].
+    pub event_names: Vec<String>,
+}
+
+/// Reads the text format one line at a time (see the module documentation), turning names
+/// into ids through one [`Names`] per kind.
+#[derive(Default)]
+pub(in crate::token) struct LineParser {
+    /// Stream names.
+    pub(in crate::token) streams: Names,
+    /// Event names.
+    pub(in crate::token) events: Names,
+    line: usize,
+    exited: bool,
+}
+
+impl LineParser {
+    /// The number of the last line read (from 1).
+    pub(in crate::token) fn line(&self) -> usize {
+        self.line
+    }
+
+    /// Reads the line at the start of `text`, up to its line break or the end of `text`:
+    /// returns its operation (`None` for a blank or comment line) and the bytes read (the line
+    /// break included). A line not in the format is an error naming the line and what was
+    /// expected; nothing is named then.
+    pub(in crate::token) fn next(&mut self, text: &[u8]) -> Result<(Option<TraceOp>, usize)> {
+        self.line += 1;
+        let line = self.line;
+        let mut words = Words { text, at: 0 };
+        let Some(call) = words.next() else {
+            return Ok((None, words.line_length()));
+        };
+        let mut fields = Fields { words, line };
+        if self.exited {
+            return Err(fields.error("nothing after `exit` but comments and blank lines"));
+        }
+        let (streams, events) = (&mut self.streams, &mut self.events);
+        // Each call reads all its words before naming anything, so a malformed line names
+        // nothing.
+        let op = match call {
+            b"launch" => {
+                let stream = fields.name("a stream name")?;
+                let device = fields.optional_device()?;
+                fields.end()?;
+                TraceOp::Launch {
+                    stream: fields.stream(streams, stream)?,
+                    device,
+                }
+            }
+            b"peer_copy" => {
+                let (stream, path) = fields.two_names("a stream name", "`direct` or `staged`")?;
+                let direct = match path {
+                    b"direct" => true,
+                    b"staged" => false,
+                    _ => return Err(fields.error("`direct` or `staged`")),
+                };
+                TraceOp::PeerCopy {
+                    stream: fields.stream(streams, stream)?,
+                    direct,
+                }
+            }
+            b"event_record" => {
+                let (event, stream) = fields.two_names("an event name", "a stream name")?;
+                TraceOp::Record {
+                    event: fields.event(events, event)?,
+                    stream: fields.stream(streams, stream)?,
+                }
+            }
+            b"stream_wait_event" => {
+                let (stream, event) = fields.two_names("a stream name", "an event name")?;
+                TraceOp::Wait {
+                    stream: fields.stream(streams, stream)?,
+                    event: fields.event(events, event)?,
+                }
+            }
+            b"stream_create" | b"stream_default" => {
+                let (stream, device) = fields.name_and_device("a stream name")?;
+                let stream = fields.stream(streams, stream)?;
+                if call == b"stream_create" {
+                    TraceOp::CreateStream { stream, device }
+                } else {
+                    TraceOp::DefaultStream { stream, device }
+                }
+            }
+            b"event_create" => {
+                let (event, device) = fields.name_and_device("an event name")?;
+                TraceOp::CreateEvent {
+                    event: fields.event(events, event)?,
+                    device,
+                }
+            }
+            b"stream_destroy" | b"stream_synchronize" | b"stream_query" => {
+                let stream = fields.only_name("a stream name")?;
+                let stream = fields.stream(streams, stream)?;
+                match call {
+                    b"stream_destroy" => TraceOp::DestroyStream { stream },
+                    b"stream_synchronize" => TraceOp::SynchronizeStream { stream },
+                    _ => TraceOp::QueryStream { stream },
+                }
+            }
+            b"event_destroy" | b"event_synchronize" | b"event_query" => {
+                let event = fields.only_name("an event name")?;
+                let event = fields.event(events, event)?;
+                match call {
+                    b"event_destroy" => TraceOp::DestroyEvent { event },
+                    b"event_synchronize" => TraceOp::SynchronizeEvent { event },
+                    _ => TraceOp::QueryEvent { event },
+                }
+            }
+            b"exit" => {
+                fields.end()?;
+                self.exited = true;
+                TraceOp::Exit
+            }
+            _ => {
+                return Err(Error::TraceSyntax {
+                    line,
+                    expected: "a call (stream_create, stream_default, stream_destroy, \
+                               event_create, event_destroy, event_record, stream_wait_event, \
+                               stream_synchronize, event_synchronize, stream_query, \
+                               event_query, launch, exit)",
+                    found: String::from_utf8_lossy(call).into_owned(),
+                });
+            }
+        };
+        Ok((Some(op), fields.words.line_length()))
+    }
+}
+
+/// Reads a whole trace in the text format (see the module documentation) into memory. Fails
+/// at the first line that is not in the format, naming the line and what was expected.
+pub fn parse_trace(text: &str) -> Result<ParsedTrace> {
+    let mut parser = LineParser::default();
+    let (mut ops, mut lines) = (Vec::new(), Vec::new());
+    let mut text = text.as_bytes();
+    while !text.is_empty() {
+        let (op, read) = parser.next(text)?;
+        text = &text[read..];
+        if let Some(op) = op {
+            ops.push(op);
+            lines.push(parser.line());
+        }
+    }
+    Ok(ParsedTrace {
+        ops,
+        lines,
+        stream_names: parser.streams.into_names(),
+        event_names: parser.events.into_names(),
+    })
+}
+
+/// The words of the line at the start of `text`, before its comment, separated by ASCII
+/// whitespace (a `#` ends the line's content, inside a word too).
+struct Words<'t> {
+    text: &'t [u8],
+    /// Where reading goes on: after the last word read, or, once the words are read, at the
+    /// line's break (or the end of `text`).
+    at: usize,
+}
+
+impl<'t> Iterator for Words<'t> {
+    type Item = &'t [u8];
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<&'t [u8]> {
+        loop {
+            match self.text.get(self.at) {
+                None | Some(b'\n') => return None,
+                Some(b'#') => {
+                    self.at = memchr::memchr(b'\n', &self.text[self.at..])
+                        .map_or(self.text.len(), |newline| self.at + newline);
+                    return None;
+                }
+                Some(byte) if byte.is_ascii_whitespace() => self.at += 1,
+                Some(_) => break,
+            }
+        }
+        let start = self.at;
+        self.at += word_end(&self.text[start..]);
+        Some(&self.text[start..self.at])
+    }
+}
+
+impl<'t> Words<'t> {
+    /// The bytes of the line, its break included; call once every word has been read.
+    fn line_length(&self) -> usize {
+        (self.at + 1).min(self.text.len())
+    }
+
+    /// The line's content before its comment, without the whitespace around it.
+    fn content(&self) -> &'t [u8] {
+        let line = match memchr::memchr(b'\n', self.text) {
+            Some(newline) => &self.text[..newline],
+            None => self.text,
+        };
+        line.split(|&b| b == b'#')
+            .next()
+            .unwrap_or_default()
+            .trim_ascii()
+    }
+}
+
+/// Whether `byte` ends a word.
+fn ends_word(byte: u8) -> bool {
+    byte.is_ascii_whitespace() || byte == b'#'
+}
+
+/// The length of the word at the start of `bytes`: up to the first ASCII whitespace or `#`.
+/// Eight bytes at a time: a byte at most 0x20 or equal to `#` is a candidate (every ASCII
+/// whitespace is at most 0x20); the first candidate of a block is exact (the subtraction's
+/// borrows only flag bytes after a true one), and a candidate that is another control
+/// character is passed byte by byte.
+#[inline]
+pub(super) fn word_end(bytes: &[u8]) -> usize {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    let mut at = 0;
+    while let Some(block) = bytes.get(at..at + 8) {
+        let mut word = [0; 8];
+        word.copy_from_slice(block);
+        let word = u64::from_le_bytes(word);
+        let low = word.wrapping_sub(ONES * 0x21) & !word & HIGH;
+        let hash = word ^ (ONES * u64::from(b'#'));
+        let hash = hash.wrapping_sub(ONES) & !hash & HIGH;
+        let candidates = low | hash;
+        if candidates != 0 {
+            let first = at + (candidates.trailing_zeros() / 8) as usize;
+            if ends_word(bytes[first]) {
+                return first;
+            }
+            return first + 1 + word_end_bytewise(&bytes[first + 1..]);
+        }
+        at += 8;
+    }
+    at + word_end_bytewise(&bytes[at..])
+}
+
+fn word_end_bytewise(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .position(|&b| ends_word(b))
+        .unwrap_or(bytes.len())
+}
+
+/// A decimal device number without sign, or `None`.
+fn parse_device(word: &[u8]) -> Option<DeviceId> {
+    if word.is_empty() {
+        return None;
+    }
+    word.iter()
+        .try_fold(0u32, |n, &digit| {
+            let digit = digit.checked_sub(b'0').filter(|&d| d < 10)?;
+            n.checked_mul(10)?.checked_add(u32::from(digit))
+        })
+        .map(DeviceId)
+}
+
+/// The rest of one line's words, after the call name.
+struct Fields<'t> {
+    words: Words<'t>,
+    line: usize,
+}
+
+impl<'t> Fields<'t> {
+    fn error(&self, expected: &'static str) -> Error {
+        Error::TraceSyntax {
+            line: self.line,
+            expected,
+            found: String::from_utf8_lossy(self.words.content()).into_owned(),
+        }
+    }
+
+    fn name(&mut self, expected: &'static str) -> Result<&'t [u8]> {
+        self.words.next().ok_or_else(|| self.error(expected))
+    }
+
+    /// One name, and the end of the line.
+    fn only_name(&mut self, expected: &'static str) -> Result<&'t [u8]> {
+        let name = self.name(expected)?;
+        self.end()?;
+        Ok(name)
+    }
+
+    /// Two names, and the end of the line.
+    fn two_names(
+        &mut self,
+        first: &'static str,
+        second: &'static str,
+    ) -> Result<(&'t [u8], &'t [u8])> {
+        let names = (self.name(first)?, self.name(second)?);
+        self.end()?;
+        Ok(names)
+    }
+
+    /// A name and a device, and the end of the line.
+    fn name_and_device(&mut self, expected: &'static str) -> Result<(&'t [u8], DeviceId)> {
+        let name = self.name(expected)?;
+        let device = self
+            .optional_device()?
+            .ok_or_else(|| self.error("a device number"))?;
+        self.end()?;
+        Ok((name, device))
+    }
+
+    fn optional_device(&mut self) -> Result<Option<DeviceId>> {
+        match self.words.next() {
+            None => Ok(None),
+            Some(word) => parse_device(word)
+                .map(Some)
+                .ok_or_else(|| self.error("a device number")),
+        }
+    }
+
+    fn end(&mut self) -> Result<()> {
+        match self.words.next() {
+            None => Ok(()),
+            Some(_) => Err(self.error("the end of the line")),
+        }
+    }
+
+    fn stream(&self, names: &mut Names, name: &[u8]) -> Result<StreamId> {
+        names
+            .id(name)
+            .map(StreamId)
+            .map_err(|expected| self.error(expected))
+    }
+
+    fn event(&self, names: &mut Names, name: &[u8]) -> Result<EventId> {
+        names
+            .id(name)
+            .map(EventId)
+            .map_err(|expected| self.error(expected))
+    }
+}
