@@ -4,7 +4,7 @@
 //! with two devices that cannot have peer access.
 
 use gpu_core::allocator::KindSupport;
-use gpu_rt::host::{HostBackend, HostConfig, HostDeviceConfig};
+use gpu_rt::host::{HostBackend, HostConfig, HostDeviceConfig, HostErrorCode};
 use gpu_testkit::conformance::{CaseReport, Outcome, run_all};
 
 fn assert_all_passed(reports: &[CaseReport], skipped_allowed: &[&str]) {
@@ -20,10 +20,34 @@ fn assert_all_passed(reports: &[CaseReport], skipped_allowed: &[&str]) {
     }
 }
 
+/// A host backend of `config` with a kernel named `fault` that fails as a GPU kernel's illegal
+/// address does (so the sticky-fault case runs).
+fn with_fault_kernel(config: HostConfig) -> HostBackend {
+    let backend = HostBackend::new(config);
+    backend.register_kernel("fault", |_, _| {
+        Err(HostErrorCode::IllegalAddress.error("launch"))
+    });
+    backend
+}
+
 #[test]
 fn conformance_on_two_host_devices() {
-    let open = || Ok(HostBackend::new(HostConfig::with_devices(2)));
+    let open = || Ok(with_fault_kernel(HostConfig::with_devices(2)));
     assert_all_passed(&run_all(&open), &[]);
+}
+
+/// Without a kernel that faults, the sticky-fault case is skipped, saying why.
+#[test]
+fn without_a_faulting_kernel_the_sticky_case_is_skipped() {
+    let open = || Ok(HostBackend::new(HostConfig::with_devices(2)));
+    let reports = run_all(&open);
+    let sticky = "a_sticky_fault_loses_only_its_device";
+    assert_all_passed(&reports, &[sticky]);
+    let skipped = reports.iter().find(|r| r.name == sticky);
+    assert_eq!(
+        skipped.map(|r| &r.outcome),
+        Some(&Outcome::Skipped("no kernel named fault".into()))
+    );
 }
 
 #[test]
@@ -33,6 +57,7 @@ fn conformance_on_one_host_device_skips_the_two_device_cases() {
     let two_device_cases = [
         "cross_device_order_and_data",
         "peer_copies_of_every_memory_form",
+        "a_sticky_fault_loses_only_its_device",
     ];
     assert_all_passed(&reports, &two_device_cases);
     for name in two_device_cases {
@@ -52,7 +77,7 @@ fn conformance_on_two_host_devices_without_peer_access() {
     let open = || {
         let mut config = HostConfig::with_devices(2);
         config.devices[1].peer_link = false;
-        Ok(HostBackend::new(config))
+        Ok(with_fault_kernel(config))
     };
     assert_all_passed(&run_all(&open), &[]);
 }
@@ -68,7 +93,7 @@ fn conformance_without_stream_ordered_allocation() {
                 ..HostDeviceConfig::ALL_CAPABILITIES
             };
         }
-        Ok(HostBackend::new(config))
+        Ok(with_fault_kernel(config))
     };
     assert_all_passed(&run_all(&open), &[]);
 }

@@ -8,8 +8,10 @@
 //!
 //! [`run_all`] and the reports are here; the harness every case uses is `harness`, and the
 //! cases are grouped by concern: `memory`, `order` (streams, devices, peers), `kernels`,
-//! `lifecycle` (current device, pools, the whole scenario, driver failures).
+//! `lifecycle` (current device, pools, the whole scenario, driver failures), `failures` (what
+//! an error that is or is not sticky affects).
 
+mod failures;
 mod harness;
 mod kernels;
 mod lifecycle;
@@ -67,7 +69,7 @@ pub fn run_all<B: Backend>(open: Open<'_, B>) -> Vec<CaseReport> {
             [$((stringify!($case), $group::$case::<B> as Case<B>)),*]
         };
     }
-    let cases: [(&'static str, Case<B>); 12] = cases![
+    let cases: [(&'static str, Case<B>); 14] = cases![
         memory::devices_report_capabilities,
         memory::allocation_kinds_and_errors,
         memory::lock_rules_through_the_runtime,
@@ -80,6 +82,8 @@ pub fn run_all<B: Backend>(open: Open<'_, B>) -> Vec<CaseReport> {
         lifecycle::pools_are_reused,
         lifecycle::scenario_leaves_nothing,
         lifecycle::every_driver_failure_is_clean,
+        failures::non_sticky_errors_fail_only_their_call,
+        failures::a_sticky_fault_loses_only_its_device,
     ];
     cases
         .into_iter()
