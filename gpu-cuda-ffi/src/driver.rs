@@ -249,7 +249,13 @@ impl Driver {
             entry_points: EntryPointCache::new(),
             _library: library,
         };
-        driver.driver_version = crate::result::device::driver_version(&driver)?;
+        // cuDriverGetVersion needs no cuInit. Called here rather than through the result layer,
+        // which is built on the driver.
+        let get = driver.cuDriverGetVersion()?;
+        let mut version = 0;
+        // SAFETY: `version` is valid for writes.
+        crate::result::check("cuDriverGetVersion", unsafe { get(&mut version) })?;
+        driver.driver_version = version;
         Ok(driver)
     }
 

@@ -181,7 +181,7 @@ pub(crate) fn build(tools: &Tools, out: &Path) -> Result<Vec<PathBuf>, String> {
     }
     for tool in TOOLS {
         let copy = out.join(tool);
-        crate::test_hw::copy_stripped(&tools.runtime_dir.join(tool), &copy)?;
+        crate::copy_stripped(&tools.runtime_dir.join(tool), &copy)?;
         files.push(copy);
     }
     Ok(files)

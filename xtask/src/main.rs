@@ -90,6 +90,17 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Copies a file, stripping its symbols unless it is a Python script (for the bundles).
+fn copy_stripped(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::copy(from, to).map_err(|e| format!("cannot copy {}: {e}", from.display()))?;
+    // Symbols only make the bundle larger; a machine without `strip` keeps them. Scripts
+    // are copied as they are.
+    if from.extension().is_none_or(|ext| ext != "py") {
+        let _ = Command::new("strip").arg(to).status();
+    }
+    Ok(())
+}
+
 fn run(command: &mut Command) -> Result<(), String> {
     let status = command
         .status()

@@ -312,7 +312,7 @@ fn write_bundle(options: &Options, folders: &[(&str, &[PathBuf])]) -> Result<(),
         let dir = bundle.join(folder);
         fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         for file in files {
-            copy_stripped(file, &dir.join(bundle_name(file)))?;
+            crate::copy_stripped(file, &dir.join(bundle_name(file)))?;
         }
     }
     let commit = git(&["rev-parse", "HEAD"])?;
@@ -339,17 +339,6 @@ fn bundle_name(path: &Path) -> String {
         }
         _ => name,
     }
-}
-
-/// Copies a file, stripping its symbols unless it is a Python script.
-pub(crate) fn copy_stripped(from: &Path, to: &Path) -> Result<(), String> {
-    fs::copy(from, to).map_err(|e| format!("cannot copy {}: {e}", from.display()))?;
-    // Symbols only make the bundle larger; a machine without `strip` keeps them. Scripts
-    // are copied as they are.
-    if from.extension().is_none_or(|ext| ext != "py") {
-        let _ = Command::new("strip").arg(to).status();
-    }
-    Ok(())
 }
 
 fn git(args: &[&str]) -> Result<String, String> {

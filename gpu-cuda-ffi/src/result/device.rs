@@ -18,15 +18,6 @@ pub fn init(driver: &Driver, flags: c_uint) -> Result<()> {
     check("cuInit", unsafe { init(flags) })
 }
 
-/// cuDriverGetVersion: the installed driver's version (12040 for CUDA 12.4); needs no cuInit.
-pub fn driver_version(driver: &Driver) -> Result<c_int> {
-    let get = driver.cuDriverGetVersion()?;
-    let mut version = 0;
-    // SAFETY: `version` is valid for writes.
-    check("cuDriverGetVersion", unsafe { get(&mut version) })?;
-    Ok(version)
-}
-
 /// cuDeviceGetCount: how many devices the driver reports.
 pub fn count(driver: &Driver) -> Result<c_int> {
     let get = driver.cuDeviceGetCount()?;
