@@ -4,6 +4,7 @@
 mod amdgpu_kernels;
 mod bindgen;
 mod capi_header;
+mod cycles;
 mod hip_shim;
 mod iree;
 mod links;
@@ -52,6 +53,8 @@ commands:
   check-links                 check that every relative link in the tracked Markdown files
                               points at a file or directory of the repository (and an anchor at
                               a heading of its Markdown file)
+  module-cycles               check that no two modules of any crate import each other (through
+                              `crate::`, `super::` or `self::` paths, in `use` items and code)
 ";
 
 fn main() -> ExitCode {
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
         Some("iree") => iree::iree(&args[1..]),
         Some("test-hw") => test_hw::test_hw(&args[1..]),
         Some("check-links") => links::check_links(&args[1..]),
+        Some("module-cycles") => cycles::module_cycles(&args[1..]),
         Some("fuzz-list") => run(Command::new("cargo")
             .args(["+nightly", "fuzz", "list"])
             .current_dir(root().join("fuzz"))),
