@@ -56,8 +56,8 @@ impl<B: Backend> HostWait<B> {
 
     /// Blocks until the work has finished; reports its failure (a failure that loses the
     /// device as [`Error::DeviceLost`], noted in `health`).
-    pub(crate) fn block(self, backend: &B, health: &Health) -> Result<()> {
-        match self {
+    pub(crate) fn block(&self, backend: &B, health: &Health) -> Result<()> {
+        match *self {
             HostWait::Nothing => Ok(()),
             HostWait::Stream(device, stream) => health.lift(
                 device,

@@ -5,6 +5,7 @@
 use alloc::vec::Vec;
 use std::sync::PoisonError;
 
+use super::state::HostWait;
 use super::{Buffer, Runtime, Span};
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::Backend;
@@ -57,9 +58,8 @@ impl<B: Backend> Runtime<B> {
             .flatten()
         {
             let source = Span::raw(address, src.len());
-            let (keep, done) = self.split(self.copy(device, dst, source, after)?)?;
-            self.wait(done)?;
-            return Ok(keep);
+            let copied = self.copy(device, dst, source, after)?;
+            return self.keep_after_host_memory_is_read(copied);
         }
         self.staged(
             device,
@@ -151,6 +151,35 @@ impl<B: Backend> Runtime<B> {
                 Err(e)
             }
         }
+    }
+
+    /// Waits for the work of `token`, which reads host memory borrowed only for the call, and
+    /// returns a token continuing its chain. Whatever fails (the fork, the wait), the work has
+    /// finished before this returns: the host then blocks on the token's stream or event
+    /// directly (tried twice), since the caller may free the memory as soon as it has the
+    /// error. Found by the stress run with injected faults: a failed fork after a pinned
+    /// upload let the copy read the caller's memory after it was freed.
+    fn keep_after_host_memory_is_read(&self, token: Token) -> Result<Token> {
+        let fallback = {
+            let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let wait = state.planner.pending_of(&token).and_then(|p| state.host_wait(&p));
+            let hold = wait
+                .as_ref()
+                .ok()
+                .and_then(HostWait::device)
+                .and_then(|device| self.health.hold_host_wait(device));
+            (wait, hold)
+        };
+        let kept = self
+            .split(token)
+            .and_then(|(keep, done)| self.wait(done).map(|()| keep));
+        if kept.is_err()
+            && let (Ok(wait), _hold) = fallback
+            && wait.block(&self.backend, &self.health).is_err()
+        {
+            let _ = wait.block(&self.backend, &self.health);
+        }
+        kept
     }
 
     /// Forks `token` in two: one to continue the stream's chain, one to wait on.
