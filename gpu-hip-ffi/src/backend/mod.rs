@@ -19,17 +19,17 @@
 
 mod caps;
 mod current;
+mod devices;
+mod handles;
 
 use core::ffi::{CStr, c_int, c_void};
-use core::ptr;
 use core::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::Mutex;
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::library::find_for;
 use gpu_core::backend::live::{
     FreeStep, HandleId, Live, LiveAllocations, LiveHandles, LiveRegistrations, check_allocation,
-    check_stream_allocation, enable_peer_access, kernel_name, library_arguments, library_functions,
+    check_stream_allocation, enable_peer_access, library_arguments, library_functions,
     none_on_code, workgroup_bytes_attribute,
 };
 use gpu_core::backend::{
@@ -43,6 +43,8 @@ use crate::result::{self, BACKEND, driver_error};
 use crate::sys;
 
 use current::{DeviceScope, no_device_chosen, set_no_device_chosen};
+use devices::{DeviceState, LoadedLibrary, configure_default_pool, open_device};
+pub use handles::{HipEvent, HipKernel, HipModule, HipStream, SavedDevice};
 
 /// A HIP code as the toolkit's errors carry it.
 const fn code(code: sys::hipError_t) -> i64 {
@@ -58,138 +60,6 @@ const KERNEL_IMAGES: &[&[u8]] = &[gpu_cuda_ffi::kernels::PTX.as_bytes()];
 /// code objects, one per target; the first the device accepts is used.
 #[cfg(not(feature = "nvidia"))]
 const KERNEL_IMAGES: &[&[u8]] = crate::code_objects::CODE_OBJECTS;
-
-/// An in-order queue of work on one device: a non-blocking `hipStream_t` (or an adopted one),
-/// its device, and its number in the backend's live streams.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct HipStream {
-    raw: sys::hipStream_t,
-    device: DeviceId,
-    id: HandleId,
-}
-
-/// A completion marker: a `hipEvent_t` created without timing, its device, and its number in
-/// the backend's live events.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct HipEvent {
-    raw: sys::hipEvent_t,
-    device: DeviceId,
-    id: HandleId,
-}
-
-/// A kernel loaded on one device: of the standard library, or of a module the program loaded;
-/// live while that module is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct HipKernel {
-    function: sys::hipFunction_t,
-    device: DeviceId,
-    /// The number of its module (the device's library module for a library kernel).
-    module: HandleId,
-    /// Index into the library table (name and parameters); `None` for a module's kernel,
-    /// whose parameters nothing here knows.
-    library_index: Option<usize>,
-}
-
-/// A module image loaded on one device (`hipModule_t`), from [`Backend::module_load`], and its
-/// number in the backend's live modules.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct HipModule {
-    raw: sys::hipModule_t,
-    device: DeviceId,
-    id: HandleId,
-}
-
-// SAFETY: (all four handles) the values are opaque HIP handles, never dereferenced by this
-// crate. The HIP runtime is thread-safe: a stream, event or function may be used from any
-// thread, and every method makes the handle's device current around its calls.
-unsafe impl Send for HipStream {}
-// SAFETY: see above.
-unsafe impl Sync for HipStream {}
-// SAFETY: see above.
-unsafe impl Send for HipEvent {}
-// SAFETY: see above.
-unsafe impl Sync for HipEvent {}
-// SAFETY: see above.
-unsafe impl Send for HipKernel {}
-// SAFETY: see above.
-unsafe impl Sync for HipKernel {}
-// SAFETY: see above (a module is a handle like the others).
-unsafe impl Send for HipModule {}
-// SAFETY: see above.
-unsafe impl Sync for HipModule {}
-
-impl HipStream {
-    /// HIP's stream handle (valid until the stream is destroyed).
-    pub fn raw(&self) -> sys::hipStream_t {
-        self.raw
-    }
-
-    /// The device the stream belongs to.
-    pub fn device(&self) -> DeviceId {
-        self.device
-    }
-}
-
-impl HipEvent {
-    /// HIP's event handle (valid until the event is destroyed).
-    pub fn raw(&self) -> sys::hipEvent_t {
-        self.raw
-    }
-
-    /// The device the event belongs to.
-    pub fn device(&self) -> DeviceId {
-        self.device
-    }
-}
-
-impl HipKernel {
-    /// HIP's function handle (valid while the backend lives).
-    pub fn raw(&self) -> sys::hipFunction_t {
-        self.function
-    }
-
-    /// The device the kernel is loaded on.
-    pub fn device(&self) -> DeviceId {
-        self.device
-    }
-
-    /// The kernel's name in the standard library (a module's kernel says so instead).
-    pub fn name(&self) -> &'static str {
-        kernel_name(self.library_index)
-    }
-}
-
-/// What was current on a thread: one of HIP's device ordinals, or `None` when the thread's
-/// last choice through this backend was "no device" (HIP itself always has one).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SavedDevice(Option<c_int>);
-
-/// The kernel library loaded on one device: the module (live in the backend's modules while it
-/// is loaded) and one function per library entry.
-struct LoadedLibrary {
-    module: HipModule,
-    functions: Vec<sys::hipFunction_t>,
-}
-
-/// One device as opened: its ordinal, default memory pool (where stream-ordered allocation is
-/// used), description, and kernel library once loaded.
-struct DeviceState {
-    ordinal: c_int,
-    /// The default pool, with its release threshold raised to the maximum at open (and after a
-    /// reset); null where the device has no stream-ordered allocation.
-    pool: AtomicPtr<sys::ihipMemPoolHandle_t>,
-    info: DeviceInfo,
-    /// Loaded at the first [`Backend::kernel`] call for the device.
-    library: Mutex<Option<LoadedLibrary>>,
-}
-
-impl DeviceState {
-    /// The default pool, where the device has stream-ordered allocation.
-    fn pool(&self) -> Option<sys::hipMemPool_t> {
-        let pool = self.pool.load(Ordering::Acquire);
-        (!pool.is_null()).then_some(pool)
-    }
-}
 
 /// The HIP backend over the HIP runtime API (ROCm's libamdhip64 on AMD GPUs; on NVIDIA GPUs
 /// the `nvidia` feature's shim, which exports the same functions over the CUDA runtime).
@@ -383,31 +253,6 @@ impl HipBackend {
         }
         Err(refusal)
     }
-}
-
-/// Reads device `ordinal`'s description.
-fn open_device(hip: &Hip, ordinal: c_int, pool_entry_points: bool) -> Result<DeviceState> {
-    let device = result::device::get(hip, ordinal)?;
-    let name = result::device::name(hip, device)?;
-    let total_memory = result::device::total_memory(hip, device)?;
-    let info = caps::describe_device(name, total_memory, pool_entry_points, |attribute| {
-        result::device::attribute(hip, attribute, ordinal)
-    })?;
-    Ok(DeviceState {
-        ordinal,
-        pool: AtomicPtr::new(ptr::null_mut()),
-        info,
-        library: Mutex::new(None),
-    })
-}
-
-/// The device's default memory pool, with its release threshold raised to the maximum so that
-/// memory freed in stream order stays in the pool instead of going back at each synchronisation.
-fn configure_default_pool(hip: &Hip, ordinal: c_int) -> Result<sys::hipMemPool_t> {
-    let pool = result::device::default_memory_pool(hip, ordinal)?;
-    // SAFETY: the device's default pool, which lives as long as the device's state.
-    unsafe { result::memory::set_pool_release_threshold(hip, pool, u64::MAX) }?;
-    Ok(pool)
 }
 
 /// `Some(address)` for an allocation, `None` for `hipErrorOutOfMemory`, else the HIP error.

@@ -2,6 +2,10 @@
 //! reach, each method gives its typed error, and what the backend does not hold never reaches HIP.
 
 use super::*;
+
+use core::ptr;
+use std::sync::Mutex;
+
 use gpu_core::DriverError;
 use gpu_core::backend::live::MODULE_KERNEL;
 
