@@ -21,6 +21,7 @@ mod caps;
 mod current;
 mod devices;
 mod handles;
+mod memory;
 
 use core::ffi::{CStr, c_int, c_void};
 use core::sync::atomic::{AtomicPtr, Ordering};
@@ -28,13 +29,10 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::library::find_for;
 use gpu_core::backend::live::{
-    FreeStep, HandleId, Live, LiveAllocations, LiveHandles, LiveRegistrations, check_allocation,
-    check_stream_allocation, enable_peer_access, library_arguments, library_functions,
-    none_on_code, workgroup_bytes_attribute,
+    HandleId, Live, LiveAllocations, LiveHandles, LiveRegistrations, enable_peer_access,
+    library_arguments, library_functions, none_on_code, workgroup_bytes_attribute,
 };
-use gpu_core::backend::{
-    Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_device_slots, check_same_device,
-};
+use gpu_core::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_same_device};
 use gpu_core::{ByteRange, DeviceId, Error, Result};
 
 use crate::library::Hip;
@@ -175,16 +173,6 @@ impl HipBackend {
         DeviceScope::enter(self.hip, self.device(device)?.ordinal)
     }
 
-    /// Writes each device's address for the pinned host address `host` into `device_ptrs`
-    /// (hipHostGetDevicePointer with each device current).
-    fn device_addresses(&self, host: usize, device_ptrs: &mut [usize]) -> Result<()> {
-        for (index, slot) in device_ptrs.iter_mut().enumerate() {
-            let _scope = self.enter(DeviceId(index as u32))?;
-            *slot = result::memory::host_device_pointer(self.hip, host)?;
-        }
-        Ok(())
-    }
-
     /// The function `library_index` of `device`'s kernel library and the library module's
     /// number, loading the module on first use.
     fn library_function(
@@ -253,12 +241,6 @@ impl HipBackend {
         }
         Err(refusal)
     }
-}
-
-/// `Some(address)` for an allocation, `None` for `hipErrorOutOfMemory`, else the HIP error.
-fn allocation_outcome(allocated: Result<*mut c_void>) -> Result<Option<usize>> {
-    none_on_code(allocated, code(sys::hipErrorOutOfMemory))
-        .map(|address| address.map(|address| address as usize))
 }
 
 impl Drop for HipBackend {
@@ -349,20 +331,7 @@ impl Backend for HipBackend {
     /// hipHostMalloc with `Portable | Mapped`. The
     /// address is recorded for `free`.
     fn allocate(&self, device: DeviceId, kind: MemoryKind, bytes: usize) -> Result<Option<usize>> {
-        check_allocation(&self.device(device)?.info, device, kind, bytes)?;
-        let _scope = self.enter(device)?;
-        let hip = self.hip;
-        let allocated = allocation_outcome(match kind {
-            MemoryKind::Device => result::memory::alloc(hip, bytes),
-            MemoryKind::Managed => {
-                result::memory::alloc_managed(hip, bytes, sys::hipMemAttachGlobal)
-            }
-            MemoryKind::HostPinned => {
-                let flags = sys::hipHostMallocPortable | sys::hipHostMallocMapped;
-                result::memory::alloc_host(hip, bytes, flags)
-            }
-        });
-        self.allocations.record(device, kind, allocated)
+        self.allocate_memory(device, kind, bytes)
     }
 
     /// Device memory only: hipMallocAsync from the device's default pool (release threshold at
@@ -374,15 +343,7 @@ impl Backend for HipBackend {
         kind: MemoryKind,
         bytes: usize,
     ) -> Result<Option<usize>> {
-        let stream = self.streams.get(stream.id)?;
-        let device = stream.device;
-        let pool = self.device(device)?.pool();
-        check_stream_allocation(device, kind, pool.is_some(), bytes)?;
-        let _scope = self.enter(device)?;
-        // SAFETY: a live stream of the device (held), which is current.
-        let allocated =
-            allocation_outcome(unsafe { result::memory::alloc_async(self.hip, bytes, stream.raw) });
-        self.allocations.record(device, kind, allocated)
+        self.allocate_in_stream_order(stream, kind, bytes)
     }
 
     /// Device memory with `after`: hipFreeAsync on that stream; without: hipFree. Managed and
@@ -396,76 +357,21 @@ impl Backend for HipBackend {
         address: usize,
         after: Option<HipStream>,
     ) -> Result<()> {
-        self.device(device)?;
-        self.allocations.release(device, kind, address, || {
-            let after = after
-                .map(|stream| self.streams.get(stream.id))
-                .transpose()?;
-            let _scope = self.enter(device)?;
-            let (hip, pointer) = (self.hip, address as *mut c_void);
-            // Each arm frees `address`: live memory of this kind that this backend allocated on
-            // the device, just taken out of its allocations (so no other free reaches it), that
-            // the caller no longer uses but by `after`'s work (the trait's contract).
-            match FreeStep::of(kind, after.as_deref()) {
-                // SAFETY: device memory as said above, freed in the order of `stream`, a live
-                // stream of the device (held), which is current.
-                FreeStep::InStreamOrder(stream) => unsafe {
-                    result::memory::free_async(hip, pointer, stream.raw)
-                },
-                // SAFETY: device memory as said above, unused by any work.
-                FreeStep::Now => unsafe { result::memory::free(hip, pointer) },
-                FreeStep::AfterSynchronizing { after, pinned } => {
-                    if let Some(stream) = after {
-                        // SAFETY: a live stream of the device (held), which is current.
-                        unsafe { result::stream::synchronize(hip, stream.raw) }?;
-                    }
-                    if pinned {
-                        // SAFETY: pinned host memory as said above, unused now that `after`'s
-                        // work has finished.
-                        unsafe { result::memory::free_host(hip, pointer) }
-                    } else {
-                        // SAFETY: managed memory as said above, unused now that `after`'s work
-                        // has finished.
-                        unsafe { result::memory::free(hip, pointer) }
-                    }
-                }
-            }
-        })
+        self.free_memory(device, kind, address, after)
     }
 
     /// hipHostRegister with `Portable | Mapped` (with device 0 current; registration is
     /// process-wide), then hipHostGetDevicePointer with each device current for
     /// `device_ptrs[d]`. If an address lookup fails, the range is unregistered again.
     fn host_register(&self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
-        check_device_slots(self.devices.len(), device_ptrs)?;
-        let flags = sys::hipHostRegisterPortable | sys::hipHostRegisterMapped;
-        // Looked up, and device 0 made current, before registering: undoing the registration
-        // on the error path below can then fail neither for a missing symbol nor for the switch.
-        self.hip.hipHostUnregister()?;
-        let _scope = self.enter(DeviceId(0))?;
-        let host = range.start as *mut c_void;
-        // SAFETY: the trait's contract: the caller's host range stays allocated until it is
-        // unregistered.
-        unsafe { result::memory::host_register(self.hip, host, range.len, flags) }?;
-        if let Err(error) = self.device_addresses(range.start, device_ptrs) {
-            // SAFETY: the range was registered just above and nothing has used it yet.
-            let _ = unsafe { result::memory::host_unregister(self.hip, host) };
-            return Err(error);
-        }
-        self.registrations.record(range);
-        Ok(())
+        self.register_host_range(range, device_ptrs)
     }
 
     /// hipHostUnregister of exactly `start`, a range this backend registered: a pointer inside
     /// one is [`Error::NotEntryStart`], and one in none (never registered here, or unregistered
     /// already) [`Error::NotLocked`], both before HIP.
     fn host_unregister(&self, start: usize) -> Result<()> {
-        self.registrations.release(start, || {
-            let _scope = self.enter(DeviceId(0))?;
-            // SAFETY: a range this backend registered (just taken out of its registrations);
-            // the trait's contract: no work still to run uses it.
-            unsafe { result::memory::host_unregister(self.hip, start as *mut c_void) }
-        })
+        self.unregister_host_range(start)
     }
 
     /// One hipDrvPointerGetAttributes for the memory type and the allocation's range: host
@@ -476,22 +382,7 @@ impl Backend for HipBackend {
         ptr: usize,
         device_ptrs: &mut [usize],
     ) -> Result<Option<ByteRange>> {
-        check_device_slots(self.devices.len(), device_ptrs)?;
-        let range = {
-            let _scope = self.enter(DeviceId(0))?;
-            none_on_code(
-                result::memory::range_of(self.hip, ptr),
-                code(sys::hipErrorInvalidValue),
-            )?
-        };
-        let Some(range) = range.filter(|range| range.memory_type == sys::hipMemoryTypeHost) else {
-            return Ok(None);
-        };
-        let Some(extent) = ByteRange::new(range.start, range.size) else {
-            return Ok(None);
-        };
-        self.device_addresses(extent.start, device_ptrs)?;
-        Ok(Some(extent))
+        self.pinned_host_extent(ptr, device_ptrs)
     }
 
     fn stream_create(&self, device: DeviceId) -> Result<HipStream> {

@@ -398,18 +398,3 @@ fn handles_and_backend_are_send_and_sync() {
     assert_thread_safe::<HipBackend>();
     assert_thread_safe::<SavedDevice>();
 }
-
-#[test]
-fn out_of_memory_is_none_and_other_codes_are_hip_errors() {
-    let failed = |call, code| Error::Driver(driver_error(call, code));
-    let address = ptr::without_provenance_mut(0x1000);
-    assert_eq!(allocation_outcome(Ok(address)), Ok(Some(0x1000)));
-    assert_eq!(
-        allocation_outcome(Err(failed("hipMalloc", sys::hipErrorOutOfMemory))),
-        Ok(None)
-    );
-    assert_eq!(
-        allocation_outcome(Err(failed("hipHostMalloc", sys::hipErrorInvalidValue))),
-        Err(failed("hipHostMalloc", sys::hipErrorInvalidValue))
-    );
-}
