@@ -20,8 +20,10 @@
 mod caps;
 mod current;
 mod devices;
+mod events;
 mod handles;
 mod memory;
+mod streams;
 
 use core::ffi::{CStr, c_int, c_void};
 use core::sync::atomic::{AtomicPtr, Ordering};
@@ -219,12 +221,6 @@ impl HipBackend {
             .register(device, |id| HipModule { raw, device, id })
     }
 
-    /// Records a stream of `device` as live.
-    fn register_stream(&self, raw: sys::hipStream_t, device: DeviceId) -> HipStream {
-        self.streams
-            .register(device, |id| HipStream { raw, device, id })
-    }
-
     /// Loads the first of [`KERNEL_IMAGES`] the current device accepts; the last refusal is
     /// the error when none does.
     fn load_module(&self) -> Result<sys::hipModule_t> {
@@ -386,9 +382,7 @@ impl Backend for HipBackend {
     }
 
     fn stream_create(&self, device: DeviceId) -> Result<HipStream> {
-        let _scope = self.enter(device)?;
-        let raw = result::stream::create(self.hip, sys::hipStreamNonBlocking)?;
-        Ok(self.register_stream(raw, device))
+        self.create_stream(device)
     }
 
     /// Wraps the raw `hipStream_t` with its device, with no HIP call: HIP cannot check a
@@ -396,79 +390,46 @@ impl Backend for HipBackend {
     /// default streams of `device`, which every method makes current. The handle is live (each
     /// adoption a handle of its own) until the stream is destroyed or the device reset.
     unsafe fn adopt_stream(&self, device: DeviceId, raw: usize) -> Result<HipStream> {
-        self.device(device)?;
-        Ok(self.register_stream(raw as sys::hipStream_t, device))
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.adopt_raw_stream(device, raw) }
     }
 
     /// hipStreamDestroy, once no call of another thread uses the stream any more; the handle is
     /// stale from the moment the call begins (live again if HIP refuses).
     fn stream_destroy(&self, stream: HipStream) -> Result<()> {
-        self.streams
-            .destroy(stream.id, std::thread::yield_now, |stream| {
-                let _scope = self.enter(stream.device)?;
-                // SAFETY: a live stream of the device, just taken out of the live streams after
-                // the last call using it returned, so nothing uses it again.
-                unsafe { result::stream::destroy(self.hip, stream.raw) }
-            })
+        self.destroy_stream(stream)
     }
 
     fn stream_synchronize(&self, stream: HipStream) -> Result<()> {
-        let stream = self.streams.get(stream.id)?;
-        let _scope = self.enter(stream.device)?;
-        // SAFETY: a live stream of the device (held), which is current.
-        unsafe { result::stream::synchronize(self.hip, stream.raw) }
+        self.synchronize_stream(stream)
     }
 
     fn event_create(&self, device: DeviceId) -> Result<HipEvent> {
-        let _scope = self.enter(device)?;
-        let raw = result::event::create(self.hip, sys::hipEventDisableTiming)?;
-        Ok(self
-            .events
-            .register(device, |id| HipEvent { raw, device, id }))
+        self.create_event(device)
     }
 
     /// hipEventDestroy, once no call of another thread uses the event any more; the handle is
     /// stale from the moment the call begins (live again if HIP refuses).
     fn event_destroy(&self, event: HipEvent) -> Result<()> {
-        self.events
-            .destroy(event.id, std::thread::yield_now, |event| {
-                let _scope = self.enter(event.device)?;
-                // SAFETY: a live event of the device, just taken out of the live events after the
-                // last call using it returned, so nothing uses it again.
-                unsafe { result::event::destroy(self.hip, event.raw) }
-            })
+        self.destroy_event(event)
     }
 
     /// hipEventRecord; an event of another device is [`Error::WrongDevice`] before HIP.
     fn event_record(&self, event: HipEvent, stream: HipStream) -> Result<()> {
-        check_same_device(stream.device, event.device)?;
-        let (stream, event) = (self.streams.get(stream.id)?, self.events.get(event.id)?);
-        let _scope = self.enter(stream.device)?;
-        // SAFETY: a live event and a live stream of the device (both held), which is current.
-        unsafe { result::event::record(self.hip, event.raw, stream.raw) }
+        self.record_event(event, stream)
     }
 
     fn stream_wait_event(&self, stream: HipStream, event: HipEvent) -> Result<()> {
-        let (stream, event) = (self.streams.get(stream.id)?, self.events.get(event.id)?);
-        let _scope = self.enter(stream.device)?;
-        // SAFETY: a live stream of the device, which is current, and a live event of any (both
-        // held).
-        unsafe { result::stream::wait_event(self.hip, stream.raw, event.raw, 0) }
+        self.wait_for_event(stream, event)
     }
 
     /// hipEventQuery: `hipSuccess` is true, `hipErrorNotReady` false.
     fn event_query(&self, event: HipEvent) -> Result<bool> {
-        let event = self.events.get(event.id)?;
-        let _scope = self.enter(event.device)?;
-        // SAFETY: a live event of the device (held).
-        unsafe { result::event::query(self.hip, event.raw) }
+        self.event_done(event)
     }
 
     fn event_synchronize(&self, event: HipEvent) -> Result<()> {
-        let event = self.events.get(event.id)?;
-        let _scope = self.enter(event.device)?;
-        // SAFETY: a live event of the device (held).
-        unsafe { result::event::synchronize(self.hip, event.raw) }
+        self.wait_event(event)
     }
 
     /// hipDeviceSynchronize with the device current.
