@@ -18,6 +18,7 @@
 //! [`LiveRegistrations`]): `free` and `host_unregister` refuse anything else before HIP.
 
 mod caps;
+mod copies;
 mod current;
 mod devices;
 mod events;
@@ -521,20 +522,8 @@ impl Backend for HipBackend {
     /// # Safety
     /// The trait's: HIP checks nothing about the caller's host memory.
     unsafe fn copy(&self, stream: HipStream, dst: usize, src: usize, bytes: usize) -> Result<()> {
-        let stream = self.streams.get(stream.id)?;
-        let _scope = self.enter(stream.device)?;
-        // SAFETY: the caller's promise for both ranges; the stream is live (held) and of the
-        // current device.
-        unsafe {
-            result::memory::copy_async(
-                self.hip,
-                dst as *mut c_void,
-                src as *const c_void,
-                bytes,
-                sys::hipMemcpyDefault,
-                stream.raw,
-            )
-        }
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.copy_on_stream(stream, dst, src, bytes) }
     }
 
     /// hipMemcpyPeerAsync with each side's device, on the stream's device.
@@ -550,23 +539,8 @@ impl Backend for HipBackend {
         src_device: DeviceId,
         bytes: usize,
     ) -> Result<()> {
-        let stream = self.streams.get(stream.id)?;
-        let dst_ordinal = self.device(dst_device)?.ordinal;
-        let src_ordinal = self.device(src_device)?.ordinal;
-        let _scope = self.enter(stream.device)?;
-        // SAFETY: the caller's promise for both ranges; the stream is live (held) and of the
-        // current device.
-        unsafe {
-            result::memory::copy_peer_async(
-                self.hip,
-                dst as *mut c_void,
-                dst_ordinal,
-                src as *const c_void,
-                src_ordinal,
-                bytes,
-                stream.raw,
-            )
-        }
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.copy_between_devices(stream, dst, dst_device, src, src_device, bytes) }
     }
 
     /// hipMemsetD8Async.
@@ -574,13 +548,8 @@ impl Backend for HipBackend {
     /// # Safety
     /// The trait's.
     unsafe fn fill(&self, stream: HipStream, dst: usize, value: u8, bytes: usize) -> Result<()> {
-        let stream = self.streams.get(stream.id)?;
-        let _scope = self.enter(stream.device)?;
-        // SAFETY: the caller's promise for the range; the stream is live (held) and of the
-        // current device.
-        unsafe {
-            result::memory::set_d8_async(self.hip, dst as *mut c_void, value, bytes, stream.raw)
-        }
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.fill_bytes(stream, dst, value, bytes) }
     }
 
     /// The library module is loaded on the device at the first call (hipModuleLoadData of the
@@ -607,20 +576,8 @@ impl Backend for HipBackend {
         value: FillValue,
         count: usize,
     ) -> Result<()> {
-        let stream = self.streams.get(stream.id)?;
-        let _scope = self.enter(stream.device)?;
-        let (hip, dst, raw) = (self.hip, dst as *mut c_void, stream.raw);
-        // The stream is live (held) and of the current device.
-        match value {
-            // SAFETY: the caller's promise for `count` bytes at `dst`; the stream as said above.
-            FillValue::U8(v) => unsafe { result::memory::set_d8_async(hip, dst, v, count, raw) },
-            // SAFETY: the caller's promise for `count` 16-bit elements at `dst`; the stream as
-            // said above.
-            FillValue::U16(v) => unsafe { result::memory::set_d16_async(hip, dst, v, count, raw) },
-            // SAFETY: the caller's promise for `count` 32-bit elements at `dst`; the stream as
-            // said above.
-            FillValue::U32(v) => unsafe { result::memory::set_d32_async(hip, dst, v, count, raw) },
-        }
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.fill_elements_on_stream(stream, dst, value, count) }
     }
 
     /// hipModuleLoadData with the device current (a code object for its architecture).
