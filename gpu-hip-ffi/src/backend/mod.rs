@@ -16,6 +16,8 @@
 //! reaches HIP, and a destroy waits for the calls in flight on its handle. The addresses it
 //! allocated and the host ranges it registered are kept too ([`LiveAllocations`],
 //! [`LiveRegistrations`]): `free` and `host_unregister` refuse anything else before HIP.
+//!
+//! [`HandleId`]: gpu_core::backend::live::HandleId
 
 mod caps;
 mod copies;
@@ -23,44 +25,34 @@ mod current;
 mod devices;
 mod events;
 mod handles;
+mod kernels;
 mod memory;
+mod modules;
 mod streams;
 
 use core::ffi::{CStr, c_int, c_void};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
 use gpu_core::allocator::MemoryKind;
-use gpu_core::backend::library::find_for;
 use gpu_core::backend::live::{
-    HandleId, Live, LiveAllocations, LiveHandles, LiveRegistrations, enable_peer_access,
-    library_arguments, library_functions, none_on_code, workgroup_bytes_attribute,
+    LiveAllocations, LiveHandles, LiveRegistrations, enable_peer_access, library_arguments,
+    none_on_code,
 };
-use gpu_core::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims, check_same_device};
+use gpu_core::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims};
 use gpu_core::{ByteRange, DeviceId, Error, Result};
 
 use crate::library::Hip;
-use crate::result::module::LaunchShape;
 use crate::result::{self, BACKEND, driver_error};
 use crate::sys;
 
 use current::{DeviceScope, no_device_chosen, set_no_device_chosen};
-use devices::{DeviceState, LoadedLibrary, configure_default_pool, open_device};
+use devices::{DeviceState, configure_default_pool, open_device};
 pub use handles::{HipEvent, HipKernel, HipModule, HipStream, SavedDevice};
 
 /// A HIP code as the toolkit's errors carry it.
 const fn code(code: sys::hipError_t) -> i64 {
     code as i64
 }
-
-/// The kernel images tried in order by hipModuleLoadData: on NVIDIA GPUs (feature `nvidia`)
-/// the CUDA crate's PTX, NUL-terminated as a text image must be.
-#[cfg(feature = "nvidia")]
-const KERNEL_IMAGES: &[&[u8]] = &[gpu_cuda_ffi::kernels::PTX.as_bytes()];
-
-/// The kernel images tried in order by hipModuleLoadData: on AMD GPUs the standard kernels'
-/// code objects, one per target; the first the device accepts is used.
-#[cfg(not(feature = "nvidia"))]
-const KERNEL_IMAGES: &[&[u8]] = crate::code_objects::CODE_OBJECTS;
 
 /// The HIP backend over the HIP runtime API (ROCm's libamdhip64 on AMD GPUs; on NVIDIA GPUs
 /// the `nvidia` feature's shim, which exports the same functions over the CUDA runtime).
@@ -174,69 +166,6 @@ impl HipBackend {
     /// Makes `device` current until the returned scope ends.
     fn enter(&self, device: DeviceId) -> Result<DeviceScope<'static>> {
         DeviceScope::enter(self.hip, self.device(device)?.ordinal)
-    }
-
-    /// The function `library_index` of `device`'s kernel library and the library module's
-    /// number, loading the module on first use.
-    fn library_function(
-        &self,
-        device: DeviceId,
-        library_index: usize,
-    ) -> Result<(HandleId, sys::hipFunction_t)> {
-        let state = self.device(device)?;
-        let mut slot = state
-            .library
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(loaded) = slot.as_ref() {
-            return Ok((loaded.module.id, loaded.functions[library_index]));
-        }
-        // Looked up before loading (and cached from then on), so that unloading on an error
-        // path cannot fail for a missing symbol (which would leak the module and report the
-        // lookup instead of the error).
-        self.hip.hipModuleUnload()?;
-        let _scope = self.enter(device)?;
-        let module = self.load_module()?;
-        let functions = library_functions(
-            module,
-            // SAFETY: the module was just loaded on the current device.
-            |module, symbol| unsafe { result::module::function(self.hip, module, symbol) },
-            // SAFETY: the module was just loaded and nothing else refers to it.
-            |module| drop(unsafe { result::module::unload(self.hip, module) }),
-        )?;
-        let module = self.register_module(module, device);
-        let function = functions[library_index];
-        *slot = Some(LoadedLibrary { module, functions });
-        Ok((module.id, function))
-    }
-
-    /// `kernel`'s module, live, held until the guard drops: a kernel of an unloaded module (or
-    /// of a library from before its device's reset) is [`Error::StaleHandle`] naming a kernel.
-    fn live_kernel(&self, kernel: HipKernel) -> Result<Live<HipModule>> {
-        self.modules.get_as(kernel.module, "kernel")
-    }
-
-    /// Records a module just loaded on `device` as live.
-    fn register_module(&self, raw: sys::hipModule_t, device: DeviceId) -> HipModule {
-        self.modules
-            .register(device, |id| HipModule { raw, device, id })
-    }
-
-    /// Loads the first of [`KERNEL_IMAGES`] the current device accepts; the last refusal is
-    /// the error when none does.
-    fn load_module(&self) -> Result<sys::hipModule_t> {
-        let mut refusal = Error::Driver(driver_error(
-            "hipModuleLoadData",
-            sys::hipErrorNoBinaryForGpu,
-        ));
-        for image in KERNEL_IMAGES {
-            // SAFETY: an embedded image, complete and static.
-            match unsafe { result::module::load_data(self.hip, image.as_ptr().cast()) } {
-                Ok(module) => return Ok(module),
-                Err(error) => refusal = error,
-            }
-        }
-        Err(refusal)
     }
 }
 
@@ -555,14 +484,7 @@ impl Backend for HipBackend {
     /// The library module is loaded on the device at the first call (hipModuleLoadData of the
     /// first image the device accepts) and kept; later calls only look it up.
     fn kernel(&self, device: DeviceId, name: &str) -> Result<HipKernel> {
-        let library_index = find_for(BACKEND, name)?;
-        let (module, function) = self.library_function(device, library_index)?;
-        Ok(HipKernel {
-            function,
-            device,
-            module,
-            library_index: Some(library_index),
-        })
+        self.library_kernel(device, name)
     }
 
     /// hipMemsetD8Async, hipMemsetD16Async or hipMemsetD32Async, by the value's width.
@@ -585,78 +507,31 @@ impl Backend for HipBackend {
     /// # Safety
     /// The trait's.
     unsafe fn module_load(&self, device: DeviceId, image: *const c_void) -> Result<HipModule> {
-        if image.is_null() {
-            return Err(Error::NullPointer {
-                what: "module image",
-            });
-        }
-        let _scope = self.enter(device)?;
-        // SAFETY: the caller's promise for the image.
-        let raw = unsafe { result::module::load_data(self.hip, image) }?;
-        Ok(self.register_module(raw, device))
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.load_module_image(device, image) }
     }
 
     /// hipModuleUnload, once no call of another thread uses the module or one of its kernels
     /// any more; the module and its kernels are stale from the moment the call begins (live
     /// again if HIP refuses).
     fn module_unload(&self, module: HipModule) -> Result<()> {
-        self.modules
-            .destroy(module.id, std::thread::yield_now, |module| {
-                let _scope = self.enter(module.device)?;
-                // SAFETY: a live module of the device, just taken out of the live modules after
-                // the last call using it or its kernels returned, so nothing uses them again.
-                unsafe { result::module::unload(self.hip, module.raw) }
-            })
+        self.unload_module(module)
     }
 
     /// hipModuleGetFunction.
     fn module_kernel(&self, module: HipModule, name: &CStr) -> Result<HipKernel> {
-        let module = self.modules.get(module.id)?;
-        let _scope = self.enter(module.device)?;
-        // SAFETY: a live module of the device (held).
-        let function = unsafe { result::module::function(self.hip, module.raw, name) }?;
-        Ok(HipKernel {
-            function,
-            device: module.device,
-            module: module.id,
-            library_index: None,
-        })
+        self.module_kernel_named(module, name)
     }
 
     /// hipFuncGetAttribute(`HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`).
     fn kernel_static_workgroup_bytes(&self, kernel: HipKernel) -> Result<u32> {
-        let _module = self.live_kernel(kernel)?;
-        let _scope = self.enter(kernel.device)?;
-        // SAFETY: a function of a live module of the device (held).
-        let bytes = unsafe {
-            result::module::function_attribute(
-                self.hip,
-                sys::HIP_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-                kernel.function,
-            )
-        }?;
-        Ok(u32::try_from(bytes).unwrap_or(0))
+        self.static_workgroup_bytes(kernel)
     }
 
     /// hipFuncSetAttribute(`hipFuncAttributeMaxDynamicSharedMemorySize`) on the module's
     /// function; nothing at or below the device's default limit, which every kernel has.
     fn kernel_allow_workgroup_bytes(&self, kernel: HipKernel, bytes: u32) -> Result<()> {
-        let _module = self.live_kernel(kernel)?;
-        let state = self.device(kernel.device)?;
-        if bytes <= state.info.workgroup.default_per_block {
-            return Ok(());
-        }
-        let value = workgroup_bytes_attribute(bytes, kernel.library_index)?;
-        let _scope = self.enter(kernel.device)?;
-        // SAFETY: a function of a live module of the device (held).
-        unsafe {
-            result::module::set_function_attribute(
-                self.hip,
-                kernel.function,
-                sys::hipFuncAttributeMaxDynamicSharedMemorySize,
-                value,
-            )
-        }
+        self.allow_workgroup_bytes(kernel, bytes)
     }
 
     /// hipModuleLaunchKernel, after checking the arguments against the kernel's parameters
@@ -695,32 +570,6 @@ impl Backend for HipBackend {
     ) -> Result<()> {
         // SAFETY: the caller's promise, passed on.
         unsafe { self.launch_with(stream, kernel, dims, params) }
-    }
-}
-
-impl HipBackend {
-    /// The one hipModuleLaunchKernel of both launch forms.
-    ///
-    /// # Safety
-    /// As [`Backend::launch_packed`].
-    unsafe fn launch_with(
-        &self,
-        stream: HipStream,
-        kernel: HipKernel,
-        dims: LaunchDims,
-        params: *mut *mut c_void,
-    ) -> Result<()> {
-        check_same_device(stream.device, kernel.device)?;
-        let (stream, _module) = (self.streams.get(stream.id)?, self.live_kernel(kernel)?);
-        let _scope = self.enter(stream.device)?;
-        let shape = LaunchShape {
-            grid: dims.grid,
-            block: dims.block,
-            shared_bytes: dims.dynamic_workgroup_bytes,
-        };
-        // SAFETY: a function of a live module and a live stream of the device (both held), which
-        // is current; the caller's promise for the parameters and the memory the kernel reaches.
-        unsafe { result::module::launch(self.hip, kernel.function, shape, stream.raw, params) }
     }
 }
 

@@ -7,6 +7,7 @@ use core::ptr;
 use std::sync::Mutex;
 
 use gpu_core::DriverError;
+use gpu_core::backend::live::HandleId;
 use gpu_core::backend::live::MODULE_KERNEL;
 
 fn assert_thread_safe<T: Send + Sync>() {}
