@@ -28,16 +28,15 @@ mod handles;
 mod kernels;
 mod memory;
 mod modules;
+mod peers;
+mod reset;
 mod streams;
 
 use core::ffi::{CStr, c_int, c_void};
-use core::sync::atomic::{AtomicPtr, Ordering};
+use core::sync::atomic::AtomicPtr;
 
 use gpu_core::allocator::MemoryKind;
-use gpu_core::backend::live::{
-    LiveAllocations, LiveHandles, LiveRegistrations, enable_peer_access, library_arguments,
-    none_on_code,
-};
+use gpu_core::backend::live::{LiveAllocations, LiveHandles, LiveRegistrations, library_arguments};
 use gpu_core::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims};
 use gpu_core::{ByteRange, DeviceId, Error, Result};
 
@@ -373,37 +372,12 @@ impl Backend for HipBackend {
     /// loads it again) and the default pool's release threshold is raised again. Every stream,
     /// event, module and allocation of the device is gone, and its handles stale.
     fn reset_device(&self, device: DeviceId) -> Result<()> {
-        let state = self.device(device)?;
-        let mut library = state
-            .library
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        {
-            let _scope = self.enter(device)?;
-            // SAFETY: the trait's contract: nothing of the device is used after its reset; its
-            // handles go stale below.
-            unsafe { result::device::reset(self.hip) }?;
-        }
-        *library = None;
-        drop(library);
-        self.streams.forget_device(device);
-        self.events.forget_device(device);
-        self.modules.forget_device(device);
-        self.allocations.forget_device(device);
-        if state.pool().is_some() {
-            let pool = configure_default_pool(self.hip, state.ordinal)?;
-            state.pool.store(pool, Ordering::Release);
-        }
-        Ok(())
+        self.reset_and_set_up(device)
     }
 
     /// hipDeviceCanAccessPeer (false for a device and itself).
     fn peer_access_possible(&self, device: DeviceId, peer: DeviceId) -> Result<bool> {
-        let (from, to) = (self.device(device)?.ordinal, self.device(peer)?.ordinal);
-        if device == peer {
-            return Ok(false);
-        }
-        result::device::can_access_peer(self.hip, from, to)
+        self.can_reach_peer(device, peer)
     }
 
     /// hipDeviceEnablePeerAccess with `device` current (already enabled, by us or by another
@@ -413,36 +387,7 @@ impl Backend for HipBackend {
     /// NVIDIA runs on). If the pool refuses, the peer access this call enabled is disabled
     /// again.
     fn enable_peer_access(&self, device: DeviceId, peer: DeviceId) -> Result<()> {
-        let peer_state = self.device(peer)?;
-        let ordinal = self.device(device)?.ordinal;
-        // Looked up first (and cached), so that undoing cannot fail for a missing symbol.
-        self.hip.hipDeviceDisablePeerAccess()?;
-        let _scope = self.enter(device)?;
-        let hip = self.hip;
-        enable_peer_access(
-            || {
-                let enabled = result::device::enable_peer_access(hip, peer_state.ordinal, 0);
-                none_on_code(enabled, code(sys::hipErrorPeerAccessAlreadyEnabled))
-                    .map(|newly| newly.is_some())
-            },
-            || {
-                let pool = peer_state.pool()?;
-                let access = sys::hipMemAccessDesc {
-                    location: sys::hipMemLocation {
-                        type_: sys::hipMemLocationTypeDevice,
-                        id: ordinal,
-                    },
-                    flags: sys::hipMemAccessFlagsProtReadWrite,
-                };
-                // SAFETY: the peer's default pool, which lives as long as its device's state.
-                Some(unsafe { result::memory::set_pool_access(hip, pool, &[access]) })
-            },
-            || {
-                // SAFETY: `device` (current) enabled access to the peer just above, and no work
-                // has used it yet.
-                let _ = unsafe { result::device::disable_peer_access(hip, peer_state.ordinal) };
-            },
-        )
+        self.open_peer_access(device, peer)
     }
 
     /// hipMemcpyAsync with `hipMemcpyDefault`: HIP finds each side's memory from its address
