@@ -1,14 +1,18 @@
 //! The backend's tests without a GPU: over the real library with no device, or one HIP cannot
 //! reach, each method gives its typed error, and what the backend does not hold never reaches HIP.
 
-use super::*;
-
 use core::ptr;
+use core::sync::atomic::AtomicPtr;
 use std::sync::Mutex;
 
-use gpu_core::DriverError;
-use gpu_core::backend::live::HandleId;
-use gpu_core::backend::live::MODULE_KERNEL;
+use gpu_core::allocator::MemoryKind;
+use gpu_core::backend::live::{HandleId, MODULE_KERNEL};
+use gpu_core::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims};
+use gpu_core::{ByteRange, DeviceId, DriverError, Error};
+
+use super::devices::DeviceState;
+use super::{HipBackend, HipEvent, HipKernel, HipModule, HipStream, SavedDevice};
+use crate::library::Hip;
 
 fn assert_thread_safe<T: Send + Sync>() {}
 
