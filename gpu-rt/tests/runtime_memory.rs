@@ -215,3 +215,53 @@ fn fill_elements_writes_16_and_32_bit_words_through_raw_spans() {
         })
     ));
 }
+
+/// An upload from pinned memory copies straight from the caller's slice, which is borrowed
+/// only for the call: when the fork after the copy fails (here the driver cannot create the
+/// fork's event), the call still returns only once the copy has run, so the caller may free
+/// the memory with the error in hand. Before, it returned at once and the copy read freed
+/// memory (found by the stress run with injected faults, on i686).
+#[test]
+fn a_failed_pinned_upload_returns_only_after_its_copy_read_the_memory() {
+    use gpu_rt::host::CallKind;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let backend = HostBackend::new(HostConfig::with_devices(1));
+    let (gate_tx, gate_rx) = mpsc::channel::<()>();
+    let gate_rx = Mutex::new(gate_rx);
+    backend.register_kernel("gate", move |_, _| {
+        gate_rx.lock().unwrap().recv().ok();
+        Ok(())
+    });
+    let rt = Runtime::new(backend).unwrap();
+    let buffer = rt.alloc(D0, MemoryKind::Device, 4096).unwrap();
+    let mut host = vec![7u8; 4096];
+    let pinned = rt
+        .lock_range(host.as_mut_ptr() as usize, host.len())
+        .unwrap();
+    assert_eq!(pinned.outcome, gpu_core::lock_table::LockOutcome::Pinned);
+    // SAFETY: no pointer arguments.
+    let gated = unsafe { rt.launch(D0, "gate", LaunchDims::linear(1, 1), &[], &mut vec![]) };
+    let opened = Arc::new(AtomicBool::new(false));
+    let opener = {
+        let opened = Arc::clone(&opened);
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            opened.store(true, Ordering::SeqCst);
+            gate_tx.send(()).unwrap();
+        })
+    };
+    rt.backend().fail_nth(CallKind::EventCreate, 1);
+    let uploaded = rt.upload(D0, buffer.all(), &host, &mut vec![gated.unwrap()]);
+    assert!(uploaded.is_err(), "the fork's event could not be created");
+    assert!(
+        opened.load(Ordering::SeqCst),
+        "the upload returned before its copy could run"
+    );
+    opener.join().unwrap();
+    rt.unlock_range(host.as_ptr() as usize).unwrap();
+    drop(host);
+    drop(buffer);
+    let _ = rt.shutdown_report();
+}

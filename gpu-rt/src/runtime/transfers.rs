@@ -162,7 +162,10 @@ impl<B: Backend> Runtime<B> {
     fn keep_after_host_memory_is_read(&self, token: Token) -> Result<Token> {
         let fallback = {
             let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            let wait = state.planner.pending_of(&token).and_then(|p| state.host_wait(&p));
+            let wait = state
+                .planner
+                .pending_of(&token)
+                .and_then(|p| state.host_wait(&p));
             let hold = wait
                 .as_ref()
                 .ok()
