@@ -15,7 +15,7 @@
 //! loops to yield; how long a real waiter spins or sleeps changes no ordering).
 //!
 //! Built only with `RUSTFLAGS="--cfg loom"`, in its own target directory (see `.ci/run`):
-//! `cargo test -p gpu-rt --test loom_backoff_lock --release`.
+//! `LOOM_MAX_PREEMPTIONS=3 cargo test --target-dir target/loom -p gpu-rt --test loom_backoff_lock`.
 #![cfg(loom)]
 
 use std::sync::OnceLock;
