@@ -7,7 +7,11 @@
 //! sleep in growing steps, which keeps a lock held across a slow driver call (a cache miss, the
 //! out-of-memory ladder) cheap for them while a hit, held for tens of nanoseconds, is never slowed.
 
+#[cfg(not(all(loom, test)))]
 use core::sync::atomic::{AtomicBool, Ordering};
+// The model check (tests/loom_backoff_lock.rs) compiles this file alone over loom's atomics.
+#[cfg(all(loom, test))]
+use crate::loom_shim::{AtomicBool, Ordering, back_off};
 use lock_api::RawMutex;
 use std::time::Duration;
 
@@ -78,6 +82,7 @@ const FIRST_SLEEP: Duration = Duration::from_micros(10);
 const LONGEST_SLEEP: Duration = Duration::from_millis(1);
 
 /// Waits a little longer each round: the cost of waiting grows with the time already waited.
+#[cfg(not(all(loom, test)))]
 fn back_off(round: u32) {
     if round < SPIN_ROUNDS {
         for _ in 0..1u32 << round {
@@ -91,7 +96,7 @@ fn back_off(round: u32) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use alloc::vec::Vec;
