@@ -17,20 +17,18 @@ use crate::workgroup::WorkgroupLimits;
 const D0: DeviceId = DeviceId(0);
 const D1: DeviceId = DeviceId(1);
 
-fn stale(what: &'static str, id: HandleId) -> Error {
+fn stale<V>(what: &'static str, key: HandleKey<V>) -> Error {
     Error::StaleHandle {
         backend: "test",
         what,
-        id,
+        id: key.id(),
     }
 }
 
 #[test]
 fn a_live_handle_is_found_and_a_destroyed_or_unknown_one_is_stale() {
     let streams = LiveHandles::new("test", "stream");
-    let (a, b) = (HandleId::fresh(), HandleId::fresh());
-    streams.insert(a, D0, 10u32);
-    streams.insert(b, D1, 20u32);
+    let (a, b) = (streams.insert(D0, 10u32), streams.insert(D1, 20u32));
     assert_eq!(*streams.get(a).unwrap(), 10);
     assert_eq!(*streams.get(b).unwrap(), 20);
     let destroyed = Cell::new(None);
@@ -51,71 +49,99 @@ fn a_live_handle_is_found_and_a_destroyed_or_unknown_one_is_stale() {
         Err(stale("stream", a)),
         "destroyed twice"
     );
-    let never = HandleId::fresh();
-    assert_eq!(streams.get(never).unwrap_err(), stale("stream", never));
-    assert_eq!(
-        streams.get_as(never, "kernel").unwrap_err(),
-        stale("kernel", never)
-    );
-    assert_eq!(streams.len(), 1);
+    // The slot serves the next handle, under a new generation: the old key stays stale.
+    let c = streams.insert(D0, 30u32);
+    assert_ne!(c, a);
+    assert_ne!(c.id(), a.id());
+    assert_eq!(streams.get(a).unwrap_err(), stale("stream", a));
+    assert_eq!(streams.get_as(a, "kernel").unwrap_err(), stale("kernel", a));
+    assert_eq!(*streams.get(c).unwrap(), 30);
+    assert_eq!(streams.len(), 2);
 }
 
 #[test]
-fn a_registered_handle_gets_a_fresh_id() {
+fn a_registered_handle_carries_its_own_key() {
+    /// A handle, as a backend's carry their keys.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    struct Stream(HandleKey<Stream>);
     let streams = LiveHandles::new("test", "stream");
-    let (one, two) = (streams.register(D0, |id| id), streams.register(D1, |id| id));
-    assert!(one < two);
+    let (one, two) = (streams.register(D0, Stream), streams.register(D1, Stream));
+    assert_ne!(one, two);
+    assert_ne!(one.0.id(), two.0.id());
     assert_eq!(
-        (*streams.get(one).unwrap(), *streams.get(two).unwrap()),
+        (*streams.get(one.0).unwrap(), *streams.get(two.0).unwrap()),
         (one, two)
     );
     assert_eq!(streams.forget_device(D1), 1);
 }
 
 #[test]
+fn another_registrys_handle_is_stale() {
+    let (ours, theirs) = (
+        LiveHandles::new("test", "event"),
+        LiveHandles::new("test", "event"),
+    );
+    let (mine, foreign) = (ours.insert(D0, 1u16), theirs.insert(D0, 2u16));
+    assert_eq!(ours.get(foreign).unwrap_err(), stale("event", foreign));
+    assert_eq!(
+        ours.destroy(foreign, || {}, |_| unreachable!()),
+        Err(stale("event", foreign))
+    );
+    assert!(!ours.contains(foreign) && theirs.contains(foreign));
+    assert_eq!(*theirs.get(foreign).unwrap(), 2);
+    assert_eq!(*ours.get(mine).unwrap(), 1);
+}
+
+#[test]
 fn a_failed_destroy_puts_the_handle_back() {
     let events = LiveHandles::new("test", "event");
-    let id = HandleId::fresh();
-    events.insert(id, D0, 'e');
+    let key = events.insert(D0, 'e');
     let failure = Error::NullPointer { what: "driver" };
     assert_eq!(
-        events.destroy(id, || {}, |_| Err(failure.clone())),
+        events.destroy(key, || {}, |_| Err(failure.clone())),
         Err(failure)
     );
-    assert_eq!(*events.get(id).unwrap(), 'e');
+    assert_eq!(*events.get(key).unwrap(), 'e');
+    assert_eq!(events.len(), 1);
 }
 
 #[test]
 fn destroy_waits_for_the_calls_holding_the_handle() {
     let streams = LiveHandles::new("test", "stream");
-    let id = HandleId::fresh();
-    streams.insert(id, D0, 1u8);
-    let held = Cell::new(Some(streams.get(id).unwrap()));
+    let key = streams.insert(D0, 1u8);
+    let held = Cell::new(Some(streams.get(key).unwrap()));
     let looks = Cell::new(0);
-    // The "call in flight" ends at the third look.
+    // The "call in flight" ends at the third look; meanwhile the handle is stale already.
     let relax = || {
         looks.set(looks.get() + 1);
+        assert!(!streams.contains(key));
         if looks.get() == 3 {
             held.take();
         }
     };
-    assert_eq!(streams.remove(id, relax), Ok((D0, 1)));
+    assert_eq!(streams.remove(key, relax), Ok((D0, 1)));
     assert_eq!(looks.get(), 3);
-    assert!(!streams.contains(id));
+    assert!(!streams.contains(key));
 }
 
 #[test]
 fn a_reset_forgets_the_devices_handles_only() {
     let modules = LiveHandles::new("test", "module");
-    let ids: Vec<HandleId> = (0..4).map(|_| HandleId::fresh()).collect();
-    for (index, &id) in ids.iter().enumerate() {
-        modules.insert(id, DeviceId(index as u32 % 2), index);
-    }
-    let in_flight = modules.get(ids[0]).unwrap();
+    let keys: Vec<HandleKey<usize>> = (0..4)
+        .map(|index| modules.insert(DeviceId(index as u32 % 2), index))
+        .collect();
+    let in_flight = modules.get(keys[0]).unwrap();
     assert_eq!(modules.forget_device(D0), 2);
     assert_eq!(*in_flight, 0, "a call in flight keeps its value");
-    assert!(modules.get(ids[0]).is_err() && modules.get(ids[2]).is_err());
-    assert!(modules.get(ids[1]).is_ok() && modules.get(ids[3]).is_ok());
+    assert!(modules.get(keys[0]).is_err() && modules.get(keys[2]).is_err());
+    assert!(modules.get(keys[1]).is_ok() && modules.get(keys[3]).is_ok());
+    // The forgotten slot whose call is still in flight is not reused until the call returns.
+    let fresh = modules.insert(D0, 4);
+    assert_eq!(*in_flight, 0);
+    assert!(keys.iter().all(|key| key.id() != fresh.id()));
+    drop(in_flight);
+    assert_eq!(modules.forget_device(D0), 1);
+    assert_eq!(modules.len(), 2);
 }
 
 #[test]
