@@ -144,6 +144,239 @@ fn a_reset_forgets_the_devices_handles_only() {
     assert_eq!(modules.len(), 2);
 }
 
+/// What became of each handle the threaded tests make, by its token: made and live, destroyed
+/// by the "driver", or dropped.
+mod fate {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::vec::Vec;
+
+    pub(super) const UNBORN: u8 = 0;
+    pub(super) const LIVE: u8 = 1;
+    pub(super) const DESTROYED: u8 = 2;
+    pub(super) const DROPPED: u8 = 3;
+
+    /// A handle's value: its token, and the table of fates its drop writes to.
+    #[derive(Debug)]
+    pub(super) struct Tracked {
+        pub(super) token: usize,
+        pub(super) fates: &'static [AtomicU8],
+    }
+
+    pub(super) fn table(tokens: usize) -> &'static [AtomicU8] {
+        std::boxed::Box::leak((0..tokens).map(|_| AtomicU8::new(UNBORN)).collect())
+    }
+
+    impl Tracked {
+        pub(super) fn fate(&self) -> u8 {
+            self.fates[self.token].load(Ordering::SeqCst)
+        }
+
+        /// The driver's destroy: once only, and only of a live handle.
+        pub(super) fn destroy(&self) {
+            let was = self.fates[self.token].swap(DESTROYED, Ordering::SeqCst);
+            assert_eq!(was, LIVE, "handle {} destroyed twice", self.token);
+        }
+    }
+
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            let was = self.fates[self.token].swap(DROPPED, Ordering::SeqCst);
+            assert!(
+                was == LIVE || was == DESTROYED,
+                "handle {} dropped twice",
+                self.token
+            );
+        }
+    }
+
+    pub(super) fn count(fates: &[AtomicU8], fate: u8) -> usize {
+        fates
+            .iter()
+            .filter(|of| of.load(Ordering::SeqCst) == fate)
+            .count()
+    }
+
+    /// A small xorshift generator, one per thread.
+    pub(super) struct Rng(pub(super) u64);
+
+    impl Rng {
+        pub(super) fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+    }
+
+    /// Busy for a moment, as a driver call would be.
+    pub(super) fn call(rng: &mut Rng) {
+        for _ in 0..rng.below(64) {
+            core::hint::spin_loop();
+        }
+        if rng.below(2) == 0 {
+            std::thread::yield_now();
+        }
+    }
+
+    pub(super) fn keep_last<T>(list: &mut Vec<T>, item: T, most: usize) {
+        if list.len() == most {
+            list.remove(0);
+        }
+        list.push(item);
+    }
+}
+
+#[test]
+fn threads_checking_destroying_and_creating_never_use_a_destroyed_handle_nor_lose_one() {
+    use fate::{DESTROYED, DROPPED, LIVE, Rng, Tracked};
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const PLACES: usize = 4;
+    const THREADS: usize = 4;
+    // Under Miri, which checks every access and emulates weak memory, a few hundred do.
+    const ROUNDS: usize = if cfg!(miri) { 300 } else { 20_000 };
+    let fates = fate::table(PLACES + THREADS * ROUNDS);
+    let started = std::sync::Barrier::new(THREADS);
+    let tokens = AtomicUsize::new(0);
+    let handles = LiveHandles::new("test", "stream");
+    let make = |device: DeviceId| {
+        let token = tokens.fetch_add(1, Ordering::SeqCst);
+        fates[token].store(LIVE, Ordering::SeqCst);
+        (handles.insert(device, Tracked { token, fates }), token)
+    };
+    // A few handles every thread uses (key and token), replaced as they are destroyed.
+    type Place = Mutex<Option<(HandleKey<Tracked>, usize)>>;
+    let places: Vec<Place> = (0..PLACES)
+        .map(|index| Mutex::new(Some(make(DeviceId(index as u32 % 2)))))
+        .collect();
+    let failure = Error::NullPointer { what: "driver" };
+    std::thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let (places, handles, failure, make) = (&places, &handles, &failure, &make);
+            let started = &started;
+            scope.spawn(move || {
+                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (thread as u64 + 1) << 17);
+                let mut dead = Vec::new();
+                started.wait();
+                for _ in 0..ROUNDS {
+                    let place = &places[rng.below(PLACES)];
+                    match rng.below(8) {
+                        // A call: the handle is its own, live for the whole hold, or stale.
+                        0..=4 => {
+                            let Some((key, token)) = *place.lock().unwrap() else {
+                                continue;
+                            };
+                            if let Ok(live) = handles.get(key) {
+                                assert_eq!(live.token, token, "another handle's value");
+                                assert_eq!(live.fate(), LIVE, "used after its destroy");
+                                fate::call(&mut rng);
+                                assert_eq!(live.fate(), LIVE, "destroyed mid-call");
+                            }
+                        }
+                        // A destroy (sometimes refused by the driver first, sometimes a
+                        // removal), and a new handle in its place.
+                        5 | 6 => {
+                            let Some((key, token)) = place.lock().unwrap().take() else {
+                                continue;
+                            };
+                            if rng.below(4) == 0 {
+                                let refused = handles
+                                    .destroy(key, std::thread::yield_now, |_| Err(failure.clone()));
+                                assert_eq!(refused, Err(failure.clone()));
+                                assert!(handles.contains(key), "a refused destroy lost it");
+                            }
+                            if rng.below(4) == 0 {
+                                let (_, value) =
+                                    handles.remove(key, std::thread::yield_now).unwrap();
+                                assert_eq!(value.token, token);
+                                value.destroy();
+                            } else {
+                                handles
+                                    .destroy(key, std::thread::yield_now, |value| {
+                                        assert_eq!(value.token, token);
+                                        value.destroy();
+                                        Ok(())
+                                    })
+                                    .unwrap();
+                            }
+                            assert!(fates[token].load(Ordering::SeqCst) >= DESTROYED);
+                            fate::keep_last(&mut dead, key, 64);
+                            *place.lock().unwrap() = Some(make(DeviceId(rng.below(2) as u32)));
+                        }
+                        // Keys of destroyed handles stay stale while their slots serve others.
+                        _ => {
+                            for &key in &dead {
+                                assert_eq!(handles.get(key).unwrap_err(), stale("stream", key));
+                                assert!(handles.destroy(key, || {}, |_| unreachable!()).is_err());
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let made = tokens.load(Ordering::SeqCst);
+    assert_eq!(handles.len(), PLACES);
+    for place in &places {
+        let (key, token) = place.lock().unwrap().unwrap();
+        assert_eq!(handles.get(key).unwrap().token, token);
+    }
+    assert_eq!(fate::count(&fates[..made], LIVE), PLACES, "a handle lost");
+    assert_eq!(fate::count(&fates[..made], DROPPED), made - PLACES);
+    drop(handles);
+    assert_eq!(fate::count(&fates[..made], DROPPED), made);
+}
+
+#[test]
+fn a_reset_under_calls_in_flight_drops_nothing_they_hold() {
+    use fate::{DROPPED, LIVE, Rng, Tracked};
+    use std::sync::Barrier;
+    use std::sync::atomic::Ordering;
+
+    const THREADS: usize = 4;
+    let fates = fate::table(4);
+    let modules = LiveHandles::new("test", "module");
+    let keys: Vec<_> = (0..4)
+        .map(|token| {
+            fates[token].store(LIVE, Ordering::SeqCst);
+            modules.insert(DeviceId(token as u32 % 2), Tracked { token, fates })
+        })
+        .collect();
+    let started = Barrier::new(THREADS + 1);
+    std::thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let (modules, keys, started) = (&modules, &keys, &started);
+            scope.spawn(move || {
+                let mut rng = Rng(0x2545_F491_4F6C_DD1D ^ (thread as u64 + 1) << 9);
+                let key = keys[thread % 2 * 2];
+                let mut checks = 0;
+                // Calls on a handle of device 0 until the reset makes it stale.
+                while let Ok(live) = modules.get(key) {
+                    checks += 1;
+                    if checks == 1 {
+                        started.wait();
+                    }
+                    assert_eq!(live.fate(), LIVE, "dropped under a call");
+                    fate::call(&mut rng);
+                    assert_eq!(live.fate(), LIVE, "dropped mid-call");
+                }
+                assert!(checks > 0);
+            });
+        }
+        started.wait();
+        assert_eq!(modules.forget_device(D0), 2);
+    });
+    assert!(modules.get(keys[0]).is_err() && modules.get(keys[2]).is_err());
+    // The calls have returned: the next sweep drops the forgotten values.
+    assert_eq!(modules.forget_device(D0), 0);
+    assert_eq!(fate::count(fates, DROPPED), 2);
+    assert_eq!(fates[1].load(Ordering::SeqCst), LIVE);
+    assert_eq!(fates[3].load(Ordering::SeqCst), LIVE);
+    drop(modules);
+    assert_eq!(fate::count(fates, DROPPED), 4);
+}
+
 #[test]
 fn only_live_allocations_of_the_kind_and_device_are_freed() {
     let allocations = LiveAllocations::new();
