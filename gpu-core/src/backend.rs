@@ -15,20 +15,20 @@
 //!
 //! - Device ids: every backend refuses one it does not have ([`Error::UnknownDevice`],
 //!   [`check_device`]) before its driver sees it.
-//! - Handles (streams, events, modules, kernels) are checked by the backend that made them,
-//!   before its driver sees them. The CUDA and HIP backends keep their live handles in a
-//!   [`live::LiveHandles`] registry: every handle carries a [`live::HandleId`] never used
-//!   before in the process, a kernel is live while its module is, and a handle that was
-//!   destroyed ([`Backend::stream_destroy`], [`Backend::event_destroy`]), unloaded
-//!   ([`Backend::module_unload`], which takes its kernels with it), forgotten by
+//! - Handles (streams, events, modules, kernels) are checked by the backend that made them, before
+//!   its driver sees them. The CUDA and HIP backends keep their live handles in a
+//!   [`live::LiveHandles`] registry: every handle carries a [`live::HandleKey`] (a slot of its own
+//!   in the registry and the slot's generation, never reused), a kernel is live while its module
+//!   is, and a handle that was destroyed ([`Backend::stream_destroy`], [`Backend::event_destroy`]),
+//!   unloaded ([`Backend::module_unload`], which takes its kernels with it), forgotten by
 //!   [`Backend::reset_device`], or made by another backend (another instance included) is
-//!   [`Error::StaleHandle`]. Each method holds the handles it was given for as long as its
-//!   driver calls run, and a destroy takes its handle out of the registry first and waits for
-//!   the calls in flight on it, so a concurrent destroy never frees a handle mid-call. The host
-//!   backend checks its own tables (its `HOST_INVALID_HANDLE`); the HSA backend its tables of
-//!   streams, events and modules (not yet its kernels). A handle of another device where the
-//!   call needs one device's (an event recorded on a stream, a kernel launched on one) is
-//!   [`Error::WrongDevice`] ([`check_same_device`]).
+//!   [`Error::StaleHandle`]. Each method holds the handles it was given for as long as its driver
+//!   calls run, and a destroy makes its handle stale first and waits for the calls in flight on it,
+//!   so a concurrent destroy never frees a handle mid-call. The host backend checks its own tables
+//!   (its `HOST_INVALID_HANDLE`); the HSA backend its tables of streams, events and modules (not
+//!   yet its kernels). A handle of another device where the call needs one device's (an event
+//!   recorded on a stream, a kernel launched on one) is [`Error::WrongDevice`]
+//!   ([`check_same_device`]).
 //! - Addresses a backend hands out and takes back: [`Backend::free`] frees only memory the
 //!   backend allocated, of that kind on that device, and not freed since, and
 //!   [`Backend::host_unregister`] unpins only a range the backend registered, by its start;

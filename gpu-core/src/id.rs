@@ -8,8 +8,6 @@
 
 use core::fmt;
 
-use spin::Mutex;
-
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
         $(#[$doc])*
@@ -217,25 +215,30 @@ impl LockCounts {
     }
 }
 
-/// A handle's number: unique in the process, across backends too, and never reused, so a
-/// handle of a destroyed object, or of another backend, never passes for a live one.
+/// A handle's number, as errors show it: the number of the slot the handle lives in and the
+/// slot's generation when it was made (`backend::live`'s registry). Unique in the process,
+/// across backends too, and never reused: slots are numbered once and a slot's generation only
+/// grows (a slot whose generation is spent is retired).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct HandleId(u64);
 
-/// The next [`HandleId`]. A lock, not an `AtomicU64`: the 32-bit bare-metal targets the core
-/// builds for have no 64-bit atomics, and handles are made far from any hot path.
-static NEXT_ID: Mutex<u64> = Mutex::new(1);
-
 impl HandleId {
-    /// A number no handle of the process has had.
-    pub fn fresh() -> Self {
-        let mut next = NEXT_ID.lock();
-        let id = *next;
-        *next += 1;
-        HandleId(id)
+    /// The number of the handle in slot `slot` at generation `generation`.
+    pub const fn new(slot: u32, generation: u32) -> Self {
+        HandleId(((slot as u64) << 32) | generation as u64)
     }
 
-    /// The number.
+    /// The number of the handle's slot.
+    pub const fn slot(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+
+    /// How many handles the slot held before this one.
+    pub const fn generation(self) -> u32 {
+        self.0 as u32
+    }
+
+    /// The packed number: the slot's in the top 32 bits, the generation in the low ones.
     pub const fn get(self) -> u64 {
         self.0
     }
@@ -243,20 +246,20 @@ impl HandleId {
 
 impl fmt::Display for HandleId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "#{}", self.0)
+        write!(f, "#{}.{}", self.slot(), self.generation())
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use alloc::vec::Vec;
-
     use super::*;
 
     #[test]
-    fn ids_are_never_reused() {
-        let ids: Vec<HandleId> = (0..100).map(|_| HandleId::fresh()).collect();
-        assert!(ids.windows(2).all(|pair| pair[0] < pair[1]));
-        assert_eq!(alloc::string::ToString::to_string(&HandleId(7)), "#7");
+    fn a_handle_id_packs_its_slot_and_generation() {
+        let id = HandleId::new(7, u32::MAX);
+        assert_eq!((id.slot(), id.generation()), (7, u32::MAX));
+        assert_eq!(id.get(), (7 << 32) | u32::MAX as u64);
+        assert!(HandleId::new(7, 1) < HandleId::new(8, 0));
+        assert_eq!(alloc::string::ToString::to_string(&id), "#7.4294967295");
     }
 }

@@ -13,15 +13,16 @@
 //!   a GPU comes on top of the driver's;
 //! - what the CUDA and HIP backends add to each driver call that takes a handle (`live_handles`):
 //!   the check that the handle is live and its hold for the call's length, uncontended, in a
-//!   registry of 64 live handles (a launch does it twice: stream and kernel), a stale handle's
-//!   refusal, and the record and release of an address that each allocation and free adds.
+//!   registry of 64 live handles (a launch does it twice: stream and kernel), the two atomics
+//!   that make it, a destroyed handle's refusal, and the record and release of an address that
+//!   each allocation and free adds.
 
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use gpu_core::allocator::model::{FakeDriver, capabilities};
 use gpu_core::allocator::{AllocRequest, AllocatorConfig, DeviceAllocator, MemoryKind, Release};
-use gpu_core::backend::live::{HandleId, LiveAllocations, LiveHandles};
+use gpu_core::backend::live::{HandleKey, LiveAllocations, LiveHandles};
 use gpu_core::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims};
 use gpu_core::token::Token;
 use gpu_core::{ByteRange, DeviceId, Result};
@@ -402,30 +403,31 @@ fn null_backend(c: &mut Criterion) {
 
 fn live_handles(c: &mut Criterion) {
     let mut group = c.benchmark_group("live_handles");
+    /// A backend's handle, carrying its key as the CUDA and HIP handles do.
+    #[derive(Clone, Copy)]
+    struct Stream(HandleKey<Stream>);
     let streams = LiveHandles::new("bench", "stream");
-    let ids: Vec<HandleId> = (0..64u32)
-        .map(|index| streams.register(DeviceId(index % 2), |id| id))
+    let keys: Vec<HandleKey<Stream>> = (0..64u32)
+        .map(|index| streams.register(DeviceId(index % 2), Stream).0)
         .collect();
-    let live = ids[17];
+    let live = keys[17];
     // The `Live` is dropped inside each iteration: the check and the end of the hold.
     group.bench_function("check_and_hold", |b| {
         b.iter(|| black_box(streams.get(black_box(live)).unwrap()))
     });
-    // Its parts, for reading the figure on another machine: the table's shared lock with the
-    // lookup, and the reference count the hold takes and gives back.
-    let table = spin::RwLock::new(
-        ids.iter()
-            .map(|&id| (id, std::sync::Arc::new(id)))
-            .collect::<hashbrown::HashMap<_, _>>(),
-    );
-    group.bench_function("part_lock_and_lookup", |b| {
-        b.iter(|| black_box(table.read().get(&black_box(live)).is_some()))
+    // Its part, for reading the figure on another machine: the two atomics on the handle's
+    // slot (the check's add, which also reads the generation and the live bit, and the hold's
+    // end).
+    let state = std::sync::atomic::AtomicU64::new(1 << 31);
+    group.bench_function("part_add_and_sub", |b| {
+        b.iter(|| {
+            let before = black_box(&state).fetch_add(1, std::sync::atomic::Ordering::Acquire);
+            black_box(&state).fetch_sub(1, std::sync::atomic::Ordering::Release);
+            before
+        })
     });
-    let count = std::sync::Arc::new(live);
-    group.bench_function("part_count_up_and_down", |b| {
-        b.iter(|| black_box(std::sync::Arc::clone(black_box(&count))))
-    });
-    let stale = HandleId::fresh();
+    let stale = streams.register(D0, Stream).0;
+    streams.destroy(stale, || {}, |_| Ok(())).unwrap();
     group.bench_function("stale_refused", |b| {
         b.iter(|| black_box(streams.get(black_box(stale)).is_err()))
     });

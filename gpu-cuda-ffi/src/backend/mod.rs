@@ -7,10 +7,11 @@
 //! current context (none, another device's, or one the program created itself) is the same
 //! after the call as before it, also on error paths.
 //!
-//! Every handle the backend hands out carries a number never used before in the process
-//! ([`HandleId`]), and the backend keeps the live ones ([`LiveHandles`]: streams, events, and
-//! modules, the program's and each device's kernel library; a kernel is live while its module
-//! is). A method that takes a handle looks it up first and holds it for the length of its
+//! Every handle the backend hands out carries its key in the backend's live handles
+//! ([`HandleKey`]: a slot of its own and the slot's generation, never reused), and the backend
+//! keeps the live ones ([`LiveHandles`]: streams, events, and modules, the program's and each
+//! device's kernel library; a kernel is live while its module is). A method that takes a handle
+//! checks it first (one atomic on the handle's slot) and holds it for the length of its
 //! driver calls, so a destroyed, unloaded, reset or foreign handle is [`Error::StaleHandle`]
 //! and never reaches the driver, and a destroy waits for the calls in flight on its handle. The
 //! addresses it allocated and the host ranges it registered are kept too ([`LiveAllocations`],
@@ -27,7 +28,7 @@ use std::sync::Mutex;
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::live::{
-    FreeStep, HandleId, Live, LiveAllocations, LiveHandles, LiveRegistrations, check_allocation,
+    FreeStep, HandleKey, Live, LiveAllocations, LiveHandles, LiveRegistrations, check_allocation,
     check_stream_allocation, enable_peer_access, kernel_name, library_arguments, library_functions,
     none_on_code, workgroup_bytes_attribute,
 };
@@ -53,21 +54,21 @@ const fn code(code: sys::CUresult) -> i64 {
 }
 
 /// An in-order queue of work on one device: a non-blocking `CUstream` (or an adopted one), its
-/// device, and its number in the backend's live streams.
+/// device, and its key in the backend's live streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CudaStream {
     raw: sys::CUstream,
     device: DeviceId,
-    id: HandleId,
+    key: HandleKey<CudaStream>,
 }
 
-/// A completion marker: a `CUevent` created without timing, its device, and its number in the
+/// A completion marker: a `CUevent` created without timing, its device, and its key in the
 /// backend's live events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CudaEvent {
     raw: sys::CUevent,
     device: DeviceId,
-    id: HandleId,
+    key: HandleKey<CudaEvent>,
 }
 
 /// A kernel loaded on one device: of the standard library, or of a module the program loaded;
@@ -76,20 +77,20 @@ pub struct CudaEvent {
 pub struct CudaKernel {
     function: sys::CUfunction,
     device: DeviceId,
-    /// The number of its module (the device's library module for a library kernel).
-    module: HandleId,
+    /// The key of its module (the device's library module for a library kernel).
+    module: HandleKey<CudaModule>,
     /// Index into the library table (name and parameters); `None` for a module's kernel,
     /// whose parameters nothing here knows.
     library_index: Option<usize>,
 }
 
 /// A module image loaded on one device (`CUmodule`), from [`Backend::module_load`], and its
-/// number in the backend's live modules.
+/// key in the backend's live modules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CudaModule {
     raw: sys::CUmodule,
     device: DeviceId,
-    id: HandleId,
+    key: HandleKey<CudaModule>,
 }
 
 // SAFETY: (all four handles) the values are opaque driver handles, never dereferenced by this
@@ -347,19 +348,19 @@ impl CudaBackend {
     }
 
     /// The function `library_index` of `device`'s kernel library and the library module's
-    /// number, loading the module on first use.
+    /// key, loading the module on first use.
     fn library_function(
         &self,
         device: DeviceId,
         library_index: usize,
-    ) -> Result<(HandleId, sys::CUfunction)> {
+    ) -> Result<(HandleKey<CudaModule>, sys::CUfunction)> {
         let state = self.device(device)?;
         let mut slot = state
             .library
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(loaded) = slot.as_ref() {
-            return Ok((loaded.module.id, loaded.functions[library_index]));
+            return Ok((loaded.module.key, loaded.functions[library_index]));
         }
         // Looked up before loading (and cached from then on), so that unloading on an error
         // path cannot fail for a missing symbol (which would leak the module and report the
@@ -379,25 +380,25 @@ impl CudaBackend {
         let module = self.register_module(module, device);
         let function = functions[library_index];
         *slot = Some(LoadedLibrary { module, functions });
-        Ok((module.id, function))
+        Ok((module.key, function))
     }
 
     /// `kernel`'s module, live, held until the guard drops: a kernel of an unloaded module (or
     /// of a library from before its device's reset) is [`Error::StaleHandle`] naming a kernel.
-    fn live_kernel(&self, kernel: CudaKernel) -> Result<Live<CudaModule>> {
+    fn live_kernel(&self, kernel: CudaKernel) -> Result<Live<'_, CudaModule>> {
         self.modules.get_as(kernel.module, "kernel")
     }
 
     /// Records a module just loaded on `device` as live.
     fn register_module(&self, raw: sys::CUmodule, device: DeviceId) -> CudaModule {
         self.modules
-            .register(device, |id| CudaModule { raw, device, id })
+            .register(device, |key| CudaModule { raw, device, key })
     }
 
     /// Records a stream of `device` as live.
     fn register_stream(&self, raw: sys::CUstream, device: DeviceId) -> CudaStream {
         self.streams
-            .register(device, |id| CudaStream { raw, device, id })
+            .register(device, |key| CudaStream { raw, device, key })
     }
 }
 
@@ -551,7 +552,7 @@ impl Backend for CudaBackend {
         kind: MemoryKind,
         bytes: usize,
     ) -> Result<Option<usize>> {
-        let stream = self.streams.get(stream.id)?;
+        let stream = self.streams.get(stream.key)?;
         let device = stream.device;
         let pool = self.device(device)?.pool();
         check_stream_allocation(device, kind, pool.is_some(), bytes)?;
@@ -584,7 +585,7 @@ impl Backend for CudaBackend {
         self.device(device)?;
         self.allocations.release(device, kind, address, || {
             let after = after
-                .map(|stream| self.streams.get(stream.id))
+                .map(|stream| self.streams.get(stream.key))
                 .transpose()?;
             let _scope = self.enter(device)?;
             let (driver, device_address) = (self.driver, address as sys::CUdeviceptr);
@@ -713,7 +714,7 @@ impl Backend for CudaBackend {
     /// stale from the moment the call begins (live again if the driver refuses).
     fn stream_destroy(&self, stream: CudaStream) -> Result<()> {
         self.streams
-            .destroy(stream.id, std::thread::yield_now, |stream| {
+            .destroy(stream.key, std::thread::yield_now, |stream| {
                 let _scope = self.enter(stream.device)?;
                 // SAFETY: a live stream of the device, just taken out of the live streams after
                 // the last call using it returned, so nothing uses it again.
@@ -722,7 +723,7 @@ impl Backend for CudaBackend {
     }
 
     fn stream_synchronize(&self, stream: CudaStream) -> Result<()> {
-        let stream = self.streams.get(stream.id)?;
+        let stream = self.streams.get(stream.key)?;
         let _scope = self.enter(stream.device)?;
         // SAFETY: a live stream of the device (held), whose context is current.
         unsafe { result::stream::synchronize(self.driver, stream.raw) }
@@ -733,14 +734,14 @@ impl Backend for CudaBackend {
         let raw = result::event::create(self.driver, sys::CU_EVENT_DISABLE_TIMING)?;
         Ok(self
             .events
-            .register(device, |id| CudaEvent { raw, device, id }))
+            .register(device, |key| CudaEvent { raw, device, key }))
     }
 
     /// cuEventDestroy, once no call of another thread uses the event any more; the handle is
     /// stale from the moment the call begins (live again if the driver refuses).
     fn event_destroy(&self, event: CudaEvent) -> Result<()> {
         self.events
-            .destroy(event.id, std::thread::yield_now, |event| {
+            .destroy(event.key, std::thread::yield_now, |event| {
                 let _scope = self.enter(event.device)?;
                 // SAFETY: a live event of the device, just taken out of the live events after the
                 // last call using it returned, so nothing uses it again.
@@ -752,7 +753,7 @@ impl Backend for CudaBackend {
     /// (which would say "invalid resource handle").
     fn event_record(&self, event: CudaEvent, stream: CudaStream) -> Result<()> {
         check_same_device(stream.device, event.device)?;
-        let (stream, event) = (self.streams.get(stream.id)?, self.events.get(event.id)?);
+        let (stream, event) = (self.streams.get(stream.key)?, self.events.get(event.key)?);
         let _scope = self.enter(stream.device)?;
         // SAFETY: a live event and a live stream of the device (both held), whose context is
         // current.
@@ -760,7 +761,7 @@ impl Backend for CudaBackend {
     }
 
     fn stream_wait_event(&self, stream: CudaStream, event: CudaEvent) -> Result<()> {
-        let (stream, event) = (self.streams.get(stream.id)?, self.events.get(event.id)?);
+        let (stream, event) = (self.streams.get(stream.key)?, self.events.get(event.key)?);
         let _scope = self.enter(stream.device)?;
         // SAFETY: a live stream of the device, whose context is current, and a live event of
         // any (both held).
@@ -769,14 +770,14 @@ impl Backend for CudaBackend {
 
     /// cuEventQuery: `CUDA_SUCCESS` is true, `CUDA_ERROR_NOT_READY` false.
     fn event_query(&self, event: CudaEvent) -> Result<bool> {
-        let event = self.events.get(event.id)?;
+        let event = self.events.get(event.key)?;
         let _scope = self.enter(event.device)?;
         // SAFETY: a live event of the device (held).
         unsafe { result::event::query(self.driver, event.raw) }
     }
 
     fn event_synchronize(&self, event: CudaEvent) -> Result<()> {
-        let event = self.events.get(event.id)?;
+        let event = self.events.get(event.key)?;
         let _scope = self.enter(event.device)?;
         // SAFETY: a live event of the device (held).
         unsafe { result::event::synchronize(self.driver, event.raw) }
@@ -886,7 +887,7 @@ impl Backend for CudaBackend {
         src_device: DeviceId,
         bytes: usize,
     ) -> Result<()> {
-        let stream = self.streams.get(stream.id)?;
+        let stream = self.streams.get(stream.key)?;
         let dst_context = self.device(dst_device)?.context();
         let src_context = self.device(src_device)?.context();
         let _scope = self.enter(stream.device)?;
@@ -911,7 +912,7 @@ impl Backend for CudaBackend {
     /// # Safety
     /// The trait's: the driver checks nothing about the caller's host memory.
     unsafe fn copy(&self, stream: CudaStream, dst: usize, src: usize, bytes: usize) -> Result<()> {
-        let stream = self.streams.get(stream.id)?;
+        let stream = self.streams.get(stream.key)?;
         let _scope = self.enter(stream.device)?;
         // SAFETY: the caller's promise for both ranges; the stream is live (held) and of the
         // current context.
@@ -931,7 +932,7 @@ impl Backend for CudaBackend {
     /// # Safety
     /// The trait's.
     unsafe fn fill(&self, stream: CudaStream, dst: usize, value: u8, bytes: usize) -> Result<()> {
-        let stream = self.streams.get(stream.id)?;
+        let stream = self.streams.get(stream.key)?;
         let _scope = self.enter(stream.device)?;
         // SAFETY: the caller's promise for the range; the stream is live (held) and of the
         // current context.
@@ -970,7 +971,7 @@ impl Backend for CudaBackend {
         value: FillValue,
         count: usize,
     ) -> Result<()> {
-        let stream = self.streams.get(stream.id)?;
+        let stream = self.streams.get(stream.key)?;
         let _scope = self.enter(stream.device)?;
         let (driver, dst, raw) = (self.driver, dst as sys::CUdeviceptr, stream.raw);
         // The stream is live (held) and of the current context.
@@ -1012,7 +1013,7 @@ impl Backend for CudaBackend {
     /// again if the driver refuses).
     fn module_unload(&self, module: CudaModule) -> Result<()> {
         self.modules
-            .destroy(module.id, std::thread::yield_now, |module| {
+            .destroy(module.key, std::thread::yield_now, |module| {
                 let _scope = self.enter(module.device)?;
                 // SAFETY: a live module of the device, just taken out of the live modules after
                 // the last call using it or its kernels returned, so nothing uses them again.
@@ -1022,14 +1023,14 @@ impl Backend for CudaBackend {
 
     /// cuModuleGetFunction; a name the module lacks is the driver's `CUDA_ERROR_NOT_FOUND`.
     fn module_kernel(&self, module: CudaModule, name: &CStr) -> Result<CudaKernel> {
-        let module = self.modules.get(module.id)?;
+        let module = self.modules.get(module.key)?;
         let _scope = self.enter(module.device)?;
         // SAFETY: a live module of the device (held).
         let function = unsafe { result::module::function(self.driver, module.raw, name) }?;
         Ok(CudaKernel {
             function,
             device: module.device,
-            module: module.id,
+            module: module.key,
             library_index: None,
         })
     }
@@ -1117,7 +1118,7 @@ impl CudaBackend {
         params: *mut *mut c_void,
     ) -> Result<()> {
         check_same_device(stream.device, kernel.device)?;
-        let (stream, _module) = (self.streams.get(stream.id)?, self.live_kernel(kernel)?);
+        let (stream, _module) = (self.streams.get(stream.key)?, self.live_kernel(kernel)?);
         // The launch keeps its scope. cuda.h (13.0) lets cuLaunchKernel take the context from
         // the stream only for a context-less CUkernel: "the context to launch the kernel on
         // will either be taken from the specified stream \p hStream or the current context in

@@ -238,11 +238,11 @@ fn fake_backend() -> CudaBackend {
     CudaBackend::with_devices(fake_driver(), vec![device])
 }
 
-fn stale(what: &'static str, id: HandleId) -> Error {
+fn stale<V>(what: &'static str, key: HandleKey<V>) -> Error {
     Error::StaleHandle {
         backend: "cuda",
         what,
-        id,
+        id: key.id(),
     }
 }
 
@@ -274,7 +274,7 @@ fn a_destroyed_stream_or_event_is_a_typed_error_before_the_driver() {
     assert_eq!(called, Ok(()));
 
     assert_eq!(b.stream_destroy(stream), Ok(()));
-    let gone = Err(stale("stream", stream.id));
+    let gone = Err(stale("stream", stream.key));
     assert_eq!(b.stream_synchronize(stream), gone);
     assert_eq!(b.stream_destroy(stream), gone, "destroyed twice");
     assert_eq!(b.event_record(event, stream), gone);
@@ -297,7 +297,7 @@ fn a_destroyed_stream_or_event_is_a_typed_error_before_the_driver() {
     assert!(b.allocations.contains(D0, MemoryKind::Device, memory));
 
     assert_eq!(b.event_destroy(event), Ok(()));
-    let gone = Err(stale("event", event.id));
+    let gone = Err(stale("event", event.key));
     assert_eq!(b.event_query(event), gone.clone().map(|()| false));
     assert_eq!(b.event_synchronize(event), gone);
     assert_eq!(b.event_record(event, other), gone);
@@ -342,10 +342,10 @@ fn unloading_a_module_makes_it_and_its_kernels_stale() {
     assert_eq!(b.module_unload(module), Ok(()));
     assert_eq!(
         b.module_kernel(module, c"k"),
-        Err(stale("module", module.id))
+        Err(stale("module", module.key))
     );
-    assert_eq!(b.module_unload(module), Err(stale("module", module.id)));
-    let gone = Err(stale("kernel", module.id));
+    assert_eq!(b.module_unload(module), Err(stale("module", module.key)));
+    let gone = Err(stale("kernel", module.key));
     assert_eq!(
         b.kernel_static_workgroup_bytes(kernel),
         gone.clone().map(|()| 0)
@@ -371,9 +371,9 @@ fn a_reset_makes_every_handle_and_allocation_of_the_device_stale() {
     assert_eq!(b.reset_device(D0), Ok(()));
     assert_eq!(
         b.stream_synchronize(stream),
-        Err(stale("stream", stream.id))
+        Err(stale("stream", stream.key))
     );
-    assert_eq!(b.event_synchronize(event), Err(stale("event", event.id)));
+    assert_eq!(b.event_synchronize(event), Err(stale("event", event.key)));
     assert_eq!(
         b.kernel_static_workgroup_bytes(fill),
         Err(stale("kernel", fill.module))
@@ -398,9 +398,9 @@ fn a_handle_of_another_backend_is_stale_here() {
     let event = one.event_create(D0).unwrap();
     assert_eq!(
         two.stream_synchronize(stream),
-        Err(stale("stream", stream.id))
+        Err(stale("stream", stream.key))
     );
-    assert_eq!(two.event_query(event), Err(stale("event", event.id)));
+    assert_eq!(two.event_query(event), Err(stale("event", event.key)));
     assert_eq!(one.stream_synchronize(stream), Ok(()));
 }
 

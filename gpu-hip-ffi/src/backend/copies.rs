@@ -22,7 +22,7 @@ impl HipBackend {
         src: usize,
         bytes: usize,
     ) -> Result<()> {
-        let stream = self.streams.get(stream.id)?;
+        let stream = self.streams.get(stream.key)?;
         let _scope = self.enter(stream.device)?;
         // SAFETY: the caller's promise for both ranges; the stream is live (held) and of the
         // current device.
@@ -51,7 +51,7 @@ impl HipBackend {
         src_device: DeviceId,
         bytes: usize,
     ) -> Result<()> {
-        let stream = self.streams.get(stream.id)?;
+        let stream = self.streams.get(stream.key)?;
         let dst_ordinal = self.device(dst_device)?.ordinal;
         let src_ordinal = self.device(src_device)?.ordinal;
         let _scope = self.enter(stream.device)?;
@@ -81,7 +81,7 @@ impl HipBackend {
         value: u8,
         bytes: usize,
     ) -> Result<()> {
-        let stream = self.streams.get(stream.id)?;
+        let stream = self.streams.get(stream.key)?;
         let _scope = self.enter(stream.device)?;
         // SAFETY: the caller's promise for the range; the stream is live (held) and of the
         // current device.
@@ -101,7 +101,7 @@ impl HipBackend {
         value: FillValue,
         count: usize,
     ) -> Result<()> {
-        let stream = self.streams.get(stream.id)?;
+        let stream = self.streams.get(stream.key)?;
         let _scope = self.enter(stream.device)?;
         let (hip, dst, raw) = (self.hip, dst as *mut c_void, stream.raw);
         // The stream is live (held) and of the current device.

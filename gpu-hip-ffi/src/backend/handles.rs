@@ -1,29 +1,29 @@
 //! What the backend hands out: its stream, event, kernel and module handles, each naming its
-//! device and its number among the backend's live handles, and the thread's saved device.
+//! device and its key among the backend's live handles, and the thread's saved device.
 
 use core::ffi::c_int;
 
 use gpu_core::DeviceId;
-use gpu_core::backend::live::{HandleId, kernel_name};
+use gpu_core::backend::live::{HandleKey, kernel_name};
 
 use crate::sys;
 
 /// An in-order queue of work on one device: a non-blocking `hipStream_t` (or an adopted one),
-/// its device, and its number in the backend's live streams.
+/// its device, and its key in the backend's live streams.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HipStream {
     pub(super) raw: sys::hipStream_t,
     pub(super) device: DeviceId,
-    pub(super) id: HandleId,
+    pub(super) key: HandleKey<HipStream>,
 }
 
-/// A completion marker: a `hipEvent_t` created without timing, its device, and its number in
+/// A completion marker: a `hipEvent_t` created without timing, its device, and its key in
 /// the backend's live events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HipEvent {
     pub(super) raw: sys::hipEvent_t,
     pub(super) device: DeviceId,
-    pub(super) id: HandleId,
+    pub(super) key: HandleKey<HipEvent>,
 }
 
 /// A kernel loaded on one device: of the standard library, or of a module the program loaded;
@@ -32,22 +32,22 @@ pub struct HipEvent {
 pub struct HipKernel {
     pub(super) function: sys::hipFunction_t,
     pub(super) device: DeviceId,
-    /// The number of its module (the device's library module for a library kernel).
-    pub(super) module: HandleId,
+    /// The key of its module (the device's library module for a library kernel).
+    pub(super) module: HandleKey<HipModule>,
     /// Index into the library table (name and parameters); `None` for a module's kernel,
     /// whose parameters nothing here knows.
     pub(super) library_index: Option<usize>,
 }
 
 /// A module image loaded on one device (`hipModule_t`), from [`Backend::module_load`], and its
-/// number in the backend's live modules.
+/// key in the backend's live modules.
 ///
 /// [`Backend::module_load`]: gpu_core::backend::Backend::module_load
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HipModule {
     pub(super) raw: sys::hipModule_t,
     pub(super) device: DeviceId,
-    pub(super) id: HandleId,
+    pub(super) key: HandleKey<HipModule>,
 }
 
 // SAFETY: (all four handles) the values are opaque HIP handles, never dereferenced by this

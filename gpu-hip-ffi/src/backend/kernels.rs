@@ -4,7 +4,7 @@
 use core::ffi::c_void;
 
 use gpu_core::backend::library::find_for;
-use gpu_core::backend::live::{HandleId, Live, library_functions, workgroup_bytes_attribute};
+use gpu_core::backend::live::{HandleKey, Live, library_functions, workgroup_bytes_attribute};
 use gpu_core::backend::{LaunchDims, check_same_device};
 use gpu_core::{DeviceId, Error, Result};
 
@@ -75,19 +75,19 @@ impl HipBackend {
     }
 
     /// The function `library_index` of `device`'s kernel library and the library module's
-    /// number, loading the module on first use.
+    /// key, loading the module on first use.
     fn library_function(
         &self,
         device: DeviceId,
         library_index: usize,
-    ) -> Result<(HandleId, sys::hipFunction_t)> {
+    ) -> Result<(HandleKey<HipModule>, sys::hipFunction_t)> {
         let state = self.device(device)?;
         let mut slot = state
             .library
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(loaded) = slot.as_ref() {
-            return Ok((loaded.module.id, loaded.functions[library_index]));
+            return Ok((loaded.module.key, loaded.functions[library_index]));
         }
         // Looked up before loading (and cached from then on), so that unloading on an error
         // path cannot fail for a missing symbol (which would leak the module and report the
@@ -105,12 +105,12 @@ impl HipBackend {
         let module = self.register_module(module, device);
         let function = functions[library_index];
         *slot = Some(LoadedLibrary { module, functions });
-        Ok((module.id, function))
+        Ok((module.key, function))
     }
 
     /// `kernel`'s module, live, held until the guard drops: a kernel of an unloaded module (or
     /// of a library from before its device's reset) is [`Error::StaleHandle`] naming a kernel.
-    fn live_kernel(&self, kernel: HipKernel) -> Result<Live<HipModule>> {
+    fn live_kernel(&self, kernel: HipKernel) -> Result<Live<'_, HipModule>> {
         self.modules.get_as(kernel.module, "kernel")
     }
 
@@ -145,7 +145,7 @@ impl HipBackend {
         params: *mut *mut c_void,
     ) -> Result<()> {
         check_same_device(stream.device, kernel.device)?;
-        let (stream, _module) = (self.streams.get(stream.id)?, self.live_kernel(kernel)?);
+        let (stream, _module) = (self.streams.get(stream.key)?, self.live_kernel(kernel)?);
         let _scope = self.enter(stream.device)?;
         let shape = LaunchShape {
             grid: dims.grid,

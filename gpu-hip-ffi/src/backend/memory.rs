@@ -50,7 +50,7 @@ impl HipBackend {
         kind: MemoryKind,
         bytes: usize,
     ) -> Result<Option<usize>> {
-        let stream = self.streams.get(stream.id)?;
+        let stream = self.streams.get(stream.key)?;
         let device = stream.device;
         let pool = self.device(device)?.pool();
         check_stream_allocation(device, kind, pool.is_some(), bytes)?;
@@ -73,7 +73,7 @@ impl HipBackend {
         self.device(device)?;
         self.allocations.release(device, kind, address, || {
             let after = after
-                .map(|stream| self.streams.get(stream.id))
+                .map(|stream| self.streams.get(stream.key))
                 .transpose()?;
             let _scope = self.enter(device)?;
             let (hip, pointer) = (self.hip, address as *mut c_void);

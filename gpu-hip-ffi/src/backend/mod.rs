@@ -8,10 +8,11 @@
 //! same after the call as before it, also on error paths (hipSetDevice is per thread: the IREE
 //! multi-device bug was a missing restore).
 //!
-//! Every handle the backend hands out carries a number never used before in the process
-//! ([`HandleId`]), and the backend keeps the live ones ([`LiveHandles`]: streams, events, and
-//! modules, the program's and each device's kernel library; a kernel is live while its module
-//! is). A method that takes a handle looks it up first and holds it for the length of its HIP
+//! Every handle the backend hands out carries its key in the backend's live handles
+//! ([`HandleKey`]: a slot of its own and the slot's generation, never reused), and the backend
+//! keeps the live ones ([`LiveHandles`]: streams, events, and modules, the program's and each
+//! device's kernel library; a kernel is live while its module is). A method that takes a handle
+//! checks it first (one atomic on the handle's slot) and holds it for the length of its HIP
 //! calls, so a destroyed, unloaded, reset or foreign handle is [`Error::StaleHandle`] and never
 //! reaches HIP, and a destroy waits for the calls in flight on its handle. The addresses it
 //! allocated and the host ranges it registered are kept too ([`LiveAllocations`],
@@ -26,7 +27,7 @@
 //! (`current.rs`). No module imports one above it: this one uses only the lower ones, and the
 //! trait impl sits on top.
 //!
-//! [`HandleId`]: gpu_core::backend::live::HandleId
+//! [`HandleKey`]: gpu_core::backend::live::HandleKey
 
 mod caps;
 mod copies;

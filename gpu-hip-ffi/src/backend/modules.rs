@@ -13,7 +13,7 @@ impl HipBackend {
     /// Records a module just loaded on `device` as live.
     pub(super) fn register_module(&self, raw: sys::hipModule_t, device: DeviceId) -> HipModule {
         self.modules
-            .register(device, |id| HipModule { raw, device, id })
+            .register(device, |key| HipModule { raw, device, key })
     }
 
     /// `Backend::module_load`: loads the image on `device`, recorded as live.
@@ -39,7 +39,7 @@ impl HipBackend {
     /// `Backend::module_unload`: unloads a live module once no other call uses it or its kernels.
     pub(super) fn unload_module(&self, module: HipModule) -> Result<()> {
         self.modules
-            .destroy(module.id, std::thread::yield_now, |module| {
+            .destroy(module.key, std::thread::yield_now, |module| {
                 let _scope = self.enter(module.device)?;
                 // SAFETY: a live module of the device, just taken out of the live modules after
                 // the last call using it or its kernels returned, so nothing uses them again.
@@ -49,14 +49,14 @@ impl HipBackend {
 
     /// `Backend::module_kernel`: the kernel `name` of a live module.
     pub(super) fn module_kernel_named(&self, module: HipModule, name: &CStr) -> Result<HipKernel> {
-        let module = self.modules.get(module.id)?;
+        let module = self.modules.get(module.key)?;
         let _scope = self.enter(module.device)?;
         // SAFETY: a live module of the device (held).
         let function = unsafe { result::module::function(self.hip, module.raw, name) }?;
         Ok(HipKernel {
             function,
             device: module.device,
-            module: module.id,
+            module: module.key,
             library_index: None,
         })
     }

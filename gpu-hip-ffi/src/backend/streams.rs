@@ -11,7 +11,7 @@ impl HipBackend {
     /// Records a stream of `device` as live.
     pub(super) fn register_stream(&self, raw: sys::hipStream_t, device: DeviceId) -> HipStream {
         self.streams
-            .register(device, |id| HipStream { raw, device, id })
+            .register(device, |key| HipStream { raw, device, key })
     }
 
     /// `Backend::stream_create`: a non-blocking stream of `device`, recorded as live.
@@ -37,7 +37,7 @@ impl HipBackend {
     /// `Backend::stream_destroy`: destroys a live stream once no other call uses it.
     pub(super) fn destroy_stream(&self, stream: HipStream) -> Result<()> {
         self.streams
-            .destroy(stream.id, std::thread::yield_now, |stream| {
+            .destroy(stream.key, std::thread::yield_now, |stream| {
                 let _scope = self.enter(stream.device)?;
                 // SAFETY: a live stream of the device, just taken out of the live streams after
                 // the last call using it returned, so nothing uses it again.
@@ -47,7 +47,7 @@ impl HipBackend {
 
     /// `Backend::stream_synchronize`: waits for the work of a live stream.
     pub(super) fn synchronize_stream(&self, stream: HipStream) -> Result<()> {
-        let stream = self.streams.get(stream.id)?;
+        let stream = self.streams.get(stream.key)?;
         let _scope = self.enter(stream.device)?;
         // SAFETY: a live stream of the device (held), which is current.
         unsafe { result::stream::synchronize(self.hip, stream.raw) }

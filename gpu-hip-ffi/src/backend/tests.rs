@@ -6,7 +6,7 @@ use core::sync::atomic::AtomicPtr;
 use std::sync::Mutex;
 
 use gpu_core::allocator::MemoryKind;
-use gpu_core::backend::live::{HandleId, MODULE_KERNEL};
+use gpu_core::backend::live::{HandleKey, MODULE_KERNEL};
 use gpu_core::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims};
 use gpu_core::{ByteRange, DeviceId, DriverError, Error};
 
@@ -64,27 +64,26 @@ fn live_handles(
     device: DeviceId,
 ) -> (HipStream, HipEvent, HipModule, HipKernel) {
     let stream = backend.register_stream(ptr::null_mut(), device);
-    let event = HipEvent {
+    let event = backend.events.register(device, |key| HipEvent {
         raw: ptr::null_mut(),
         device,
-        id: HandleId::fresh(),
-    };
-    backend.events.insert(event.id, device, event);
+        key,
+    });
     let module = backend.register_module(ptr::null_mut(), device);
     let kernel = HipKernel {
         function: ptr::null_mut(),
         device,
-        module: module.id,
+        module: module.key,
         library_index: Some(0),
     };
     (stream, event, module, kernel)
 }
 
-fn stale(what: &'static str, id: HandleId) -> Error {
+fn stale<V>(what: &'static str, key: HandleKey<V>) -> Error {
     Error::StaleHandle {
         backend: "hip",
         what,
-        id,
+        id: key.id(),
     }
 }
 
@@ -112,8 +111,8 @@ fn destroyed_unloaded_reset_and_foreign_handles_are_stale_before_hip() {
     let launched = unsafe { backend.launch_packed(stream, kernel, dims, ptr::null_mut()) };
     assert_eq!(launched, unknown);
     // What destroying does first: the handle leaves the registry.
-    backend.streams.remove(stream.id, || {}).unwrap();
-    let gone = Err(stale("stream", stream.id));
+    backend.streams.remove(stream.key, || {}).unwrap();
+    let gone = Err(stale("stream", stream.key));
     assert_eq!(backend.stream_synchronize(stream), gone);
     assert_eq!(backend.stream_destroy(stream), gone);
     assert_eq!(backend.event_record(event, stream), gone);
@@ -136,22 +135,22 @@ fn destroyed_unloaded_reset_and_foreign_handles_are_stale_before_hip() {
             gone
         );
     }
-    backend.events.remove(event.id, || {}).unwrap();
-    let gone = Err(stale("event", event.id));
+    backend.events.remove(event.key, || {}).unwrap();
+    let gone = Err(stale("event", event.key));
     assert_eq!(backend.event_query(event), gone.clone().map(|()| false));
     assert_eq!(backend.event_synchronize(event), gone);
     assert_eq!(backend.event_destroy(event), gone);
     // Unloading a module makes its kernels stale.
-    backend.modules.remove(module.id, || {}).unwrap();
+    backend.modules.remove(module.key, || {}).unwrap();
     assert_eq!(
         backend.module_kernel(module, c"k"),
-        Err(stale("module", module.id))
+        Err(stale("module", module.key))
     );
     assert_eq!(
         backend.module_unload(module),
-        Err(stale("module", module.id))
+        Err(stale("module", module.key))
     );
-    let gone = Err(stale("kernel", module.id));
+    let gone = Err(stale("kernel", module.key));
     assert_eq!(
         backend.kernel_static_workgroup_bytes(kernel),
         gone.clone().map(|()| 0)
@@ -164,17 +163,17 @@ fn destroyed_unloaded_reset_and_foreign_handles_are_stale_before_hip() {
     assert_eq!(backend.modules.forget_device(d0), 1);
     assert_eq!(
         backend.stream_synchronize(stream),
-        Err(stale("stream", stream.id))
+        Err(stale("stream", stream.key))
     );
     assert_eq!(
         backend.event_synchronize(event),
-        Err(stale("event", event.id))
+        Err(stale("event", event.key))
     );
     let other = deviceless().unwrap();
     let (stream, ..) = live_handles(&other, d0);
     assert_eq!(
         backend.stream_synchronize(stream),
-        Err(stale("stream", stream.id))
+        Err(stale("stream", stream.key))
     );
     assert_eq!(
         backend.kernel_static_workgroup_bytes(kernel),
@@ -218,10 +217,10 @@ fn only_memory_and_ranges_this_backend_recorded_reach_hip() {
     );
     // A stream of this backend that is stale: the free is refused, the memory kept.
     let stream = backend.register_stream(ptr::null_mut(), d0);
-    backend.streams.remove(stream.id, || {}).unwrap();
+    backend.streams.remove(stream.key, || {}).unwrap();
     assert_eq!(
         backend.free(d0, kind, 0x1000, Some(stream)),
-        Err(stale("stream", stream.id))
+        Err(stale("stream", stream.key))
     );
     assert!(backend.allocations.contains(d0, kind, 0x1000));
 

@@ -4,12 +4,15 @@
 //! Nothing here calls a driver: each backend translates to its own calls.
 //!
 //! - [`LiveHandles`]: a backend's registry of live handles (streams, events, modules). Each handle
-//!   carries a [`HandleId`], never reused in the process; a method that takes a handle looks its id
-//!   up ([`LiveHandles::get`]) and holds the [`Live`] it gets for as long as its driver call runs,
-//!   and destroying takes the entry out first ([`LiveHandles::destroy`]), waiting for the calls in
-//!   flight on that handle. A destroyed, unloaded, reset or foreign handle is
-//!   [`Error::StaleHandle`](crate::Error::StaleHandle) before the driver sees it, and no handle is
-//!   destroyed while a call uses it.
+//!   carries a [`HandleKey`]: its own slot in the registry and the slot's generation, never
+//!   reused. A method that takes a handle checks its key ([`LiveHandles::get`]: one atomic add on
+//!   the slot, no table, no lock) and holds the [`Live`] it gets for as long as its driver call
+//!   runs, and destroying makes the handle stale first ([`LiveHandles::destroy`]), waiting for the
+//!   calls in flight on that handle. A destroyed, unloaded, reset or foreign handle is
+//!   [`Error::StaleHandle`](crate::Error::StaleHandle) (naming its [`HandleId`]) before the driver
+//!   sees it, and no handle is destroyed while a call uses it. The registry needs 64-bit atomics
+//!   (a handle's state word: generation, live bit and calls in flight), so it is left out on
+//!   targets without them (the 32-bit bare-metal ones, where no driver backend runs).
 //! - [`LiveAllocations`] and [`LiveRegistrations`]: the addresses a backend allocated and the
 //!   host ranges it registered, so that freeing or unregistering anything else is a typed
 //!   error before the driver is asked.
@@ -26,6 +29,7 @@
 //! `kernels` (the library's functions, names, arguments and workgroup attribute).
 
 mod addresses;
+#[cfg(target_has_atomic = "64")]
 mod handles;
 mod kernels;
 mod memory;
@@ -34,7 +38,8 @@ mod tests;
 
 pub use crate::id::HandleId;
 pub use addresses::{LiveAllocations, LiveRegistrations};
-pub use handles::{Live, LiveHandles};
+#[cfg(target_has_atomic = "64")]
+pub use handles::{HandleKey, Live, LiveHandles};
 pub use kernels::{
     MODULE_KERNEL, kernel_name, library_arguments, library_functions, workgroup_bytes_attribute,
 };

@@ -17,20 +17,18 @@ use crate::workgroup::WorkgroupLimits;
 const D0: DeviceId = DeviceId(0);
 const D1: DeviceId = DeviceId(1);
 
-fn stale(what: &'static str, id: HandleId) -> Error {
+fn stale<V>(what: &'static str, key: HandleKey<V>) -> Error {
     Error::StaleHandle {
         backend: "test",
         what,
-        id,
+        id: key.id(),
     }
 }
 
 #[test]
 fn a_live_handle_is_found_and_a_destroyed_or_unknown_one_is_stale() {
     let streams = LiveHandles::new("test", "stream");
-    let (a, b) = (HandleId::fresh(), HandleId::fresh());
-    streams.insert(a, D0, 10u32);
-    streams.insert(b, D1, 20u32);
+    let (a, b) = (streams.insert(D0, 10u32), streams.insert(D1, 20u32));
     assert_eq!(*streams.get(a).unwrap(), 10);
     assert_eq!(*streams.get(b).unwrap(), 20);
     let destroyed = Cell::new(None);
@@ -51,71 +49,332 @@ fn a_live_handle_is_found_and_a_destroyed_or_unknown_one_is_stale() {
         Err(stale("stream", a)),
         "destroyed twice"
     );
-    let never = HandleId::fresh();
-    assert_eq!(streams.get(never).unwrap_err(), stale("stream", never));
-    assert_eq!(
-        streams.get_as(never, "kernel").unwrap_err(),
-        stale("kernel", never)
-    );
-    assert_eq!(streams.len(), 1);
+    // The slot serves the next handle, under a new generation: the old key stays stale.
+    let c = streams.insert(D0, 30u32);
+    assert_ne!(c, a);
+    assert_ne!(c.id(), a.id());
+    assert_eq!(streams.get(a).unwrap_err(), stale("stream", a));
+    assert_eq!(streams.get_as(a, "kernel").unwrap_err(), stale("kernel", a));
+    assert_eq!(*streams.get(c).unwrap(), 30);
+    assert_eq!(streams.len(), 2);
 }
 
 #[test]
-fn a_registered_handle_gets_a_fresh_id() {
+fn a_registered_handle_carries_its_own_key() {
+    /// A handle, as a backend's carry their keys.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    struct Stream(HandleKey<Stream>);
     let streams = LiveHandles::new("test", "stream");
-    let (one, two) = (streams.register(D0, |id| id), streams.register(D1, |id| id));
-    assert!(one < two);
+    let (one, two) = (streams.register(D0, Stream), streams.register(D1, Stream));
+    assert_ne!(one, two);
+    assert_ne!(one.0.id(), two.0.id());
     assert_eq!(
-        (*streams.get(one).unwrap(), *streams.get(two).unwrap()),
+        (*streams.get(one.0).unwrap(), *streams.get(two.0).unwrap()),
         (one, two)
     );
     assert_eq!(streams.forget_device(D1), 1);
 }
 
 #[test]
+fn another_registrys_handle_is_stale() {
+    let (ours, theirs) = (
+        LiveHandles::new("test", "event"),
+        LiveHandles::new("test", "event"),
+    );
+    let (mine, foreign) = (ours.insert(D0, 1u16), theirs.insert(D0, 2u16));
+    assert_eq!(ours.get(foreign).unwrap_err(), stale("event", foreign));
+    assert_eq!(
+        ours.destroy(foreign, || {}, |_| unreachable!()),
+        Err(stale("event", foreign))
+    );
+    assert!(!ours.contains(foreign) && theirs.contains(foreign));
+    assert_eq!(*theirs.get(foreign).unwrap(), 2);
+    assert_eq!(*ours.get(mine).unwrap(), 1);
+}
+
+#[test]
 fn a_failed_destroy_puts_the_handle_back() {
     let events = LiveHandles::new("test", "event");
-    let id = HandleId::fresh();
-    events.insert(id, D0, 'e');
+    let key = events.insert(D0, 'e');
     let failure = Error::NullPointer { what: "driver" };
     assert_eq!(
-        events.destroy(id, || {}, |_| Err(failure.clone())),
+        events.destroy(key, || {}, |_| Err(failure.clone())),
         Err(failure)
     );
-    assert_eq!(*events.get(id).unwrap(), 'e');
+    assert_eq!(*events.get(key).unwrap(), 'e');
+    assert_eq!(events.len(), 1);
 }
 
 #[test]
 fn destroy_waits_for_the_calls_holding_the_handle() {
     let streams = LiveHandles::new("test", "stream");
-    let id = HandleId::fresh();
-    streams.insert(id, D0, 1u8);
-    let held = Cell::new(Some(streams.get(id).unwrap()));
+    let key = streams.insert(D0, 1u8);
+    let held = Cell::new(Some(streams.get(key).unwrap()));
     let looks = Cell::new(0);
-    // The "call in flight" ends at the third look.
+    // The "call in flight" ends at the third look; meanwhile the handle is stale already.
     let relax = || {
         looks.set(looks.get() + 1);
+        assert!(!streams.contains(key));
         if looks.get() == 3 {
             held.take();
         }
     };
-    assert_eq!(streams.remove(id, relax), Ok((D0, 1)));
+    assert_eq!(streams.remove(key, relax), Ok((D0, 1)));
     assert_eq!(looks.get(), 3);
-    assert!(!streams.contains(id));
+    assert!(!streams.contains(key));
 }
 
 #[test]
 fn a_reset_forgets_the_devices_handles_only() {
     let modules = LiveHandles::new("test", "module");
-    let ids: Vec<HandleId> = (0..4).map(|_| HandleId::fresh()).collect();
-    for (index, &id) in ids.iter().enumerate() {
-        modules.insert(id, DeviceId(index as u32 % 2), index);
-    }
-    let in_flight = modules.get(ids[0]).unwrap();
+    let keys: Vec<HandleKey<usize>> = (0..4)
+        .map(|index| modules.insert(DeviceId(index as u32 % 2), index))
+        .collect();
+    let in_flight = modules.get(keys[0]).unwrap();
     assert_eq!(modules.forget_device(D0), 2);
     assert_eq!(*in_flight, 0, "a call in flight keeps its value");
-    assert!(modules.get(ids[0]).is_err() && modules.get(ids[2]).is_err());
-    assert!(modules.get(ids[1]).is_ok() && modules.get(ids[3]).is_ok());
+    assert!(modules.get(keys[0]).is_err() && modules.get(keys[2]).is_err());
+    assert!(modules.get(keys[1]).is_ok() && modules.get(keys[3]).is_ok());
+    // The forgotten slot whose call is still in flight is not reused until the call returns.
+    let fresh = modules.insert(D0, 4);
+    assert_eq!(*in_flight, 0);
+    assert!(keys.iter().all(|key| key.id() != fresh.id()));
+    drop(in_flight);
+    assert_eq!(modules.forget_device(D0), 1);
+    assert_eq!(modules.len(), 2);
+}
+
+/// What became of each handle the threaded tests make, by its token: made and live, destroyed
+/// by the "driver", or dropped.
+mod fate {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::vec::Vec;
+
+    pub(super) const UNBORN: u8 = 0;
+    pub(super) const LIVE: u8 = 1;
+    pub(super) const DESTROYED: u8 = 2;
+    pub(super) const DROPPED: u8 = 3;
+
+    /// A handle's value: its token, and the table of fates its drop writes to.
+    #[derive(Debug)]
+    pub(super) struct Tracked {
+        pub(super) token: usize,
+        pub(super) fates: &'static [AtomicU8],
+    }
+
+    pub(super) fn table(tokens: usize) -> &'static [AtomicU8] {
+        std::boxed::Box::leak((0..tokens).map(|_| AtomicU8::new(UNBORN)).collect())
+    }
+
+    impl Tracked {
+        pub(super) fn fate(&self) -> u8 {
+            self.fates[self.token].load(Ordering::SeqCst)
+        }
+
+        /// The driver's destroy: once only, and only of a live handle.
+        pub(super) fn destroy(&self) {
+            let was = self.fates[self.token].swap(DESTROYED, Ordering::SeqCst);
+            assert_eq!(was, LIVE, "handle {} destroyed twice", self.token);
+        }
+    }
+
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            let was = self.fates[self.token].swap(DROPPED, Ordering::SeqCst);
+            assert!(
+                was == LIVE || was == DESTROYED,
+                "handle {} dropped twice",
+                self.token
+            );
+        }
+    }
+
+    pub(super) fn count(fates: &[AtomicU8], fate: u8) -> usize {
+        fates
+            .iter()
+            .filter(|of| of.load(Ordering::SeqCst) == fate)
+            .count()
+    }
+
+    /// A small xorshift generator, one per thread.
+    pub(super) struct Rng(pub(super) u64);
+
+    impl Rng {
+        pub(super) fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+    }
+
+    /// Busy for a moment, as a driver call would be.
+    pub(super) fn call(rng: &mut Rng) {
+        for _ in 0..rng.below(64) {
+            core::hint::spin_loop();
+        }
+        if rng.below(2) == 0 {
+            std::thread::yield_now();
+        }
+    }
+
+    pub(super) fn keep_last<T>(list: &mut Vec<T>, item: T, most: usize) {
+        if list.len() == most {
+            list.remove(0);
+        }
+        list.push(item);
+    }
+}
+
+#[test]
+fn threads_checking_destroying_and_creating_never_use_a_destroyed_handle_nor_lose_one() {
+    use fate::{DESTROYED, DROPPED, LIVE, Rng, Tracked};
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const PLACES: usize = 4;
+    const THREADS: usize = 4;
+    // Under Miri, which checks every access and emulates weak memory, a few hundred do.
+    const ROUNDS: usize = if cfg!(miri) { 300 } else { 20_000 };
+    let fates = fate::table(PLACES + THREADS * ROUNDS);
+    let started = std::sync::Barrier::new(THREADS);
+    let tokens = AtomicUsize::new(0);
+    let handles = LiveHandles::new("test", "stream");
+    let make = |device: DeviceId| {
+        let token = tokens.fetch_add(1, Ordering::SeqCst);
+        fates[token].store(LIVE, Ordering::SeqCst);
+        (handles.insert(device, Tracked { token, fates }), token)
+    };
+    // A few handles every thread uses (key and token), replaced as they are destroyed.
+    type Place = Mutex<Option<(HandleKey<Tracked>, usize)>>;
+    let places: Vec<Place> = (0..PLACES)
+        .map(|index| Mutex::new(Some(make(DeviceId(index as u32 % 2)))))
+        .collect();
+    let failure = Error::NullPointer { what: "driver" };
+    std::thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let (places, handles, failure, make) = (&places, &handles, &failure, &make);
+            let started = &started;
+            scope.spawn(move || {
+                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (thread as u64 + 1) << 17);
+                let mut dead = Vec::new();
+                started.wait();
+                for _ in 0..ROUNDS {
+                    let place = &places[rng.below(PLACES)];
+                    match rng.below(8) {
+                        // A call: the handle is its own, live for the whole hold, or stale.
+                        0..=4 => {
+                            let Some((key, token)) = *place.lock().unwrap() else {
+                                continue;
+                            };
+                            if let Ok(live) = handles.get(key) {
+                                assert_eq!(live.token, token, "another handle's value");
+                                assert_eq!(live.fate(), LIVE, "used after its destroy");
+                                fate::call(&mut rng);
+                                assert_eq!(live.fate(), LIVE, "destroyed mid-call");
+                            }
+                        }
+                        // A destroy (sometimes refused by the driver first, sometimes a
+                        // removal), and a new handle in its place.
+                        5 | 6 => {
+                            let Some((key, token)) = place.lock().unwrap().take() else {
+                                continue;
+                            };
+                            if rng.below(4) == 0 {
+                                let refused = handles
+                                    .destroy(key, std::thread::yield_now, |_| Err(failure.clone()));
+                                assert_eq!(refused, Err(failure.clone()));
+                                assert!(handles.contains(key), "a refused destroy lost it");
+                            }
+                            if rng.below(4) == 0 {
+                                let (_, value) =
+                                    handles.remove(key, std::thread::yield_now).unwrap();
+                                assert_eq!(value.token, token);
+                                value.destroy();
+                            } else {
+                                handles
+                                    .destroy(key, std::thread::yield_now, |value| {
+                                        assert_eq!(value.token, token);
+                                        value.destroy();
+                                        Ok(())
+                                    })
+                                    .unwrap();
+                            }
+                            assert!(fates[token].load(Ordering::SeqCst) >= DESTROYED);
+                            fate::keep_last(&mut dead, key, 64);
+                            *place.lock().unwrap() = Some(make(DeviceId(rng.below(2) as u32)));
+                        }
+                        // Keys of destroyed handles stay stale while their slots serve others.
+                        _ => {
+                            for &key in &dead {
+                                assert_eq!(handles.get(key).unwrap_err(), stale("stream", key));
+                                assert!(handles.destroy(key, || {}, |_| unreachable!()).is_err());
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let made = tokens.load(Ordering::SeqCst);
+    assert_eq!(handles.len(), PLACES);
+    for place in &places {
+        let (key, token) = place.lock().unwrap().unwrap();
+        assert_eq!(handles.get(key).unwrap().token, token);
+    }
+    assert_eq!(fate::count(&fates[..made], LIVE), PLACES, "a handle lost");
+    assert_eq!(fate::count(&fates[..made], DROPPED), made - PLACES);
+    drop(handles);
+    assert_eq!(fate::count(&fates[..made], DROPPED), made);
+}
+
+#[test]
+fn a_reset_under_calls_in_flight_drops_nothing_they_hold() {
+    use fate::{DROPPED, LIVE, Rng, Tracked};
+    use std::sync::Barrier;
+    use std::sync::atomic::Ordering;
+
+    const THREADS: usize = 4;
+    let fates = fate::table(4);
+    let modules = LiveHandles::new("test", "module");
+    let keys: Vec<_> = (0..4)
+        .map(|token| {
+            fates[token].store(LIVE, Ordering::SeqCst);
+            modules.insert(DeviceId(token as u32 % 2), Tracked { token, fates })
+        })
+        .collect();
+    let started = Barrier::new(THREADS + 1);
+    std::thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let (modules, keys, started) = (&modules, &keys, &started);
+            scope.spawn(move || {
+                let mut rng = Rng(0x2545_F491_4F6C_DD1D ^ (thread as u64 + 1) << 9);
+                let key = keys[thread % 2 * 2];
+                let mut checks = 0;
+                // Calls on a handle of device 0 until the reset makes it stale.
+                while let Ok(live) = modules.get(key) {
+                    checks += 1;
+                    if checks == 1 {
+                        started.wait();
+                    }
+                    assert_eq!(live.fate(), LIVE, "dropped under a call");
+                    fate::call(&mut rng);
+                    assert_eq!(live.fate(), LIVE, "dropped mid-call");
+                }
+                assert!(checks > 0);
+            });
+        }
+        started.wait();
+        assert_eq!(modules.forget_device(D0), 2);
+    });
+    assert!(modules.get(keys[0]).is_err() && modules.get(keys[2]).is_err());
+    // The calls have returned: the next sweep drops the forgotten values.
+    assert_eq!(modules.forget_device(D0), 0);
+    assert_eq!(fate::count(fates, DROPPED), 2);
+    assert_eq!(fates[1].load(Ordering::SeqCst), LIVE);
+    assert_eq!(fates[3].load(Ordering::SeqCst), LIVE);
+    drop(modules);
+    assert_eq!(fate::count(fates, DROPPED), 4);
 }
 
 #[test]
