@@ -1,0 +1,218 @@
+//! Tokens: joining, forking, releasing and waiting for the work they stand for; the
+//! planner decides, the state carries the plan out.
+
+use super::*;
+
+impl<B: Backend> Runtime<B> {
+    /// Joins `after` into one token. On success `after` is emptied; on a planning error it is
+    /// left untouched.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(2)))?;
+    /// let a = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// let b = rt.alloc(DeviceId(1), MemoryKind::Device, 64)?;
+    /// let mut both = vec![
+    ///     rt.fill(DeviceId(0), a.all(), 1, &mut vec![])?,
+    ///     rt.fill(DeviceId(1), b.all(), 2, &mut vec![])?,
+    /// ];
+    /// let joined = rt.join(&mut both)?;
+    /// assert!(both.is_empty()); // the tokens were consumed
+    /// rt.wait(joined)?; // both fills have run
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn join(&self, after: &mut Vec<Token>) -> Result<Token> {
+        let mut state = self.state()?;
+        let token = state.planner.join(after)?;
+        state.finish(&self.backend, token)
+    }
+
+    /// Forks `token` into `count` tokens, each usable once (branches wait lazily, at first use).
+    /// A fork into no branch, or into more than [`token::MAX_FORK_BRANCHES`], is refused
+    /// ([`Error::ZeroSize`], [`Error::LimitExceeded`]) before anything is allocated, and its
+    /// token discarded: it cannot be handed back, and what it holds goes back to the pools
+    /// (shutdown reports it as discarded). Check the count first with
+    /// [`token::check_fork_count`] to keep the token on refusal.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let d0 = DeviceId(0);
+    /// let [x, y, z] = [0; 3].map(|_| rt.alloc(d0, MemoryKind::Device, 64));
+    /// let (x, y, z) = (x?, y?, z?);
+    /// let filled = rt.fill(d0, x.all(), 9, &mut vec![])?;
+    /// // Two copies read what the fill wrote: each needs a token of its own.
+    /// let mut branches = rt.fork(filled, 2)?.into_iter();
+    /// let to_y = rt.copy(d0, y.all(), x.all(), &mut branches.next().into_iter().collect())?;
+    /// let to_z = rt.copy(d0, z.all(), x.all(), &mut branches.next().into_iter().collect())?;
+    /// rt.wait(rt.join(&mut vec![to_y, to_z])?)?;
+    /// // No branch at all is refused (check first with `token::check_fork_count`).
+    /// assert!(gpu_core::token::check_fork_count(0).is_err());
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn fork(&self, token: Token, count: usize) -> Result<Vec<Token>> {
+        self.fork_with(token, count, token::Planner::fork)
+    }
+
+    /// Forks `token` into `count` branches that share one event recorded now and gives its
+    /// stream back to the pool at once (no branch keeps it), for layers whose handles may be
+    /// abandoned without a word: such a handle then holds an event, never a stream. Counts are
+    /// refused as by [`Runtime::fork`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// let filled = rt.fill(DeviceId(0), buffer.all(), 3, &mut vec![])?;
+    /// let branches = rt.fork_detached(filled, 3)?;
+    /// assert_eq!(branches.len(), 3);
+    /// for branch in branches {
+    ///     rt.wait(branch)?; // each waits on the one shared event
+    /// }
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn fork_detached(&self, token: Token, count: usize) -> Result<Vec<Token>> {
+        self.fork_with(token, count, token::Planner::fork_detached)
+    }
+
+    /// A fork planned by `plan` (the planner's `fork` or `fork_detached`) and carried out.
+    fn fork_with(
+        &self,
+        token: Token,
+        count: usize,
+        plan: fn(&mut token::Planner, Token, usize, &mut Vec<Token>) -> Result<()>,
+    ) -> Result<Vec<Token>> {
+        let mut state = self.state()?;
+        if let Err(refused) = token::check_fork_count(count) {
+            state.abandon(&self.backend, token);
+            return Err(refused);
+        }
+        // The planner reserves room for the branches fallibly.
+        let mut branches = Vec::new();
+        plan(&mut state.planner, token, count, &mut branches)?;
+        match state.execute(&self.backend, &mut state::no_work) {
+            Ok(()) => Ok(branches),
+            Err(e) => {
+                for branch in branches {
+                    state.abandon(&self.backend, branch);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Ends `token` without waiting and without reporting it at shutdown: for a token whose
+    /// work is observed through another one, or that its holder gave up on purpose (an MLIR
+    /// event destroyed). What it held goes back to the pools.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// let filled = rt.fill(DeviceId(0), buffer.all(), 3, &mut vec![])?;
+    /// let mut branches = rt.fork(filled, 2)?;
+    /// rt.wait(branches.pop().unwrap())?;
+    /// rt.release(branches.pop().unwrap())?; // its work was seen through the other branch
+    /// drop(buffer);
+    /// assert!(rt.shutdown()?.program.unwaited.is_empty()); // nothing reported as unwaited
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn release(&self, token: Token) -> Result<()> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.planner.release(token)?;
+        state.execute(&self.backend, &mut state::no_work)
+    }
+
+    /// Ends `token` if its work has completed already, without blocking: `Ok(None)` then (one
+    /// event query, and no synchronisation: the query reported success, so there is no error
+    /// left to observe); otherwise the token comes back, unchanged. Only a fork branch can be
+    /// found done: a token that owns its stream is handed back unasked (the backend has no
+    /// stream query). The first branch of a [`Runtime::fork`] takes over its token's stream,
+    /// so it is never found done; the other branches, and every branch of
+    /// [`Runtime::fork_detached`], can be.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// let filled = rt.fill(DeviceId(0), buffer.all(), 3, &mut vec![])?;
+    /// // A token that owns its stream comes back unasked.
+    /// let filled = rt.wait_if_done(filled)?.expect("handed back");
+    /// let mut branches = rt.fork(filled, 2)?;
+    /// rt.wait(branches.remove(0))?; // the first branch, which holds the fill's stream
+    /// // The fill is done: the other branch ends without blocking.
+    /// assert!(rt.wait_if_done(branches.remove(0))?.is_none());
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn wait_if_done(&self, token: Token) -> Result<Option<Token>> {
+        let state = self.state()?;
+        let event = match state.planner.pending_of(&token)? {
+            token::PendingWait::Event(event) => state.event_handle(event)?,
+            token::PendingWait::Stream(_) => return Ok(Some(token)),
+        };
+        drop(state);
+        if self.backend.event_query(event)? {
+            self.release(token).map(|()| None)
+        } else {
+            Ok(Some(token))
+        }
+    }
+
+    /// Blocks until the work behind `token` has completed, and reports its failure if any.
+    /// The runtime's state is not locked while blocking: other threads go on submitting (the
+    /// stream or event waited on stays out of the pools until the wait ends).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let backend = HostBackend::new(HostConfig::with_devices(1));
+    /// // A kernel that fails when it runs: its first argument is not a `u32`.
+    /// backend.register_kernel("needs_u32", |ctx, _| ctx.arg_u32(0).map(drop));
+    /// let rt = Runtime::new(backend)?;
+    /// let dims = LaunchDims::linear(1, 1);
+    /// let launch = |args: &[Arg<'_>]| {
+    ///     // SAFETY: the kernel touches no memory.
+    ///     unsafe { rt.launch(DeviceId(0), "needs_u32", dims, args, &mut vec![]) }
+    /// };
+    /// rt.wait(launch(&[Arg::U32(1)])?)?;
+    /// let failing = launch(&[Arg::F32(1.0)])?; // accepted: the kernel fails when it runs
+    /// assert!(rt.wait(failing).is_err()); // and the wait reports it
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn wait(&self, token: Token) -> Result<()> {
+        let (pending, host_wait, hold) = {
+            let mut state = self.state()?;
+            let pending = state.planner.begin_wait(token)?;
+            let host_wait = state.host_wait(&pending);
+            let hold = host_wait
+                .as_ref()
+                .ok()
+                .and_then(HostWait::device)
+                .and_then(|device| self.health.hold_host_wait(device));
+            (pending, host_wait, hold)
+        };
+        let waited = host_wait.and_then(|host_wait| host_wait.block(&self.backend, &self.health));
+        drop(hold);
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.planner.end_wait(pending);
+        let released = state.execute(&self.backend, &mut state::no_work);
+        waited.and(released)
+    }
+}
