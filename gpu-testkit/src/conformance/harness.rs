@@ -9,6 +9,7 @@ use alloc::vec;
 use gpu_core::backend::Backend;
 use gpu_core::error::{Error, Result};
 use gpu_core::id::DeviceId;
+use gpu_core::token::UnwaitedKind;
 use gpu_rt::runtime::{LiveObjects, RecordingBackend, Runtime, RuntimeConfig};
 
 /// A case's verdict short of passing: skipped or failed, with the reason.
@@ -60,10 +61,20 @@ impl<B: Backend> Harness<B> {
 
     /// Shuts the runtime down and checks nothing was left behind.
     pub(super) fn close(self) -> CaseResult {
+        self.close_allowing(&[])
+    }
+
+    /// As [`Harness::close`], where tokens that ended unwaited in one of the `allowed` ways
+    /// (a failed operation's, discarded with its work) are expected.
+    pub(super) fn close_allowing(self, allowed: &[UnwaitedKind]) -> CaseResult {
         let Harness { backend, runtime } = self;
         let report = runtime.shutdown()?;
         ensure!(
-            report.program.unwaited.is_empty(),
+            report
+                .program
+                .unwaited
+                .iter()
+                .all(|token| allowed.contains(&token.kind)),
             "tokens ended unwaited: {:?}",
             report.program.unwaited
         );
