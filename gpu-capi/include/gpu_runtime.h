@@ -467,7 +467,8 @@ enum gpurt_status_t gpurt_fill(uint32_t device,
 // Thread safety: any thread.
 //
 // # Safety
-// `src` points to `dst.len` readable bytes; `after` and `done` as for `gpurt_copy`.
+// `src` points to `dst.len` readable bytes, which nothing writes (neither the host nor work
+// on a device) until the call returns; `after` and `done` as for `gpurt_copy`.
 enum gpurt_status_t gpurt_upload(uint32_t device,
                                  struct gpurt_span_t dst,
                                  const void *src,

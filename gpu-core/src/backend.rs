@@ -392,6 +392,26 @@ pub trait Backend: Send + Sync + 'static {
     unsafe fn copy(&self, stream: Self::Stream, dst: usize, src: usize, bytes: usize)
     -> Result<()>;
 
+    /// Enqueues a copy as [`Backend::copy`] does, of a source that stays read-only until the
+    /// copy has completed: nothing writes it meanwhile, neither the host nor other work on any
+    /// stream (an upload from host memory the caller lends through a shared borrow). A GPU
+    /// driver's copy is the same call, the default; a backend that carries device work out
+    /// in host memory reads such a source without claiming write access to it.
+    ///
+    /// # Safety
+    /// As for [`Backend::copy`], and nothing writes `[src, src + bytes)` until the copy has
+    /// completed, which `[dst, dst + bytes)` therefore does not overlap.
+    unsafe fn copy_from_read_only(
+        &self,
+        stream: Self::Stream,
+        dst: usize,
+        src: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        // SAFETY: the caller upholds `copy`'s contract, which this one extends.
+        unsafe { self.copy(stream, dst, src, bytes) }
+    }
+
     /// Enqueues a copy of `bytes` from memory of `src_device` at `src` to memory of
     /// `dst_device` at `dst` on `stream` (of either device, or of a third): CUDA's
     /// cuMemcpyPeerAsync. It runs directly over the link where the stream's device has peer

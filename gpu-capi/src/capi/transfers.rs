@@ -53,7 +53,7 @@ fn fill<B: ClientBackend>(
 }
 
 /// # Safety
-/// As for `gpurt_upload`: `src` points to `dst.len` readable bytes.
+/// As for `gpurt_upload`: `src` points to `dst.len` readable bytes, unwritten until the return.
 unsafe fn upload<B: ClientBackend>(
     s: &Session<B>,
     device: u32,
@@ -150,7 +150,8 @@ pub unsafe extern "C" fn gpurt_fill(
 /// Thread safety: any thread.
 ///
 /// # Safety
-/// `src` points to `dst.len` readable bytes; `after` and `done` as for `gpurt_copy`.
+/// `src` points to `dst.len` readable bytes, which nothing writes (neither the host nor work
+/// on a device) until the call returns; `after` and `done` as for `gpurt_copy`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gpurt_upload(
     device: u32,
@@ -162,8 +163,8 @@ pub unsafe extern "C" fn gpurt_upload(
 ) -> GpurtStatus {
     let operation = |after: &mut Vec<Token>| {
         non_null(src, "upload source")?;
-        // SAFETY: `gpurt_upload`'s contract: `src` points to `dst.len` readable bytes, as `upload`
-        // needs.
+        // SAFETY: `gpurt_upload`'s contract: `src` points to `dst.len` readable bytes unwritten
+        // until the return, as `upload` needs.
         with_session(|s| dispatch!(s, s => unsafe { upload(s, device, dst, src, after) }))
     };
     // SAFETY: `gpurt_upload`'s contract: `after` and `done` as for `gpurt_copy`, as `enqueue`

@@ -1,6 +1,8 @@
 //! How the host backend's work touches device memory: relaxed atomic byte operations, so work
 //! that a program left unordered (two streams writing the same bytes, which a GPU allows with
-//! an unspecified result) is never a data race in Rust's sense, only an unspecified value.
+//! an unspecified result) is never a data race in Rust's sense, only an unspecified value. A
+//! copy's source that nothing writes meanwhile (an upload from a shared borrow) is read as
+//! plain memory: an atomic would claim the right to write it.
 //!
 //! Every access is one byte wide: Rust does not allow racing atomic accesses of different
 //! sizes to the same memory, and two streams may touch the same bytes with any alignment.
@@ -35,6 +37,21 @@ pub(super) unsafe fn copy(dst: usize, src: usize, len: usize) {
         (0..len).rev().for_each(move_byte);
     } else {
         (0..len).for_each(move_byte);
+    }
+}
+
+/// Copies `len` bytes from `src`, which nothing writes meanwhile, to `dst`, which does not
+/// overlap it. The source is read as plain memory: it may be lent through a shared borrow,
+/// with no right to write it that an atomic would claim.
+///
+/// # Safety
+/// `[dst, dst + len)` is valid for writes, as for [`byte`]; `[src, src + len)` is valid for
+/// reads, shares no byte with the destination, and nothing writes it during the call.
+pub(super) unsafe fn copy_from_read_only(dst: usize, src: usize, len: usize) {
+    for i in 0..len {
+        // SAFETY: `i < len`: both addresses lie in the ranges the caller vouched for, and no
+        // write races with the source's read.
+        unsafe { byte(dst + i).store((src as *const u8).add(i).read(), Ordering::Relaxed) }
     }
 }
 
@@ -89,7 +106,7 @@ mod tests {
     }
 
     #[test]
-    fn copies_overlap_as_memmove_and_fills_repeat_their_pattern() {
+    fn copies_overlap_as_memmove_read_only_sources_copy_and_fills_repeat_their_pattern() {
         for (dst, src) in [(0, 4), (4, 0), (2, 2), (0, 8)] {
             let mut bytes: Vec<u8> = (0..16).collect();
             let mut expected = bytes.clone();
@@ -99,6 +116,11 @@ mod tests {
             unsafe { copy(base + dst, base + src, 8) };
             assert_eq!(bytes, expected, "dst {dst}, src {src}");
         }
+        let source: &[u8] = &[9, 8, 7];
+        let mut bytes = vec![0u8; 4];
+        // SAFETY: `source` is only read; the destination lies in `bytes`, apart from it.
+        unsafe { copy_from_read_only(addr(&mut bytes) + 1, source.as_ptr() as usize, 3) };
+        assert_eq!(bytes, [0, 9, 8, 7]);
         let mut bytes = vec![0u8; 7];
         let base = addr(&mut bytes);
         // SAFETY: as above.

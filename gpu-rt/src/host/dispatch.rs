@@ -341,12 +341,20 @@ impl Backend for HostBackend {
     /// is refused, and an allocation is held until the copy has run. The host must still not
     /// race with the copy on the bytes it touches.
     unsafe fn copy(&self, stream: HostStream, dst: usize, src: usize, bytes: usize) -> Result<()> {
-        let call = self.calls.enter(CallKind::Copy)?;
-        let shared = self.current_stream(stream, call)?;
-        let device = shared.device;
-        self.enqueue_copy(&shared, dst, src, bytes, call, |allocation, _| {
-            allocation.plain_copy_allowed(device, |from, to| self.reaches(from, to))
-        })
+        self.enqueue_plain_copy(stream, dst, src, bytes, false)
+    }
+
+    /// # Safety
+    /// As for `copy`, and nothing writes the source until the copy has run (a source sharing
+    /// a byte with the destination is refused).
+    unsafe fn copy_from_read_only(
+        &self,
+        stream: HostStream,
+        dst: usize,
+        src: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        self.enqueue_plain_copy(stream, dst, src, bytes, true)
     }
 
     /// # Safety
@@ -364,14 +372,20 @@ impl Backend for HostBackend {
         check_device(self, dst_device)?;
         check_device(self, src_device)?;
         let shared = self.current_stream(stream, call)?;
-        self.enqueue_copy(&shared, dst, src, bytes, call, |allocation, what| {
-            let named = if what == "destination" {
-                dst_device
-            } else {
-                src_device
-            };
-            allocation.device == named
-        })
+        self.enqueue_copy(
+            &shared,
+            [dst, src, bytes],
+            false,
+            call,
+            |allocation, what| {
+                let named = if what == "destination" {
+                    dst_device
+                } else {
+                    src_device
+                };
+                allocation.device == named
+            },
+        )
     }
 
     /// # Safety

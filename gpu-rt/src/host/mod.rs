@@ -678,14 +678,43 @@ impl HostBackend {
         self.peer_access[device.index() * self.devices.len() + peer.index()].load(Ordering::Acquire)
     }
 
-    /// Queues a copy on `shared` after checking both sides; `allowed` judges each side that is
-    /// an allocation (the rule of the calling copy form).
-    fn enqueue_copy(
+    /// A copy on `stream` of its device (`copy`, or `copy_from_read_only` where the source is
+    /// `read_only`: one that shares a byte with the destination is refused).
+    fn enqueue_plain_copy(
         &self,
-        shared: &Arc<StreamShared>,
+        stream: HostStream,
         dst: usize,
         src: usize,
         bytes: usize,
+        read_only_source: bool,
+    ) -> Result<()> {
+        let call = self.calls.enter(CallKind::Copy)?;
+        if read_only_source
+            && let (Some(to), Some(from)) = (ByteRange::new(dst, bytes), ByteRange::new(src, bytes))
+            && to.overlaps(&from)
+        {
+            return Err(HostErrorCode::InvalidValue.error(call));
+        }
+        let shared = self.current_stream(stream, call)?;
+        let device = shared.device;
+        self.enqueue_copy(
+            &shared,
+            [dst, src, bytes],
+            read_only_source,
+            call,
+            |allocation, _| {
+                allocation.plain_copy_allowed(device, |from, to| self.reaches(from, to))
+            },
+        )
+    }
+
+    /// Queues a copy (`[dst, src, bytes]`) on `shared` after checking both sides; `allowed`
+    /// judges each side that is an allocation (the rule of the calling copy form).
+    fn enqueue_copy(
+        &self,
+        shared: &Arc<StreamShared>,
+        [dst, src, bytes]: [usize; 3],
+        read_only_source: bool,
         call: &'static str,
         allowed: impl Fn(&memory::Allocation, &'static str) -> bool,
     ) -> Result<()> {
@@ -704,7 +733,13 @@ impl HostBackend {
             }
             hold
         };
-        shared.enqueue(WorkOp::Copy { dst, src, bytes }, Payload::Hold(hold));
+        let op = WorkOp::Copy {
+            dst,
+            src,
+            bytes,
+            read_only_source,
+        };
+        shared.enqueue(op, Payload::Hold(hold));
         Ok(())
     }
 

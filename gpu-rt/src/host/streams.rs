@@ -140,6 +140,10 @@ pub enum WorkOp {
         src: usize,
         /// Bytes copied.
         bytes: usize,
+        /// Whether nothing writes the source until the copy has run
+        /// ([`Backend::copy_from_read_only`](gpu_core::backend::Backend::copy_from_read_only)):
+        /// it is read without atomics.
+        read_only_source: bool,
     },
     /// Set `bytes` at `dst` to `value`, element by element.
     Fill {
@@ -524,11 +528,27 @@ pub(super) fn run_worker(stream: Arc<StreamShared>, log: Arc<WorkLog>) {
 /// Carries out one item; a panicking kernel fails the item instead of the worker.
 fn execute(item: &WorkItem) -> Result<()> {
     match (&item.op, &item.payload) {
-        (WorkOp::Copy { dst, src, bytes }, _) => {
+        (
+            &WorkOp::Copy {
+                dst,
+                src,
+                bytes,
+                read_only_source,
+            },
+            _,
+        ) => {
             // SAFETY: the backend checked both ranges lie wholly in live allocations it holds
             // for this item, or touch none (the caller's host memory, as a unified-addressing
-            // driver accepts, kept valid by the caller); other work on them is atomic too.
-            unsafe { super::bytes::copy(*dst, *src, *bytes) };
+            // driver accepts, kept valid by the caller); other work on them is atomic too, and
+            // a read-only source is written by nothing until this copy has run (the caller of
+            // `copy_from_read_only` promised it; the backend checked the ranges are disjoint).
+            unsafe {
+                if read_only_source {
+                    super::bytes::copy_from_read_only(dst, src, bytes);
+                } else {
+                    super::bytes::copy(dst, src, bytes);
+                }
+            }
             Ok(())
         }
         (WorkOp::Fill { dst, value, bytes }, _) => {

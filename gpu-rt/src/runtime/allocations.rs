@@ -281,7 +281,8 @@ impl<B: Backend> Runtime<B> {
     /// # Safety
     /// The memory stays valid until the guard is dropped; the host neither writes it while a
     /// transfer from it may run nor touches it while a transfer into it may run (both end once
-    /// [`LockedHost::memory`] or the unpin has waited for them); and while the slice
+    /// [`LockedHost::memory`] or the unpin has waited for them), an [`Runtime::upload`] from
+    /// it included; and while the slice
     /// [`LockedHost::memory`] returns is borrowed, nothing else accesses those bytes (another
     /// guard of an overlapping range included).
     ///

@@ -742,6 +742,22 @@ impl<B: Backend> Backend for RecordingBackend<B> {
 
     /// # Safety
     /// The wrapped backend's: the arguments reach it unchanged.
+    unsafe fn copy_from_read_only(
+        &self,
+        stream: B::Stream,
+        dst: usize,
+        src: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        self.enter("copy")?;
+        // SAFETY: the caller upholds `copy_from_read_only`'s contract for these very arguments.
+        let result = unsafe { self.inner.copy_from_read_only(stream, dst, src, bytes) };
+        self.launch_on(&result, stream);
+        result
+    }
+
+    /// # Safety
+    /// The wrapped backend's: the arguments reach it unchanged.
     unsafe fn fill(&self, stream: B::Stream, dst: usize, value: u8, bytes: usize) -> Result<()> {
         self.enter("fill")?;
         // SAFETY: the caller upholds `fill`'s contract for these very arguments.

@@ -6,6 +6,7 @@ use alloc::vec::Vec;
 use std::sync::PoisonError;
 
 use super::state::HostWait;
+use super::work::CopySource;
 use super::{Buffer, Runtime, Span};
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::Backend;
@@ -57,8 +58,9 @@ impl<B: Backend> Runtime<B> {
             .ok()
             .flatten()
         {
+            // `src` stays borrowed until the copy has read it: nothing writes it meanwhile.
             let source = Span::raw(address, src.len());
-            let copied = self.copy(device, dst, source, after)?;
+            let copied = self.copy_from(device, dst, source, CopySource::ReadOnly, after)?;
             return self.keep_after_host_memory_is_read(copied);
         }
         self.staged(

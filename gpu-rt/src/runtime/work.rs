@@ -3,6 +3,16 @@
 
 use super::*;
 
+/// What a copy may assume of its source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CopySource {
+    /// Memory that other work may write meanwhile (a program's unordered work).
+    Shared,
+    /// Memory that nothing writes until the copy has run: a slice the caller lends through a
+    /// shared borrow ([`Backend::copy_from_read_only`]).
+    ReadOnly,
+}
+
 impl<B: Backend> Runtime<B> {
     /// Enqueues a copy of `src` into `dst` (equal lengths) on a stream of `device`. Ranges that
     /// share bytes are refused ([`Error::CopyOverlap`]) unless they are the same range.
@@ -38,6 +48,18 @@ impl<B: Backend> Runtime<B> {
         src: Span<'_>,
         after: &mut Vec<Token>,
     ) -> Result<Token> {
+        self.copy_from(device, dst, src, CopySource::Shared, after)
+    }
+
+    /// [`Runtime::copy`], told what the source may assume.
+    pub(super) fn copy_from(
+        &self,
+        device: DeviceId,
+        dst: Span<'_>,
+        src: Span<'_>,
+        source: CopySource,
+        after: &mut Vec<Token>,
+    ) -> Result<Token> {
         self.own(&dst)?;
         self.own(&src)?;
         self.health.check(device)?;
@@ -52,12 +74,13 @@ impl<B: Backend> Runtime<B> {
             });
         }
         // A range copied onto itself changes nothing (and is what a one-device run of a
-        // peer-copy program does); any other shared byte makes the driver's result undefined.
+        // peer-copy program does), but writes a read-only source; any other shared byte makes
+        // the driver's result undefined.
         if let (Some(to), Some(from)) = (
             ByteRange::new(dst.address, dst.len),
             ByteRange::new(src.address, src.len),
         ) && to.overlaps(&from)
-            && to != from
+            && (to != from || source == CopySource::ReadOnly)
         {
             return Err(Error::CopyOverlap { dst: to, src: from });
         }
@@ -83,13 +106,21 @@ impl<B: Backend> Runtime<B> {
             // stream's work, and unpinning waits for it, so the bytes stay valid until the copy
             // has run. The host reaches them only through `unsafe` accessors or `&mut` access
             // that excludes the borrows of pending spans. A span's device is the device whose
-            // memory it is.
+            // memory it is. A read-only source is a slice the caller lends through a shared
+            // borrow until the copy has run, which nothing writes meanwhile (guards' spans
+            // into it would need `&mut` or `lock_host_raw`'s promise), and the two spans do
+            // not overlap (checked above).
             unsafe {
-                match between {
-                    Some((to, from)) => {
+                match (between, source) {
+                    (Some((to, from)), _) => {
                         backend.copy_peer(stream, dst.address, to, src.address, from, src.len)
                     }
-                    None => backend.copy(stream, dst.address, src.address, src.len),
+                    (None, CopySource::ReadOnly) => {
+                        backend.copy_from_read_only(stream, dst.address, src.address, src.len)
+                    }
+                    (None, CopySource::Shared) => {
+                        backend.copy(stream, dst.address, src.address, src.len)
+                    }
                 }
             }
         })?;

@@ -1,5 +1,6 @@
 //! Memory: allocations aligned, zeroed and bounded, capabilities, bad frees, frees ordered
-//! after queued work, copies kept inside their allocations, and element fills.
+//! after queued work, copies kept inside their allocations, read-only sources, and element
+//! fills.
 
 use super::*;
 
@@ -169,6 +170,48 @@ fn copies_must_stay_inside_the_allocations_they_touch() {
     }
     b.stream_synchronize(s).unwrap();
     assert_eq!(b.work_log().len(), 1);
+    b.free(D0, MemoryKind::Device, a, None).unwrap();
+    b.stream_destroy(s).unwrap();
+}
+
+#[test]
+fn a_read_only_source_is_copied_as_plain_memory_and_never_overlaps_its_destination() {
+    let b = backend();
+    b.set_current_device(Some(D0)).unwrap();
+    let s = b.stream_create(D0).unwrap();
+    let a = b.allocate(D0, MemoryKind::Device, 64).unwrap().unwrap();
+    let source: Vec<u8> = (0..64).collect();
+    let shared: &[u8] = &source; // lent only through a shared borrow
+    let mut back = vec![0u8; 64];
+    // SAFETY: `source` stays borrowed and unwritten until the synchronise below, `back` is
+    // untouched by the host meanwhile, `a` is a live allocation of `b`. The refused calls
+    // enqueue nothing: a source sharing bytes with the destination (the same range too,
+    // which a plain copy accepts) would be written while read.
+    unsafe {
+        b.copy_from_read_only(s, a, shared.as_ptr() as usize, 64)
+            .unwrap();
+        assert_eq!(
+            code(b.copy_from_read_only(s, a + 8, a, 16)),
+            HostErrorCode::InvalidValue
+        );
+        assert_eq!(
+            code(b.copy_from_read_only(s, a, a, 16)),
+            HostErrorCode::InvalidValue
+        );
+        b.copy(s, addr_mut(&mut back), a, 64).unwrap();
+    }
+    b.stream_synchronize(s).unwrap();
+    assert_eq!(back, source);
+    let copies = b
+        .work_log()
+        .into_iter()
+        .filter_map(|record| match record.op {
+            WorkOp::Copy {
+                read_only_source, ..
+            } => Some(read_only_source),
+            _ => None,
+        });
+    assert_eq!(copies.collect::<Vec<_>>(), [true, false]);
     b.free(D0, MemoryKind::Device, a, None).unwrap();
     b.stream_destroy(s).unwrap();
 }
