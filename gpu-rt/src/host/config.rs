@@ -135,6 +135,10 @@ pub struct HostConfig {
     pub devices: Vec<HostDeviceConfig>,
     /// How many finished work items [`super::HostBackend::work_log`] keeps (the oldest go first).
     pub work_log_capacity: usize,
+    /// How many launches a stream holds unfinished before a launch call blocks until one
+    /// completes, as a GPU driver's call does when the device's launch queue is full (CUDA's
+    /// holds about a thousand); 0, the default, never blocks.
+    pub launch_queue_depth: usize,
 }
 
 impl HostConfig {
@@ -160,6 +164,7 @@ impl HostConfig {
                 })
                 .collect(),
             work_log_capacity: 1 << 16,
+            launch_queue_depth: 0,
         }
     }
 }

@@ -542,6 +542,7 @@ impl Backend for HostBackend {
             args: args.to_vec(),
             regions: regions.into_iter().flatten().collect(),
         };
+        shared.wait_for_room(self.launch_queue_depth);
         shared.enqueue(WorkOp::Launch { kernel }, Payload::Launch(Box::new(launch)));
         Ok(())
     }

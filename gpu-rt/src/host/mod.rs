@@ -233,6 +233,8 @@ pub struct HostBackend {
     peer_access: Vec<AtomicBool>,
     /// Per device: lost after a failure of work on it, until reset.
     health: Vec<Arc<DeviceHealth>>,
+    /// Unfinished work items a stream holds before a launch call blocks (0: never).
+    launch_queue_depth: usize,
 }
 
 impl HostBackend {
@@ -270,6 +272,7 @@ impl HostBackend {
                 .map(|_| AtomicBool::new(false))
                 .collect(),
             health: (0..device_count).map(|_| Arc::default()).collect(),
+            launch_queue_depth: config.launch_queue_depth,
         }
     }
 

@@ -438,6 +438,21 @@ impl StreamShared {
         }
     }
 
+    /// Blocks while `depth` items or more are unfinished (a full launch queue); a `depth` of
+    /// 0 never blocks.
+    pub(super) fn wait_for_room(&self, depth: usize) {
+        if depth == 0 {
+            return;
+        }
+        let mut state = lock(&self.state);
+        while state.enqueued - state.completed >= depth as u64 {
+            state = self
+                .changed
+                .wait(state)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
     /// The point at which everything enqueued so far is complete.
     pub(super) fn tail(self: &Arc<Self>) -> RecordPoint {
         RecordPoint {

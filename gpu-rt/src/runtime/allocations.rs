@@ -63,10 +63,10 @@ impl<B: Backend> Runtime<B> {
         let mut memory = self.memory(device)?;
         let epoch = self.health.epoch(device);
         let mut state = self.state()?;
-        let (token, (allocation, stream)) =
-            state.submit(&self.backend, device, after, |_, backend, stream, _| {
+        let (token, stream, allocation) =
+            state.submit(&self.backend, device, after, |backend, stream| {
                 let request = AllocRequest::new(kind, size).on_stream(stream, &[]);
-                Ok((memory.allocate(backend, &self.streams, &request)?, stream))
+                memory.allocate(backend, &self.streams, &request)
             })?;
         // Neither lock may be held when a buffer exists: dropping one takes the memory lock.
         drop((state, memory));

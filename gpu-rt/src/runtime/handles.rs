@@ -408,17 +408,10 @@ impl<B: Backend> Kernel<'_, B> {
             self.index,
             dims.dynamic_workgroup_bytes,
         )?;
-        Runtime::run_planned(
-            &mut state,
-            &runtime.backend,
-            device,
-            after,
-            &|_| (),
-            |backend, stream| {
-                // SAFETY: this function's contract, passed on.
-                unsafe { backend.launch_packed(stream, kernel, dims, params) }
-            },
-        )
+        runtime.run_planned(state, device, after, &|_| (), |backend, stream| {
+            // SAFETY: this function's contract, passed on.
+            unsafe { backend.launch_packed(stream, kernel, dims, params) }
+        })
     }
 
     /// Refuses a launch shape no device runs and dynamic workgroup memory above the device's
@@ -528,19 +521,12 @@ impl<B: Backend> Kernel<'_, B> {
                 .filter_map(Arg::span)
                 .for_each(|span| span.note_use(stream))
         };
-        Runtime::run_planned(
-            &mut state,
-            &runtime.backend,
-            device,
-            after,
-            &note,
-            |backend, stream| {
-                // SAFETY: every pointer argument is the address of a span (no `Arg` holds a raw
-                // address), kept valid as in `copy` until the stream noted on it has finished; the
-                // caller guarantees (this function's contract) that the kernel stays inside them.
-                unsafe { backend.launch(stream, kernel, dims, values) }
-            },
-        )
+        runtime.run_planned(state, device, after, &note, |backend, stream| {
+            // SAFETY: every pointer argument is the address of a span (no `Arg` holds a raw
+            // address), kept valid as in `copy` until the stream noted on it has finished; the
+            // caller guarantees (this function's contract) that the kernel stays inside them.
+            unsafe { backend.launch(stream, kernel, dims, values) }
+        })
     }
 }
 

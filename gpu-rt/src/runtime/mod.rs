@@ -360,6 +360,8 @@ pub struct Runtime<B: Backend> {
     infos: Vec<DeviceInfo>,
     config: RuntimeConfig,
     memory: Vec<BackoffMutex<DeviceMemory<B>>>,
+    /// The planner and the rest of the state: held to plan an operation and carry out its
+    /// records and waits, not across the operation's own driver call (`state::Planned`).
     state: Mutex<State<B>>,
     /// The driver streams of the planner's streams (shared with the state, which changes
     /// them; the allocator's driver reads them under a device's memory lock alone).

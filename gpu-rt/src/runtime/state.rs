@@ -1,7 +1,8 @@
 //! The runtime's mutable state behind its one lock: the token planner, the driver handles of
 //! the planner's events (its streams' are in their own table, [`super::streams`]), the kernel
-//! cache; and the code that carries a plan out on
-//! the backend, step by step, each under the device guard. (Memory has a lock per device.)
+//! cache; and the code that carries a plan out on the backend, step by step, each under the
+//! device guard, up to the operation's own call, which [`Planned`] makes after the lock is let
+//! go. (Memory has a lock per device.)
 
 use alloc::ffi::CString;
 use alloc::string::{String, ToString};
@@ -33,6 +34,41 @@ pub(crate) fn no_work<B: Backend>(
     _: B::Stream,
 ) -> Result<()> {
     Err(Error::UnknownStream { stream })
+}
+
+/// An operation whose plan has been carried out up to its own step: the driver call left to
+/// make on `handle`, the driver stream of `stream`.
+///
+/// The call may be made after the state's lock is let go, so that threads on other streams
+/// plan and submit meanwhile: until the call returns, no other thread can plan work that
+/// must follow it. The operation's token, the only one that stands at the stream's new tail,
+/// goes back to the caller only once the call is made, and every other plan that touches the
+/// stream (a record, a wait, a release to the pool) needs a token at its tail, or orders only
+/// what was submitted before this plan (a fork's event, a free's record of the streams that
+/// used a buffer, which the borrow of its spans keeps from running meanwhile).
+pub(crate) struct Planned<B: Backend> {
+    /// The operation's token.
+    pub(crate) token: Token,
+    /// Its device.
+    pub(crate) device: DeviceId,
+    /// The planner's stream it runs on.
+    pub(crate) stream: StreamId,
+    /// That stream's driver handle.
+    pub(crate) handle: B::Stream,
+}
+
+impl<B: Backend> Planned<B> {
+    /// Makes the operation's driver call, `work`, on its stream under the device guard; a
+    /// failure that loses the device comes back as [`Error::DeviceLost`].
+    pub(crate) fn run<T>(
+        &self,
+        backend: &B,
+        health: &Health,
+        work: impl FnOnce(&B, B::Stream) -> Result<T>,
+    ) -> Result<T> {
+        let ran = with_device(backend, self.device, || work(backend, self.handle));
+        health.lift(self.device, ran)
+    }
 }
 
 /// What the host blocks on to wait for work, resolved to driver handles.
@@ -165,37 +201,67 @@ impl<B: Backend> State<B> {
         }
     }
 
-    /// Plans one operation on `device` after `after` and carries the plan out; `work` runs
-    /// once, at the operation's step, and its value comes back with the token. On a failure
-    /// the operation's token is discarded (its streams go back to the pools) and the error
-    /// returned.
+    /// Plans one operation on `device` after `after` and carries out every step of the plan
+    /// but the operation's own: what is left is its driver call, on the stream the plan chose,
+    /// which the caller makes with [`Planned::run`], after letting the state's lock go where it
+    /// can (see [`Planned`]). On a failure the operation's token is discarded (its streams go
+    /// back to the pools) and the error returned.
+    pub(crate) fn plan(
+        &mut self,
+        backend: &B,
+        device: DeviceId,
+        after: &mut Vec<Token>,
+    ) -> Result<Planned<B>> {
+        let op = OpId(self.next_op);
+        let token = self.planner.run(op, device, after)?;
+        self.next_op = self.next_op.wrapping_add(1);
+        self.counts.operations += 1;
+        let mut run = None;
+        let executed = self.execute(backend, &mut |_, _, stream, handle| {
+            // A plan of one operation has one `Run` step: a second would be a planner bug.
+            match run.replace((stream, handle)) {
+                None => Ok(()),
+                Some(_) => Err(Error::UnknownStream { stream }),
+            }
+        });
+        // No `Run` step at all would also be a planner bug, reported rather than trusted.
+        match executed.and_then(|()| {
+            run.ok_or(Error::UnknownStream {
+                stream: StreamId(u32::MAX),
+            })
+        }) {
+            Ok((stream, handle)) => Ok(Planned {
+                token,
+                device,
+                stream,
+                handle,
+            }),
+            Err(e) => {
+                self.abandon(backend, token);
+                Err(e)
+            }
+        }
+    }
+
+    /// Plans one operation as [`State::plan`] does and runs `work` on its stream at once,
+    /// under the state's lock (for work that must not move while the lock is free: a
+    /// stream-ordered allocation, whose memory lock is taken before the state's), given the
+    /// planner's stream. Returns the token, the stream and `work`'s value; on a failure the
+    /// token is discarded.
     pub(crate) fn submit<T>(
         &mut self,
         backend: &B,
         device: DeviceId,
         after: &mut Vec<Token>,
-        work: impl FnOnce(&mut State<B>, &B, StreamId, B::Stream) -> Result<T>,
-    ) -> Result<(Token, T)> {
-        let op = OpId(self.next_op);
-        let token = self.planner.run(op, device, after)?;
-        self.next_op = self.next_op.wrapping_add(1);
-        self.counts.operations += 1;
-        let (mut work, mut output) = (Some(work), None);
-        let executed = self.execute(backend, &mut |state, backend, stream, handle| {
-            // A plan of one operation has one `Run` step: a second would be a planner bug.
-            let work = work.take().ok_or_else(|| Error::UnknownStream { stream })?;
-            output = Some(work(state, backend, stream, handle)?);
-            Ok(())
-        });
-        // No `Run` step at all would also be a planner bug, reported rather than trusted.
-        match executed.and_then(|()| {
-            output.ok_or_else(|| Error::UnknownStream {
-                stream: StreamId(u32::MAX),
-            })
+        work: impl FnOnce(&B, StreamId) -> Result<T>,
+    ) -> Result<(Token, StreamId, T)> {
+        let planned = self.plan(backend, device, after)?;
+        match planned.run(backend, &self.health, |backend, _| {
+            work(backend, planned.stream)
         }) {
-            Ok(output) => Ok((token, output)),
+            Ok(output) => Ok((planned.token, planned.stream, output)),
             Err(e) => {
-                self.abandon(backend, token);
+                self.abandon(backend, planned.token);
                 Err(e)
             }
         }
@@ -281,10 +347,9 @@ impl<B: Backend> State<B> {
                         .or_else(|_| backend.event_synchronize(event));
                 self.lift_or_poison(event_device, waited)
             }
-            PlanStep::Run { device, stream, .. } => {
+            PlanStep::Run { stream, .. } => {
                 let (_, handle) = self.stream(stream)?;
-                let ran = with_device(backend, device, || work(self, backend, stream, handle));
-                self.health.lift(device, ran)
+                work(self, backend, stream, handle)
             }
             PlanStep::SynchronizeStream { stream } => self.synchronize_stream(backend, stream),
             PlanStep::SynchronizeEvent { event } if self.completed_on_host(event) => Ok(()),

@@ -384,23 +384,32 @@ impl<B: Backend> Runtime<B> {
         work: impl FnOnce(&B, B::Stream) -> Result<()>,
     ) -> Result<Token> {
         // An unknown device is refused by the planner, before anything happens.
-        let mut state = self.state()?;
-        Self::run_planned(&mut state, &self.backend, device, after, note, work)
+        self.run_planned(self.state()?, device, after, note, work)
     }
 
+    /// Plans one operation on `device` under `state`, lets the lock go, then runs `work` on
+    /// the operation's stream ([`state::Planned`] says why no other thread can need it done
+    /// meanwhile) and notes the stream on each span the operation uses (through `note`).
     pub(super) fn run_planned(
-        state: &mut State<B>,
-        backend: &B,
+        &self,
+        mut state: MutexGuard<'_, State<B>>,
         device: DeviceId,
         after: &mut Vec<Token>,
         note: &dyn Fn(StreamId),
         work: impl FnOnce(&B, B::Stream) -> Result<()>,
     ) -> Result<Token> {
-        let (token, ()) = state.submit(backend, device, after, |_, backend, stream, handle| {
-            work(backend, handle)?;
-            note(stream);
-            Ok(())
-        })?;
-        Ok(token)
+        let planned = state.plan(&self.backend, device, after)?;
+        drop(state);
+        match planned.run(&self.backend, &self.health, work) {
+            Ok(()) => {
+                note(planned.stream);
+                Ok(planned.token)
+            }
+            Err(e) => {
+                let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                state.abandon(&self.backend, planned.token);
+                Err(e)
+            }
+        }
     }
 }
