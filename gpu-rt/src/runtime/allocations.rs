@@ -103,7 +103,6 @@ impl<B: Backend> Runtime<B> {
         let stream = self
             .state
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
             .planner
             .stream_of(after)?;
         Span::note_stream(&buffer.uses, stream);
@@ -200,7 +199,7 @@ impl<B: Backend> Runtime<B> {
         // The lock order: every device's memory, in order, then the state.
         let mut memories: Vec<MemoryGuard<'_, B>> =
             self.memory.iter().map(BackoffMutex::lock).collect();
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.state.lock();
         // A wait in progress counts as the live token it waits for: the reset would destroy
         // the stream or event it blocks on.
         let tokens = state.planner.live_tokens_on(device) + self.health.host_waits(device) as usize;
@@ -334,7 +333,7 @@ impl<B: Backend> Runtime<B> {
     /// the state's lock (as [`Runtime::wait`] does), so other threads plan and submit meanwhile.
     pub(super) fn synchronize_streams(&self, streams: &[StreamId]) -> Result<()> {
         let (waits, _holds) = {
-            let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let state = self.state.lock();
             let waits = streams
                 .iter()
                 .map(|&stream| state.stream_wait(stream))

@@ -1,7 +1,6 @@
 //! Memory in the order of other programs' streams (a framework such as PyTorch hands its own
 //! streams to a pluggable allocator): adopted streams, allocation and free by address.
 
-use std::sync::PoisonError;
 
 use super::Runtime;
 use super::memory::DeviceMemory;
@@ -192,7 +191,6 @@ impl<B: Backend> Runtime<B> {
         let stream = self
             .state
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
             .adopt_stream(device, handle)?;
         memory.note_adopted(raw, stream);
         Ok(stream)

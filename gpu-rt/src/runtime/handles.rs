@@ -4,9 +4,10 @@
 
 use alloc::vec::Vec;
 use core::ffi::c_void;
-use std::sync::{MutexGuard, OnceLock};
+use std::sync::OnceLock;
 
 use super::Runtime;
+use super::lock::BackoffGuard;
 use super::state::{KernelIndex, State};
 use gpu_core::allocator::{Allocation, BlockHandle, MemoryKind};
 use gpu_core::backend::library::KernelEntry;
@@ -416,7 +417,7 @@ impl<B: Backend> Kernel<'_, B> {
 
     /// Refuses a launch shape no device runs and dynamic workgroup memory above the device's
     /// opt-in limit, then locks the state.
-    pub(super) fn prepare(&self, dims: LaunchDims) -> Result<MutexGuard<'_, State<B>>> {
+    pub(super) fn prepare(&self, dims: LaunchDims) -> Result<BackoffGuard<'_, State<B>>> {
         dims.check_shape()?;
         let limit = self
             .runtime

@@ -341,7 +341,7 @@ mod tests {
         };
         let hits_before = hits(&rt);
         std::thread::scope(|scope| {
-            let state = rt.state.lock().unwrap();
+            let state = rt.state.lock();
             let other_device = rt.memory[0].lock();
             let (done_tx, done_rx) = mpsc::channel();
             let rt = &rt;

@@ -71,7 +71,7 @@ pub mod worker;
 use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::OnceLock;
 
 use core::ffi::{CStr, c_void};
 use drivers::HostPins;
@@ -84,7 +84,7 @@ use gpu_core::id::{DeviceId, StreamId};
 use gpu_core::lock_table::{LockOwner, LockStats, Locked, SharedLockTable, Unlocked};
 use gpu_core::token::{self, PlannerFootprint, ProgramReport, Token};
 use health::Health;
-use lock::BackoffMutex;
+use lock::{BackoffGuard, BackoffMutex};
 use memory::{DeviceMemory, MemoryGuard};
 use peers::Peers;
 use state::{HostWait, State};
@@ -362,7 +362,7 @@ pub struct Runtime<B: Backend> {
     memory: Vec<BackoffMutex<DeviceMemory<B>>>,
     /// The planner and the rest of the state: held to plan an operation and carry out its
     /// records and waits, not across the operation's own driver call (`state::Planned`).
-    state: Mutex<State<B>>,
+    state: BackoffMutex<State<B>>,
     /// The driver streams of the planner's streams (shared with the state, which changes
     /// them; the allocator's driver reads them under a device's memory lock alone).
     streams: Arc<StreamTable<B::Stream>>,
@@ -476,7 +476,7 @@ impl<B: Backend> Runtime<B> {
         Ok(Self {
             backend,
             memory: DeviceMemory::for_devices(&infos, config.allocator, &events),
-            state: Mutex::new(State::new(
+            state: BackoffMutex::new(State::new(
                 &infos,
                 Arc::clone(&health),
                 Arc::clone(&streams),
@@ -669,8 +669,8 @@ impl<B: Backend> Runtime<B> {
         Ok(self.of_device(&self.memory, device)?.lock())
     }
 
-    fn state(&self) -> Result<MutexGuard<'_, State<B>>> {
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+    fn state(&self) -> Result<BackoffGuard<'_, State<B>>> {
+        let state = self.state.lock();
         match &state.poisoned {
             Some(cause) => Err(Error::RuntimePoisoned {
                 cause: Box::new(cause.clone()),
@@ -749,7 +749,6 @@ impl<B: Backend> Runtime<B> {
         let mut stats = self
             .state
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
             .stats();
         for (index, device) in self.memory.iter().enumerate() {
             let memory = device.lock();
@@ -817,7 +816,7 @@ impl<B: Backend> Runtime<B> {
 
     fn teardown(&mut self) -> ShutdownReport {
         self.workers.clear();
-        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let state = self.state.get_mut();
         let torn = state.teardown(&self.backend, &mut self.memory);
         let mut errors = torn.errors;
         // An unpin the driver refuses is tried once more (a failed call changes nothing).

@@ -130,7 +130,7 @@ impl<B: Backend> Runtime<B> {
     /// # Ok::<(), Error>(())
     /// ```
     pub fn release(&self, token: Token) -> Result<()> {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.state.lock();
         state.planner.release(token)?;
         state.execute(&self.backend, &mut state::no_work)
     }
@@ -210,7 +210,7 @@ impl<B: Backend> Runtime<B> {
         };
         let waited = host_wait.and_then(|host_wait| host_wait.block(&self.backend, &self.health));
         drop(hold);
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.state.lock();
         state.planner.end_wait(pending);
         let released = state.execute(&self.backend, &mut state::no_work);
         waited.and(released)

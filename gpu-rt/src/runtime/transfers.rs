@@ -3,7 +3,6 @@
 //! the DMA of the previous one.
 
 use alloc::vec::Vec;
-use std::sync::PoisonError;
 
 use super::state::HostWait;
 use super::work::CopySource;
@@ -163,7 +162,7 @@ impl<B: Backend> Runtime<B> {
     /// upload let the copy read the caller's memory after it was freed.
     fn keep_after_host_memory_is_read(&self, token: Token) -> Result<Token> {
         let fallback = {
-            let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let state = self.state.lock();
             let wait = state
                 .planner
                 .pending_of(&token)
@@ -255,7 +254,7 @@ impl<B: Backend> Runtime<B> {
         if tokens.is_empty() {
             return;
         }
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.state.lock();
         for token in tokens {
             state.abandon(&self.backend, token);
         }

@@ -392,7 +392,7 @@ impl<B: Backend> Runtime<B> {
     /// meanwhile) and notes the stream on each span the operation uses (through `note`).
     pub(super) fn run_planned(
         &self,
-        mut state: MutexGuard<'_, State<B>>,
+        mut state: BackoffGuard<'_, State<B>>,
         device: DeviceId,
         after: &mut Vec<Token>,
         note: &dyn Fn(StreamId),
@@ -406,7 +406,7 @@ impl<B: Backend> Runtime<B> {
                 Ok(planned.token)
             }
             Err(e) => {
-                let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut state = self.state.lock();
                 state.abandon(&self.backend, planned.token);
                 Err(e)
             }
