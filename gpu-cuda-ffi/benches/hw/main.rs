@@ -105,6 +105,56 @@ impl Drop for RawEvent {
     }
 }
 
+/// fill_u32's three arguments (destination, value, word count) as cuLaunchKernel takes them,
+/// and its one-block shape: what the raw sides launch.
+struct RawFill {
+    destination: u64,
+    value: u32,
+    count: u64,
+    shape: result::module::LaunchShape,
+}
+
+impl RawFill {
+    /// `value` into the `words` words at `address`, one block of `words` threads.
+    fn new(address: usize, value: u32, words: u32) -> Self {
+        Self {
+            destination: address as u64,
+            value,
+            count: u64::from(words),
+            shape: result::module::LaunchShape {
+                grid: [1, 1, 1],
+                block: [words, 1, 1],
+                shared_bytes: 0,
+            },
+        }
+    }
+
+    /// cuLaunchKernel of `function` (fill_u32: a CUfunction, or a CUkernel cast) on `stream`.
+    ///
+    /// # Safety
+    /// `function` is fill_u32 of a live module or library, `stream` a live stream of the
+    /// current context, and the words at the destination stay valid, and untouched by anything
+    /// that races with the kernel, until it has completed.
+    unsafe fn launch(
+        &self,
+        driver: &Driver,
+        function: sys::CUfunction,
+        stream: sys::CUstream,
+    ) -> Outcome<()> {
+        let mut params: [*mut c_void; 3] = [
+            ptr::from_ref(&self.destination).cast_mut().cast(),
+            ptr::from_ref(&self.value).cast_mut().cast(),
+            ptr::from_ref(&self.count).cast_mut().cast(),
+        ];
+        // SAFETY: one pointer per parameter, each to a value of its type that lives through
+        // the call (the driver only reads them); the caller's promise for the function, the
+        // stream and the memory.
+        Ok(unsafe {
+            result::module::launch(driver, function, self.shape, stream, params.as_mut_ptr())
+        }?)
+    }
+}
+
 /// What every case needs.
 struct Bench<'a> {
     /// The backend, shared with the extra runtimes of the staging sweep.
