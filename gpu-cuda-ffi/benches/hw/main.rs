@@ -10,7 +10,9 @@
 //! runtime's staging against the driver's own pageable copies; (7) a chained kernel launch
 //! against cuLaunchKernel: the host's cost per launch (short batches, so that no call waits for
 //! the GPU) and the time to completion of long chains, with the backend alone and a CUkernel
-//! launch beside them to show where the difference lies.
+//! launch beside them to show where the difference lies; (8) N threads (1, 4, 16) sharing the
+//! device, each launching and copying on a stream of its own, through one runtime against the
+//! driver on a stream per thread: the throughput of every thread together.
 //!
 //! Timing: each measurement runs one untimed warm-up batch per side, then N batches of M calls
 //! per side, each batch timed with `Instant` around the calls (and the one synchronisation that
@@ -19,7 +21,7 @@
 //! are measured interleaved (a batch of each in turn, N rounds), so that drift during the run
 //! (GPU clocks, driver state) reaches both alike; the cases say where they measure one side at
 //! a time, and why. Device 0's primary context is current on the measuring thread throughout,
-//! for both sides.
+//! for both sides (and on each of case 8's threads).
 //!
 //! `cargo bench` passes `--bench`: the full run (under ~3 minutes on an H200). Without it
 //! (`cargo test --benches`) every case runs once with tiny batches, as a smoke test whose
@@ -52,11 +54,13 @@ mod copies;
 mod launches;
 mod memory;
 mod ordering;
+mod threads;
 
 use copies::copies;
 use launches::kernel_launch;
 use memory::{device_alloc_free, host_pinned_alloc_free, pinned_lookup};
 use ordering::{k_way_join, stream_event_pools};
+use threads::threads;
 
 const D0: DeviceId = DeviceId(0);
 
@@ -188,7 +192,7 @@ fn no_driver_or_device(error: &Error) -> bool {
 /// A case: its title and the function that measures it.
 type Case = (&'static str, fn(&Bench<'_>, &mut Report) -> Outcome<()>);
 
-const CASES: [Case; 7] = [
+const CASES: [Case; 8] = [
     ("device alloc+free cache hit", device_alloc_free),
     ("pinned host alloc+free cache hit", host_pinned_alloc_free),
     ("pinned lookup with 4,096 locked regions", pinned_lookup),
@@ -196,6 +200,10 @@ const CASES: [Case; 7] = [
     ("k-way join", k_way_join),
     ("256 MiB copies", copies),
     ("kernel launch", kernel_launch),
+    (
+        "threads launching and copying on streams of their own",
+        threads,
+    ),
 ];
 
 fn run(backend: CudaBackend, plan: Plan) -> Outcome<bool> {
