@@ -109,25 +109,12 @@ pub(super) fn kernel_launch(bench: &Bench<'_>, report: &mut Report) -> Outcome<(
     let library = unsafe { result::module::library_load_data(driver, ptx.as_ptr().cast()) }?;
     // SAFETY: the library just loaded.
     let context_free = unsafe { result::module::library_kernel(driver, library, c"fill_u32") }?;
-    let mut destination = buffer.address() as u64;
-    let mut value: u32 = 7;
-    let mut count = u64::from(WORDS);
-    let params: [*mut c_void; 3] = [
-        (&mut destination as *mut u64).cast(),
-        (&mut value as *mut u32).cast(),
-        (&mut count as *mut u64).cast(),
-    ];
-    let shape = result::module::LaunchShape {
-        grid: [1, 1, 1],
-        block: [WORDS, 1, 1],
-        shared_bytes: 0,
-    };
+    let fill_args = RawFill::new(buffer.address(), 7, WORDS);
     let raw_launch = |f: sys::CUfunction| -> Outcome<()> {
-        let mut params = params;
         // SAFETY: fill_u32 of the backend's module or of the library (both live until the
-        // end), on a live stream of the current context, with one pointer per parameter; it
-        // writes `WORDS` words of the live buffer.
-        Ok(unsafe { result::module::launch(driver, f, shape, stream.raw, params.as_mut_ptr()) }?)
+        // end), on a live stream of the current context; it writes `WORDS` words of the live
+        // buffer.
+        unsafe { fill_args.launch(driver, f, stream.raw) }
     };
     let raw = |calls: usize, until: Until| {
         time_launches(calls, until, || raw_launch(function), synchronize)

@@ -10,7 +10,9 @@
 //! runtime's staging against the driver's own pageable copies; (7) a chained kernel launch
 //! against cuLaunchKernel: the host's cost per launch (short batches, so that no call waits for
 //! the GPU) and the time to completion of long chains, with the backend alone and a CUkernel
-//! launch beside them to show where the difference lies.
+//! launch beside them to show where the difference lies; (8) N threads (1, 4, 16) sharing the
+//! device, each launching and copying on a stream of its own, through one runtime against the
+//! driver on a stream per thread: the throughput of every thread together.
 //!
 //! Timing: each measurement runs one untimed warm-up batch per side, then N batches of M calls
 //! per side, each batch timed with `Instant` around the calls (and the one synchronisation that
@@ -19,7 +21,7 @@
 //! are measured interleaved (a batch of each in turn, N rounds), so that drift during the run
 //! (GPU clocks, driver state) reaches both alike; the cases say where they measure one side at
 //! a time, and why. Device 0's primary context is current on the measuring thread throughout,
-//! for both sides.
+//! for both sides (and on each of case 8's threads).
 //!
 //! `cargo bench` passes `--bench`: the full run (under ~3 minutes on an H200). Without it
 //! (`cargo test --benches`) every case runs once with tiny batches, as a smoke test whose
@@ -52,11 +54,13 @@ mod copies;
 mod launches;
 mod memory;
 mod ordering;
+mod threads;
 
 use copies::copies;
 use launches::kernel_launch;
 use memory::{device_alloc_free, host_pinned_alloc_free, pinned_lookup};
 use ordering::{k_way_join, stream_event_pools};
+use threads::threads;
 
 const D0: DeviceId = DeviceId(0);
 
@@ -105,6 +109,56 @@ impl Drop for RawEvent {
     }
 }
 
+/// fill_u32's three arguments (destination, value, word count) as cuLaunchKernel takes them,
+/// and its one-block shape: what the raw sides launch.
+struct RawFill {
+    destination: u64,
+    value: u32,
+    count: u64,
+    shape: result::module::LaunchShape,
+}
+
+impl RawFill {
+    /// `value` into the `words` words at `address`, one block of `words` threads.
+    fn new(address: usize, value: u32, words: u32) -> Self {
+        Self {
+            destination: address as u64,
+            value,
+            count: u64::from(words),
+            shape: result::module::LaunchShape {
+                grid: [1, 1, 1],
+                block: [words, 1, 1],
+                shared_bytes: 0,
+            },
+        }
+    }
+
+    /// cuLaunchKernel of `function` (fill_u32: a CUfunction, or a CUkernel cast) on `stream`.
+    ///
+    /// # Safety
+    /// `function` is fill_u32 of a live module or library, `stream` a live stream of the
+    /// current context, and the words at the destination stay valid, and untouched by anything
+    /// that races with the kernel, until it has completed.
+    unsafe fn launch(
+        &self,
+        driver: &Driver,
+        function: sys::CUfunction,
+        stream: sys::CUstream,
+    ) -> Outcome<()> {
+        let mut params: [*mut c_void; 3] = [
+            ptr::from_ref(&self.destination).cast_mut().cast(),
+            ptr::from_ref(&self.value).cast_mut().cast(),
+            ptr::from_ref(&self.count).cast_mut().cast(),
+        ];
+        // SAFETY: one pointer per parameter, each to a value of its type that lives through
+        // the call (the driver only reads them); the caller's promise for the function, the
+        // stream and the memory.
+        Ok(unsafe {
+            result::module::launch(driver, function, self.shape, stream, params.as_mut_ptr())
+        }?)
+    }
+}
+
 /// What every case needs.
 struct Bench<'a> {
     /// The backend, shared with the extra runtimes of the staging sweep.
@@ -138,7 +192,7 @@ fn no_driver_or_device(error: &Error) -> bool {
 /// A case: its title and the function that measures it.
 type Case = (&'static str, fn(&Bench<'_>, &mut Report) -> Outcome<()>);
 
-const CASES: [Case; 7] = [
+const CASES: [Case; 8] = [
     ("device alloc+free cache hit", device_alloc_free),
     ("pinned host alloc+free cache hit", host_pinned_alloc_free),
     ("pinned lookup with 4,096 locked regions", pinned_lookup),
@@ -146,6 +200,10 @@ const CASES: [Case; 7] = [
     ("k-way join", k_way_join),
     ("256 MiB copies", copies),
     ("kernel launch", kernel_launch),
+    (
+        "threads launching and copying on streams of their own",
+        threads,
+    ),
 ];
 
 fn run(backend: CudaBackend, plan: Plan) -> Outcome<bool> {
