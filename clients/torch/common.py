@@ -124,8 +124,9 @@ class Allocator:
         self.device_used_peak = 0
 
     def figures(self, device):
-        """Reserved and allocated bytes (now and peak) and driver allocations so far, on the
-        GPU of index `device`."""
+        """Reserved and allocated bytes (now and peak), driver allocations and allocation
+        requests served so far ("allocations": PyTorch's `allocation.all.allocated`; ours:
+        hits, cross-stream hits and misses), on the GPU of index `device`."""
         if self.lib is None:
             stats = torch.cuda.memory_stats(device)
             return {
@@ -135,6 +136,7 @@ class Allocator:
                 "peak_reserved": stats.get("reserved_bytes.all.peak", 0),
                 "driver_allocations": stats.get("segment.all.allocated", 0),
                 "driver_frees": stats.get("segment.all.freed", 0),
+                "allocations": stats.get("allocation.all.allocated", 0),
             }
         out = GpurtTorchStats()
         status = self.lib.gpurt_torch_stats(device, ctypes.byref(out))
@@ -143,6 +145,8 @@ class Allocator:
         figures = {name: getattr(out, name) for name in STATS_FIELDS}
         figures["driver_allocations"] = figures["segment_allocations"]
         figures["driver_frees"] = figures["segment_frees"]
+        figures["allocations"] = (
+            figures["hits"] + figures["cross_stream_hits"] + figures["misses"])
         return figures
 
     def shut_down(self):

@@ -5,9 +5,12 @@ the raw records (runs.json) into --out. Exits 1 if a run failed or the two alloc
 losses, outputs or all-reduce results differ; the speed and memory figures are reported, not
 judged.
 
-The two-process workloads (ddp: train.py under torchrun with DDP; nccl: allreduce.py) need two
-GPUs and are skipped with a message on a machine with fewer; each of their processes writes its
-own record (rank 0 --out, rank N OUT.rankN), and the table has one set of rows per rank. Every
+The workloads (--only; all by default): micro (micro.py), train (train.py), infer (infer.py),
+ddp, nccl, and mlp (mlp.py: a small MLP whose step is short enough for the allocator's cost
+per call to show; its rows add the host's part of a step and the allocations per step). The
+two-process workloads (ddp: train.py under torchrun with DDP; nccl: allreduce.py) need two GPUs
+and are skipped with a message on a machine with fewer; each of their processes writes its own
+record (rank 0 --out, rank N OUT.rankN), and the table has one set of rows per rank. Every
 child runs with NVLink multicast off (MULTICAST_OFF).
 
     python3 compare.py --lib path/to/libgpu_capi.so --out results/ [--repeats 3] [--quick]
@@ -194,6 +197,28 @@ def train_rows(table, workload, records):
     memory_rows(table, workload, records, after_warmup=True)
 
 
+def per_step(record, key):
+    """A training run's `key` of its figures, per step after warm-up: the difference between
+    its final figures and those after its warm-up steps, over the steps between."""
+    timed = len(record["step_seconds"]) - record["warmup"]
+    return (record["figures"][key] - record["figures_after_warmup"][key]) / timed
+
+
+def mlp_rows(table, workload, records):
+    """mlp.py's rows: train.py's (identical losses, step time, memory and driver allocations),
+    with the host's part of a step and the allocations per step after the step time."""
+    identical(table, workload, records, "losses")
+    table.ratio_row(workload, "step time (median after warm-up)", records, step_time,
+                    lambda v: f"{v * 1e3:.2f} ms")
+    table.ratio_row(workload, "host time to issue a step (median after warm-up)", records,
+                    lambda r: statistics.median(r["issue_seconds"][r["warmup"]:]),
+                    lambda v: f"{v * 1e3:.2f} ms")
+    counts = {a: [round(per_step(r, "allocations"), 2) for r in records[a]] for a in ALLOCATORS}
+    counts = {a: [int(c) if c == int(c) else c for c in values] for a, values in counts.items()}
+    table.row(workload, "allocations per step after warm-up", counts["torch"], counts["gpurt"], "")
+    memory_rows(table, workload, records, after_warmup=True)
+
+
 def size_text(size):
     """4096 -> '4 KiB', 67108864 -> '64 MiB'."""
     for unit, shift in (("MiB", 20), ("KiB", 10)):
@@ -209,10 +234,12 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--quick", action="store_true", help="a few steps of each (a smoke test)")
-    p.add_argument("--only", default="micro,train,infer,ddp,nccl", help="workloads to run")
+    p.add_argument("--only", default="micro,train,infer,ddp,nccl,mlp", help="workloads to run")
     p.add_argument("--distributed-repeats", type=int, default=1,
                    help="pairs of runs of the two-process workloads (ddp, nccl)")
     p.add_argument("--train-steps", type=int, help="training steps (default: train.py's)")
+    p.add_argument("--mlp-steps", type=int,
+                   help="mlp.py's steps (default: mlp.py's; more than its 50 warm-up steps)")
     p.add_argument("--gpurt-env", action="append", default=[], metavar="NAME=VALUE",
                    help="environment of our allocator's runs (its tunables), repeatable")
     args = p.parse_args()
@@ -275,6 +302,20 @@ def main():
                                 "(median after warm-up)", records,
                                 lambda r, i=index: r["sizes"][i]["median_seconds"],
                                 lambda v: f"{v * 1e6:,.1f} us")
+
+    if "mlp" in only:
+        extra = ["--steps", "6", "--warmup", "3"] if quick else []
+        if args.mlp_steps:
+            extra = ["--steps", str(args.mlp_steps)]
+        records = paired(args, "mlp.py", extra, args.out)
+        raw["mlp"] = records
+        if all_ran(table, "mlp", records):
+            first = records["torch"][0]
+            shape = first["shape"]
+            name = (f"6 mlp ({shape['layers']} x {shape['width']}, batch {shape['batch']}, "
+                    f"{shape['dtype']}, {first['parameters'] / 1e6:.1f} M params, "
+                    f"{len(first['losses'])} steps)")
+            mlp_rows(table, name, records)
 
     tunables = next((r["tunables"] for runs in raw.values() for r in runs["gpurt"] if r), {})
     text = table.markdown()
