@@ -225,8 +225,15 @@ impl<B: Backend> State<B> {
     pub(crate) fn execute(&mut self, backend: &B, work: &mut Work<'_, B>) -> Result<()> {
         let mut steps = core::mem::take(&mut self.steps);
         self.planner.take_steps(&mut steps);
+        // Pool releases are bookkeeping of the planner's alone: no call for them.
         let result = steps
             .iter()
+            .filter(|step| {
+                !matches!(
+                    step,
+                    PlanStep::ReleaseStream { .. } | PlanStep::ReleaseEvent { .. }
+                )
+            })
             .try_for_each(|&step| self.carry_out(backend, step, work));
         steps.clear();
         self.steps = steps;
