@@ -11,6 +11,7 @@ enum Step {
     Run(u8, Vec<u16>),
     Join(Vec<u16>),
     Fork(u16, u8),
+    ForkDetached(u16, u8),
     Wait(u16),
     Discard(u16),
     Misuse(u8, u16),
@@ -39,6 +40,10 @@ fuzz_target!(|program: Program| {
                 Instr::Join { deps }
             }
             Step::Fork(token, count) => Instr::Fork {
+                token,
+                count: count % 8,
+            },
+            Step::ForkDetached(token, count) => Instr::ForkDetached {
                 token,
                 count: count % 8,
             },

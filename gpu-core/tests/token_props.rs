@@ -1,5 +1,6 @@
 //! Property tests of the token planner against the reference model: random token programs
-//! (DAGs with forks and joins over 1 to 3 devices, waits, discards, misuses, program ends).
+//! (DAGs with forks, detached forks and joins over 1 to 3 devices, waits, discards, misuses,
+//! program ends).
 
 use gpu_core::token::model::{Instr, check_program, rerun_creations};
 use proptest::prelude::*;
@@ -10,6 +11,8 @@ fn instr() -> impl Strategy<Value = Instr> {
         6 => (any::<u8>(), deps()).prop_map(|(device, deps)| Instr::Run { device, deps }),
         2 => prop::collection::vec(any::<u16>(), 1..5).prop_map(|deps| Instr::Join { deps }),
         3 => (any::<u16>(), 1u8..5).prop_map(|(token, count)| Instr::Fork { token, count }),
+        1 => (any::<u16>(), 1u8..4)
+            .prop_map(|(token, count)| Instr::ForkDetached { token, count }),
         1 => any::<u16>().prop_map(|token| Instr::Wait { token }),
         1 => any::<u16>().prop_map(|token| Instr::Discard { token }),
         1 => (any::<u8>(), any::<u16>()).prop_map(|(kind, token)| Instr::Misuse { kind, token }),

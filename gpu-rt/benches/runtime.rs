@@ -10,7 +10,9 @@
 //!   buffer and use list cost;
 //! - a chained launch through a kernel handle on a backend whose calls do nothing
 //!   (`NullBackend`), against that backend's own launch: the runtime's cost per launch, which on
-//!   a GPU comes on top of the driver's;
+//!   a GPU comes on top of the driver's; and on the same backend a round of a k-way join (k = 2,
+//!   4, 8: k fills on k streams, their join, one fill after), against the same round of raw
+//!   calls (k fills, k - 1 records and k - 1 waits, one fill);
 //! - what the CUDA and HIP backends add to each driver call that takes a handle (`live_handles`):
 //!   the check that the handle is live and its hold for the call's length, uncontended, in a
 //!   registry of 64 live handles (a launch does it twice: stream and kernel), the two atomics
@@ -398,7 +400,69 @@ fn null_backend(c: &mut Criterion) {
         // SAFETY: the null backend touches no memory.
         b.iter(|| unsafe { backend.launch(black_box(stream), kernel, dims, &values) }.unwrap())
     });
+    for k in [2, 4, 8] {
+        join_of(&mut group, &rt, k);
+    }
     group.finish();
+}
+
+/// A k-way join per round on the null backend: k fills on k streams (the first continues the
+/// previous round's chain, the others start on pool streams), their join, and one fill after
+/// it; against the same round as raw backend calls on k streams made ahead (k fills, k - 1
+/// records on the side streams, k - 1 waits on the first, one fill).
+fn join_of(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    rt: &Runtime<NullBackend>,
+    k: usize,
+) {
+    let buffers: Vec<_> = (0..k)
+        .map(|_| rt.alloc(D0, MemoryKind::Device, 64).unwrap())
+        .collect();
+    group.bench_function(format!("runtime_join_of_{k}"), |b| {
+        b.iter_custom(|rounds| {
+            let start = std::time::Instant::now();
+            let mut chain = Vec::with_capacity(1);
+            let mut joined = Vec::with_capacity(k);
+            for round in 0..rounds {
+                joined.push(rt.fill(D0, buffers[0].all(), 1, &mut chain).unwrap());
+                for buffer in &buffers[1..] {
+                    joined.push(rt.fill(D0, buffer.all(), 2, &mut Vec::new()).unwrap());
+                }
+                chain.push(rt.join(&mut joined).unwrap());
+                let after = rt.fill(D0, buffers[0].all(), 3, &mut chain).unwrap();
+                chain.push(after);
+                if round as usize % BATCH == BATCH - 1 {
+                    rt.wait(chain.pop().unwrap()).unwrap();
+                }
+            }
+            if let Some(token) = chain.pop() {
+                rt.wait(token).unwrap();
+            }
+            start.elapsed()
+        })
+    });
+    let backend = rt.backend();
+    let streams: Vec<usize> = (0..k).map(|_| backend.stream_create(D0).unwrap()).collect();
+    let events: Vec<usize> = (1..k).map(|_| backend.event_create(D0).unwrap()).collect();
+    group.bench_function(format!("backend_join_of_{k}"), |b| {
+        b.iter(|| {
+            // SAFETY: the null backend touches no memory.
+            unsafe {
+                for (stream, buffer) in streams.iter().zip(&buffers) {
+                    backend
+                        .fill(black_box(*stream), buffer.address(), 2, 64)
+                        .unwrap();
+                }
+                for (event, stream) in events.iter().zip(&streams[1..]) {
+                    backend.event_record(black_box(*event), *stream).unwrap();
+                    backend.stream_wait_event(streams[0], *event).unwrap();
+                }
+                backend
+                    .fill(streams[0], buffers[0].address(), 3, 64)
+                    .unwrap();
+            }
+        })
+    });
 }
 
 fn live_handles(c: &mut Criterion) {

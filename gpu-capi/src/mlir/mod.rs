@@ -9,8 +9,9 @@
 //! - Recording an event forks the stream's tail into detached branches (one event record):
 //!   the event holds one, the stream another, and the driver stream goes back to the pool at
 //!   once. So the inputs of a join, which MLIR's lowering never destroys, hold no stream; a
-//!   stream left idle after a record is dropped (its branch released) once its event has
-//!   completed, checked with one event query per stream creation.
+//!   stream left idle after a record is dropped (its branch released) at a stream creation
+//!   once a synchronisation has covered it (no driver call), or, past a bound of idle streams,
+//!   once its event has completed (one event query per stream creation).
 //! - Waiting on an event queues a branch of its token on the stream; destroying the event
 //!   releases its branch. Synchronising waits for the tail (and queued waits).
 //! - Memory: `mgpuMemAlloc` with a stream is a stream-ordered allocation from the caching

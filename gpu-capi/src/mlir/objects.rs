@@ -23,6 +23,9 @@ pub(super) struct Stream {
     pub(super) tail: Option<Token>,
     /// Branches of recorded events its next operation waits for.
     pub(super) waits: Vec<Token>,
+    /// Whether its tail is a branch of its own last record, with nothing queued or run on it
+    /// since (a join input, which MLIR's lowering never uses again): it is in the idle queue.
+    pub(super) idle: bool,
 }
 
 /// A function handle: a kernel name of a module, resolved per device at launch.
@@ -42,7 +45,8 @@ pub struct MlirObjects<B: ClientBackend> {
 /// The objects behind [`MlirObjects`]'s lock.
 pub(super) struct Objects<B: ClientBackend> {
     pub(super) streams: HandleMap<Stream>,
-    /// Streams whose tail is a branch of a recorded event, oldest first: dropped once done.
+    /// Streams that went idle ([`Stream::idle`]), oldest first: their branches are dropped
+    /// once done. An entry whose stream is gone or busy again is skipped when reached.
     pub(super) idle: VecDeque<u64>,
     pub(super) events: HandleMap<Option<Token>>,
     pub(super) modules: HandleMap<ModuleId>,

@@ -75,35 +75,55 @@ impl<B: ClientBackend> Objects<B> {
         }
     }
 
-    /// Drops the oldest idle stream's branch if its event has completed (one query): such a
-    /// stream is a join input the program never uses again. A stream still running goes back
-    /// to the queue; one whose query failed keeps its branch (the failure is seen through the
-    /// event's own branch, or at shutdown) and leaves the queue.
+    /// Drops the branches of idle streams (join inputs the program never uses again) whose
+    /// work is done, oldest first: every one a synchronisation has already covered, asking
+    /// the driver nothing; and while more than [`IDLE_UNASKED`] are idle, the oldest other one
+    /// if its event has completed (one query). A stream still running goes back to the front;
+    /// one whose query failed keeps its branch (the failure is seen through the event's own
+    /// branch, or at shutdown) and leaves the queue.
     fn prune_idle(&mut self, runtime: &Runtime<B>) {
-        let Some(oldest) = self.idle.pop_front() else {
-            return;
-        };
-        let Ok(stream) = self.streams.get_mut(oldest) else {
-            return;
-        };
-        if !stream.waits.is_empty() {
-            return;
-        }
-        let Some(tail) = stream.tail.take() else {
-            return;
-        };
-        let id = tail.id();
-        match runtime.wait_if_done(tail) {
-            Ok(None) => {}
-            Ok(Some(pending)) => {
-                stream.tail = Some(pending);
+        while let Some(oldest) = self.idle.pop_front() {
+            let Some(stream) = self.streams.get_mut(oldest).ok().filter(|s| s.idle) else {
+                continue;
+            };
+            let Some(tail) = stream.tail.take() else {
+                stream.idle = false;
+                continue;
+            };
+            let covered = runtime.completed(&tail).unwrap_or(false);
+            if !covered && self.idle.len() < IDLE_UNASKED {
+                stream.tail = Some(tail);
                 self.idle.push_front(oldest);
+                return;
             }
-            // The runtime hands a token back unchanged when it cannot tell.
-            Err(_) => stream.tail = Some(Token::from_id(id)),
+            let id = tail.id();
+            match runtime.wait_if_done(tail) {
+                Ok(None) => stream.idle = false,
+                Ok(Some(pending)) => {
+                    stream.tail = Some(pending);
+                    self.idle.push_front(oldest);
+                    return;
+                }
+                // The runtime hands a token back unchanged when it cannot tell.
+                Err(_) => {
+                    stream.tail = Some(Token::from_id(id));
+                    stream.idle = false;
+                    return;
+                }
+            }
+            if !covered {
+                // One query per stream creation at most.
+                return;
+            }
         }
     }
 }
+
+/// How many idle streams may wait, unasked, for a synchronisation to cover them before each
+/// stream creation asks the driver about the oldest: a program that synchronises at least
+/// once per this many join inputs never pays a query, one that never does holds about this
+/// many more branches than it would asking at every creation.
+pub(super) const IDLE_UNASKED: usize = 16;
 
 /// A handle's name in the program's trace (the low bits of its serial number).
 fn stream_id(handle: u64) -> StreamId {
@@ -152,7 +172,9 @@ pub(super) fn on_stream<B: ClientBackend, T>(
         stream: stream_id(stream),
         device: Some(device()),
     });
-    objects.stream(stream)?.tail = Some(token);
+    let entry = objects.stream(stream)?;
+    entry.tail = Some(token);
+    entry.idle = false;
     Ok(value)
 }
 
@@ -191,7 +213,6 @@ fn stream_destroy<B: ClientBackend>(
 ) -> Result<(), CapiError> {
     let mut objects = session.mlir.lock();
     let entry = objects.streams.remove(stream)?;
-    objects.idle.retain(|&s| s != stream);
     objects.note(|| TraceOp::DestroyStream {
         stream: stream_id(stream),
     });
@@ -211,7 +232,7 @@ fn stream_synchronize<B: ClientBackend>(
     let mut objects = session.mlir.lock();
     let after = objects.take_deps(stream)?;
     if stream != 0 {
-        objects.idle.retain(|&s| s != stream);
+        objects.stream(stream)?.idle = false;
         objects.note(|| TraceOp::SynchronizeStream {
             stream: stream_id(stream),
         });
@@ -241,8 +262,9 @@ fn stream_wait_event<B: ClientBackend>(
             }
         };
         *objects.event(event)? = Some(keep);
-        objects.stream(stream)?.waits.push(branch);
-        objects.idle.retain(|&s| s != stream);
+        let entry = objects.stream(stream)?;
+        entry.waits.push(branch);
+        entry.idle = false;
     }
     objects.note(|| TraceOp::Wait {
         stream: stream_id(stream),
@@ -333,9 +355,11 @@ fn event_record<B: ClientBackend>(
         stream: stream_id(stream),
     });
     let old = core::mem::replace(objects.event(event)?, recorded);
-    let idle = tail.is_some();
-    objects.stream(stream)?.tail = tail;
-    if idle {
+    let entry = objects.stream(stream)?;
+    let went_idle = tail.is_some() && !entry.idle;
+    entry.idle |= tail.is_some();
+    entry.tail = tail;
+    if went_idle {
         objects.idle.push_back(stream);
     }
     drop(objects);

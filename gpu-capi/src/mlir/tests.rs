@@ -1,9 +1,12 @@
 //! Tests of the MLIR ABI through its exported functions on the host backend: stream order, the
-//! join MLIR's lowering emits, refusals that change nothing, handles across sessions, traces.
+//! join MLIR's lowering emits and the driver calls of a fork/join iteration, refusals that
+//! change nothing, handles across sessions, traces.
 
 use std::ffi::c_void;
 
 use gpu_runtime::DeviceId;
+use gpu_runtime::backend::Backend;
+use gpu_runtime::host::CallKind;
 
 use super::objects::Objects;
 use super::*;
@@ -564,4 +567,125 @@ fn bad_handles_and_images_are_reported_and_change_nothing() {
     );
     let report = shared::shutdown().unwrap();
     assert_eq!(report.released_objects, 0);
+}
+
+/// One iteration of `clients/mlir/forkjoin.mlir` as LLVM 22's lowering calls the ABI (the
+/// kernels as memsets, which the host backend runs): allocations, a copy in and a first
+/// operation on `s1`, `e1` recorded, a second operation on `s1`, `e2` recorded, a new stream
+/// `s2` waiting on both events (the join), an operation, a copy out and the frees on `s2`,
+/// `s2` synchronised and destroyed. `s1`, the join's input, is never destroyed.
+fn forkjoin_iteration(input: &[u32; 64], out: &mut [u32; 64]) {
+    const N: u64 = 64;
+    let s1 = mgpuStreamCreate();
+    let [x, y, z] = [0; 3].map(|_| mgpuMemAlloc(N * 4, s1, false));
+    mgpuMemcpy(x, input.as_ptr() as *mut c_void, N * 4, s1);
+    mgpuMemset32(y, 2, N, s1);
+    let e1 = mgpuEventCreate();
+    mgpuEventRecord(e1, s1);
+    mgpuMemset32(z, 4, N, s1);
+    let e2 = mgpuEventCreate();
+    mgpuEventRecord(e2, s1);
+    let s2 = mgpuStreamCreate();
+    mgpuStreamWaitEvent(s2, e1);
+    mgpuStreamWaitEvent(s2, e2);
+    mgpuEventDestroy(e1);
+    mgpuEventDestroy(e2);
+    mgpuMemset32(x, 8, N, s2);
+    mgpuMemcpy(out.as_mut_ptr().cast(), x, N * 4, s2);
+    for buffer in [x, y, z] {
+        mgpuMemFree(buffer, s2);
+    }
+    mgpuStreamSynchronize(s2);
+    mgpuStreamDestroy(s2);
+}
+
+/// The driver calls of one warm fork/join iteration: the work (3 memsets standing in for the
+/// kernels, 2 copies, 1 synchronisation) and the 2 records of the program's events, which
+/// the stream moves past before the join waits for them. No event query: the idle input `s1`
+/// of each iteration is dropped at the next stream creation without asking the driver, as the
+/// synchronisation of `s2` covered it (before, one `event_query` per iteration).
+#[test]
+fn a_warm_forkjoin_iteration_makes_the_works_calls_and_two_records_only() {
+    let _serial = process_test_lock();
+    open_host();
+    let input = [3u32; 64];
+    let calls = || inspect(|_, session| session.runtime().backend().calls());
+    for iteration in 0..4 {
+        let before = calls();
+        let mut out = [0u32; 64];
+        forkjoin_iteration(&input, &mut out);
+        assert!(out.iter().all(|&word| word == 8));
+        let made = calls().since(&before);
+        if iteration == 0 {
+            continue; // the pools, the allocator's cache and the idle queue warm up
+        }
+        let of = |kind| made.of(kind);
+        assert_eq!(
+            (of(CallKind::Fill), of(CallKind::Copy)),
+            (3, 2),
+            "iteration {iteration}: the work"
+        );
+        assert_eq!(
+            (of(CallKind::EventRecord), of(CallKind::StreamSynchronize)),
+            (2, 1),
+            "iteration {iteration}"
+        );
+        assert_eq!(of(CallKind::EventQuery), 0, "iteration {iteration}");
+        assert_eq!(made.total, 8, "iteration {iteration}: {made:?}");
+    }
+    let held = inspect(|objects, _| {
+        objects
+            .streams
+            .iter()
+            .filter(|(_, s)| s.tail.is_some())
+            .count()
+    });
+    assert_eq!(
+        held, 1,
+        "only the last iteration's `s1` still holds a branch"
+    );
+    let report = shared::shutdown().unwrap();
+    assert_eq!(report.shutdown.program.unwaited, vec![]);
+}
+
+/// A program that never synchronises what its join inputs ran (the host waits for the device
+/// behind the runtime's back here, so every query finds the work done): past
+/// `IDLE_UNASKED` idle streams, each stream creation asks about the oldest, so the branches
+/// held stay bounded.
+#[test]
+fn idle_join_inputs_no_synchronisation_covers_are_asked_about_past_a_bound() {
+    let _serial = process_test_lock();
+    open_host();
+    let buffer = mgpuMemAlloc(256, NULL, false);
+    let queries = || inspect(|_, s| s.runtime().backend().calls().of(CallKind::EventQuery));
+    let before = queries();
+    for _ in 0..3 * super::streams::IDLE_UNASKED {
+        inspect(|_, s| s.runtime().backend().device_synchronize(DeviceId(0))).unwrap();
+        let input = mgpuStreamCreate();
+        mgpuMemset32(buffer, 1, 64, input);
+        let event = mgpuEventCreate();
+        mgpuEventRecord(event, input);
+        let joined = mgpuStreamCreate();
+        mgpuStreamWaitEvent(joined, event);
+        mgpuEventDestroy(event);
+        mgpuMemset32(buffer, 2, 64, joined);
+        mgpuStreamDestroy(joined);
+    }
+    let held = inspect(|objects, _| {
+        objects
+            .streams
+            .iter()
+            .filter(|(_, s)| s.tail.is_some())
+            .count()
+    });
+    assert!(
+        queries() > before,
+        "the oldest idle inputs were asked about"
+    );
+    assert!(
+        held <= super::streams::IDLE_UNASKED + 1,
+        "{held} idle inputs still hold branches"
+    );
+    mgpuMemFree(buffer, NULL);
+    shared::shutdown().unwrap();
 }

@@ -39,6 +39,14 @@ pub enum Instr {
         /// Branch count.
         count: u8,
     },
+    /// A detached fork of one token into `count` (at least 1): no branch keeps the stream
+    /// (MLIR's event records).
+    ForkDetached {
+        /// Live-token index.
+        token: u16,
+        /// Branch count.
+        count: u8,
+    },
     /// A synchronous wait on one token.
     Wait {
         /// Live-token index.
@@ -107,6 +115,8 @@ struct Runner {
     /// Per operation: the operations it must start after.
     op_deps: Vec<Vec<u32>>,
     discarded_since_end: usize,
+    /// Tokens the planner called complete, each once: (id, its point, the plan's length then).
+    completed: Vec<(TokenId, usize, usize)>,
     summary: Summary,
 }
 
@@ -114,8 +124,10 @@ struct Runner {
 /// pools, and checks every property: every call succeeds (misuses fail with the right error
 /// and leave the planner unchanged), the plan passes the checker in both trace views, each
 /// call waits exactly for the dependencies the plan does not already imply (brute force), the
-/// end report names every unwaited token, and a simulated execution with interleaving from
-/// `seed` starts no operation before its dependencies finished.
+/// end report names every unwaited token, every token the planner calls complete
+/// ([`Planner::completed`]) was covered by a host synchronisation planned before (brute
+/// force), and a simulated execution with interleaving from `seed` starts no operation before
+/// its dependencies finished.
 pub fn check_program(device_count: usize, program: &[Instr], seed: u64) -> Result<Summary, String> {
     let device_count = device_count.clamp(1, 3);
     let mut runner = Runner {
@@ -128,10 +140,12 @@ pub fn check_program(device_count: usize, program: &[Instr], seed: u64) -> Resul
         calls: Vec::new(),
         op_deps: Vec::new(),
         discarded_since_end: 0,
+        completed: Vec::new(),
         summary: Summary::default(),
     };
     for instr in program {
         runner.step(instr)?;
+        runner.note_completed()?;
     }
     runner.end_program()?;
     runner.planner.drain_pools();
@@ -197,19 +211,24 @@ impl Runner {
                 }
                 self.schedule(None, taken)
             }
-            Instr::Fork { token, count } => {
+            Instr::Fork { token, count } | Instr::ForkDetached { token, count } => {
                 let Some(index) = self.pick(*token) else {
                     return Ok(());
                 };
                 let source = self.live.remove(index);
                 let count = (*count).max(1) as usize;
                 let mut branches = Vec::new();
-                if count > 1 {
+                let detached = matches!(instr, Instr::ForkDetached { .. });
+                if count > 1 || detached {
                     self.consumed.push(source.token.id());
                 }
-                self.planner
-                    .fork(source.token, count, &mut branches)
-                    .map_err(|e| format!("fork failed: {e}"))?;
+                let fork = if detached {
+                    Planner::fork_detached
+                } else {
+                    Planner::fork
+                };
+                fork(&mut self.planner, source.token, count, &mut branches)
+                    .map_err(|e| format!("{instr:?} failed: {e}"))?;
                 if branches.len() != count {
                     return Err(format!("fork into {count} gave {} tokens", branches.len()));
                 }
@@ -311,6 +330,21 @@ impl Runner {
             point,
             ops: token_ops,
         });
+        Ok(())
+    }
+
+    /// Notes each live token the planner now calls complete (the first time it does).
+    fn note_completed(&mut self) -> Result<(), String> {
+        for live in &self.live {
+            let id = live.token.id();
+            let completed = self
+                .planner
+                .completed(&live.token)
+                .map_err(|e| format!("completed() of a live token failed: {e}"))?;
+            if completed && !self.completed.iter().any(|&(seen, ..)| seen == id) {
+                self.completed.push((id, live.point, self.plan.len()));
+            }
+        }
         Ok(())
     }
 
@@ -460,6 +494,14 @@ impl Runner {
             }
         }
         let order = HappensBefore::new(&self.plan);
+        for &(token, point, planned) in &self.completed {
+            if !(0..planned).any(|sync| order.synchronised(point, sync, &self.plan)) {
+                return Err(format!(
+                    "{token:?} (point at step {point}) was called complete after step {planned}, \
+                     and no synchronisation before covers it"
+                ));
+            }
+        }
         for call in &self.calls {
             let emitted = self.plan[call.start..call.end]
                 .iter()
@@ -548,6 +590,24 @@ impl HappensBefore {
             stack.extend(self.edges[n].iter().copied());
         }
         false
+    }
+
+    /// Whether step `sync` is a host synchronisation that covers step `point`: one of a stream
+    /// whose last step before it follows `point`, or of an event whose last record before it
+    /// does.
+    fn synchronised(&self, point: usize, sync: usize, plan: &[PlanStep]) -> bool {
+        let last_before =
+            |matches: &dyn Fn(&PlanStep) -> bool| (0..sync).rev().find(|&i| matches(&plan[i]));
+        let covered = match plan[sync] {
+            PlanStep::SynchronizeStream { stream } => {
+                last_before(&|step| node_stream(step) == Some(stream))
+            }
+            PlanStep::SynchronizeEvent { event } => last_before(
+                &|step| matches!(*step, PlanStep::Record { event: e, .. } if e == event),
+            ),
+            _ => None,
+        };
+        covered.is_some_and(|last| self.before(point, last))
     }
 
     /// Dependencies of a call that neither the target stream's tail before the call nor a

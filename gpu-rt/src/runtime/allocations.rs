@@ -105,7 +105,7 @@ impl<B: Backend> Runtime<B> {
             .lock()
             .planner
             .stream_of(after)?;
-        Span::note_stream(&buffer.uses, stream);
+        buffer.uses.note(stream);
         buffer.release()
     }
 
@@ -313,12 +313,12 @@ impl<B: Backend> Runtime<B> {
             address: ptr,
             len,
             memory: core::marker::PhantomData,
-            uses: UseList::new(Vec::new()),
+            uses: UseList::new(),
         })
     }
 
     pub(super) fn unlock_host(&self, locked: &LockedHost<'_, '_, B>) -> Result<()> {
-        let uses = core::mem::take(&mut *locked.uses.lock());
+        let uses = locked.uses.take();
         let waited = self.synchronize_streams(&uses);
         // The guard is gone after this call: an unpin the driver refuses (which changes
         // nothing) is tried once more, or the memory would stay pinned after its owner frees it.

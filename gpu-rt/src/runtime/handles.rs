@@ -4,6 +4,7 @@
 
 use alloc::vec::Vec;
 use core::ffi::c_void;
+use core::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
 use super::Runtime;
@@ -18,8 +19,52 @@ use gpu_core::token::Token;
 
 /// The streams that used a buffer or locked range. A spin lock: it is only ever taken for a
 /// few instructions (noting a stream, or taking the list at a free), never across a call, and
-/// unlike `std::sync::Mutex` it costs no poison bookkeeping on the allocation hot path.
-pub(super) type UseList = spin::Mutex<Vec<StreamId>>;
+/// unlike `std::sync::Mutex` it costs no poison bookkeeping on the allocation hot path. The
+/// stream noted last is also kept beside it, read without the lock: an operation on that
+/// stream again (each one of a chain on a buffer) finds it noted with one plain load.
+pub(super) struct UseList {
+    streams: spin::Mutex<Vec<StreamId>>,
+    /// The stream noted last, plus one (0: none); always one of `streams`.
+    last: AtomicU32,
+}
+
+impl UseList {
+    pub(super) fn new() -> Self {
+        Self {
+            streams: spin::Mutex::new(Vec::new()),
+            last: AtomicU32::new(0),
+        }
+    }
+
+    /// Notes that `stream` used the memory.
+    #[inline]
+    pub(super) fn note(&self, stream: StreamId) {
+        let mark = stream.0.wrapping_add(1);
+        // Acquire: the push that made `stream` the last one happened before this returns.
+        if self.last.load(Ordering::Acquire) == mark {
+            return;
+        }
+        let mut streams = self.streams.lock();
+        if !streams.contains(&stream) {
+            streams.push(stream);
+        }
+        self.last.store(mark, Ordering::Release);
+    }
+
+    /// The list, to read or change with the memory held exclusively (the hint is dropped, as
+    /// the caller may clear the list).
+    pub(super) fn get_mut(&mut self) -> &mut Vec<StreamId> {
+        *self.last.get_mut() = 0;
+        self.streams.get_mut()
+    }
+
+    /// Takes the list out, leaving it empty.
+    pub(super) fn take(&self) -> Vec<StreamId> {
+        let mut streams = self.streams.lock();
+        self.last.store(0, Ordering::Relaxed);
+        core::mem::take(&mut *streams)
+    }
+}
 
 /// A byte range of memory an operation uses: part of a [`Buffer`], of [`LockedHost`] memory,
 /// or (for the runtime's own staging) a raw address.
@@ -178,14 +223,7 @@ impl<'a> Span<'a> {
 
     pub(super) fn note_use(&self, stream: StreamId) {
         if let Some(uses) = self.uses {
-            Self::note_stream(uses, stream);
-        }
-    }
-
-    pub(super) fn note_stream(uses: &UseList, stream: StreamId) {
-        let mut uses = uses.lock();
-        if !uses.contains(&stream) {
-            uses.push(stream);
+            uses.note(stream);
         }
     }
 }
@@ -572,7 +610,7 @@ impl<'rt, B: Backend> Buffer<'rt, B> {
             handle: allocation.handle,
             address: allocation.address,
             size,
-            uses: UseList::new(Vec::new()),
+            uses: UseList::new(),
             epoch,
         }
     }
@@ -936,5 +974,31 @@ impl<B: Backend> Drop for LockedHost<'_, '_, B> {
     fn drop(&mut self) {
         // Errors cannot be reported from a drop; `LockedHost::unlock` reports them.
         let _ = self.runtime.unlock_host(self);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each stream once, whatever the order; the stream noted last, skipped without the lock,
+    /// is noted again once the list was cleared or taken.
+    #[test]
+    fn a_use_list_holds_each_stream_once_and_notes_again_after_it_was_emptied() {
+        let streams = |ids: &[u32]| ids.iter().map(|&id| StreamId(id)).collect::<Vec<_>>();
+        let mut uses = UseList::new();
+        for id in [1, 1, 2, 1, 2, 2] {
+            uses.note(StreamId(id));
+        }
+        assert_eq!(*uses.get_mut(), streams(&[1, 2]));
+        uses.note(StreamId(2));
+        uses.get_mut().clear();
+        uses.note(StreamId(2));
+        assert_eq!(*uses.get_mut(), streams(&[2]));
+        uses.note(StreamId(2));
+        assert_eq!(uses.take(), streams(&[2]));
+        uses.note(StreamId(2));
+        assert_eq!(uses.take(), streams(&[2]));
+        assert_eq!(uses.take(), streams(&[]));
     }
 }

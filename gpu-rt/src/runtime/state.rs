@@ -15,7 +15,7 @@ use super::guard::with_device;
 use super::health::Health;
 use super::lock::BackoffMutex;
 use super::memory::DeviceMemory;
-use super::streams::{StreamSlot, StreamTable};
+use super::streams::{StreamSlot, StreamTable, StreamWriter};
 use super::{ModuleId, RuntimeStats};
 use gpu_core::backend::{Backend, DeviceInfo};
 use gpu_core::error::{Error, Result};
@@ -143,8 +143,9 @@ pub(crate) struct State<B: Backend> {
     pub(crate) planner: Planner,
     /// Steps being carried out (a reused buffer).
     steps: Vec<PlanStep>,
-    /// Driver streams of the planner's stream ids (shared with the allocator's driver).
-    streams: Arc<StreamTable<B::Stream>>,
+    /// Driver streams of the planner's stream ids (the table is shared with the allocator's
+    /// driver; the state writes it, and reads its own copy).
+    streams: StreamWriter<B::Stream>,
     /// Driver events of the planner's event ids, with their devices.
     events: Vec<Option<(DeviceId, B::Event)>>,
     /// Where driver events come from and go back to (shared with the allocators).
@@ -187,7 +188,7 @@ impl<B: Backend> State<B> {
         Self {
             planner: Planner::new(infos.len()),
             steps: Vec::new(),
-            streams,
+            streams: StreamWriter::new(streams),
             events: Vec::new(),
             event_pool,
             kernel_names: hashbrown::HashMap::new(),
@@ -290,8 +291,15 @@ impl<B: Backend> State<B> {
     pub(crate) fn execute(&mut self, backend: &B, work: &mut Work<'_, B>) -> Result<()> {
         let mut steps = core::mem::take(&mut self.steps);
         self.planner.take_steps(&mut steps);
+        // Pool releases are bookkeeping of the planner's alone: no call for them.
         let result = steps
             .iter()
+            .filter(|step| {
+                !matches!(
+                    step,
+                    PlanStep::ReleaseStream { .. } | PlanStep::ReleaseEvent { .. }
+                )
+            })
             .try_for_each(|&step| self.carry_out(backend, step, work));
         steps.clear();
         self.steps = steps;
@@ -805,12 +813,14 @@ impl<B: Backend> State<B> {
             for device in memory.iter_mut().map(BackoffMutex::get_mut) {
                 device.release_by_address();
                 if round == 1 {
-                    device.all_streams_idle(backend, &self.streams);
+                    device.all_streams_idle(backend, self.streams.shared());
                 }
-                trimmed += device.trim(backend, &self.streams).unwrap_or_else(|e| {
-                    note(Err(e));
-                    0
-                });
+                trimmed += device
+                    .trim(backend, self.streams.shared())
+                    .unwrap_or_else(|e| {
+                        note(Err(e));
+                        0
+                    });
             }
         }
         for module in 0..self.modules.len() {

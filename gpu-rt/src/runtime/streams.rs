@@ -1,11 +1,14 @@
 //! The driver streams behind the planner's stream ids, in a table of their own under its own
-//! lock: the state creates, adopts and destroys them; the allocator's driver only reads them.
+//! lock: the state creates, adopts and destroys them ([`StreamWriter`]); the allocator's driver
+//! only reads them.
 //!
 //! The lock is a leaf: nothing else is locked and no driver call is made while it is held, so
 //! it is taken under the state's lock or a device's memory lock in either order. A spin
 //! reader-writer lock: writes (a stream created, adopted, destroyed or forgotten) are rare and
-//! short, and a read is one atomic add and one subtract.
+//! short, and a read is one atomic add and one subtract. The state, the only writer, reads its
+//! own copy instead (it looks a stream up at every step of a plan), with no atomic at all.
 
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use gpu_core::error::{Error, Result};
@@ -36,17 +39,7 @@ impl<S: Copy> StreamTable<S> {
     /// The device and driver handle of `stream`, which must exist by now.
     #[inline]
     pub(crate) fn get(&self, stream: StreamId) -> Result<(DeviceId, S)> {
-        self.slots
-            .read()
-            .get(stream.index())
-            .and_then(|slot| Some((slot.device, slot.handle?)))
-            .ok_or_else(|| Error::UnknownStream { stream })
-    }
-
-    /// The driver handle of `stream` if it has one (the stream's device is `device`).
-    #[inline]
-    pub(crate) fn handle(&self, stream: StreamId) -> Option<S> {
-        self.slots.read().get(stream.index())?.handle
+        get_in(&self.slots.read(), stream)
     }
 
     /// A live stream of the runtime's own on `device`, if there is one.
@@ -58,50 +51,6 @@ impl<S: Copy> StreamTable<S> {
             .and_then(|slot| slot.handle)
     }
 
-    /// Sets the slot of `stream`, making room for it (slots between: of `slot.device`, no
-    /// handle yet).
-    pub(crate) fn set(&self, stream: StreamId, slot: StreamSlot<S>) {
-        let mut slots = self.slots.write();
-        let index = stream.index();
-        if slots.len() <= index {
-            slots.resize(
-                index + 1,
-                StreamSlot {
-                    device: slot.device,
-                    handle: None,
-                    adopted: false,
-                },
-            );
-        }
-        slots[index] = slot;
-    }
-
-    /// Takes the handle of the runtime's own stream at `index` out of the table (to destroy
-    /// it), with its device; adopted streams and streams without a handle give `None`.
-    pub(crate) fn take_own(&self, index: usize) -> Option<(DeviceId, S)> {
-        let mut slots = self.slots.write();
-        let slot = slots.get_mut(index).filter(|slot| !slot.adopted)?;
-        Some((slot.device, slot.handle.take()?))
-    }
-
-    /// Puts back a handle [`StreamTable::take_own`] took (its destroy failed).
-    pub(crate) fn put_back(&self, index: usize, handle: S) {
-        if let Some(slot) = self.slots.write().get_mut(index) {
-            slot.handle = Some(handle);
-        }
-    }
-
-    /// Forgets the handles of `device`'s streams, which a reset destroyed (adopted ones too:
-    /// the reset destroyed the other program's streams of the device as well): the runtime's
-    /// own are made afresh at their next use; an adopted one is adopted again under a new id.
-    pub(crate) fn forget_device(&self, device: DeviceId) {
-        for slot in self.slots.write().iter_mut() {
-            if slot.device == device {
-                slot.handle = None;
-            }
-        }
-    }
-
     /// The ids of `device`'s streams, adopted ones included.
     pub(crate) fn of_device(&self, device: DeviceId) -> Vec<StreamId> {
         let slots = self.slots.read();
@@ -110,18 +59,112 @@ impl<S: Copy> StreamTable<S> {
             .map(|index| StreamId(index as u32))
             .collect()
     }
+}
+
+/// The table as its only writer, the runtime's state, holds it: each write goes to the shared
+/// table and to the writer's copy, from which the writer reads without the table's lock.
+pub(crate) struct StreamWriter<S> {
+    shared: Arc<StreamTable<S>>,
+    copy: Vec<StreamSlot<S>>,
+}
+
+impl<S: Copy> StreamWriter<S> {
+    /// The writer of `shared`, which must be empty (so the copy starts equal).
+    pub(crate) fn new(shared: Arc<StreamTable<S>>) -> Self {
+        let copy = shared.slots.read().clone();
+        Self { shared, copy }
+    }
+
+    /// The shared table, for readers under other locks (the allocator's driver).
+    pub(crate) fn shared(&self) -> &StreamTable<S> {
+        &self.shared
+    }
+
+    /// The device and driver handle of `stream`, which must exist by now.
+    #[inline]
+    pub(crate) fn get(&self, stream: StreamId) -> Result<(DeviceId, S)> {
+        get_in(&self.copy, stream)
+    }
+
+    /// The driver handle of `stream` if it has one.
+    #[inline]
+    pub(crate) fn handle(&self, stream: StreamId) -> Option<S> {
+        self.copy.get(stream.index())?.handle
+    }
+
+    /// Sets the slot of `stream`, making room for it (slots between: of `slot.device`, no
+    /// handle yet).
+    pub(crate) fn set(&mut self, stream: StreamId, slot: StreamSlot<S>) {
+        self.write(|slots| {
+            let index = stream.index();
+            if slots.len() <= index {
+                slots.resize(
+                    index + 1,
+                    StreamSlot {
+                        device: slot.device,
+                        handle: None,
+                        adopted: false,
+                    },
+                );
+            }
+            slots[index] = slot;
+        });
+    }
+
+    /// Takes the handle of the runtime's own stream at `index` out of the table (to destroy
+    /// it), with its device; adopted streams and streams without a handle give `None`.
+    pub(crate) fn take_own(&mut self, index: usize) -> Option<(DeviceId, S)> {
+        let slot = self.copy.get(index).filter(|slot| !slot.adopted)?;
+        let taken = (slot.device, slot.handle?);
+        self.write(|slots| slots[index].handle = None);
+        Some(taken)
+    }
+
+    /// Puts back a handle [`StreamWriter::take_own`] took (its destroy failed).
+    pub(crate) fn put_back(&mut self, index: usize, handle: S) {
+        self.write(|slots| {
+            if let Some(slot) = slots.get_mut(index) {
+                slot.handle = Some(handle);
+            }
+        });
+    }
+
+    /// Forgets the handles of `device`'s streams, which a reset destroyed (adopted ones too:
+    /// the reset destroyed the other program's streams of the device as well): the runtime's
+    /// own are made afresh at their next use; an adopted one is adopted again under a new id.
+    pub(crate) fn forget_device(&mut self, device: DeviceId) {
+        self.write(|slots| {
+            for slot in slots.iter_mut().filter(|slot| slot.device == device) {
+                slot.handle = None;
+            }
+        });
+    }
 
     /// Stream ids named so far (some may have no handle).
     pub(crate) fn len(&self) -> usize {
-        self.slots.read().len()
+        self.copy.len()
     }
 
     /// The runtime's own streams that still have a handle.
     pub(crate) fn own_live(&self) -> usize {
-        self.slots
-            .read()
+        self.copy
             .iter()
             .filter(|slot| slot.handle.is_some() && !slot.adopted)
             .count()
     }
+
+    /// Makes one change to the shared table, under its lock, and the same to the copy.
+    fn write(&mut self, change: impl Fn(&mut Vec<StreamSlot<S>>)) {
+        change(&mut self.shared.slots.write());
+        change(&mut self.copy);
+    }
+}
+
+/// The device and driver handle of `stream` in `slots`.
+#[inline]
+fn get_in<S: Copy>(slots: &[StreamSlot<S>], stream: StreamId) -> Result<(DeviceId, S)> {
+    slots
+        .get(stream.index())
+        .and_then(|slot| Some((slot.device, slot.handle?)))
+        .ok_or_else(|| Error::UnknownStream { stream })
 }

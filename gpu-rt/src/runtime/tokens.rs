@@ -31,6 +31,9 @@ impl<B: Backend> Runtime<B> {
     }
 
     /// Forks `token` into `count` tokens, each usable once (branches wait lazily, at first use).
+    /// The first keeps the token's stream; the others share one event, recorded only when
+    /// needed (a wait on a branch, or the stream moving on or going back to the pool first): a
+    /// fork whose branches all come back to its stream before then records nothing.
     /// A fork into no branch, or into more than [`token::MAX_FORK_BRANCHES`], is refused
     /// ([`Error::ZeroSize`], [`Error::LimitExceeded`]) before anything is allocated, and its
     /// token discarded: it cannot be handed back, and what it holds goes back to the pools
@@ -60,8 +63,8 @@ impl<B: Backend> Runtime<B> {
         self.fork_with(token, count, token::Planner::fork)
     }
 
-    /// Forks `token` into `count` branches that share one event recorded now and gives its
-    /// stream back to the pool at once (no branch keeps it), for layers whose handles may be
+    /// Forks `token` into `count` branches that share one event and gives its stream back to
+    /// the pool at once (no branch keeps it, so the event is recorded now), for layers whose handles may be
     /// abandoned without a word: such a handle then holds an event, never a stream. Counts are
     /// refused as by [`Runtime::fork`].
     ///
@@ -135,13 +138,18 @@ impl<B: Backend> Runtime<B> {
         state.execute(&self.backend, &mut state::no_work)
     }
 
-    /// Ends `token` if its work has completed already, without blocking: `Ok(None)` then (one
-    /// event query, and no synchronisation: the query reported success, so there is no error
-    /// left to observe); otherwise the token comes back, unchanged. Only a fork branch can be
-    /// found done: a token that owns its stream is handed back unasked (the backend has no
-    /// stream query). The first branch of a [`Runtime::fork`] takes over its token's stream,
-    /// so it is never found done; the other branches, and every branch of
-    /// [`Runtime::fork_detached`], can be.
+    /// Ends `token` if its work has completed already, without blocking: `Ok(None)` then;
+    /// otherwise the token comes back, unchanged. A token that a synchronisation which
+    /// succeeded has already covered (a [`Runtime::wait`] on it or on a later point of the same
+    /// work) is done without asking the driver anything: that synchronisation would have
+    /// reported a failure. Otherwise only a fork branch whose event has been recorded can be
+    /// found done, by one event query (and no synchronisation: the query reported success, so
+    /// there is no error left to observe); a token that owns its stream is handed back unasked
+    /// (the backend has no stream query), and so is a branch whose fork's event nothing has
+    /// needed yet (it is recorded only when needed, see [`Runtime::fork`]). The first branch
+    /// of a [`Runtime::fork`] takes over its token's stream, so it is found done only through a
+    /// synchronisation; the other branches, and every branch of [`Runtime::fork_detached`],
+    /// can be asked about.
     ///
     /// # Examples
     ///
@@ -155,12 +163,19 @@ impl<B: Backend> Runtime<B> {
     /// let filled = rt.wait_if_done(filled)?.expect("handed back");
     /// let mut branches = rt.fork(filled, 2)?;
     /// rt.wait(branches.remove(0))?; // the first branch, which holds the fill's stream
-    /// // The fill is done: the other branch ends without blocking.
+    /// // That wait covered the fill: the other branch ends without asking the driver.
+    /// let before = rt.backend().calls();
     /// assert!(rt.wait_if_done(branches.remove(0))?.is_none());
+    /// assert_eq!(rt.backend().calls().since(&before).total, 0);
     /// # Ok::<(), Error>(())
     /// ```
     pub fn wait_if_done(&self, token: Token) -> Result<Option<Token>> {
-        let state = self.state()?;
+        let mut state = self.state()?;
+        if state.planner.completed(&token)? {
+            state.planner.release(token)?;
+            state.execute(&self.backend, &mut state::no_work)?;
+            return Ok(None);
+        }
         let event = match state.planner.pending_of(&token)? {
             token::PendingWait::Event(event) => state.event_handle(event)?,
             token::PendingWait::Stream(_) => return Ok(Some(token)),
@@ -171,6 +186,31 @@ impl<B: Backend> Runtime<B> {
         } else {
             Ok(Some(token))
         }
+    }
+
+    /// Whether a synchronisation that succeeded has already covered `token` (a
+    /// [`Runtime::wait`] on it, or on a later point of the same work): its work has completed,
+    /// and ending it ([`Runtime::wait_if_done`], [`Runtime::release`]) asks the driver nothing.
+    /// Makes no driver call.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// let filled = rt.fill(DeviceId(0), buffer.all(), 3, &mut vec![])?;
+    /// let [first, second] = <[Token; 2]>::try_from(rt.fork(filled, 2)?).unwrap();
+    /// let after = rt.fill(DeviceId(0), buffer.all(), 4, &mut vec![first])?;
+    /// assert!(!rt.completed(&second)?);
+    /// rt.wait(after)?; // a later point of the same stream
+    /// assert!(rt.completed(&second)?);
+    /// # rt.release(second)?;
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn completed(&self, token: &Token) -> Result<bool> {
+        self.state()?.planner.completed(token)
     }
 
     /// Blocks until the work behind `token` has completed, and reports its failure if any.
@@ -200,7 +240,10 @@ impl<B: Backend> Runtime<B> {
         let (pending, host_wait, hold) = {
             let mut state = self.state()?;
             let pending = state.planner.begin_wait(token)?;
-            let host_wait = state.host_wait(&pending);
+            // A fork branch's event that nothing needed before is recorded now.
+            let host_wait = state
+                .execute(&self.backend, &mut state::no_work)
+                .and_then(|()| state.host_wait(&pending));
             let hold = host_wait
                 .as_ref()
                 .ok()
@@ -211,7 +254,7 @@ impl<B: Backend> Runtime<B> {
         let waited = host_wait.and_then(|host_wait| host_wait.block(&self.backend, &self.health));
         drop(hold);
         let mut state = self.state.lock();
-        state.planner.end_wait(pending);
+        state.planner.end_wait(pending, waited.is_ok());
         let released = state.execute(&self.backend, &mut state::no_work);
         waited.and(released)
     }

@@ -85,6 +85,8 @@ pub struct Planner {
     steps: Vec<PlanStep>,
     unwaited: Vec<UnwaitedToken>,
     unwaited_unnamed: u64,
+    /// Per stream, the last position a host synchronisation has seen complete.
+    completed: Vec<u64>,
     /// Counts emitted runs and waits.
     time: u64,
     scratch: Scratch,
@@ -107,6 +109,7 @@ impl Planner {
             steps: Vec::new(),
             unwaited: Vec::new(),
             unwaited_unnamed: 0,
+            completed: Vec::new(),
             time: 0,
             scratch: Scratch::default(),
         }

@@ -63,6 +63,7 @@ impl Planner {
             device,
             tail_time: 0,
             clock,
+            due: None,
         });
         stream
     }
@@ -70,8 +71,12 @@ impl Planner {
     // This helper and the next ones (and the `#[inline(always)]` helpers of `wait` that give
     // back what a token held) run for each dependency while planning; inlined, they cost no
     // call frame each.
+
+    /// Gives `stream` back to its pool, recording first an event still due at its tail: a
+    /// pooled stream is used by no step until it is acquired again.
     #[inline(always)]
     pub(super) fn release_stream(&mut self, stream: StreamId) {
+        self.record_due(stream);
         let state = &mut self.streams[stream.index()];
         self.stream_pools[state.device.index()].push(stream);
         self.steps.push(PlanStep::ReleaseStream {
@@ -92,6 +97,7 @@ impl Planner {
             device,
             shares: 0,
             clock: Clock::new(0),
+            due_on: None,
         });
         self.event_pools[device.index()].push(event);
         (event, true)
@@ -118,9 +124,11 @@ impl Planner {
         ]);
     }
 
-    /// Records an event from the stream's device pool at `stream`'s tail, with no shares and
-    /// no clock (a fork sets the clock).
-    pub(super) fn record_on(&mut self, stream: StreamId) -> EventId {
+    /// Takes an event from the stream's device pool for a fork at `stream`'s tail, with no
+    /// shares, the stream's clock, and its record deferred: it is due before the stream moves
+    /// on or goes back to its pool ([`Planner::record_due`]), or sooner when a wait needs it
+    /// ([`Planner::record_event`]).
+    pub(super) fn defer_record(&mut self, stream: StreamId) -> EventId {
         let device = self.streams[stream.index()].device;
         let (event, fresh) = self.pooled_event(device);
         self.event_pools[device.index()].pop();
@@ -129,13 +137,39 @@ impl Planner {
             event,
             fresh,
         });
-        self.steps.push(PlanStep::Record { event, stream });
+        let (streams, events) = (&mut self.streams, &mut self.events);
+        let (source, state) = (&mut streams[stream.index()], &mut events[event.index()]);
+        state.clock.copy_from(&source.clock);
+        state.due_on = Some(stream);
+        source.due = Some(event);
         event
     }
 
+    /// Records the event due at `stream`'s tail, if any: called before a run or wait moves
+    /// the stream past the point the event stands for, and before the stream is pooled.
+    #[inline(always)]
+    pub(super) fn record_due(&mut self, stream: StreamId) {
+        if let Some(event) = self.streams[stream.index()].due.take() {
+            self.events[event.index()].due_on = None;
+            self.steps.push(PlanStep::Record { event, stream });
+        }
+    }
+
+    /// Records `event` now if its record is still deferred (a wait on it comes next).
+    #[inline(always)]
+    pub(super) fn record_event(&mut self, event: EventId) {
+        if let Some(stream) = self.events[event.index()].due_on {
+            self.record_due(stream);
+        }
+    }
+
+    /// Gives `event` back to its pool; a record still due is dropped (no branch needs it).
     #[inline(always)]
     pub(super) fn release_event(&mut self, event: EventId) {
         let state = &mut self.events[event.index()];
+        if let Some(stream) = state.due_on.take() {
+            self.streams[stream.index()].due = None;
+        }
         self.event_pools[state.device.index()].push(event);
         self.steps.push(PlanStep::ReleaseEvent {
             device: state.device,

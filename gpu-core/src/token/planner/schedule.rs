@@ -73,6 +73,8 @@ impl Planner {
             let implied = Some(slot) == kept
                 || self.streams[target.index()].clock.known(state.stream) >= state.position;
             if !implied {
+                // The wait moves the target on: an event due at its tail is recorded first.
+                self.record_due(target);
                 // Merge the point's clock: its stream's (still at the point, since the token
                 // owns the stream) or its fork event's.
                 match state.hold {
@@ -83,6 +85,7 @@ impl Planner {
                         self.wait_for_tail(target, state.stream);
                     }
                     Hold::ForkEvent(event) => {
+                        self.record_event(event);
                         let from = &self.events[event.index()].clock;
                         self.streams[target.index()]
                             .clock
@@ -108,9 +111,10 @@ impl Planner {
         self.tail_token(target, producer)
     }
 
-    /// Runs `op` next on `stream` (of `device`).
+    /// Runs `op` next on `stream` (of `device`), after recording an event due at its tail.
     #[inline(always)]
     fn run_on(&mut self, op: OpId, device: DeviceId, stream: StreamId) {
+        self.record_due(stream);
         self.steps.push(PlanStep::Run { op, device, stream });
         self.advance(stream);
     }

@@ -47,6 +47,9 @@ pub(super) struct StreamState {
     /// Planner time of the last run or wait on the stream.
     pub(super) tail_time: u64,
     pub(super) clock: Clock,
+    /// A fork event whose record is deferred: its point is this stream's tail, and it is
+    /// recorded before the stream moves on (or sooner, when a wait needs it).
+    pub(super) due: Option<EventId>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,8 +58,11 @@ pub(super) struct EventState {
     /// Fork branches still holding the event.
     pub(super) shares: u32,
     /// For a fork event (the only kind a token refers to): the recording stream's clock at
-    /// the record. Events recorded for a single wait go back to the pool right after it.
+    /// the fork's point. Events recorded for a single wait go back to the pool right after it.
     pub(super) clock: Clock,
+    /// The stream whose tail the event is still to be recorded at (the fork's point, which
+    /// the stream has not moved past); `None` once recorded, and for pooled events.
+    pub(super) due_on: Option<StreamId>,
 }
 
 /// Per-call buffers, reused so that planning does not allocate once warm. They carry nothing

@@ -73,23 +73,28 @@ fn a_begun_wait_keeps_its_stream_and_event_out_of_the_pools_until_it_ends() {
     assert_eq!(pending, PendingWait::Stream(held));
     let b = start(&mut p, 1, D0);
     assert_ne!(p.stream_of(&b).unwrap(), held);
-    p.end_wait(pending);
+    p.end_wait(pending, true);
     let c = start(&mut p, 2, D0);
     assert_eq!(
         p.stream_of(&c).unwrap(),
         held,
         "back in the pool once the wait ended"
     );
-    // A fork event: not recorded again by another fork while a wait on its branch is open.
+    // A fork event: recorded by the wait that needs it first, and not taken by another fork
+    // while that wait is open.
     let [keep, branch] = <[Token; 2]>::try_from(fork(&mut p, c, 2)).unwrap();
-    let event = recorded(&take(&mut p, &mut plan)).unwrap();
+    assert_eq!(recorded(&take(&mut p, &mut plan)), None, "deferred");
     let pending = p.begin_wait(branch).unwrap();
+    let event = recorded(&take(&mut p, &mut plan)).expect("the wait needs the record");
     assert_eq!(pending, PendingWait::Event(event));
     let [keep_b, branch_b] = <[Token; 2]>::try_from(fork(&mut p, b, 2)).unwrap();
-    let recorded_again = recorded(&take(&mut p, &mut plan));
-    assert!(recorded_again.is_some(), "the second fork records an event");
-    assert_ne!(recorded_again, Some(event));
-    p.end_wait(pending);
+    let taken_again = take(&mut p, &mut plan).iter().find_map(|step| match *step {
+        PlanStep::AcquireEvent { event, .. } => Some(event),
+        _ => None,
+    });
+    assert!(taken_again.is_some(), "the second fork takes an event");
+    assert_ne!(taken_again, Some(event));
+    p.end_wait(pending, true);
     assert!(
         take(&mut p, &mut plan).contains(&PlanStep::ReleaseEvent { device: D0, event }),
         "the last share ended with the wait"
@@ -259,24 +264,32 @@ fn a_fan_in_wider_than_a_clock_lists_still_implies_every_branch() {
 }
 
 #[test]
-fn fork_records_once_and_waits_lazily_per_branch() {
+fn fork_records_once_at_its_point_and_waits_lazily_per_branch() {
     let mut p = Planner::new(1);
     let mut plan = Vec::new();
     let a = start(&mut p, 0, D0);
+    let stream = p.stream_of(&a).unwrap();
     take(&mut p, &mut plan);
     let branches = fork(&mut p, a, 3);
     let at_fork = take(&mut p, &mut plan);
-    assert_eq!(records(&at_fork), 1);
-    assert_eq!(waits(&at_fork), 0);
+    assert_eq!((records(&at_fork), waits(&at_fork)), (0, 0), "deferred");
     let mut rest = branches.into_iter();
     let keep = rest.next().unwrap();
     let b1 = rest.next().unwrap();
     let b2 = rest.next().unwrap();
+    // The stream moves on: the event is recorded just before, at the fork's point.
     let k = then(&mut p, 1, D0, vec![keep]);
-    assert_eq!(waits(&take(&mut p, &mut plan)), 0);
+    let moved_on = take(&mut p, &mut plan);
+    assert!(
+        matches!(
+            moved_on[..],
+            [PlanStep::Record { stream: s, .. }, PlanStep::Run { op: OpId(1), .. }] if s == stream
+        ),
+        "{moved_on:?}"
+    );
     let x = then(&mut p, 2, D0, vec![b1]);
     let first_use = take(&mut p, &mut plan);
-    assert_eq!(waits(&first_use), 1);
+    assert_eq!((records(&first_use), waits(&first_use)), (0, 1));
     assert!(
         !first_use
             .iter()
@@ -368,6 +381,99 @@ fn forking_a_branch_shares_its_event() {
         p.wait(t).unwrap();
     }
     p.wait(keep).unwrap();
+    assert_eq!(finish_clean(&mut p, &mut plan).unwaited, vec![]);
+}
+
+/// Branches used again on the fork's stream before it moves on need no event at all: the
+/// fork takes one from the pool (no driver call when warm) and gives it back unrecorded.
+#[test]
+fn a_fork_whose_branches_land_on_its_stream_records_no_event() {
+    let mut p = Planner::new(1);
+    let mut plan = Vec::new();
+    let a = start(&mut p, 0, D0);
+    let stream = p.stream_of(&a).unwrap();
+    // Into one operation after all branches.
+    let branches = fork(&mut p, a, 3);
+    let after = then(&mut p, 1, D0, branches);
+    assert_eq!(p.stream_of(&after).unwrap(), stream);
+    // Into a join, then an operation.
+    let mut branches = fork(&mut p, after, 2);
+    let joined = p.join(&mut branches).unwrap();
+    let last = then(&mut p, 2, D0, vec![joined]);
+    let steps = take(&mut p, &mut plan);
+    assert_eq!((records(&steps), waits(&steps)), (0, 0), "{steps:?}");
+    assert_eq!(p.stream_of(&last).unwrap(), stream);
+    p.wait(last).unwrap();
+    assert_eq!(finish_clean(&mut p, &mut plan).unwaited, vec![]);
+}
+
+/// A second fork at the point of the first (its first branch forked again before the stream
+/// moved on) shares the first's event: one event, one record, one wait per using stream.
+#[test]
+fn forking_again_at_the_same_point_shares_the_event() {
+    let mut p = Planner::new(2);
+    let mut plan = Vec::new();
+    let a = start(&mut p, 0, D0);
+    let [keep, first] = <[Token; 2]>::try_from(fork(&mut p, a, 2)).unwrap();
+    let [keep, second] = <[Token; 2]>::try_from(fork(&mut p, keep, 2)).unwrap();
+    let forks = take(&mut p, &mut plan);
+    let acquired = |steps: &[PlanStep]| {
+        steps
+            .iter()
+            .filter(|s| matches!(s, PlanStep::AcquireEvent { .. }))
+            .count()
+    };
+    assert_eq!((acquired(&forks), records(&forks)), (1, 0), "{forks:?}");
+    let moved_on = then(&mut p, 1, D0, vec![keep]);
+    let elsewhere = then(&mut p, 2, D1, vec![first, second]);
+    let steps = take(&mut p, &mut plan);
+    assert_eq!((records(&steps), waits(&steps)), (1, 1), "{steps:?}");
+    p.wait(moved_on).unwrap();
+    p.wait(elsewhere).unwrap();
+    assert_eq!(finish_clean(&mut p, &mut plan).unwaited, vec![]);
+}
+
+/// What a host synchronisation saw complete: its point and everything ordered before it, and
+/// only once it succeeded. A branch whose event is not recorded yet is asked about on its
+/// stream.
+#[test]
+fn a_synchronisation_that_succeeded_completes_what_it_covered() {
+    let mut p = Planner::new(2);
+    let mut plan = Vec::new();
+    let a = start(&mut p, 0, D0);
+    let stream = p.stream_of(&a).unwrap();
+    let [keep, branch] = <[Token; 2]>::try_from(fork(&mut p, a, 2)).unwrap();
+    assert_eq!(p.pending_of(&branch), Ok(PendingWait::Stream(stream)));
+    let other = start(&mut p, 1, D1);
+    let later = then(&mut p, 2, D0, vec![keep]);
+    assert_eq!(p.completed(&branch), Ok(false));
+    // A failed synchronisation sees nothing complete.
+    let pending = p.begin_wait(other).unwrap();
+    p.end_wait(pending, false);
+    assert_eq!(p.completed(&branch), Ok(false));
+    // The branch's point is before `later`'s, on its stream.
+    let pending = p.begin_wait(later).unwrap();
+    p.end_wait(pending, true);
+    assert_eq!(p.completed(&branch), Ok(true));
+    let after = then(&mut p, 3, D0, vec![branch]);
+    assert_eq!(
+        p.completed(&after),
+        Ok(false),
+        "a point after the synchronisation"
+    );
+    // Through a wait: `joined` waited on D1's point, so synchronising it covers D1's work.
+    let d1 = start(&mut p, 4, D1);
+    let [d1_keep, d1_branch] = <[Token; 2]>::try_from(fork(&mut p, d1, 2)).unwrap();
+    let joined = then(&mut p, 5, D0, vec![after, d1_branch]);
+    assert_eq!(p.completed(&d1_keep), Ok(false));
+    p.wait(joined).unwrap();
+    assert_eq!(p.completed(&d1_keep), Ok(true));
+    assert!(matches!(
+        p.completed(&Token::from_id(TokenId::new(p.id(), 999, 0))),
+        Err(Error::TokenUnknown { .. })
+    ));
+    p.wait(d1_keep).unwrap();
+    take(&mut p, &mut plan);
     assert_eq!(finish_clean(&mut p, &mut plan).unwaited, vec![]);
 }
 
@@ -465,12 +571,14 @@ fn a_synchronous_wait_on_a_branch_synchronises_its_event() {
     take(&mut p, &mut plan);
     p.wait(branch).unwrap();
     let steps = take(&mut p, &mut plan);
+    // Nothing needed the fork's event before: the wait records it first.
     assert!(matches!(
         steps[..],
         [
+            PlanStep::Record { event: e0, .. },
             PlanStep::SynchronizeEvent { event: e1 },
             PlanStep::ReleaseEvent { event: e2, .. }
-        ] if e1 == e2
+        ] if e0 == e1 && e1 == e2
     ));
     p.wait(keep).unwrap();
     finish_clean(&mut p, &mut plan);
