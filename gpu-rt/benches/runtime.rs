@@ -7,7 +7,14 @@
 //! - a worker hand-off round trip (submit an empty action and wait for it);
 //! - an allocation hit (alloc + free of a cached size) through the runtime against the same
 //!   pair on a bare `DeviceAllocator` (no lock, a fake driver): what the runtime's memory lock,
-//!   buffer and use list cost;
+//!   buffer and use list cost; through the host backend (which records every buffer) and
+//!   through one that takes no note of buffers, as the CUDA backend;
+//! - the pinned lookup (`Runtime::pinned_address(ptr, 64, device 0)`) with 4,096 locked regions
+//!   of 32 KiB at random addresses inside them, as the hardware bench's case 3 asks it, against
+//!   the bare lock table's lookup (no lock) of the same regions and addresses: what the
+//!   runtime's lock and wrapper cost over the table's search; warm, and in batches of 4,096
+//!   that each start after 4 MiB of other memory traffic (`_cold`), as the hardware bench's
+//!   batches start after a batch of driver calls;
 //! - a chained launch through a kernel handle on a backend whose calls do nothing
 //!   (`NullBackend`), against that backend's own launch: the runtime's cost per launch, which on
 //!   a GPU comes on top of the driver's; and on the same backend a round of a k-way join (k = 2,
@@ -26,6 +33,8 @@ use gpu_core::allocator::model::{FakeDriver, capabilities};
 use gpu_core::allocator::{AllocRequest, AllocatorConfig, DeviceAllocator, MemoryKind, Release};
 use gpu_core::backend::live::{HandleKey, LiveAllocations, LiveHandles};
 use gpu_core::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims};
+use gpu_core::lock_table::{LockTable, PinDriver};
+use gpu_core::seeded::SplitMix64;
 use gpu_core::token::Token;
 use gpu_core::{ByteRange, DeviceId, Result};
 use gpu_rt::host::{HostBackend, HostConfig};
@@ -167,6 +176,17 @@ fn allocation_hit(c: &mut Criterion) {
             rt.free(black_box(buffer)).unwrap();
         })
     });
+    // The CUDA backend's case: a backend that takes no note of buffers (the host backend
+    // records each one, to bound accesses by it).
+    let null = Runtime::new(NullBackend::new()).unwrap();
+    null.free(null.alloc(D0, MemoryKind::Device, SIZE).unwrap())
+        .unwrap();
+    group.bench_function("null_backend_runtime_alloc_free", |b| {
+        b.iter(|| {
+            let buffer = null.alloc(D0, MemoryKind::Device, black_box(SIZE)).unwrap();
+            null.free(black_box(buffer)).unwrap();
+        })
+    });
     let mut driver = FakeDriver::new(1 << 40);
     let mut allocator = DeviceAllocator::new(
         D0,
@@ -183,6 +203,116 @@ fn allocation_hit(c: &mut Criterion) {
         })
     });
     group.finish();
+}
+
+fn pinned_lookup(c: &mut Criterion) {
+    // As gpu-cuda-ffi's hardware bench (case 3): 32 KiB regions 64 KiB apart, queries of 64
+    // bytes at random offsets inside random regions, taken in a cycle of 4,096.
+    const REGIONS: usize = 4096;
+    const REGION: usize = 32 << 10;
+    const STRIDE: usize = 64 << 10;
+    const QUERY_LEN: usize = 64;
+    const QUERIES: usize = 4096;
+    let mut group = c.benchmark_group("pinned_lookup");
+    let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(2))).unwrap();
+    // Zeroed: the pages are never touched, so this reserves address space, not memory.
+    let backing = vec![0u8; REGIONS * STRIDE + STRIDE];
+    let base = (backing.as_ptr() as usize).next_multiple_of(STRIDE);
+    let mut table = LockTable::new(2).unwrap();
+    for index in 0..REGIONS {
+        let region = base + index * STRIDE;
+        rt.lock_range(region, REGION).unwrap();
+        table.lock(&mut HostAddresses, region, REGION).unwrap();
+    }
+    let mut random = SplitMix64::new(0x9e37_79b9_7f4a_7c15);
+    let queries: Vec<usize> = (0..QUERIES)
+        .map(|_| base + random.below(REGIONS) * STRIDE + random.below(REGION - QUERY_LEN))
+        .collect();
+    for &query in &queries {
+        let ours = rt.pinned_address(query, QUERY_LEN, D0).unwrap();
+        assert_eq!(ours, Some(query), "every query hits");
+        assert_eq!(table.lookup(query, QUERY_LEN, D0).unwrap(), ours);
+    }
+    let mut next = 0;
+    let mut query = || {
+        next = (next + 1) & (QUERIES - 1);
+        black_box(queries[next])
+    };
+    group.bench_function("runtime_pinned_address_4096", |b| {
+        b.iter(|| rt.pinned_address(query(), QUERY_LEN, D0).unwrap())
+    });
+    group.bench_function("bare_table_lookup_4096", |b| {
+        b.iter(|| table.lookup(query(), QUERY_LEN, D0).unwrap())
+    });
+    // On the GPU box each batch of 4,096 lookups follows a batch of driver calls, which leave
+    // little of the table in the core's caches: the same, after other memory traffic.
+    let mut other = vec![0u64; EVICT_BYTES / 8];
+    group.bench_function("runtime_pinned_address_4096_cold", |b| {
+        b.iter_custom(|iterations| {
+            cold_batches(iterations, QUERIES, &mut other, || {
+                black_box(rt.pinned_address(query(), QUERY_LEN, D0).unwrap());
+            })
+        })
+    });
+    group.bench_function("bare_table_lookup_4096_cold", |b| {
+        b.iter_custom(|iterations| {
+            cold_batches(iterations, QUERIES, &mut other, || {
+                black_box(table.lookup(query(), QUERY_LEN, D0).unwrap());
+            })
+        })
+    });
+    group.finish();
+    for index in 0..REGIONS {
+        rt.unlock_range(base + index * STRIDE).unwrap();
+    }
+}
+
+/// Bytes of other memory traffic before each cold batch: twice the largest L2 of the machines
+/// this runs on, so the table is left in the last-level cache at best.
+const EVICT_BYTES: usize = 4 << 20;
+
+/// Times `iterations` calls of `op` in batches of `batch`, writing `other` (untimed) before
+/// each batch so that the batch starts with cold core caches.
+fn cold_batches(
+    iterations: u64,
+    batch: usize,
+    other: &mut [u64],
+    mut op: impl FnMut(),
+) -> std::time::Duration {
+    let mut total = std::time::Duration::ZERO;
+    let mut left = iterations;
+    while left > 0 {
+        // One write a cache line.
+        for word in other.iter_mut().step_by(8) {
+            *word = word.wrapping_add(1);
+        }
+        black_box(&mut *other);
+        let calls = left.min(batch as u64);
+        let start = std::time::Instant::now();
+        for _ in 0..calls {
+            op();
+        }
+        total += start.elapsed();
+        left -= calls;
+    }
+    total
+}
+
+/// A pin driver for the bare table that pins nothing and gives every device the host address,
+/// as the host backend does.
+struct HostAddresses;
+
+impl PinDriver for HostAddresses {
+    fn pin(&mut self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
+        device_ptrs.fill(range.start);
+        Ok(())
+    }
+    fn unpin(&mut self, _start: usize) -> Result<()> {
+        Ok(())
+    }
+    fn pinned_extent(&mut self, _ptr: usize, _out: &mut [usize]) -> Result<Option<ByteRange>> {
+        Ok(None)
+    }
 }
 
 /// A backend whose calls succeed and do nothing (device descriptions from the host backend's
@@ -521,6 +651,7 @@ criterion_group!(
     guard,
     worker,
     allocation_hit,
+    pinned_lookup,
     null_backend,
     live_handles
 );

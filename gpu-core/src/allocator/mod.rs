@@ -93,7 +93,7 @@ impl DeviceAllocator {
             support.max_size,
             &self.config,
         )?;
-        let (slot, generation, address, path) = self.caches[request.kind.cache_index()].allocate(
+        let (key, address, path) = self.caches[request.kind.cache_index()].allocate(
             driver,
             &shape,
             request.order,
@@ -101,11 +101,7 @@ impl DeviceAllocator {
             &self.config,
         )?;
         Ok(Allocation {
-            handle: BlockHandle {
-                kind: request.kind,
-                slot,
-                generation,
-            },
+            handle: BlockHandle::new(request.kind, key),
             address,
             size: shape.size,
             path,
@@ -123,10 +119,10 @@ impl DeviceAllocator {
         release: Release,
     ) -> Result<()> {
         let config = self.config;
-        self.caches[handle.kind.cache_index()].free(
+        self.caches[handle.kind().cache_index()].free(
             driver,
-            handle.slot,
-            handle.generation,
+            handle.key.slot(),
+            handle.key.generation(),
             release,
             &config,
         )
@@ -135,7 +131,11 @@ impl DeviceAllocator {
     /// Records that the allocation is also used by work on `stream` (as PyTorch's
     /// `recordStream`): when freed, it is reused only after that work has completed.
     pub fn mark_used_on(&mut self, handle: BlockHandle, stream: StreamId) -> Result<()> {
-        self.caches[handle.kind.cache_index()].mark_used_on(handle.slot, handle.generation, stream)
+        self.caches[handle.kind().cache_index()].mark_used_on(
+            handle.key.slot(),
+            handle.key.generation(),
+            stream,
+        )
     }
 
     /// Takes every stream that used this memory as idle (the caller has synchronised them all,

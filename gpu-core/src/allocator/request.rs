@@ -79,19 +79,53 @@ pub enum AllocPath {
     Fallback,
 }
 
+/// A block's slot in its cache (low half) and its generation (high half), in one word that is
+/// written and read whole. As two `u32`s, a block just served was stored in halves on the way
+/// out of the cache and then loaded whole into the caller's handle: a load the store buffer
+/// cannot forward, a stall of about 4 ns on every allocation hit (seen with perf).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct BlockKey(u64);
+
+impl BlockKey {
+    pub(crate) const fn new(slot: u32, generation: u32) -> Self {
+        Self(slot as u64 | (generation as u64) << 32)
+    }
+
+    pub(crate) const fn slot(self) -> u32 {
+        self.0 as u32
+    }
+
+    pub(crate) const fn generation(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+}
+
 /// A handle to one live allocation; give it back to
 /// [`DeviceAllocator::free`](super::DeviceAllocator::free).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BlockHandle {
-    pub(super) kind: MemoryKind,
-    pub(super) slot: u32,
-    pub(super) generation: u32,
+    kind: MemoryKind,
+    pub(super) key: BlockKey,
 }
 
 impl BlockHandle {
+    pub(super) const fn new(kind: MemoryKind, key: BlockKey) -> Self {
+        Self { kind, key }
+    }
+
     /// The kind of memory the handle names.
     pub const fn kind(&self) -> MemoryKind {
         self.kind
+    }
+}
+
+impl core::fmt::Debug for BlockHandle {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("BlockHandle")
+            .field("kind", &self.kind)
+            .field("slot", &self.key.slot())
+            .field("generation", &self.key.generation())
+            .finish()
     }
 }
 

@@ -137,6 +137,7 @@ impl<B: Backend> Runtime<B> {
     /// Frees a buffer's block after the streams in `uses` (taken from the buffer, which is
     /// being dropped: no span of it is left).
     /// A block of an earlier epoch of its device (before a reset, which freed it) is done with.
+    #[inline]
     pub(super) fn release_block(
         &self,
         device: DeviceId,

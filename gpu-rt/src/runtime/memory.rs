@@ -159,7 +159,9 @@ impl<B: Backend> DeviceMemory<B> {
         noted
     }
 
-    #[inline]
+    // Always inlined: a free is the allocation hit's other half, and as a call it cost a
+    // frame and its result through memory (about 50 instructions of the pair's 340).
+    #[inline(always)]
     fn free_once(
         &mut self,
         backend: &B,

@@ -3,7 +3,7 @@
 
 use alloc::vec::Vec;
 
-use crate::allocator::request::AllocPath;
+use crate::allocator::request::{AllocPath, BlockKey};
 use crate::id::{EventId, StreamId};
 
 /// "No block" in every block link.
@@ -77,5 +77,6 @@ pub(super) struct Borrowed {
     pub(super) waited: bool,
 }
 
-/// What [`KindCache::allocate`](super::KindCache::allocate) hands back: slot, generation, address, path.
-pub(crate) type Served = (u32, u32, usize, AllocPath);
+/// What [`KindCache::allocate`](super::KindCache::allocate) hands back: the block's slot and
+/// generation, its address, and the path that served it.
+pub(crate) type Served = (BlockKey, usize, AllocPath);

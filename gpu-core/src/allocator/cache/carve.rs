@@ -4,7 +4,7 @@
 use super::KindCache;
 use super::block::{Block, IDLE, NIL, Served, State};
 use crate::allocator::policy::{AllocatorConfig, Shape, should_split};
-use crate::allocator::request::AllocPath;
+use crate::allocator::request::{AllocPath, BlockKey};
 
 impl KindCache {
     /// The best fit among the requesting lane and the idle lane (the own lane wins ties).
@@ -80,7 +80,7 @@ impl KindCache {
         b.requested = shape.size;
         let (size, generation, addr) = (b.size, b.generation, b.addr);
         self.stats.note_allocated(size, shape.size);
-        (block, generation, addr, path)
+        (BlockKey::new(block, generation), addr, path)
     }
 
     /// The lane's parked block, if it serves the request as it is: same pool, big enough,
