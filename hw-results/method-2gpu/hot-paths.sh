@@ -31,6 +31,8 @@ if [ "${PART:-bench}" = bench ]; then
     step torch-compare 200 python3 "$B/torch/compare.py" --lib "$B/torch/libgpu_capi.so" \
       --out "$OUT/torch" --only "$TORCH_ONLY" --repeats "${TORCH_REPEATS:-5}"
     sed 's/^/torch: /' "$OUT/torch/results.md" >>"$log" 2>/dev/null
+    # One file back instead of one per run (a call returns a limited number of files).
+    tar czf "$OUT/torch.tgz" -C "$OUT" torch && rm -rf "$OUT/torch"
   fi
 else
   for test in "$B"/tests/*; do
@@ -39,7 +41,7 @@ else
     grep -E '^(backend |passed |skipped |FAILED |failed |test result)' "$OUT/test-$name.out" | sed "s/^/$name: /" >>"$log"
   done
   step stress 90 "$B/examples/stress" --seconds 30 --threads 16 --scaling 2 --seed 1
-  grep -E '^(\||scaling|soak: (16|growth|shutdown|passed|FAILED))|failures' "$OUT/stress.out" | head -14 | sed 's/^/stress: /' >>"$log"
+  grep -E '^(scaling|\| (1|4|16) \||soak: (16|growth|shutdown|passed|FAILED))' "$OUT/stress.out" | sed 's/^/stress: /' >>"$log"
   sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -n 1)
   step memcheck-stress 120 "$sanitizer" --tool memcheck --leak-check full --error-exitcode 99 \
     "$B/examples/stress" --seconds 4 --threads 4 --scaling 0 --seed 2
