@@ -100,11 +100,7 @@ impl<B: Backend> Runtime<B> {
     /// ```
     pub fn free_after(&self, buffer: Buffer<'_, B>, after: &Token) -> Result<()> {
         self.own_as(&buffer.all(), "buffer")?;
-        let stream = self
-            .state
-            .lock()
-            .planner
-            .stream_of(after)?;
+        let stream = self.state.lock().planner.stream_of(after)?;
         buffer.uses.note(stream);
         buffer.release()
     }

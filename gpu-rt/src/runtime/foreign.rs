@@ -1,7 +1,6 @@
 //! Memory in the order of other programs' streams (a framework such as PyTorch hands its own
 //! streams to a pluggable allocator): adopted streams, allocation and free by address.
 
-
 use super::Runtime;
 use super::memory::DeviceMemory;
 use gpu_core::allocator::{AllocRequest, MemoryKind};
@@ -188,10 +187,7 @@ impl<B: Backend> Runtime<B> {
         }
         // SAFETY: the caller's promise, passed on.
         let handle = unsafe { self.backend.adopt_stream(device, raw) }?;
-        let stream = self
-            .state
-            .lock()
-            .adopt_stream(device, handle)?;
+        let stream = self.state.lock().adopt_stream(device, handle)?;
         memory.note_adopted(raw, stream);
         Ok(stream)
     }

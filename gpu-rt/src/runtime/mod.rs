@@ -746,10 +746,7 @@ impl<B: Backend> Runtime<B> {
     /// # Ok::<(), Error>(())
     /// ```
     pub fn stats(&self) -> RuntimeStats {
-        let mut stats = self
-            .state
-            .lock()
-            .stats();
+        let mut stats = self.state.lock().stats();
         for (index, device) in self.memory.iter().enumerate() {
             let memory = device.lock();
             stats.allocator_events_in_use += memory.events.in_use();

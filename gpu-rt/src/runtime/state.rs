@@ -217,20 +217,29 @@ impl<B: Backend> State<B> {
         let token = self.planner.run(op, device, after)?;
         self.next_op = self.next_op.wrapping_add(1);
         self.counts.operations += 1;
-        let mut run = None;
-        let executed = self.execute(backend, &mut |_, _, stream, handle| {
-            // A plan of one operation has one `Run` step: a second would be a planner bug.
-            match run.replace((stream, handle)) {
-                None => Ok(()),
-                Some(_) => Err(Error::UnknownStream { stream }),
+        // After the previous token on its stream, the plan is the run alone.
+        let run = match self.planner.take_lone_run() {
+            Some(stream) => self.stream(stream).map(|(_, handle)| (stream, handle)),
+            None => {
+                let mut run = None;
+                let executed = self.execute(backend, &mut |_, _, stream, handle| {
+                    // A plan of one operation has one `Run` step: a second would be a planner
+                    // bug.
+                    match run.replace((stream, handle)) {
+                        None => Ok(()),
+                        Some(_) => Err(Error::UnknownStream { stream }),
+                    }
+                });
+                // No `Run` step at all would also be a planner bug, reported rather than
+                // trusted.
+                executed.and_then(|()| {
+                    run.ok_or(Error::UnknownStream {
+                        stream: StreamId(u32::MAX),
+                    })
+                })
             }
-        });
-        // No `Run` step at all would also be a planner bug, reported rather than trusted.
-        match executed.and_then(|()| {
-            run.ok_or(Error::UnknownStream {
-                stream: StreamId(u32::MAX),
-            })
-        }) {
+        };
+        match run {
             Ok((stream, handle)) => Ok(Planned {
                 token,
                 device,

@@ -145,6 +145,37 @@ impl Planner {
         }
     }
 
+    /// Takes the planned steps if they are one operation's run and nothing else (an operation
+    /// after the previous token on its stream, the common case): its stream, with no step
+    /// buffer handed over. Otherwise leaves the steps for [`Planner::take_steps`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_core::token::{OpId, Planner};
+    /// use gpu_core::DeviceId;
+    ///
+    /// let mut planner = Planner::new(1);
+    /// let first = planner.run(OpId(0), DeviceId(0), &mut vec![])?;
+    /// assert_eq!(planner.take_lone_run(), None); // a stream was acquired first
+    /// let mut steps = Vec::new();
+    /// planner.take_steps(&mut steps);
+    /// let second = planner.run(OpId(1), DeviceId(0), &mut vec![first])?;
+    /// assert_eq!(planner.take_lone_run(), planner.stream_of(&second).ok());
+    /// # Ok::<(), gpu_core::Error>(())
+    /// ```
+    #[inline]
+    pub fn take_lone_run(&mut self) -> Option<StreamId> {
+        match self.steps.as_slice() {
+            [PlanStep::Run { stream, .. }] => {
+                let stream = *stream;
+                self.steps.clear();
+                Some(stream)
+            }
+            _ => None,
+        }
+    }
+
     /// The stream of a live token's point: the stream it owns, or the stream a fork branch's
     /// event was recorded on.
     pub fn stream_of(&self, token: &Token) -> Result<StreamId> {
