@@ -26,9 +26,10 @@ impl<B: ClientBackend> Objects<B> {
         if address == 0 {
             return Err(Error::NullPointer { what }.into());
         }
-        let end = address
-            .checked_add(len)
-            .ok_or(Error::AddressOverflow { ptr: address, len })?;
+        // Built only on failure (an error made eagerly for `ok_or` is dropped on every call).
+        let Some(end) = address.checked_add(len) else {
+            return Err(Error::AddressOverflow { ptr: address, len }.into());
+        };
         let refused = |detail: String| Err(CapiError::InvalidArgument { what, detail });
         if let Some((&start, buffer)) = self.buffers.range(..=address).next_back()
             && address - start < buffer.size()
@@ -93,24 +94,25 @@ fn mem_alloc<B: ClientBackend>(
         MemoryKind::Device
     };
     let device = device();
-    let buffer = if stream != 0 && !host_shared && size != 0 {
-        on_stream(
+    if stream != 0 && !host_shared && size != 0 {
+        return on_stream(
             session,
             stream,
             |_| Ok(()),
-            |after| {
+            |objects, after| {
                 let (buffer, token) = runtime.alloc_after(device, kind, size, after)?;
-                Ok((token, buffer))
+                let address = buffer.address();
+                objects.buffers.insert(address, buffer);
+                Ok((token, address))
             },
-        )?
-    } else {
-        // Managed memory is allocated at once (as upstream's); the stream is still checked.
-        check_stream(session, stream)?;
-        if size == 0 {
-            return Ok(0); // upstream returns null for no bytes
-        }
-        runtime.alloc(device, kind, size)?
-    };
+        );
+    }
+    // Managed memory is allocated at once (as upstream's); the stream is still checked.
+    check_stream(session, stream)?;
+    if size == 0 {
+        return Ok(0); // upstream returns null for no bytes
+    }
+    let buffer = runtime.alloc(device, kind, size)?;
     let address = buffer.address();
     session.mlir.lock().buffers.insert(address, buffer);
     Ok(address)
@@ -173,7 +175,7 @@ fn memcpy<B: ClientBackend>(
             objects.check_range(dst, bytes, "copy destination")?;
             objects.check_range(src, bytes, "copy source")
         },
-        |after| Ok((runtime.copy(device(), to, from, after)?, ())),
+        |_, after| Ok((runtime.copy(device(), to, from, after)?, ())),
     )
 }
 
@@ -187,11 +189,14 @@ fn memset<B: ClientBackend>(
     let runtime = session.runtime();
     let bytes = usize::try_from(count)
         .ok()
-        .and_then(|count| count.checked_mul(value.width()))
-        .ok_or(Error::AddressOverflow {
+        .and_then(|count| count.checked_mul(value.width()));
+    let Some(bytes) = bytes else {
+        return Err(Error::AddressOverflow {
             ptr: dst,
             len: usize::MAX,
-        })?;
+        }
+        .into());
+    };
     if bytes == 0 {
         return check_stream(session, stream);
     }
@@ -201,7 +206,7 @@ fn memset<B: ClientBackend>(
         session,
         stream,
         |objects| objects.check_range(dst, bytes, "memset destination"),
-        |after| Ok((runtime.fill_elements(device(), to, value, after)?, ())),
+        |_, after| Ok((runtime.fill_elements(device(), to, value, after)?, ())),
     )
 }
 

@@ -61,6 +61,9 @@ pub(super) struct Objects<B: ClientBackend> {
     pub(super) buffers: BTreeMap<usize, Buffer<'static, B>>,
     /// The program's own stream/event calls and where to write them, when asked for.
     pub(super) trace: Option<(PathBuf, Vec<TraceOp>)>,
+    /// An empty `Vec` whose room each operation borrows for its dependencies or a fork's
+    /// branches and gives back ([`Objects::recycle`]), so no call allocates one.
+    pub(super) spare: Vec<Token>,
 }
 
 impl<B: ClientBackend> ClientSlot<B> for MlirSlot {
@@ -88,6 +91,7 @@ impl<B: ClientBackend> ClientObjects<B> for MlirObjects<B> {
                 function_names: HashMap::new(),
                 kernels: HashMap::new(),
                 buffers: BTreeMap::new(),
+                spare: Vec::new(),
             }),
         }
     }
@@ -139,6 +143,13 @@ impl<B: ClientBackend> MlirObjects<B> {
 }
 
 impl<B: ClientBackend> Objects<B> {
+    /// Keeps `tokens`' room as the spare `Vec` for the next operation, once the runtime has
+    /// consumed them (any it left are dropped, as the `Vec` would have been).
+    pub(super) fn recycle(&mut self, mut tokens: Vec<Token>) {
+        tokens.clear();
+        self.spare = tokens;
+    }
+
     /// Records one of the program's stream/event calls, when a trace is asked for.
     pub(super) fn note(&mut self, op: impl FnOnce() -> TraceOp) {
         if let Some((_, ops)) = &mut self.trace {

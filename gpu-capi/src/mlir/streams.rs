@@ -2,6 +2,7 @@
 //! event as a branch of a recorded tail, and the calls that create, order and wait for them.
 
 use std::ffi::c_void;
+use std::sync::MutexGuard;
 
 use gpu_runtime::Error;
 use gpu_runtime::id::{EventId, StreamId};
@@ -35,24 +36,47 @@ impl<B: ClientBackend> Objects<B> {
     }
 
     /// An operation's dependencies on `stream`: its queued waits and its tail, taken out (none
-    /// for the null stream). Refuses a stream that is not live, taking nothing.
+    /// for the null stream) into the spare `Vec`, so nothing is allocated; give it back with
+    /// [`Objects::recycle`] once the runtime has consumed them, or [`Objects::restore`]. Refuses
+    /// a stream that is not live, taking nothing.
     fn take_deps(&mut self, stream: u64) -> Result<Vec<Token>, CapiError> {
-        if stream == 0 {
-            return Ok(Vec::new());
+        let entry = match stream {
+            0 => None,
+            _ => Some(self.streams.get_mut(stream)?),
+        };
+        let mut after = core::mem::take(&mut self.spare);
+        if let Some(entry) = entry {
+            after.append(&mut entry.waits);
+            after.extend(entry.tail.take());
         }
-        let stream = self.stream(stream)?;
-        let mut after = core::mem::take(&mut stream.waits);
-        after.extend(stream.tail.take());
         Ok(after)
     }
 
     /// Gives `after` (from [`Objects::take_deps`]) back to `stream` when the operation was
-    /// refused (the runtime leaves a refused operation's dependencies untouched).
+    /// refused (the runtime leaves a refused operation's dependencies untouched), and its room
+    /// to the spare `Vec`.
     fn restore(&mut self, stream: u64, mut after: Vec<Token>) {
         if let Ok(entry) = self.streams.get_mut(stream) {
             entry.tail = after.pop();
-            entry.waits = after;
+            entry.waits.append(&mut after);
         }
+        self.recycle(after);
+    }
+
+    /// Forks `token` into two with `fork` (the runtime's `fork_into` or `fork_detached_into`),
+    /// its branches in the spare `Vec`, so nothing is allocated.
+    fn fork_two(
+        &mut self,
+        token: Token,
+        fork: impl FnOnce(Token, &mut Vec<Token>) -> Result<(), Error>,
+    ) -> Result<[Token; 2], Error> {
+        let mut branches = core::mem::take(&mut self.spare);
+        let forked = fork(token, &mut branches).map(|()| match (branches.pop(), branches.pop()) {
+            (Some(second), Some(first)) => [first, second],
+            _ => unreachable!("a fork into two"),
+        });
+        self.recycle(branches);
+        forked
     }
 
     /// `stream`'s dependencies as one token: the only one, several joined, or none. A refused
@@ -63,16 +87,18 @@ impl<B: ClientBackend> Objects<B> {
         stream: u64,
     ) -> Result<Option<Token>, CapiError> {
         let mut after = self.take_deps(stream)?;
-        if after.len() < 2 {
-            return Ok(after.pop());
-        }
-        match runtime.join(&mut after) {
-            Ok(point) => Ok(Some(point)),
-            Err(error) => {
-                self.restore(stream, after);
-                Err(error.into())
-            }
-        }
+        let point = match after.len() {
+            0 | 1 => after.pop(),
+            _ => match runtime.join(&mut after) {
+                Ok(point) => Some(point),
+                Err(error) => {
+                    self.restore(stream, after);
+                    return Err(error.into());
+                }
+            },
+        };
+        self.recycle(after);
+        Ok(point)
     }
 
     /// Drops the branches of idle streams (join inputs the program never uses again) whose
@@ -143,26 +169,37 @@ pub(super) fn check_stream<B: ClientBackend>(
     session.mlir.lock().check_stream(stream)
 }
 
-/// Runs one operation on `stream` (null: no stream, and the caller waits for it): `check`
-/// refuses bad arguments against the objects, then `work` gets the dependencies and returns
-/// the new token. A refusal of either leaves the stream as it was.
+/// Runs one operation on `stream` (null: no stream, and the caller waits for it) under one
+/// lock of the objects: a stream that is not live is refused first, then `check` refuses bad
+/// arguments against the objects, then `work` gets the objects and the dependencies and
+/// returns the new token. A refusal of any leaves the stream as it was.
 pub(super) fn on_stream<B: ClientBackend, T>(
     session: &'static Session<B>,
     stream: u64,
     check: impl FnOnce(&Objects<B>) -> Result<(), CapiError>,
-    work: impl FnOnce(&mut Vec<Token>) -> Result<(Token, T), CapiError>,
+    work: impl FnOnce(&mut Objects<B>, &mut Vec<Token>) -> Result<(Token, T), CapiError>,
 ) -> Result<T, CapiError> {
-    let mut objects = session.mlir.lock();
-    objects.check_stream(stream)?;
-    check(&objects)?;
+    on_locked_stream(session, session.mlir.lock(), stream, check, work)
+}
+
+/// [`on_stream`] with the objects already locked by the caller.
+pub(super) fn on_locked_stream<B: ClientBackend, T>(
+    session: &'static Session<B>,
+    mut objects: MutexGuard<'_, Objects<B>>,
+    stream: u64,
+    check: impl FnOnce(&Objects<B>) -> Result<(), CapiError>,
+    work: impl FnOnce(&mut Objects<B>, &mut Vec<Token>) -> Result<(Token, T), CapiError>,
+) -> Result<T, CapiError> {
     let mut after = objects.take_deps(stream)?;
-    let (token, value) = match work(&mut after) {
+    let done = check(&objects).and_then(|()| work(&mut objects, &mut after));
+    let (token, value) = match done {
         Ok(done) => done,
         Err(error) => {
             objects.restore(stream, after);
             return Err(error);
         }
     };
+    objects.recycle(after);
     if stream == 0 {
         drop(objects);
         session.runtime().wait(token)?;
@@ -230,16 +267,23 @@ fn stream_synchronize<B: ClientBackend>(
     stream: u64,
 ) -> Result<(), CapiError> {
     let mut objects = session.mlir.lock();
-    let after = objects.take_deps(stream)?;
+    let mut after = objects.take_deps(stream)?;
     if stream != 0 {
         objects.stream(stream)?.idle = false;
         objects.note(|| TraceOp::SynchronizeStream {
             stream: stream_id(stream),
         });
     }
+    // One dependency (the tail, as a rule) is waited for with the spare `Vec` given back;
+    // several take it along.
+    let (several, last) = match after.len() {
+        0 | 1 => (Vec::new(), after.pop()),
+        _ => (core::mem::take(&mut after), None),
+    };
+    objects.recycle(after);
     drop(objects);
     let runtime = session.runtime();
-    end_all(after, |token| runtime.wait(token))
+    end_all(several.into_iter().chain(last), |token| runtime.wait(token))
 }
 
 fn stream_wait_event<B: ClientBackend>(
@@ -254,8 +298,9 @@ fn stream_wait_event<B: ClientBackend>(
         // Never recorded, or done: nothing to wait for. Else the event keeps one branch and
         // the stream waits on the other.
         let id = token.id();
-        let [keep, branch] = match session.runtime().fork(token, 2) {
-            Ok(branches) => two(branches),
+        let runtime = session.runtime();
+        let [keep, branch] = match objects.fork_two(token, |t, b| runtime.fork_into(t, 2, b)) {
+            Ok(branches) => branches,
             Err(error) => {
                 *objects.event(event)? = Some(Token::from_id(id));
                 return Err(error.into());
@@ -271,10 +316,6 @@ fn stream_wait_event<B: ClientBackend>(
         event: event_id(event),
     });
     Ok(())
-}
-
-fn two(tokens: Vec<Token>) -> [Token; 2] {
-    <[Token; 2]>::try_from(tokens).unwrap_or_else(|_| unreachable!("a fork into two"))
 }
 
 fn event_create<B: ClientBackend>(session: &'static Session<B>) -> Result<u64, CapiError> {
@@ -337,11 +378,8 @@ fn event_record<B: ClientBackend>(
     let (recorded, tail) = match objects.take_point(runtime, stream)? {
         Some(point) => {
             let id = point.id();
-            match runtime.fork_detached(point, 2) {
-                Ok(branches) => {
-                    let [for_event, for_stream] = two(branches);
-                    (Some(for_event), Some(for_stream))
-                }
+            match objects.fork_two(point, |t, b| runtime.fork_detached_into(t, 2, b)) {
+                Ok([for_event, for_stream]) => (Some(for_event), Some(for_stream)),
                 Err(error) => {
                     objects.stream(stream)?.tail = Some(Token::from_id(id));
                     return Err(error.into());
