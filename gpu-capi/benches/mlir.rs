@@ -1,6 +1,9 @@
 //! What the MLIR ABI (`mgpu*`) costs on the host backend, same run:
 //! - one warm iteration of `clients/mlir/forkjoin.mlir` as the lowering calls the ABI (23
-//!   calls; the kernels as memsets, as in the tests): ns per iteration;
+//!   calls; the kernels as memsets, as in the tests): ns per iteration, all in one session, so
+//!   the stream table grows by the join input each iteration leaks (an execution of
+//!   `clients/mlir/forkjoin.c` runs 1,000 iterations by default; criterion runs hundreds of
+//!   thousands);
 //! - a memset in a chain on one MLIR stream (`mgpuMemset32`) against the same fill in a token
 //!   chain through `Runtime` called from Rust (a raw span, the device current, one `Vec` of
 //!   dependencies kept): what the ABI adds to an operation;
