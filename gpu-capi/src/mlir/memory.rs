@@ -11,62 +11,64 @@ use gpu_runtime::runtime::Span;
 use crate::shared::args::non_null;
 use crate::shared::{CapiError, ClientBackend, Session};
 
-use super::objects::Objects;
+use super::objects::{Allocations, Objects};
 use super::session::{device, on_session};
 use super::streams::{check_stream, on_stream};
 
-/// The ranges an operation may reach, checked against the allocations of `mgpuMemAlloc`.
-impl<B: ClientBackend> Objects<B> {
-    /// Refuses a range `[address, address + len)` that an operation would read or write when
-    /// it is null, runs past the top of the address space, runs past the end of the
-    /// allocation of `mgpuMemAlloc` it starts in, or starts outside every such allocation and
-    /// runs into one. Memory this ABI did not allocate (the host's, say) is the program's to
-    /// size.
-    fn check_range(&self, address: usize, len: usize, what: &'static str) -> Result<(), CapiError> {
-        if address == 0 {
-            return Err(Error::NullPointer { what }.into());
-        }
-        let end = address
-            .checked_add(len)
-            .ok_or(Error::AddressOverflow { ptr: address, len })?;
-        let refused = |detail: String| Err(CapiError::InvalidArgument { what, detail });
-        if let Some((&start, buffer)) = self.buffers.range(..=address).next_back()
-            && address - start < buffer.size()
-        {
-            let (offset, size) = (address - start, buffer.size());
-            if len > size - offset {
-                return refused(format!(
-                    "{len} bytes at {address:#x} (offset {offset}) run past the end of the \
-                     {size}-byte allocation at {start:#x}"
-                ));
-            }
-            return Ok(());
-        }
-        match self.buffers.range(address..end).next() {
-            Some((&start, _)) => refused(format!(
-                "{len} bytes at {address:#x} start outside every allocation of mgpuMemAlloc but \
-                 run into the one at {start:#x}"
-            )),
-            None => Ok(()),
-        }
+/// Refuses a range `[address, address + len)` that an operation would read or write when
+/// it is null, runs past the top of the address space, runs past the end of the
+/// allocation of `mgpuMemAlloc` it starts in, or starts outside every such allocation and
+/// runs into one. Memory this ABI did not allocate (the host's, say) is the program's to
+/// size.
+fn check_range<B: ClientBackend>(
+    buffers: &Allocations<B>,
+    address: usize,
+    len: usize,
+    what: &'static str,
+) -> Result<(), CapiError> {
+    if address == 0 {
+        return Err(Error::NullPointer { what }.into());
     }
-
-    /// Why `ptr`, given to free, is not the start of a live allocation of `mgpuMemAlloc`.
-    fn not_allocated(&self, ptr: usize) -> CapiError {
-        let inside = self
-            .buffers
-            .range(..ptr)
-            .next_back()
-            .filter(|(start, buffer)| ptr - **start < buffer.size());
-        CapiError::InvalidArgument {
-            what: "pointer to free",
-            detail: match inside {
-                Some((start, _)) => {
-                    format!("{ptr:#x} lies inside the allocation at {start:#x}; free its start")
-                }
-                None => format!("{ptr:#x} is no allocation of mgpuMemAlloc (or was freed already)"),
-            },
+    // Built only on failure (an error made eagerly for `ok_or` is dropped on every call).
+    let Some(end) = address.checked_add(len) else {
+        return Err(Error::AddressOverflow { ptr: address, len }.into());
+    };
+    let refused = |detail: String| Err(CapiError::InvalidArgument { what, detail });
+    if let Some((&start, buffer)) = buffers.range(..=address).next_back()
+        && address - start < buffer.size()
+    {
+        let (offset, size) = (address - start, buffer.size());
+        if len > size - offset {
+            return refused(format!(
+                "{len} bytes at {address:#x} (offset {offset}) run past the end of the \
+                 {size}-byte allocation at {start:#x}"
+            ));
         }
+        return Ok(());
+    }
+    match buffers.range(address..end).next() {
+        Some((&start, _)) => refused(format!(
+            "{len} bytes at {address:#x} start outside every allocation of mgpuMemAlloc but \
+             run into the one at {start:#x}"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Why `ptr`, given to free, is not the start of a live allocation of `mgpuMemAlloc`.
+fn not_allocated<B: ClientBackend>(buffers: &Allocations<B>, ptr: usize) -> CapiError {
+    let inside = buffers
+        .range(..ptr)
+        .next_back()
+        .filter(|(start, buffer)| ptr - **start < buffer.size());
+    CapiError::InvalidArgument {
+        what: "pointer to free",
+        detail: match inside {
+            Some((start, _)) => {
+                format!("{ptr:#x} lies inside the allocation at {start:#x}; free its start")
+            }
+            None => format!("{ptr:#x} is no allocation of mgpuMemAlloc (or was freed already)"),
+        },
     }
 }
 
@@ -93,24 +95,25 @@ fn mem_alloc<B: ClientBackend>(
         MemoryKind::Device
     };
     let device = device();
-    let buffer = if stream != 0 && !host_shared && size != 0 {
-        on_stream(
+    if stream != 0 && !host_shared && size != 0 {
+        return on_stream(
             session,
             stream,
             |_| Ok(()),
-            |after| {
+            |buffers, after| {
                 let (buffer, token) = runtime.alloc_after(device, kind, size, after)?;
-                Ok((token, buffer))
+                let address = buffer.address();
+                buffers.insert(address, buffer);
+                Ok((token, address))
             },
-        )?
-    } else {
-        // Managed memory is allocated at once (as upstream's); the stream is still checked.
-        check_stream(session, stream)?;
-        if size == 0 {
-            return Ok(0); // upstream returns null for no bytes
-        }
-        runtime.alloc(device, kind, size)?
-    };
+        );
+    }
+    // Managed memory is allocated at once (as upstream's); the stream is still checked.
+    check_stream(session, stream)?;
+    if size == 0 {
+        return Ok(0); // upstream returns null for no bytes
+    }
+    let buffer = runtime.alloc(device, kind, size)?;
     let address = buffer.address();
     session.mlir.lock().buffers.insert(address, buffer);
     Ok(address)
@@ -126,28 +129,37 @@ fn mem_free<B: ClientBackend>(
 ) -> Result<(), CapiError> {
     let runtime = session.runtime();
     let mut objects = session.mlir.lock();
-    objects.check_stream(stream)?;
+    let Objects {
+        streams,
+        buffers,
+        spare,
+        ..
+    } = &mut *objects;
+    let entry = match stream {
+        0 => None,
+        _ => Some(streams.get_mut(stream)?),
+    };
     if ptr == 0 {
         return Ok(()); // as upstream: freeing null does nothing
     }
-    let buffer = objects
-        .buffers
-        .remove(&ptr)
-        .ok_or_else(|| objects.not_allocated(ptr))?;
-    let tail = match objects.take_point(runtime, stream) {
+    let Some(buffer) = buffers.remove(&ptr) else {
+        return Err(not_allocated(buffers, ptr));
+    };
+    let Some(entry) = entry else {
+        return Ok(runtime.free(buffer)?);
+    };
+    let tail = match entry.take_point(runtime, spare) {
         Ok(tail) => tail,
         Err(error) => {
-            objects.buffers.insert(ptr, buffer);
-            return Err(error);
+            buffers.insert(ptr, buffer);
+            return Err(error.into());
         }
     };
     let freed = match &tail {
         Some(tail) => runtime.free_after(buffer, tail),
         None => runtime.free(buffer),
     };
-    if let Some(tail) = tail {
-        objects.stream(stream)?.tail = Some(tail);
-    }
+    entry.tail = tail;
     Ok(freed?)
 }
 
@@ -169,11 +181,11 @@ fn memcpy<B: ClientBackend>(
     on_stream(
         session,
         stream,
-        |objects| {
-            objects.check_range(dst, bytes, "copy destination")?;
-            objects.check_range(src, bytes, "copy source")
+        |buffers| {
+            check_range(buffers, dst, bytes, "copy destination")?;
+            check_range(buffers, src, bytes, "copy source")
         },
-        |after| Ok((runtime.copy(device(), to, from, after)?, ())),
+        |_, after| Ok((runtime.copy(device(), to, from, after)?, ())),
     )
 }
 
@@ -187,11 +199,14 @@ fn memset<B: ClientBackend>(
     let runtime = session.runtime();
     let bytes = usize::try_from(count)
         .ok()
-        .and_then(|count| count.checked_mul(value.width()))
-        .ok_or(Error::AddressOverflow {
+        .and_then(|count| count.checked_mul(value.width()));
+    let Some(bytes) = bytes else {
+        return Err(Error::AddressOverflow {
             ptr: dst,
             len: usize::MAX,
-        })?;
+        }
+        .into());
+    };
     if bytes == 0 {
         return check_stream(session, stream);
     }
@@ -200,8 +215,8 @@ fn memset<B: ClientBackend>(
     on_stream(
         session,
         stream,
-        |objects| objects.check_range(dst, bytes, "memset destination"),
-        |after| Ok((runtime.fill_elements(device(), to, value, after)?, ())),
+        |buffers| check_range(buffers, dst, bytes, "memset destination"),
+        |_, after| Ok((runtime.fill_elements(device(), to, value, after)?, ())),
     )
 }
 

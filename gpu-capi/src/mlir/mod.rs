@@ -38,8 +38,11 @@
 //! reaches the runtime, the exit hook), `streams` (streams and events), `memory` (allocations,
 //! copies, memsets, host registration) and `modules` (modules, functions, launches); each
 //! concern adds its methods to the objects. This module only declares them and re-exports the
-//! public items.
+//! public items. `forkjoin` (the calls of one iteration of `clients/mlir/forkjoin.mlir`) serves
+//! the tests and the bench only.
 
+#[cfg(test)]
+mod forkjoin;
 mod memory;
 mod modules;
 mod objects;

@@ -3,16 +3,14 @@
 
 use std::ffi::{c_char, c_void};
 
-use gpu_runtime::DeviceId;
 use gpu_runtime::backend::LaunchDims;
-use gpu_runtime::runtime::Kernel;
 
 use crate::shared::args::{c_str, non_null};
 use crate::shared::{CapiError, ClientBackend, Session};
 
 use super::objects::Function;
 use super::session::{device, on_session};
-use super::streams::{check_stream, on_stream};
+use super::streams::on_locked_stream;
 
 /// # Safety
 /// `image` points to a module image the driver reads, readable until the module is unloaded.
@@ -91,7 +89,7 @@ unsafe fn module_get_function<B: ClientBackend>(
 }
 
 /// # Safety
-/// As [`Kernel::launch_packed`] for `params`.
+/// As [`Kernel::launch_packed`](gpu_runtime::runtime::Kernel::launch_packed) for `params`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn launch_kernel<B: ClientBackend>(
     session: &'static Session<B>,
@@ -127,41 +125,34 @@ unsafe fn launch_kernel<B: ClientBackend>(
         })?,
     };
     let device = device();
-    // Before the kernel is resolved, which may load its module on this device.
-    check_stream(session, stream)?;
-    let kernel = kernel_of(session, function, device)?;
-    on_stream(
+    let mut objects = session.mlir.lock();
+    // A kernel resolved before (only live functions have one) launches under this one lock.
+    let kernel = match objects.kernels.get(&(function, device.0)) {
+        Some(&kernel) => kernel,
+        None => {
+            // The stream is checked before the kernel is resolved, which may load its module
+            // on this device (outside the lock).
+            objects.check_stream(stream)?;
+            let entry = objects.functions.get(function)?;
+            let (module, name) = (entry.module, entry.name.clone());
+            drop(objects);
+            let kernel = session.runtime().module_kernel(module, device, &name)?;
+            objects = session.mlir.lock();
+            objects.kernels.insert((function, device.0), kernel);
+            kernel
+        }
+    };
+    on_locked_stream(
         session,
+        objects,
         stream,
         |_| Ok(()),
-        |after| {
+        |_, after| {
             // SAFETY: the caller's promise for `params` and the memory the kernel reaches.
             let token = unsafe { kernel.launch_packed(dims, params, after) }?;
             Ok((token, ()))
         },
     )
-}
-
-/// The kernel of function handle `function` on `device`, resolved once per device.
-fn kernel_of<B: ClientBackend>(
-    session: &'static Session<B>,
-    function: u64,
-    device: DeviceId,
-) -> Result<Kernel<'static, B>, CapiError> {
-    let objects = session.mlir.lock();
-    let entry = objects.functions.get(function)?;
-    if let Some(&kernel) = objects.kernels.get(&(function, device.0)) {
-        return Ok(kernel);
-    }
-    let (module, name) = (entry.module, entry.name.clone());
-    drop(objects);
-    let kernel = session.runtime().module_kernel(module, device, &name)?;
-    session
-        .mlir
-        .lock()
-        .kernels
-        .insert((function, device.0), kernel);
-    Ok(kernel)
 }
 
 // ----- the exported ABI -----

@@ -36,6 +36,10 @@ pub(super) struct Function {
     pub(super) name: CString,
 }
 
+/// The allocations of `mgpuMemAlloc` by address, in order: the one an address lies in is the
+/// last that starts at or below it.
+pub(super) type Allocations<B> = BTreeMap<usize, Buffer<'static, B>>;
+
 /// What the MLIR ABI keeps in a session: the program's streams, events, modules, functions
 /// and allocations, by handle or address. One lock: MLIR programs call from one thread.
 pub struct MlirObjects<B: ClientBackend> {
@@ -56,11 +60,13 @@ pub(super) struct Objects<B: ClientBackend> {
     pub(super) function_names: HashMap<ModuleId, HashMap<CString, u64>>,
     /// Kernels resolved per function handle and device.
     pub(super) kernels: HashMap<(u64, u32), Kernel<'static, B>>,
-    /// The allocations of `mgpuMemAlloc` by address, in order: the one an address lies in is
-    /// the last that starts at or below it.
-    pub(super) buffers: BTreeMap<usize, Buffer<'static, B>>,
+    /// The allocations of `mgpuMemAlloc`.
+    pub(super) buffers: Allocations<B>,
     /// The program's own stream/event calls and where to write them, when asked for.
     pub(super) trace: Option<(PathBuf, Vec<TraceOp>)>,
+    /// An empty `Vec` whose room each operation uses for its dependencies or a fork's branches
+    /// and leaves empty, so no call allocates one.
+    pub(super) spare: Vec<Token>,
 }
 
 impl<B: ClientBackend> ClientSlot<B> for MlirSlot {
@@ -88,6 +94,7 @@ impl<B: ClientBackend> ClientObjects<B> for MlirObjects<B> {
                 function_names: HashMap::new(),
                 kernels: HashMap::new(),
                 buffers: BTreeMap::new(),
+                spare: Vec::new(),
             }),
         }
     }

@@ -2,6 +2,7 @@
 //! event as a branch of a recorded tail, and the calls that create, order and wait for them.
 
 use std::ffi::c_void;
+use std::sync::MutexGuard;
 
 use gpu_runtime::Error;
 use gpu_runtime::id::{EventId, StreamId};
@@ -10,68 +11,68 @@ use gpu_runtime::token::{Token, TraceOp};
 
 use crate::shared::{CapiError, ClientBackend, Session};
 
-use super::objects::{Objects, Stream};
+use super::objects::{Allocations, Objects, Stream};
 use super::session::{device, on_session};
 
-/// The streams and events of a session, and the dependencies an operation takes from them.
-impl<B: ClientBackend> Objects<B> {
-    /// The live stream `handle` names (null is refused: the call needs a stream).
-    pub(super) fn stream(&mut self, handle: u64) -> Result<&mut Stream, CapiError> {
-        Ok(self.streams.get_mut(handle)?)
+/// What an operation takes from a stream: its queued waits and its tail.
+impl Stream {
+    /// Moves its dependencies (the queued waits, then the tail) to the end of `after`.
+    fn take_into(&mut self, after: &mut Vec<Token>) {
+        after.append(&mut self.waits);
+        after.extend(self.tail.take());
     }
 
+    /// Gives back what [`Stream::take_into`] moved to `after` when the operation was refused
+    /// (the runtime leaves a refused operation's dependencies untouched), emptying `after`.
+    fn give_back(&mut self, after: &mut Vec<Token>) {
+        self.tail = after.pop();
+        self.waits.append(after);
+    }
+
+    /// Its dependencies as one token (the only one, several joined, or none), through
+    /// `spare`'s room (left empty). A refused join gives them back.
+    pub(super) fn take_point<B: ClientBackend>(
+        &mut self,
+        runtime: &Runtime<B>,
+        spare: &mut Vec<Token>,
+    ) -> Result<Option<Token>, Error> {
+        self.take_into(spare);
+        if spare.len() < 2 {
+            return Ok(spare.pop());
+        }
+        match runtime.join(spare) {
+            Ok(point) => Ok(Some(point)),
+            Err(error) => {
+                self.give_back(spare);
+                Err(error)
+            }
+        }
+    }
+}
+
+/// Forks `token` into two with `fork` (the runtime's `fork_into` or `fork_detached_into`),
+/// through `spare`'s room (left empty), so nothing is allocated.
+fn fork_two(
+    spare: &mut Vec<Token>,
+    token: Token,
+    fork: impl FnOnce(Token, &mut Vec<Token>) -> Result<(), Error>,
+) -> Result<[Token; 2], Error> {
+    let forked = fork(token, spare).map(|()| match (spare.pop(), spare.pop()) {
+        (Some(second), Some(first)) => [first, second],
+        _ => unreachable!("a fork into two"),
+    });
+    spare.clear();
+    forked
+}
+
+/// The streams of a session: checks, and the idle ones dropped once done.
+impl<B: ClientBackend> Objects<B> {
     /// Refuses a stream handle that is neither null (no stream: the call is synchronous) nor a
     /// live stream of this session.
     pub(super) fn check_stream(&self, handle: u64) -> Result<(), CapiError> {
         match handle {
             0 => Ok(()),
             _ => Ok(self.streams.get(handle).map(drop)?),
-        }
-    }
-
-    /// The live event `handle` names.
-    fn event(&mut self, handle: u64) -> Result<&mut Option<Token>, CapiError> {
-        Ok(self.events.get_mut(handle)?)
-    }
-
-    /// An operation's dependencies on `stream`: its queued waits and its tail, taken out (none
-    /// for the null stream). Refuses a stream that is not live, taking nothing.
-    fn take_deps(&mut self, stream: u64) -> Result<Vec<Token>, CapiError> {
-        if stream == 0 {
-            return Ok(Vec::new());
-        }
-        let stream = self.stream(stream)?;
-        let mut after = core::mem::take(&mut stream.waits);
-        after.extend(stream.tail.take());
-        Ok(after)
-    }
-
-    /// Gives `after` (from [`Objects::take_deps`]) back to `stream` when the operation was
-    /// refused (the runtime leaves a refused operation's dependencies untouched).
-    fn restore(&mut self, stream: u64, mut after: Vec<Token>) {
-        if let Ok(entry) = self.streams.get_mut(stream) {
-            entry.tail = after.pop();
-            entry.waits = after;
-        }
-    }
-
-    /// `stream`'s dependencies as one token: the only one, several joined, or none. A refused
-    /// join gives them back to the stream.
-    pub(super) fn take_point(
-        &mut self,
-        runtime: &Runtime<B>,
-        stream: u64,
-    ) -> Result<Option<Token>, CapiError> {
-        let mut after = self.take_deps(stream)?;
-        if after.len() < 2 {
-            return Ok(after.pop());
-        }
-        match runtime.join(&mut after) {
-            Ok(point) => Ok(Some(point)),
-            Err(error) => {
-                self.restore(stream, after);
-                Err(error.into())
-            }
         }
     }
 
@@ -143,38 +144,64 @@ pub(super) fn check_stream<B: ClientBackend>(
     session.mlir.lock().check_stream(stream)
 }
 
-/// Runs one operation on `stream` (null: no stream, and the caller waits for it): `check`
-/// refuses bad arguments against the objects, then `work` gets the dependencies and returns
-/// the new token. A refusal of either leaves the stream as it was.
+/// Runs one operation on `stream` (null: no stream, and the caller waits for it) under one
+/// lock of the objects: a stream that is not live is refused first, then `check` refuses bad
+/// arguments against the allocations, then `work` gets the allocations and the dependencies
+/// and returns the new token. A refusal of any leaves the stream as it was.
 pub(super) fn on_stream<B: ClientBackend, T>(
     session: &'static Session<B>,
     stream: u64,
-    check: impl FnOnce(&Objects<B>) -> Result<(), CapiError>,
-    work: impl FnOnce(&mut Vec<Token>) -> Result<(Token, T), CapiError>,
+    check: impl FnOnce(&Allocations<B>) -> Result<(), CapiError>,
+    work: impl FnOnce(&mut Allocations<B>, &mut Vec<Token>) -> Result<(Token, T), CapiError>,
 ) -> Result<T, CapiError> {
-    let mut objects = session.mlir.lock();
-    objects.check_stream(stream)?;
-    check(&objects)?;
-    let mut after = objects.take_deps(stream)?;
-    let (token, value) = match work(&mut after) {
+    on_locked_stream(session, session.mlir.lock(), stream, check, work)
+}
+
+/// [`on_stream`] with the objects already locked by the caller.
+pub(super) fn on_locked_stream<B: ClientBackend, T>(
+    session: &'static Session<B>,
+    mut objects: MutexGuard<'_, Objects<B>>,
+    stream: u64,
+    check: impl FnOnce(&Allocations<B>) -> Result<(), CapiError>,
+    work: impl FnOnce(&mut Allocations<B>, &mut Vec<Token>) -> Result<(Token, T), CapiError>,
+) -> Result<T, CapiError> {
+    let Objects {
+        streams,
+        buffers,
+        spare: after,
+        ..
+    } = &mut *objects;
+    // The stream is looked up once: its entry is held while the operation runs.
+    let mut entry = match stream {
+        0 => None,
+        _ => Some(streams.get_mut(stream)?),
+    };
+    if let Some(entry) = entry.as_deref_mut() {
+        entry.take_into(after);
+    }
+    let done = check(buffers).and_then(|()| work(buffers, after));
+    let (token, value) = match done {
         Ok(done) => done,
         Err(error) => {
-            objects.restore(stream, after);
+            if let Some(entry) = entry {
+                entry.give_back(after);
+            }
+            after.clear();
             return Err(error);
         }
     };
-    if stream == 0 {
+    after.clear();
+    let Some(entry) = entry else {
         drop(objects);
         session.runtime().wait(token)?;
         return Ok(value);
-    }
+    };
+    entry.tail = Some(token);
+    entry.idle = false;
     objects.note(|| TraceOp::Launch {
         stream: stream_id(stream),
         device: Some(device()),
     });
-    let entry = objects.stream(stream)?;
-    entry.tail = Some(token);
-    entry.idle = false;
     Ok(value)
 }
 
@@ -230,16 +257,28 @@ fn stream_synchronize<B: ClientBackend>(
     stream: u64,
 ) -> Result<(), CapiError> {
     let mut objects = session.mlir.lock();
-    let after = objects.take_deps(stream)?;
-    if stream != 0 {
-        objects.stream(stream)?.idle = false;
-        objects.note(|| TraceOp::SynchronizeStream {
-            stream: stream_id(stream),
-        });
-    }
+    // One dependency (the tail, as a rule) is waited for with the spare `Vec` left in place;
+    // several take it along.
+    let (several, last) = match stream {
+        0 => (Vec::new(), None),
+        _ => {
+            let Objects { streams, spare, .. } = &mut *objects;
+            let entry = streams.get_mut(stream)?;
+            entry.idle = false;
+            entry.take_into(spare);
+            let taken = match spare.len() {
+                0 | 1 => (Vec::new(), spare.pop()),
+                _ => (core::mem::take(spare), None),
+            };
+            objects.note(|| TraceOp::SynchronizeStream {
+                stream: stream_id(stream),
+            });
+            taken
+        }
+    };
     drop(objects);
     let runtime = session.runtime();
-    end_all(after, |token| runtime.wait(token))
+    end_all(several.into_iter().chain(last), |token| runtime.wait(token))
 }
 
 fn stream_wait_event<B: ClientBackend>(
@@ -247,22 +286,28 @@ fn stream_wait_event<B: ClientBackend>(
     stream: u64,
     event: u64,
 ) -> Result<(), CapiError> {
+    let runtime = session.runtime();
     let mut objects = session.mlir.lock();
-    objects.stream(stream)?;
-    let recorded = objects.event(event)?.take();
-    if let Some(token) = recorded {
+    let Objects {
+        streams,
+        events,
+        spare,
+        ..
+    } = &mut *objects;
+    let entry = streams.get_mut(stream)?;
+    let recorded = events.get_mut(event)?;
+    if let Some(token) = recorded.take() {
         // Never recorded, or done: nothing to wait for. Else the event keeps one branch and
         // the stream waits on the other.
         let id = token.id();
-        let [keep, branch] = match session.runtime().fork(token, 2) {
-            Ok(branches) => two(branches),
+        let [keep, branch] = match fork_two(spare, token, |t, b| runtime.fork_into(t, 2, b)) {
+            Ok(branches) => branches,
             Err(error) => {
-                *objects.event(event)? = Some(Token::from_id(id));
+                *recorded = Some(Token::from_id(id));
                 return Err(error.into());
             }
         };
-        *objects.event(event)? = Some(keep);
-        let entry = objects.stream(stream)?;
+        *recorded = Some(keep);
         entry.waits.push(branch);
         entry.idle = false;
     }
@@ -271,10 +316,6 @@ fn stream_wait_event<B: ClientBackend>(
         event: event_id(event),
     });
     Ok(())
-}
-
-fn two(tokens: Vec<Token>) -> [Token; 2] {
-    <[Token; 2]>::try_from(tokens).unwrap_or_else(|_| unreachable!("a fork into two"))
 }
 
 fn event_create<B: ClientBackend>(session: &'static Session<B>) -> Result<u64, CapiError> {
@@ -311,7 +352,7 @@ fn event_synchronize<B: ClientBackend>(
 ) -> Result<(), CapiError> {
     let token = {
         let mut objects = session.mlir.lock();
-        let token = objects.event(event)?.take();
+        let token = objects.events.get_mut(event)?.take();
         objects.note(|| TraceOp::SynchronizeEvent {
             event: event_id(event),
         });
@@ -329,39 +370,42 @@ fn event_record<B: ClientBackend>(
     event: u64,
     stream: u64,
 ) -> Result<(), CapiError> {
-    let mut objects = session.mlir.lock();
-    objects.event(event)?;
-    // A null stream (no MLIR stream) is refused here, before anything changes.
-    objects.stream(stream)?;
     let runtime = session.runtime();
-    let (recorded, tail) = match objects.take_point(runtime, stream)? {
+    let mut objects = session.mlir.lock();
+    let Objects {
+        streams,
+        events,
+        spare,
+        idle,
+        ..
+    } = &mut *objects;
+    let recorded = events.get_mut(event)?;
+    // A null stream (no MLIR stream) is refused here, before anything changes.
+    let entry = streams.get_mut(stream)?;
+    let (for_event, for_stream) = match entry.take_point(runtime, spare)? {
         Some(point) => {
             let id = point.id();
-            match runtime.fork_detached(point, 2) {
-                Ok(branches) => {
-                    let [for_event, for_stream] = two(branches);
-                    (Some(for_event), Some(for_stream))
-                }
+            match fork_two(spare, point, |t, b| runtime.fork_detached_into(t, 2, b)) {
+                Ok([for_event, for_stream]) => (Some(for_event), Some(for_stream)),
                 Err(error) => {
-                    objects.stream(stream)?.tail = Some(Token::from_id(id));
+                    entry.tail = Some(Token::from_id(id));
                     return Err(error.into());
                 }
             }
         }
         None => (None, None),
     };
+    let old = core::mem::replace(recorded, for_event);
+    let went_idle = for_stream.is_some() && !entry.idle;
+    entry.idle |= for_stream.is_some();
+    entry.tail = for_stream;
+    if went_idle {
+        idle.push_back(stream);
+    }
     objects.note(|| TraceOp::Record {
         event: event_id(event),
         stream: stream_id(stream),
     });
-    let old = core::mem::replace(objects.event(event)?, recorded);
-    let entry = objects.stream(stream)?;
-    let went_idle = tail.is_some() && !entry.idle;
-    entry.idle |= tail.is_some();
-    entry.tail = tail;
-    if went_idle {
-        objects.idle.push_back(stream);
-    }
     drop(objects);
     end_all(old, |token| runtime.release(token))
 }

@@ -8,6 +8,7 @@ use gpu_runtime::DeviceId;
 use gpu_runtime::backend::Backend;
 use gpu_runtime::host::CallKind;
 
+use super::forkjoin::{WORDS, forkjoin_iteration};
 use super::objects::Objects;
 use super::*;
 use crate::shared::status::{last_error, set_last_error};
@@ -569,36 +570,6 @@ fn bad_handles_and_images_are_reported_and_change_nothing() {
     assert_eq!(report.released_objects, 0);
 }
 
-/// One iteration of `clients/mlir/forkjoin.mlir` as LLVM 22's lowering calls the ABI (the
-/// kernels as memsets, which the host backend runs): allocations, a copy in and a first
-/// operation on `s1`, `e1` recorded, a second operation on `s1`, `e2` recorded, a new stream
-/// `s2` waiting on both events (the join), an operation, a copy out and the frees on `s2`,
-/// `s2` synchronised and destroyed. `s1`, the join's input, is never destroyed.
-fn forkjoin_iteration(input: &[u32; 64], out: &mut [u32; 64]) {
-    const N: u64 = 64;
-    let s1 = mgpuStreamCreate();
-    let [x, y, z] = [0; 3].map(|_| mgpuMemAlloc(N * 4, s1, false));
-    mgpuMemcpy(x, input.as_ptr() as *mut c_void, N * 4, s1);
-    mgpuMemset32(y, 2, N, s1);
-    let e1 = mgpuEventCreate();
-    mgpuEventRecord(e1, s1);
-    mgpuMemset32(z, 4, N, s1);
-    let e2 = mgpuEventCreate();
-    mgpuEventRecord(e2, s1);
-    let s2 = mgpuStreamCreate();
-    mgpuStreamWaitEvent(s2, e1);
-    mgpuStreamWaitEvent(s2, e2);
-    mgpuEventDestroy(e1);
-    mgpuEventDestroy(e2);
-    mgpuMemset32(x, 8, N, s2);
-    mgpuMemcpy(out.as_mut_ptr().cast(), x, N * 4, s2);
-    for buffer in [x, y, z] {
-        mgpuMemFree(buffer, s2);
-    }
-    mgpuStreamSynchronize(s2);
-    mgpuStreamDestroy(s2);
-}
-
 /// The driver calls of one warm fork/join iteration: the work (3 memsets standing in for the
 /// kernels, 2 copies, 1 synchronisation) and the 2 records of the program's events, which
 /// the stream moves past before the join waits for them. No event query: the idle input `s1`
@@ -608,11 +579,11 @@ fn forkjoin_iteration(input: &[u32; 64], out: &mut [u32; 64]) {
 fn a_warm_forkjoin_iteration_makes_the_works_calls_and_two_records_only() {
     let _serial = process_test_lock();
     open_host();
-    let input = [3u32; 64];
+    let input = [3u32; WORDS];
     let calls = || inspect(|_, session| session.runtime().backend().calls());
     for iteration in 0..4 {
         let before = calls();
-        let mut out = [0u32; 64];
+        let mut out = [0u32; WORDS];
         forkjoin_iteration(&input, &mut out);
         assert!(out.iter().all(|&word| word == 8));
         let made = calls().since(&before);

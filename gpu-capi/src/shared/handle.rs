@@ -240,8 +240,10 @@ impl<T> HandleMap<T> {
     /// The object `handle` names, to change.
     pub fn get_mut(&mut self, handle: u64) -> Result<&mut T, HandleError> {
         self.check_kind(handle)?;
-        let missing = self.missing(handle);
-        self.entries.get_mut(&handle).ok_or(missing)
+        let (kind, generation) = (self.kind, self.generation);
+        self.entries
+            .get_mut(&handle)
+            .ok_or_else(|| missing(kind, generation, handle))
     }
 
     /// Takes the object `handle` names out of the map (a second remove of it fails).
@@ -274,28 +276,33 @@ impl<T> HandleMap<T> {
 
     /// Refuses the null handle and handles of another kind (or of none: a raw pointer, say).
     fn check_kind(&self, handle: u64) -> Result<(), HandleError> {
+        // The tag is never zero: a handle that carries this kind's is not null.
+        if handle >> TAG_SHIFT == self.kind.tag() {
+            return Ok(());
+        }
         if handle == 0 {
             return Err(HandleError::Null { kind: self.kind });
         }
-        match HandleKind::of_handle(handle) {
-            Some(kind) if kind == self.kind => Ok(()),
-            found => Err(HandleError::WrongKind {
-                expected: self.kind,
-                found,
-                handle,
-            }),
-        }
+        Err(HandleError::WrongKind {
+            expected: self.kind,
+            found: HandleKind::of_handle(handle),
+            handle,
+        })
     }
 
-    /// Why a handle of the right kind names no object here: it is from an earlier session,
-    /// or it was released (or never issued).
+    /// Why a handle of the right kind names no object here.
     fn missing(&self, handle: u64) -> HandleError {
-        let kind = self.kind;
-        if self.generation.predates(handle) {
-            HandleError::EarlierSession { kind, handle }
-        } else {
-            HandleError::Stale { kind, handle }
-        }
+        missing(self.kind, self.generation, handle)
+    }
+}
+
+/// Why a handle of `kind` names no object of the session of `generation`: it is from an
+/// earlier session, or it was released (or never issued).
+fn missing(kind: HandleKind, generation: Generation, handle: u64) -> HandleError {
+    if generation.predates(handle) {
+        HandleError::EarlierSession { kind, handle }
+    } else {
+        HandleError::Stale { kind, handle }
     }
 }
 

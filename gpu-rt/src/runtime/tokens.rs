@@ -60,7 +60,38 @@ impl<B: Backend> Runtime<B> {
     /// # Ok::<(), Error>(())
     /// ```
     pub fn fork(&self, token: Token, count: usize) -> Result<Vec<Token>> {
-        self.fork_with(token, count, token::Planner::fork)
+        let mut branches = Vec::new();
+        self.fork_into(token, count, &mut branches)?;
+        Ok(branches)
+    }
+
+    /// [`Runtime::fork`], its branches appended to `branches` (nothing appended on failure):
+    /// a caller that forks on every call keeps one `Vec` and, once it has room, allocates
+    /// nothing per fork.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// let mut branches = Vec::with_capacity(2);
+    /// for value in 0..3 {
+    ///     let filled = rt.fill(DeviceId(0), buffer.all(), value, &mut branches)?;
+    ///     rt.fork_into(filled, 2, &mut branches)?;
+    ///     assert_eq!(branches.len(), 2);
+    ///     rt.release(branches.pop().unwrap())?; // the next fill runs after the other one
+    /// }
+    /// rt.wait(branches.pop().unwrap())?;
+    /// // A refused count appends nothing.
+    /// let filled = rt.fill(DeviceId(0), buffer.all(), 0, &mut vec![])?;
+    /// assert!(rt.fork_into(filled, 0, &mut branches).is_err());
+    /// assert!(branches.is_empty());
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn fork_into(&self, token: Token, count: usize, branches: &mut Vec<Token>) -> Result<()> {
+        self.fork_with(token, count, token::Planner::fork, branches)
     }
 
     /// Forks `token` into `count` branches that share one event and gives its stream back to
@@ -84,33 +115,65 @@ impl<B: Backend> Runtime<B> {
     /// # Ok::<(), Error>(())
     /// ```
     pub fn fork_detached(&self, token: Token, count: usize) -> Result<Vec<Token>> {
-        self.fork_with(token, count, token::Planner::fork_detached)
+        let mut branches = Vec::new();
+        self.fork_detached_into(token, count, &mut branches)?;
+        Ok(branches)
     }
 
-    /// A fork planned by `plan` (the planner's `fork` or `fork_detached`) and carried out.
+    /// [`Runtime::fork_detached`], its branches appended to `branches` (nothing appended on
+    /// failure), as [`Runtime::fork_into`] is to [`Runtime::fork`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
+    /// let filled = rt.fill(DeviceId(0), buffer.all(), 3, &mut vec![])?;
+    /// let mut branches = Vec::with_capacity(3);
+    /// rt.fork_detached_into(filled, 3, &mut branches)?;
+    /// for branch in branches.drain(..) {
+    ///     rt.wait(branch)?; // each waits on the one shared event
+    /// }
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn fork_detached_into(
+        &self,
+        token: Token,
+        count: usize,
+        branches: &mut Vec<Token>,
+    ) -> Result<()> {
+        self.fork_with(token, count, token::Planner::fork_detached, branches)
+    }
+
+    /// A fork planned by `plan` (the planner's `fork` or `fork_detached`) and carried out, its
+    /// branches appended to `branches`; on failure they are taken off again.
     fn fork_with(
         &self,
         token: Token,
         count: usize,
         plan: fn(&mut token::Planner, Token, usize, &mut Vec<Token>) -> Result<()>,
-    ) -> Result<Vec<Token>> {
+        branches: &mut Vec<Token>,
+    ) -> Result<()> {
         let mut state = self.state()?;
         if let Err(refused) = token::check_fork_count(count) {
             state.abandon(&self.backend, token);
             return Err(refused);
         }
         // The planner reserves room for the branches fallibly.
-        let mut branches = Vec::new();
-        plan(&mut state.planner, token, count, &mut branches)?;
-        match state.execute(&self.backend, &mut state::no_work) {
-            Ok(()) => Ok(branches),
-            Err(e) => {
-                for branch in branches {
-                    state.abandon(&self.backend, branch);
-                }
-                Err(e)
+        let first = branches.len();
+        if let Err(refused) = plan(&mut state.planner, token, count, branches) {
+            branches.truncate(first);
+            return Err(refused);
+        }
+        let executed = state.execute(&self.backend, &mut state::no_work);
+        if executed.is_err() {
+            for branch in branches.drain(first..) {
+                state.abandon(&self.backend, branch);
             }
         }
+        executed
     }
 
     /// Ends `token` without waiting and without reporting it at shutdown: for a token whose
