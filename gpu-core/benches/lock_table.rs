@@ -10,29 +10,14 @@ use std::hint::black_box;
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, criterion_group, criterion_main};
-use gpu_core::lock_table::{LockTable, PinDriver, SharedLockTable};
+use gpu_core::lock_table::model::HostAddressPins;
+use gpu_core::lock_table::{LockTable, SharedLockTable};
 use gpu_core::seeded::SplitMix64 as Rng;
-use gpu_core::{ByteRange, DeviceId, Result};
+use gpu_core::DeviceId;
 
 const PAGE: usize = 4096;
 const QUERIES: usize = 1 << 14;
 const SIZES: [usize; 3] = [16, 4096, 65536];
-
-/// A driver that pins nothing: the benchmarks measure the table, not the driver.
-struct NullDriver;
-
-impl PinDriver for NullDriver {
-    fn pin(&mut self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
-        device_ptrs.fill(range.start);
-        Ok(())
-    }
-    fn unpin(&mut self, _start: usize) -> Result<()> {
-        Ok(())
-    }
-    fn pinned_extent(&mut self, _ptr: usize, _out: &mut [usize]) -> Result<Option<ByteRange>> {
-        Ok(None)
-    }
-}
 
 /// The baseline's entry.
 struct Entry {
@@ -134,13 +119,13 @@ impl Workload {
     fn table(&self) -> LockTable {
         let mut table = LockTable::new(1).unwrap();
         for &(start, len) in &self.regions {
-            table.lock(&mut NullDriver, start, len).unwrap();
+            table.lock(&mut HostAddressPins, start, len).unwrap();
         }
         table
     }
 
-    fn shared(&self) -> SharedLockTable<NullDriver> {
-        let shared = SharedLockTable::new(NullDriver, 1).unwrap();
+    fn shared(&self) -> SharedLockTable<HostAddressPins> {
+        let shared = SharedLockTable::new(HostAddressPins, 1).unwrap();
         for &(start, len) in &self.regions {
             shared.lock(start, len).unwrap();
         }
@@ -234,7 +219,7 @@ fn nested_relock(c: &mut Criterion) {
         let shared = work.shared();
         let mut btree = work.btree();
         bench_side(&mut group, "table", count, &inside, |p, l| {
-            table.lock(&mut NullDriver, p, l).unwrap()
+            table.lock(&mut HostAddressPins, p, l).unwrap()
         });
         bench_side(&mut group, "shared", count, &inside, |p, l| {
             shared.lock(p, l).unwrap()
@@ -255,8 +240,8 @@ fn lock_unlock_new(c: &mut Criterion) {
         let shared = work.shared();
         let mut btree = work.btree();
         bench_side(&mut group, "table", count, &fresh, |p, l| {
-            table.lock(&mut NullDriver, p, l).unwrap();
-            table.unlock(&mut NullDriver, p).unwrap()
+            table.lock(&mut HostAddressPins, p, l).unwrap();
+            table.unlock(&mut HostAddressPins, p).unwrap()
         });
         bench_side(&mut group, "shared", count, &fresh, |p, l| {
             shared.lock(p, l).unwrap();

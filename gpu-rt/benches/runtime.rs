@@ -33,7 +33,8 @@ use gpu_core::allocator::model::{FakeDriver, capabilities};
 use gpu_core::allocator::{AllocRequest, AllocatorConfig, DeviceAllocator, MemoryKind, Release};
 use gpu_core::backend::live::{HandleKey, LiveAllocations, LiveHandles};
 use gpu_core::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims};
-use gpu_core::lock_table::{LockTable, PinDriver};
+use gpu_core::lock_table::LockTable;
+use gpu_core::lock_table::model::HostAddressPins;
 use gpu_core::seeded::SplitMix64;
 use gpu_core::token::Token;
 use gpu_core::{ByteRange, DeviceId, Result};
@@ -222,7 +223,7 @@ fn pinned_lookup(c: &mut Criterion) {
     for index in 0..REGIONS {
         let region = base + index * STRIDE;
         rt.lock_range(region, REGION).unwrap();
-        table.lock(&mut HostAddresses, region, REGION).unwrap();
+        table.lock(&mut HostAddressPins, region, REGION).unwrap();
     }
     let mut random = SplitMix64::new(0x9e37_79b9_7f4a_7c15);
     let queries: Vec<usize> = (0..QUERIES)
@@ -296,23 +297,6 @@ fn cold_batches(
         left -= calls;
     }
     total
-}
-
-/// A pin driver for the bare table that pins nothing and gives every device the host address,
-/// as the host backend does.
-struct HostAddresses;
-
-impl PinDriver for HostAddresses {
-    fn pin(&mut self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
-        device_ptrs.fill(range.start);
-        Ok(())
-    }
-    fn unpin(&mut self, _start: usize) -> Result<()> {
-        Ok(())
-    }
-    fn pinned_extent(&mut self, _ptr: usize, _out: &mut [usize]) -> Result<Option<ByteRange>> {
-        Ok(None)
-    }
 }
 
 /// A backend whose calls succeed and do nothing (device descriptions from the host backend's

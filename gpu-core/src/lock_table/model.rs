@@ -51,6 +51,26 @@ fn fake_error(call: &'static str, name: &'static str, code: i64) -> Error {
     })
 }
 
+/// A pin driver that pins nothing and gives every device the host address, as the host
+/// backend does: for benchmarks of the table alone.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostAddressPins;
+
+impl PinDriver for HostAddressPins {
+    fn pin(&mut self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
+        device_ptrs.fill(range.start);
+        Ok(())
+    }
+
+    fn unpin(&mut self, _start: usize) -> Result<()> {
+        Ok(())
+    }
+
+    fn pinned_extent(&mut self, _ptr: usize, _out: &mut [usize]) -> Result<Option<ByteRange>> {
+        Ok(None)
+    }
+}
+
 /// A driver fake with CUDA's registration rules, call counters and fault injection.
 #[derive(Clone, Debug)]
 pub struct FakeDriver {
