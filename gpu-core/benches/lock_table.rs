@@ -10,10 +10,10 @@ use std::hint::black_box;
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, criterion_group, criterion_main};
+use gpu_core::DeviceId;
 use gpu_core::lock_table::model::HostAddressPins;
 use gpu_core::lock_table::{LockTable, SharedLockTable};
 use gpu_core::seeded::SplitMix64 as Rng;
-use gpu_core::DeviceId;
 
 const PAGE: usize = 4096;
 const QUERIES: usize = 1 << 14;
