@@ -24,7 +24,8 @@
 //!
 //! One concern a file, this one only re-exporting: `table` (the single-threaded table),
 //! `outcome` (what its calls report), `driver` (what it asks of a driver), `index` (entries
-//! by range), `shared` (the thread-safe form), `model` (the reference model).
+//! by range), `store` (the index's words that lookups read, without a lock in the shared
+//! form), `shared` (the thread-safe form), `model` (the reference model).
 
 mod driver;
 mod index;
@@ -32,6 +33,7 @@ mod index;
 pub mod model;
 mod outcome;
 mod shared;
+mod store;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -40,4 +42,5 @@ pub use crate::id::{LockCounts, LockOwner};
 pub use driver::PinDriver;
 pub use outcome::{EntryView, LockOutcome, LockStats, Locked, Unlocked};
 pub use shared::SharedLockTable;
+pub use store::DeviceAddresses;
 pub use table::LockTable;

@@ -1,6 +1,7 @@
 //! What the table's calls report: how a lock was satisfied ([`Locked`]), what an unlock left
 //! ([`Unlocked`]), one entry as seen from outside ([`EntryView`]), and the counters.
 
+use super::store::DeviceAddresses;
 use crate::error::ByteRange;
 use crate::id::LockCounts;
 
@@ -69,5 +70,5 @@ pub struct EntryView<'a> {
     /// Whether someone else pinned it (the table never unpins it).
     pub external: bool,
     /// The address each device uses for `range.start`, indexed by device.
-    pub device_ptrs: &'a [usize],
+    pub device_ptrs: DeviceAddresses<'a>,
 }

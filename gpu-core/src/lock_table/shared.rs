@@ -1,11 +1,16 @@
-//! The thread-safe lock table: many concurrent readers, writers serialised, and no table lock
+//! The thread-safe lock table: lookups that take no lock, writers serialised, and no table lock
 //! held across a driver call (a pin takes tens of microseconds; lookups must not wait on it).
 //!
 //! Two locks: the writer lock owns the driver and serialises lock/unlock; the table lock
 //! guards the entries and is held only for the table's own short phases. Because writers are
 //! serialised, what a writer saw before its driver call is still true after it. The lock type
 //! is any `lock_api::RawRwLock` (spin's by default), so no_std users can plug their own.
+//! A lookup reads the index's store with no lock at all and keeps its answer if no writer
+//! changed the store meanwhile (a seqlock: no atomic read-modify-write, so lookups neither
+//! serialise on a lock word nor stall the core); after a few overlapping changes it reads
+//! under the table lock instead, which waits for the writer's short phase to end.
 
+use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -13,7 +18,8 @@ use lock_api::{RawRwLock, RwLock, RwLockWriteGuard};
 
 use super::driver::{PinDriver, pin_new};
 use super::outcome::{LockStats, Locked, Unlocked};
-use super::table::{LockStart, LockTable};
+use super::store::Store;
+use super::table::{LockStart, LockTable, lookup_args};
 use crate::error::Result;
 use crate::id::{DeviceId, LockOwner};
 
@@ -28,7 +34,13 @@ struct Writer<D> {
 pub struct SharedLockTable<D, R: RawRwLock = spin::RwLock<()>> {
     writer: RwLock<R, Writer<D>>,
     table: RwLock<R, LockTable>,
+    /// The table's index as lookups read it, without the table lock.
+    store: Arc<Store>,
 }
+
+/// Lock-free reads a lookup tries before it reads under the table lock: each fails only when a
+/// writer's short phase overlapped it.
+const OPTIMISTIC_READS: usize = 4;
 
 impl<D: PinDriver, R: RawRwLock> SharedLockTable<D, R> {
     /// An empty shared table over `driver` for `device_count` devices (at least one).
@@ -39,6 +51,7 @@ impl<D: PinDriver, R: RawRwLock> SharedLockTable<D, R> {
                 driver,
                 device_ptrs: vec![0; device_count],
             }),
+            store: Arc::clone(table.store()),
             table: RwLock::new(table),
         })
     }
@@ -118,9 +131,20 @@ impl<D: PinDriver, R: RawRwLock> SharedLockTable<D, R> {
         Ok(table)
     }
 
-    /// See [`LockTable::lookup`]. Takes only the shared read lock.
+    /// See [`LockTable::lookup`]. Takes no lock unless writers keep changing the table while
+    /// it reads; then the shared read lock.
     #[inline]
     pub fn lookup(&self, ptr: usize, len: usize, device: DeviceId) -> Result<Option<usize>> {
+        let (range, device_index) = lookup_args(&self.store, ptr, len, device)?;
+        for _ in 0..OPTIMISTIC_READS {
+            if let Some(found) = self
+                .store
+                .read_unchanged(|store| store.find(range, device_index))
+            {
+                return Ok(found);
+            }
+            core::hint::spin_loop();
+        }
         self.table.read().lookup(ptr, len, device)
     }
 

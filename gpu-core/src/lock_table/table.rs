@@ -1,12 +1,15 @@
 //! The single-threaded table: entries by range, each with its locks by owner, its external
 //! flag and every device's address, and the two-phase lock and unlock around driver calls.
 
+use alloc::collections::TryReserveError;
+use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 
 use super::driver::{PinDriver, Pinned, pin_new};
 use super::index::{Placement, Position, RangeIndex, Slot};
 use super::outcome::{EntryView, LockOutcome, LockStats, Locked, Unlocked};
+use super::store::Store;
 use crate::error::{ByteRange, Error, Result};
 use crate::id::{DeviceId, LockCounts, LockOwner};
 
@@ -45,8 +48,6 @@ pub(crate) struct ToRelease {
 pub struct LockTable {
     index: RangeIndex,
     pub(super) entries: Vec<EntryState>,
-    /// `device_ptrs[id * device_count + d]`: device `d`'s address for entry `id`'s start.
-    device_ptrs: Vec<usize>,
     free_ids: Vec<u32>,
     device_count: usize,
     pub(super) stats: LockStats,
@@ -63,9 +64,8 @@ impl LockTable {
             });
         }
         Ok(Self {
-            index: RangeIndex::new(),
+            index: RangeIndex::new(device_count),
             entries: Vec::new(),
-            device_ptrs: Vec::new(),
             free_ids: Vec::new(),
             device_count,
             stats: LockStats::default(),
@@ -178,12 +178,14 @@ impl LockTable {
     /// `None` on a miss. Errors only for an empty or overflowing range or an unknown device.
     #[inline]
     pub fn lookup(&self, ptr: usize, len: usize, device: DeviceId) -> Result<Option<usize>> {
-        let range = query_range(ptr, len)?;
-        let device_index = self.device_index(device)?;
-        Ok(self.index.containing(range).map(|hit| {
-            self.device_ptrs[hit.id as usize * self.device_count + device_index]
-                .wrapping_add(ptr - hit.start)
-        }))
+        let store = self.index.store();
+        let (range, device) = lookup_args(store, ptr, len, device)?;
+        Ok(store.find(range, device))
+    }
+
+    /// The words lookups read, for the thread-safe form's readers.
+    pub(crate) fn store(&self) -> &Arc<Store> {
+        self.index.store()
     }
 
     /// The entry that holds every byte of `[ptr, ptr + len)`, if any.
@@ -206,24 +208,11 @@ impl LockTable {
     fn view(&self, slot: Slot) -> EntryView<'_> {
         let (range, id) = self.index.get(slot);
         let state = self.entries[id as usize];
-        let base = id as usize * self.device_count;
         EntryView {
             range,
             locks: state.locks,
             external: state.external,
-            device_ptrs: &self.device_ptrs[base..base + self.device_count],
-        }
-    }
-
-    fn device_index(&self, device: DeviceId) -> Result<usize> {
-        let index = device.index();
-        if index < self.device_count {
-            Ok(index)
-        } else {
-            Err(Error::UnknownDevice {
-                device,
-                device_count: self.device_count,
-            })
+            device_ptrs: self.index.addresses(slot),
         }
     }
 
@@ -250,7 +239,7 @@ impl LockTable {
             Placement::Inside(hit) => hit,
             Placement::Overlaps(slot) => return Err(self.overlap_error(range, slot)),
             Placement::Free(position) => {
-                self.reserve_entry()?;
+                self.reserve_entry(position)?;
                 return Ok(LockStart::NeedsDriver(NewRange {
                     range,
                     position,
@@ -288,7 +277,14 @@ impl LockTable {
                 });
             }
             match self.index.place(pinned.extent) {
-                Placement::Free(position) => position,
+                // Room was reserved where the requested range goes; the extent may go elsewhere.
+                // Refusing it here leaves nothing to undo: nothing was pinned.
+                Placement::Free(position) => {
+                    self.index
+                        .reserve_for(position)
+                        .map_err(entry_out_of_memory)?;
+                    position
+                }
                 Placement::Inside(hit) => return Err(self.overlap_error(requested, hit.slot)),
                 Placement::Overlaps(slot) => return Err(self.overlap_error(requested, slot)),
             }
@@ -302,8 +298,6 @@ impl LockTable {
                     locks: LockCounts::default(),
                     external: false,
                 });
-                self.device_ptrs
-                    .resize(self.entries.len() * self.device_count, 0);
                 (self.entries.len() - 1) as u32
             }
         };
@@ -312,9 +306,8 @@ impl LockTable {
             locks,
             external: pinned.external,
         };
-        let base = id as usize * self.device_count;
-        self.device_ptrs[base..base + self.device_count].copy_from_slice(device_ptrs);
-        self.index.insert_at(position, pinned.extent, id);
+        self.index
+            .insert_at(position, pinned.extent, id, device_ptrs);
         self.stats.entries += 1;
         self.stats.bytes_locked += pinned.extent.len;
         self.stats.external_entries += usize::from(pinned.external);
@@ -341,21 +334,17 @@ impl LockTable {
         }
     }
 
-    /// Makes sure one more entry can be recorded without allocating.
-    fn reserve_entry(&mut self) -> Result<()> {
-        let out_of_memory = |_| Error::HostOutOfMemory {
-            what: "lock table entry",
-        };
-        self.index.reserve_one().map_err(out_of_memory)?;
+    /// Makes sure one more entry can be recorded at `position` without allocating.
+    fn reserve_entry(&mut self, position: Option<Position>) -> Result<()> {
+        self.index
+            .reserve_for(position)
+            .map_err(entry_out_of_memory)?;
         if self.free_ids.is_empty() {
-            self.entries.try_reserve(1).map_err(out_of_memory)?;
-            self.device_ptrs
-                .try_reserve(self.device_count)
-                .map_err(out_of_memory)?;
+            self.entries.try_reserve(1).map_err(entry_out_of_memory)?;
             // `free_ids` is empty: room for every id, so that `release` never allocates.
             self.free_ids
                 .try_reserve(self.entries.len() + 1)
-                .map_err(out_of_memory)?;
+                .map_err(entry_out_of_memory)?;
         }
         Ok(())
     }
@@ -458,6 +447,13 @@ impl LockTable {
     }
 }
 
+/// The error for a table out of memory for one more entry.
+fn entry_out_of_memory(_: TryReserveError) -> Error {
+    Error::HostOutOfMemory {
+        what: "lock table entry",
+    }
+}
+
 /// Validates a range to lock: not empty, not null, not past the top of the address space.
 fn lock_range(ptr: usize, len: usize) -> Result<ByteRange> {
     if ptr == 0 {
@@ -466,6 +462,26 @@ fn lock_range(ptr: usize, len: usize) -> Result<ByteRange> {
         });
     }
     query_range(ptr, len)
+}
+
+/// Validates a lookup's arguments against `store`: the range, and the device as an index.
+#[inline]
+pub(crate) fn lookup_args(
+    store: &Store,
+    ptr: usize,
+    len: usize,
+    device: DeviceId,
+) -> Result<(ByteRange, usize)> {
+    let range = query_range(ptr, len)?;
+    let device_count = store.devices();
+    if device.index() < device_count {
+        Ok((range, device.index()))
+    } else {
+        Err(Error::UnknownDevice {
+            device,
+            device_count,
+        })
+    }
 }
 
 /// Validates a range to look up: not empty, not past the top of the address space.

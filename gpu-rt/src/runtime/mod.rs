@@ -370,6 +370,7 @@ pub struct Runtime<B: Backend> {
     events: Arc<EventPool<B::Event>>,
     /// The lock table, behind sleeping locks: a writer holds its lock across the driver's pin
     /// (tens of microseconds to milliseconds), and another writer waits asleep, not spinning.
+    /// Lookups (`pinned_address`, and the uploads' "is this pinned?") take no lock at all.
     pins: SharedLockTable<HostPins<B>, parking_lot::RawRwLock>,
     workers: Vec<OnceLock<DeviceWorker<B>>>,
     peers: Peers,

@@ -6,9 +6,11 @@
 
 use super::*;
 use crate::lock_table::model::{CallKind, fake_device_address};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
+use std::vec::Vec;
 
 #[test]
 fn shared_table_follows_the_same_rules() {
@@ -228,4 +230,104 @@ fn concurrent_lockers_and_readers_keep_the_table_consistent() {
         "every nested lock on the shared page was counted"
     );
     assert_eq!(t.stats().entries, 1);
+}
+
+/// Lookups take no lock: while writers lock and unlock ranges around them (splitting and
+/// merging chunks, growing the index's arrays from empty), every answer is one the table held
+/// at some moment: a page locked throughout is always found at its device address, a page
+/// never locked never is, and a page that comes and goes is found at its address or missed.
+#[test]
+fn lock_free_lookups_never_see_a_torn_table() {
+    // Miri runs this (the store's atomics on real threads, checked for data races and for
+    // reads of freed memory): fewer rounds.
+    const ROUNDS: usize = if cfg!(miri) { 12 } else { 2000 };
+    const WRITERS: usize = 2;
+    let t: Arc<SharedLockTable<FakeDriver>> =
+        Arc::new(SharedLockTable::new(FakeDriver::new(), 2).unwrap());
+    // Pages 0, 4, 8, ..: locked throughout; 2, 6, ..: never; odd pages come and go.
+    let page = |index: usize| BASE + index * PAGE;
+    // 64 steady pages make more than 8 chunks: the top arrays outgrow their first copy.
+    let steady: Vec<usize> = (0..64).map(|i| page(4 * i)).collect();
+    let (steady_locked, done) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let t = Arc::clone(&t);
+            thread::spawn(move || {
+                for round in 0..ROUNDS {
+                    // Churn in address order and against it, so chunks fill, split and merge.
+                    let odd = |k: usize| page(2 * ((w + k * WRITERS) % 128) + 1);
+                    let pages: Vec<usize> = (0..8).map(|k| odd(k + round)).collect();
+                    for &p in &pages {
+                        t.lock(p, PAGE).unwrap();
+                    }
+                    for &p in pages.iter().rev() {
+                        t.unlock(p).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (t, steady_locked) = (Arc::clone(&t), Arc::clone(&steady_locked));
+            let done = Arc::clone(&done);
+            thread::spawn(move || {
+                let mut lookups = 0usize;
+                while !done.load(Ordering::Relaxed) || lookups < 64 {
+                    let index = (lookups * 7 + r) % 258;
+                    let (ptr, device) = (page(index) + 8, DeviceId((lookups % 2) as u32));
+                    let steady = index.is_multiple_of(4)
+                        && index < 256
+                        && steady_locked.load(Ordering::Acquire);
+                    let found = t.lookup(ptr, 16, device).unwrap();
+                    let expected = fake_device_address(ptr, device.index());
+                    match index % 4 {
+                        0 if steady => assert_eq!(found, Some(expected), "steady page"),
+                        2 => assert_eq!(found, None, "never locked"),
+                        _ => assert!(found.is_none() || found == Some(expected), "churned"),
+                    }
+                    lookups += 1;
+                }
+                lookups
+            })
+        })
+        .collect();
+    // The steady pages, locked once the churn has begun (so the arrays grow under readers);
+    // readers expect them from when all are locked.
+    for &p in &steady {
+        t.lock(p, PAGE).unwrap();
+    }
+    steady_locked.store(true, Ordering::Release);
+    for w in writers {
+        w.join().unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    for r in readers {
+        assert!(r.join().unwrap() >= 64);
+    }
+    t.read(|table| {
+        let starts: Vec<usize> = table.entries().map(|e| e.range.start).collect();
+        assert_eq!(starts, steady, "only the steady pages are left");
+    });
+}
+
+/// A lookup that keeps overlapping a writer's change reads under the table's lock instead,
+/// and answers as the table does.
+#[test]
+fn a_lookup_overlapping_changes_reads_under_the_lock() {
+    let t: SharedLockTable<FakeDriver> = SharedLockTable::new(FakeDriver::new(), 1).unwrap();
+    t.lock(BASE, PAGE).unwrap();
+    let store = t.read(|table| Arc::clone(table.store()));
+    let change = store.write(); // a change in progress: every lock-free read fails
+    assert_eq!(store.read_unchanged(|store| store.devices()), None);
+    assert_eq!(
+        t.lookup(BASE + 8, 8, DeviceId(0)).unwrap(),
+        Some(fake_device_address(BASE + 8, 0))
+    );
+    assert_eq!(t.lookup(BASE + PAGE, 8, DeviceId(0)).unwrap(), None);
+    drop(change);
+    assert_eq!(store.read_unchanged(|store| store.devices()), Some(1));
 }
