@@ -238,7 +238,7 @@ impl<B: Backend> DeviceMemory<B> {
         let &(handle, allocated) = self
             .by_address
             .get(&address)
-            .ok_or(Error::UnknownAddress { device, address })?;
+            .ok_or_else(|| Error::UnknownAddress { device, address })?;
         if size != allocated {
             return Err(Error::FreeSizeMismatch {
                 address,
@@ -261,7 +261,7 @@ impl<B: Backend> DeviceMemory<B> {
         let &(handle, _) = self
             .by_address
             .get(&address)
-            .ok_or(Error::UnknownAddress { device, address })?;
+            .ok_or_else(|| Error::UnknownAddress { device, address })?;
         self.allocator.mark_used_on(handle, stream)
     }
 

@@ -233,7 +233,7 @@ impl<B: Backend> State<B> {
                 // No `Run` step at all would also be a planner bug, reported rather than
                 // trusted.
                 executed.and_then(|()| {
-                    run.ok_or(Error::UnknownStream {
+                    run.ok_or_else(|| Error::UnknownStream {
                         stream: StreamId(u32::MAX),
                     })
                 })
