@@ -39,8 +39,8 @@ pub struct GpurtGraph {
 pub(crate) struct GraphObject<B: ClientBackend> {
     /// Declared first, so dropped first: the graph's spans borrow `memory`'s objects.
     phase: Mutex<Phase<B>>,
-    /// Every memory object a node named, kept (not moved: each behind its `Arc`) while the
-    /// graph lives.
+    /// Every memory object a node named, once each, kept (not moved: each behind its `Arc`)
+    /// while the graph lives.
     memory: Mutex<Vec<Arc<Memory<B>>>>,
 }
 
@@ -65,10 +65,11 @@ impl<B: ClientBackend> GraphObject<B> {
         // moves; the clone pushed below keeps it alive until this graph object is dropped, and
         // the graph that holds the span (`phase`) is dropped before `self.memory`.
         let bytes = unsafe { core::mem::transmute::<Span<'_>, Span<'static>>(bytes) };
-        self.memory
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(memory);
+        let mut kept = self.memory.lock().unwrap_or_else(PoisonError::into_inner);
+        // Each object once, however many nodes and updates name it.
+        if !kept.iter().any(|other| Arc::ptr_eq(other, &memory)) {
+            kept.push(memory);
+        }
         Ok(bytes)
     }
 
