@@ -7,11 +7,14 @@
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::graph::NodeId;
 use gpu_core::backend::{FillValue, LaunchDims};
+use gpu_core::token::TraceOp;
 use gpu_core::token::UnwaitedKind;
 use gpu_core::{DeviceId, Error};
 use gpu_rt::host::{CallKind, HostBackend, HostConfig};
-use gpu_rt::runtime::{Arg, Buffer, Runtime};
+use gpu_rt::runtime::recording::RecordingBackend;
+use gpu_rt::runtime::{Arg, Buffer, Runtime, RuntimeConfig};
 use proptest::prelude::*;
+use std::sync::Arc;
 
 const D0: DeviceId = DeviceId(0);
 const WORDS: usize = 64;
@@ -20,7 +23,7 @@ fn runtime(devices: usize) -> Runtime<HostBackend> {
     Runtime::new(HostBackend::new(HostConfig::with_devices(devices))).unwrap()
 }
 
-fn words(rt: &Runtime<HostBackend>, buffer: &Buffer<'_, HostBackend>) -> Vec<u32> {
+fn words<B: gpu_core::backend::Backend>(rt: &Runtime<B>, buffer: &Buffer<'_, B>) -> Vec<u32> {
     let mut back = vec![0u8; buffer.size()];
     rt.download(buffer.device(), &mut back, buffer.all(), &mut vec![])
         .unwrap();
@@ -372,4 +375,46 @@ fn a_reset_makes_the_graph_stale() {
         }
     );
     assert_eq!(graph.destroy(), Ok(()), "nothing left to destroy");
+}
+
+/// Replays on device 1, interleaved with stream work on both devices through the recording
+/// backend: each replay is one stream operation in the trace, and the trace has no defect.
+#[test]
+fn replays_are_one_stream_operation_each_in_a_clean_trace() {
+    let backend = Arc::new(RecordingBackend::new(HostBackend::new(
+        HostConfig::with_devices(2),
+    )));
+    let rt = Runtime::shared(Arc::clone(&backend), RuntimeConfig::default()).unwrap();
+    let d1 = DeviceId(1);
+    let (a, b) = (
+        rt.alloc(d1, MemoryKind::Device, 64).unwrap(),
+        rt.alloc(d1, MemoryKind::Device, 64).unwrap(),
+    );
+    let elsewhere = rt.alloc(D0, MemoryKind::Device, 64).unwrap();
+    let mut recorder = rt.record_graph(d1).unwrap();
+    let fill = recorder.fill(a.all(), FillValue::U16(7), &[]).unwrap();
+    let copy = recorder.copy(b.all(), a.all(), &[fill]).unwrap();
+    recorder.fill(a.all(), FillValue::U8(1), &[copy]).unwrap();
+    let graph = recorder.instantiate().unwrap();
+    let launches_before = backend.trace().len();
+    let mut last = Vec::new();
+    for _ in 0..5 {
+        let other = rt.fill(D0, elsewhere.all(), 3, &mut vec![]).unwrap();
+        last = vec![graph.launch(&mut last).unwrap()];
+        rt.wait(other).unwrap();
+    }
+    rt.wait(last.pop().unwrap()).unwrap();
+    let on_device_1 = backend.trace()[launches_before..]
+        .iter()
+        .filter(|op| matches!(op, TraceOp::Launch { device: Some(d), .. } if *d == d1))
+        .count();
+    assert_eq!(
+        on_device_1, 5,
+        "each replay of three nodes is one operation in the trace"
+    );
+    assert_eq!(words(&rt, &b), vec![0x0007_0007; 16]);
+    drop(graph);
+    drop((a, b, elsewhere));
+    rt.shutdown().unwrap();
+    assert!(backend.defects().is_empty(), "{:?}", backend.defects());
 }
