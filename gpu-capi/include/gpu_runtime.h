@@ -190,6 +190,13 @@ typedef struct gpurt_arg_t {
   float f32_value;
 } gpurt_arg_t;
 
+// A graph of device work on one device (`gpurt_graph_begin`): a recording until
+// `gpurt_graph_end`, then instantiated. `{0}` is the null handle.
+typedef struct gpurt_graph_t {
+  // The handle's value (opaque).
+  uint64_t id;
+} gpurt_graph_t;
+
 // The runtime's counters: pools, planning, the allocator (summed over devices and kinds) and
 // the lock table.
 typedef struct gpurt_stats_t {
@@ -523,6 +530,124 @@ enum gpurt_status_t gpurt_launch(struct gpurt_kernel_t kernel,
                                  const struct gpurt_token_t *after,
                                  size_t after_count,
                                  struct gpurt_token_t *done);
+
+// Starts recording a graph of work on `device`; writes its handle to `*graph`. Add nodes
+// with `gpurt_graph_copy`, `gpurt_graph_fill` and `gpurt_graph_kernel`, then instantiate it
+// with `gpurt_graph_end`; release it with `gpurt_graph_destroy`.
+//
+// Thread safety: any thread; calls on one graph are serialised.
+//
+// # Safety
+// `graph` points to writable memory for a `gpurt_graph`.
+enum gpurt_status_t gpurt_graph_begin(uint32_t device, struct gpurt_graph_t *graph);
+
+// Adds a copy of `src` into `dst` (equal lengths) to the recording `graph`, to run after the
+// `after_count` nodes of `after` (earlier nodes of this graph); writes the node's number to
+// `*node`. Refused as `gpurt_copy` refuses, and a node number not yet added is
+// `GPURT_STATUS_INVALID_ARGUMENT`; nothing is added on an error.
+//
+// Thread safety: any thread.
+//
+// # Safety
+// `after` is NULL (with 0) or points to `after_count` node numbers; `node` points to
+// writable memory for a `uint32_t`.
+enum gpurt_status_t gpurt_graph_copy(struct gpurt_graph_t graph,
+                                     struct gpurt_span_t dst,
+                                     struct gpurt_span_t src,
+                                     const uint32_t *after,
+                                     size_t after_count,
+                                     uint32_t *node);
+
+// Adds setting every byte of `dst` to `value` to the recording `graph`; as
+// `gpurt_graph_copy`.
+//
+// Thread safety: any thread.
+//
+// # Safety
+// As for `gpurt_graph_copy`.
+enum gpurt_status_t gpurt_graph_fill(struct gpurt_graph_t graph,
+                                     struct gpurt_span_t dst,
+                                     uint8_t value,
+                                     const uint32_t *after,
+                                     size_t after_count,
+                                     uint32_t *node);
+
+// Adds a launch of `kernel` (of the graph's device) with `dims` and the `arg_count`
+// arguments of `args` to the recording `graph`; as `gpurt_graph_copy`, refused as
+// `gpurt_launch` refuses.
+//
+// Thread safety: any thread.
+//
+// # Safety
+// As for `gpurt_launch`, for every replay (the kernel touches only bytes inside its span
+// arguments); `after` and `node` as for `gpurt_graph_copy`.
+enum gpurt_status_t gpurt_graph_kernel(struct gpurt_graph_t graph,
+                                       struct gpurt_kernel_t kernel,
+                                       const struct gpurt_dims_t *dims,
+                                       const struct gpurt_arg_t *args,
+                                       size_t arg_count,
+                                       const uint32_t *after,
+                                       size_t after_count,
+                                       uint32_t *node);
+
+// Ends the recording `graph` and instantiates it: the graph is ready to launch. A backend
+// without graphs is `GPURT_STATUS_UNSUPPORTED`; on an error the recording is gone (destroy
+// the handle).
+//
+// Thread safety: any thread.
+enum gpurt_status_t gpurt_graph_end(struct gpurt_graph_t graph);
+
+// Enqueues one replay of the instantiated `graph` after the tokens of `after`; writes its
+// token to `*done`, complete when every node has run. Consumes `after` on success.
+//
+// Thread safety: any thread.
+//
+// # Safety
+// `after` and `done` as for `gpurt_copy`.
+enum gpurt_status_t gpurt_graph_launch(struct gpurt_graph_t graph,
+                                       const struct gpurt_token_t *after,
+                                       size_t after_count,
+                                       struct gpurt_token_t *done);
+
+// Makes copy node `node` of the instantiated `graph` copy `src` into `dst` from the next
+// replay on (replays already enqueued run as they were). A node of another kind is
+// `GPURT_STATUS_INVALID_ARGUMENT`; nothing changes on an error.
+//
+// Thread safety: any thread.
+enum gpurt_status_t gpurt_graph_update_copy(struct gpurt_graph_t graph,
+                                            uint32_t node,
+                                            struct gpurt_span_t dst,
+                                            struct gpurt_span_t src);
+
+// Makes fill node `node` of the instantiated `graph` set `dst` to `value`; as
+// `gpurt_graph_update_copy`.
+//
+// Thread safety: any thread.
+enum gpurt_status_t gpurt_graph_update_fill(struct gpurt_graph_t graph,
+                                            uint32_t node,
+                                            struct gpurt_span_t dst,
+                                            uint8_t value);
+
+// Makes launch node `node` of the instantiated `graph` launch `kernel` with `dims` and
+// `args`; as `gpurt_graph_update_copy`, refused as `gpurt_launch` refuses.
+//
+// Thread safety: any thread.
+//
+// # Safety
+// As for `gpurt_graph_kernel`.
+enum gpurt_status_t gpurt_graph_update_kernel(struct gpurt_graph_t graph,
+                                              uint32_t node,
+                                              struct gpurt_kernel_t kernel,
+                                              const struct gpurt_dims_t *dims,
+                                              const struct gpurt_arg_t *args,
+                                              size_t arg_count);
+
+// Destroys `graph` (recording or instantiated); replays already enqueued still run, and the
+// memory its nodes named is let go (memory released with `gpurt_free` meanwhile is freed
+// now, after those replays).
+//
+// Thread safety: any thread.
+enum gpurt_status_t gpurt_graph_destroy(struct gpurt_graph_t graph);
 
 // Writes the runtime's counters to `*stats`.
 //

@@ -52,6 +52,7 @@
 //! backends share to check handles and addresses, and the steps of theirs that are the same on
 //! every driver, are [`live`].
 
+pub mod graph;
 pub mod library;
 pub mod live;
 
@@ -63,6 +64,7 @@ use crate::allocator::{AllocatorCapabilities, MemoryKind};
 use crate::error::{ByteRange, Error, Result};
 use crate::id::DeviceId;
 use crate::workgroup::WorkgroupLimits;
+use graph::{GraphDesc, NodeId, NodeOp};
 
 /// What a device is and what its driver can do; the policies decide from this, never from the
 /// backend's name.
@@ -205,6 +207,9 @@ pub trait Backend: Send + Sync + 'static {
     /// [`DeviceId`] can name. Only [`Backend::restore_current`] and [`Backend::is_current`]
     /// read it.
     type SavedCurrent: Copy + Send + Debug;
+    /// A graph of device work instantiated on one device ([`Backend::graph_instantiate`]);
+    /// `core::convert::Infallible` for a backend without graphs.
+    type Graph: Copy + Eq + Send + Sync + Debug + 'static;
 
     /// Whether every method makes the device it acts on current by itself and puts the
     /// caller's context back before returning (the CUDA backend does, with one
@@ -508,6 +513,57 @@ pub trait Backend: Send + Sync + 'static {
         dims: LaunchDims,
         params: *mut *mut c_void,
     ) -> Result<()>;
+
+    /// Builds the driver's graph of `graph`'s nodes, with its edges, and instantiates it on
+    /// `device` (made current by the caller), ready to replay. Nothing reaches memory until a
+    /// replay runs. [`Error::Unsupported`] for a backend without graphs (the default).
+    fn graph_instantiate(
+        &self,
+        device: DeviceId,
+        graph: &GraphDesc<Self::Kernel>,
+    ) -> Result<Self::Graph> {
+        let _ = (device, graph);
+        Err(no_graphs(self.name()))
+    }
+
+    /// Enqueues one replay of `graph` on `stream` (of the graph's device): one stream
+    /// operation, after the stream's earlier work and before its later work, in which each
+    /// node runs after the nodes it names.
+    ///
+    /// # Safety
+    /// As for [`Backend::copy`], [`Backend::fill`] and [`Backend::launch`], for every node as
+    /// it is at this call: each byte a node reaches stays valid until the replay has completed,
+    /// and the host does not race with it.
+    unsafe fn graph_launch(&self, stream: Self::Stream, graph: Self::Graph) -> Result<()> {
+        let _ = (stream, graph);
+        Err(no_graphs(self.name()))
+    }
+
+    /// Makes `node` of `graph` do `op` from the next replay on (replays already enqueued run as
+    /// they were): same kind as recorded, on the graph's device. Nothing changes on an error.
+    fn graph_set_node(
+        &self,
+        graph: Self::Graph,
+        node: NodeId,
+        op: &NodeOp<Self::Kernel>,
+    ) -> Result<()> {
+        let _ = (graph, node, op);
+        Err(no_graphs(self.name()))
+    }
+
+    /// Destroys `graph`; replays already enqueued still run to completion.
+    fn graph_destroy(&self, graph: Self::Graph) -> Result<()> {
+        let _ = graph;
+        Err(no_graphs(self.name()))
+    }
+}
+
+/// What a backend without graphs answers every graph call.
+fn no_graphs(backend: &'static str) -> Error {
+    Error::Unsupported {
+        backend,
+        what: "graphs of device work",
+    }
 }
 
 /// The typed error for a device id the backend does not have.

@@ -397,6 +397,26 @@ pub enum Error {
         cause: alloc::boxed::Box<Error>,
     },
 
+    // ----- graphs -----
+    /// A graph node that its graph does not have (a dependency not yet added, or a node of
+    /// another graph).
+    UnknownGraphNode {
+        /// The node given.
+        node: u32,
+        /// How many nodes the graph has.
+        nodes: usize,
+    },
+    /// A graph node given an operation of another kind than it was recorded with, which would
+    /// change the graph's shape.
+    GraphNodeKind {
+        /// The node given.
+        node: u32,
+        /// Its recorded kind (`"copy"`, `"fill"`, `"launch"`).
+        recorded: &'static str,
+        /// The kind given.
+        given: &'static str,
+    },
+
     // ----- cuda backend (kernel library and current context; generic enough for any backend) -----
     /// A kernel name the backend's standard kernel library does not have.
     UnknownKernel {

@@ -331,6 +331,7 @@ impl Backend for NullBackend {
     type Kernel = usize;
     type Module = usize;
     type SavedCurrent = ();
+    type Graph = core::convert::Infallible;
     const SCOPES_ITS_CALLS: bool = true;
 
     fn name(&self) -> &'static str {

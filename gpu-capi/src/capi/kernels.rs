@@ -7,7 +7,7 @@ use std::sync::PoisonError;
 use gpu_runtime::backend::LaunchDims;
 use gpu_runtime::error::Error;
 use gpu_runtime::id::DeviceId;
-use gpu_runtime::runtime::Arg;
+use gpu_runtime::runtime::{Arg, Span};
 use gpu_runtime::token::Token;
 
 use crate::shared::{
@@ -91,7 +91,7 @@ fn kernel<B: ClientBackend>(
 unsafe fn launch<B: ClientBackend>(
     s: &Session<B>,
     kernel: GpurtKernel,
-    dims: GpurtDims,
+    dims: LaunchDims,
     args: &[GpurtArg],
     after: &mut Vec<Token>,
 ) -> Result<GpurtToken, CapiError> {
@@ -101,18 +101,27 @@ unsafe fn launch<B: ClientBackend>(
         .filter(|arg| arg.kind == GPURT_ARG_SPAN)
         .map(|arg| held(s, &arg.span))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut spans = memory.iter();
-    let values = args
-        .iter()
+    let mut held_memory = memory.iter();
+    let values = kernel_args(args, |span| match held_memory.next() {
+        Some(memory) => Ok(memory.span(span.offset, span.len)?),
+        None => Err(Error::NullPointer {
+            what: "kernel span argument",
+        }
+        .into()),
+    })?;
+    // SAFETY: the caller's promise (`gpurt_launch`'s contract), passed on.
+    Ok(token_out(unsafe { kernel.launch(dims, &values, after) }?))
+}
+
+/// The runtime's arguments for `args`, each span argument's memory given by `span_of`.
+pub(super) fn kernel_args<'m>(
+    args: &[GpurtArg],
+    mut span_of: impl FnMut(&GpurtSpan) -> Result<Span<'m>, CapiError>,
+) -> Result<Vec<Arg<'m>>, CapiError> {
+    args.iter()
         .enumerate()
         .map(|(index, arg)| match arg.kind {
-            GPURT_ARG_SPAN => match spans.next() {
-                Some(memory) => Ok(Arg::Span(memory.span(arg.span.offset, arg.span.len)?)),
-                None => Err(Error::NullPointer {
-                    what: "kernel span argument",
-                }
-                .into()),
-            },
+            GPURT_ARG_SPAN => Ok(Arg::Span(span_of(&arg.span)?)),
             GPURT_ARG_U32 => Ok(Arg::U32(arg.u32_value)),
             GPURT_ARG_U64 => Ok(Arg::U64(arg.u64_value)),
             GPURT_ARG_F32 => Ok(Arg::F32(arg.f32_value)),
@@ -124,14 +133,19 @@ unsafe fn launch<B: ClientBackend>(
                 ),
             }),
         })
-        .collect::<Result<Vec<_>, CapiError>>()?;
-    let dims = LaunchDims {
+        .collect()
+}
+
+/// The launch shape `dims` points to, checked for null and alignment.
+pub(super) fn launch_dims(dims: *const GpurtDims) -> Result<LaunchDims, CapiError> {
+    check_array(dims, 1, "launch dimensions")?;
+    // SAFETY: non-null and aligned (checked); the caller's promise: a `gpurt_dims_t`.
+    let dims = unsafe { dims.read() };
+    Ok(LaunchDims {
         grid: dims.grid,
         block: dims.block,
         dynamic_workgroup_bytes: dims.dynamic_workgroup_bytes,
-    };
-    // SAFETY: the caller's promise (`gpurt_launch`'s contract), passed on.
-    Ok(token_out(unsafe { kernel.launch(dims, &values, after) }?))
+    })
 }
 
 /// Loads kernel `name` of the backend's standard kernel library (`fill_u32`, `axpy_f32`,
@@ -185,9 +199,7 @@ pub unsafe extern "C" fn gpurt_launch(
     done: *mut GpurtToken,
 ) -> GpurtStatus {
     let operation = |after: &mut Vec<Token>| {
-        check_array(dims, 1, "launch dimensions")?;
-        // SAFETY: non-null and aligned (checked); the caller's promise: a `gpurt_dims_t`.
-        let dims = unsafe { dims.read() };
+        let dims = launch_dims(dims)?;
         // SAFETY: the caller's promise: `arg_count` arguments at `args`.
         let args = unsafe { c_slice(args, arg_count, "kernel argument list") }?;
         with_session(|s| {

@@ -39,6 +39,9 @@ mod transfers;
 // Loading and launching kernels.
 mod kernels;
 
+// Graphs: recording, instantiating, replaying and updating.
+mod graphs;
+
 // The runtime's counters.
 mod stats;
 
@@ -50,6 +53,12 @@ mod objects;
 #[cfg(test)]
 mod tests;
 
+use graphs::GraphObject;
+pub use graphs::{
+    GpurtGraph, gpurt_graph_begin, gpurt_graph_copy, gpurt_graph_destroy, gpurt_graph_end,
+    gpurt_graph_fill, gpurt_graph_kernel, gpurt_graph_launch, gpurt_graph_update_copy,
+    gpurt_graph_update_fill, gpurt_graph_update_kernel,
+};
 pub use kernels::{
     GPURT_ARG_F32, GPURT_ARG_SPAN, GPURT_ARG_U32, GPURT_ARG_U64, GpurtArg, GpurtDims, GpurtKernel,
     gpurt_kernel, gpurt_launch,

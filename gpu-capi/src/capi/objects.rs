@@ -9,6 +9,7 @@ use gpu_runtime::error::Error;
 use gpu_runtime::id::DeviceId;
 use gpu_runtime::runtime::{Buffer, Kernel, LockedHost, Span};
 
+use super::GraphObject;
 use crate::shared::{
     CapiSlot, ClientBackend, ClientObjects, ClientSlot, Generation, HandleKind, HandleTable,
     Session,
@@ -42,6 +43,8 @@ pub struct Objects<B: ClientBackend> {
     pub(super) kernels: HandleTable<Kernel<'static, B>>,
     /// The handle of each kernel loaded, so asking twice gives the same handle.
     pub(super) kernel_handles: Mutex<HashMap<(DeviceId, String), u64>>,
+    /// Graphs, recording or instantiated.
+    pub(super) graphs: HandleTable<Arc<GraphObject<B>>>,
 }
 
 impl<B: ClientBackend> ClientSlot<B> for CapiSlot {
@@ -55,18 +58,21 @@ impl<B: ClientBackend> ClientObjects<B> for Objects<B> {
             memory: HandleTable::new(HandleKind::Memory, generation),
             kernels: HandleTable::new(HandleKind::Kernel, generation),
             kernel_handles: Mutex::new(HashMap::new()),
+            graphs: HandleTable::new(HandleKind::Graph, generation),
         }
     }
 
     /// Releases every object (at shutdown, with no call in flight): buffers are freed,
     /// registrations unpinned after their transfers. Returns how many there were.
     fn release(&self, _session: &Session<B>) -> usize {
+        // Graphs first: they hold memory objects, let go with them.
+        let graphs = self.graphs.drain().len();
         let memory = self.memory.drain().len();
         let kernels = self.kernels.drain().len();
         self.kernel_handles
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
-        memory + kernels
+        graphs + memory + kernels
     }
 }

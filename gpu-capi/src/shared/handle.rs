@@ -42,16 +42,19 @@ pub enum HandleKind {
     Module,
     /// An MLIR function of a module (`mgpuModuleGetFunction`).
     Function,
+    /// A graph of device work (`gpurt_graph_begin`).
+    Graph,
 }
 
 impl HandleKind {
-    const ALL: [HandleKind; 6] = [
+    const ALL: [HandleKind; 7] = [
         HandleKind::Memory,
         HandleKind::Kernel,
         HandleKind::Stream,
         HandleKind::Event,
         HandleKind::Module,
         HandleKind::Function,
+        HandleKind::Graph,
     ];
 
     /// The kind's name in messages.
@@ -63,6 +66,7 @@ impl HandleKind {
             HandleKind::Event => "MLIR event",
             HandleKind::Module => "MLIR module",
             HandleKind::Function => "MLIR function",
+            HandleKind::Graph => "graph",
         }
     }
 
@@ -75,6 +79,7 @@ impl HandleKind {
             HandleKind::Event => "MLIR event handle",
             HandleKind::Module => "MLIR module handle",
             HandleKind::Function => "MLIR function handle",
+            HandleKind::Graph => "graph handle",
         }
     }
 
@@ -88,6 +93,7 @@ impl HandleKind {
             HandleKind::Event => 0xC2,
             HandleKind::Module => 0xC3,
             HandleKind::Function => 0xC4,
+            HandleKind::Graph => 0xB3,
         }
     }
 

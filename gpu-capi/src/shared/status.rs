@@ -274,7 +274,9 @@ fn core_status(error: &Error) -> GpurtStatus {
         | Error::PrivateBufferInWorkgroup { .. }
         | Error::TraceSyntax { .. }
         | Error::FreeSizeMismatch { .. }
-        | Error::LaunchShape { .. } => S::InvalidArgument,
+        | Error::LaunchShape { .. }
+        | Error::UnknownGraphNode { .. }
+        | Error::GraphNodeKind { .. } => S::InvalidArgument,
         Error::OutOfBounds { .. } => S::OutOfBounds,
         Error::UnknownDevice { .. } => S::UnknownDevice,
         Error::WrongDevice { .. } => S::WrongDevice,

@@ -616,6 +616,80 @@ static void wrong_arguments_and_shapes_are_refused_at_launch(void) {
     EXPECT(GPURT_STATUS_NOT_OPEN, gpurt_shutdown(NULL));
 }
 
+/* A graph recorded once and replayed: fill x, then y = 2x + y after a fill of y, then a copy of
+ * y into z; replays after tokens, updated nodes, and misuse refused. */
+static void graphs_record_replay_and_update(void) {
+    enum { N = 256 };
+    gpurt_kernel_t axpy, fill;
+    OK(gpurt_kernel(0, "axpy_f32", &axpy));
+    OK(gpurt_kernel(0, "fill_u32", &fill));
+    gpurt_memory_t x, y, z;
+    OK(gpurt_alloc(0, GPURT_MEMORY_DEVICE, N * 4, &x));
+    OK(gpurt_alloc(0, GPURT_MEMORY_DEVICE, N * 4, &y));
+    OK(gpurt_alloc(0, GPURT_MEMORY_DEVICE, N * 4, &z));
+    gpurt_span_t xs = gpurt_span_of(x, 0, N * 4), ys = gpurt_span_of(y, 0, N * 4),
+                 zs = gpurt_span_of(z, 0, N * 4);
+    float three = 3.0f;
+    uint32_t bits;
+    memcpy(&bits, &three, 4);
+    gpurt_graph_t graph;
+    uint32_t fill_x, fill_y, saxpy, copy, bad;
+    OK(gpurt_graph_begin(0, &graph));
+    gpurt_arg_t fill_args[3] = {gpurt_arg_span(xs), gpurt_arg_u32(bits), gpurt_arg_u64(N)};
+    OK(gpurt_graph_kernel(graph, fill, &LINEAR, fill_args, 3, NULL, 0, &fill_x));
+    OK(gpurt_graph_fill(graph, ys, 0, NULL, 0, &fill_y));
+    uint32_t inputs[2] = {fill_x, fill_y};
+    gpurt_arg_t axpy_args[4] = {gpurt_arg_f32(2.0f), gpurt_arg_span(xs), gpurt_arg_span(ys),
+                                gpurt_arg_u64(N)};
+    OK(gpurt_graph_kernel(graph, axpy, &LINEAR, axpy_args, 4, inputs, 2, &saxpy));
+    OK(gpurt_graph_copy(graph, zs, ys, &saxpy, 1, &copy));
+    CHECK(fill_x == 0 && fill_y == 1 && saxpy == 2 && copy == 3);
+    uint32_t unknown = 9;
+    EXPECT(GPURT_STATUS_INVALID_ARGUMENT, gpurt_graph_fill(graph, zs, 0, &unknown, 1, &bad));
+    EXPECT(GPURT_STATUS_OVERLAP, gpurt_graph_copy(graph, gpurt_span_of(z, 0, 64),
+                                                  gpurt_span_of(z, 32, 64), NULL, 0, &bad));
+    gpurt_token_t t;
+    EXPECT(GPURT_STATUS_INVALID_ARGUMENT, gpurt_graph_launch(graph, NULL, 0, &t));
+    OK(gpurt_graph_end(graph));
+    EXPECT(GPURT_STATUS_INVALID_ARGUMENT, gpurt_graph_fill(graph, zs, 0, NULL, 0, &bad));
+
+    float zs_back[N];
+    gpurt_token_t done;
+    for (int round = 0; round < 3; round++) {
+        OK(gpurt_graph_launch(graph, NULL, 0, &done));
+        read_back(0, zs_back, zs, &done, 1);
+        int all_right = 1;
+        for (int i = 0; i < N; i++)
+            all_right &= zs_back[i] == 6.0f;
+        CHECK(all_right);
+    }
+    /* y starts at 1.0 from now on: y = 2 * 3 + 1 */
+    float one = 1.0f;
+    memcpy(&bits, &one, 4);
+    gpurt_arg_t fill_y_args[3] = {gpurt_arg_span(ys), gpurt_arg_u32(bits), gpurt_arg_u64(N)};
+    EXPECT(GPURT_STATUS_INVALID_ARGUMENT,
+           gpurt_graph_update_kernel(graph, fill_y, fill, &LINEAR, fill_y_args, 3));
+    OK(gpurt_graph_update_fill(graph, fill_y, ys, 0));
+    gpurt_arg_t fill_x_args[3] = {gpurt_arg_span(xs), gpurt_arg_u32(bits), gpurt_arg_u64(N)};
+    OK(gpurt_graph_update_kernel(graph, fill_x, fill, &LINEAR, fill_x_args, 3));
+    OK(gpurt_graph_launch(graph, NULL, 0, &done));
+    read_back(0, zs_back, zs, &done, 1);
+    CHECK(zs_back[0] == 2.0f && zs_back[N - 1] == 2.0f); /* y = 2 * 1 + 0 */
+    EXPECT(GPURT_STATUS_INVALID_ARGUMENT, gpurt_graph_update_copy(graph, 7, zs, ys));
+
+    /* Memory freed while the graph holds it stays until the graph is destroyed. */
+    OK(gpurt_free(z));
+    OK(gpurt_graph_launch(graph, NULL, 0, &done));
+    OK(gpurt_wait(done));
+    OK(gpurt_graph_destroy(graph));
+    EXPECT(GPURT_STATUS_INVALID_HANDLE, gpurt_graph_launch(graph, NULL, 0, &t));
+    EXPECT(GPURT_STATUS_INVALID_HANDLE, gpurt_graph_destroy(graph));
+    EXPECT(GPURT_STATUS_NULL_POINTER, gpurt_graph_begin(0, NULL));
+    EXPECT(GPURT_STATUS_UNKNOWN_DEVICE, gpurt_graph_begin(9, &graph));
+    OK(gpurt_free(x));
+    OK(gpurt_free(y));
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s TRACE_FILE\n", argv[0]);
@@ -630,6 +704,7 @@ int main(int argc, char **argv) {
     a_launch_past_its_span_is_refused_on_its_own();
     kernels_by_handle();
     workgroup_memory_above_the_default_limit();
+    graphs_record_replay_and_update();
     registered_memory_nests_and_carries_transfers();
     a_registration_is_kept_from_raw_unlocks();
     lock_unlock_lookup();

@@ -223,6 +223,20 @@ impl fmt::Display for Error {
                 "the runtime stopped accepting work after a driver failure left stream \
                  ordering unknown ({cause}); shut it down and open a new one"
             ),
+            Error::UnknownGraphNode { node, nodes } => write!(
+                f,
+                "graph node {node} does not exist: the graph has {nodes} nodes, numbered from 0; \
+                 a node can only run after nodes of its own graph added before it"
+            ),
+            Error::GraphNodeKind {
+                node,
+                recorded,
+                given,
+            } => write!(
+                f,
+                "graph node {node} was recorded as a {recorded} and cannot become a {given}: \
+                 an update keeps the graph's shape; record a new graph for a new shape"
+            ),
             Error::UnknownKernel { backend, name } => write!(
                 f,
                 "the {backend} backend's kernel library has no kernel called {name:?}; use one \

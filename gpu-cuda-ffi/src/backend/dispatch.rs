@@ -14,6 +14,7 @@ impl Backend for CudaBackend {
     // A sticky error poisons every context of the process (measured: see the trait).
     const DEVICE_LOSS_ENDS_THE_PROCESS: bool = true;
     type SavedCurrent = SavedContext;
+    type Graph = core::convert::Infallible;
 
     fn name(&self) -> &'static str {
         BACKEND

@@ -45,6 +45,7 @@ impl Backend for HipBackend {
     // As CUDA's (on NVIDIA it is CUDA underneath; ROCm ends the process on a GPU memory fault).
     const DEVICE_LOSS_ENDS_THE_PROCESS: bool = true;
     type SavedCurrent = SavedDevice;
+    type Graph = core::convert::Infallible;
 
     fn name(&self) -> &'static str {
         BACKEND

@@ -205,6 +205,8 @@ pub struct HostStats {
     pub draining_streams: usize,
     /// Events created and not destroyed.
     pub events: usize,
+    /// Graphs instantiated and not destroyed.
+    pub graphs: usize,
     /// Allocations not freed.
     pub allocations: usize,
     /// Bytes of those allocations.

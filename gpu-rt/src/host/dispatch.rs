@@ -2,6 +2,7 @@
 //! on the tables, streams and memory that `host/mod.rs` and its other modules keep.
 
 use super::*;
+use gpu_core::backend::graph::{GraphDesc, NodeId, NodeOp};
 
 impl Backend for HostBackend {
     type Stream = HostStream;
@@ -9,6 +10,7 @@ impl Backend for HostBackend {
     type Kernel = HostKernel;
     type Module = HostModule;
     type SavedCurrent = Option<DeviceId>;
+    type Graph = HostGraph;
 
     fn name(&self) -> &'static str {
         "host"
@@ -301,6 +303,7 @@ impl Backend for HostBackend {
         lock(&self.events).retain(|_, slot| slot.device != device);
         lock(&self.memory).release_device(device);
         lock(&self.kernels).unload_device(device);
+        self.forget_graphs(device);
         let count = self.devices.len();
         for other in 0..count {
             self.peer_access[device.index() * count + other].store(false, Ordering::Release);
@@ -372,20 +375,16 @@ impl Backend for HostBackend {
         check_device(self, dst_device)?;
         check_device(self, src_device)?;
         let shared = self.current_stream(stream, call)?;
-        self.enqueue_copy(
-            &shared,
-            [dst, src, bytes],
-            false,
-            call,
-            |allocation, what| {
-                let named = if what == "destination" {
-                    dst_device
-                } else {
-                    src_device
-                };
-                allocation.device == named
-            },
-        )
+        let item = self.prepare_copy([dst, src, bytes], false, call, |allocation, what| {
+            let named = if what == "destination" {
+                dst_device
+            } else {
+                src_device
+            };
+            allocation.device == named
+        })?;
+        shared.enqueue_items([item]);
+        Ok(())
     }
 
     /// # Safety
@@ -408,20 +407,7 @@ impl Backend for HostBackend {
     ) -> Result<()> {
         let call = self.calls.enter(CallKind::Fill)?;
         let shared = self.current_stream(stream, call)?;
-        let width = value.width();
-        let bytes = count.checked_mul(width).ok_or(Error::AddressOverflow {
-            ptr: dst,
-            len: count,
-        })?;
-        if !dst.is_multiple_of(width) {
-            return Err(HostErrorCode::InvalidValue.error(call));
-        }
-        let hold = Self::hold_range(&lock(&self.memory), dst, bytes, "fill destination", call)?
-            .map(|allocation| allocation.block.clone());
-        shared.enqueue(
-            WorkOp::Fill { dst, value, bytes },
-            Payload::Hold(hold.into_iter().collect()),
-        );
+        shared.enqueue_items([self.prepare_fill(dst, value, count, call)?]);
         Ok(())
     }
 
@@ -488,62 +474,9 @@ impl Backend for HostBackend {
     ) -> Result<()> {
         let call = self.calls.enter(CallKind::Launch)?;
         let shared = self.current_stream(stream, call)?;
-        let (function, entry, workgroup_limit) = {
-            let kernels = lock(&self.kernels);
-            let loaded = kernels.get(kernel, call)?;
-            if loaded.device != shared.device {
-                return Err(HostErrorCode::InvalidHandle.error(call));
-            }
-            (
-                loaded.function.clone(),
-                loaded.entry,
-                loaded.allowed_workgroup_bytes.unwrap_or(
-                    self.devices[shared.device.index()]
-                        .workgroup
-                        .default_per_block
-                        .saturating_sub(loaded.static_workgroup_bytes),
-                ),
-            )
-        };
-        let threads_per_group = dims.block.iter().map(|&n| u64::from(n)).product::<u64>();
-        let bad_shape = dims.grid.contains(&0)
-            || dims.block.contains(&0)
-            || threads_per_group > u64::from(MAX_THREADS_PER_WORKGROUP)
-            || dims.dynamic_workgroup_bytes > workgroup_limit;
-        if bad_shape {
-            return Err(HostErrorCode::InvalidValue.error(call));
-        }
-        let regions: Vec<Option<Region>> = {
-            let memory = lock(&self.memory);
-            args.iter()
-                .map(|arg| match arg {
-                    KernelArg::Ptr(p) => memory.region_of(*p),
-                    _ => None,
-                })
-                .collect()
-        };
-        // A library kernel's pointer arguments may reach the end of the buffer (or registered
-        // range) they point into, and no further; one pointing into no memory of this backend
-        // may reach nothing.
-        if let Some(entry) = entry {
-            entry.check_launch(args, &dims, |index| {
-                match (args.get(index), regions.get(index)) {
-                    (Some(KernelArg::Ptr(p)), Some(Some(region))) => {
-                        let range = region.range();
-                        range.start + range.len - p
-                    }
-                    _ => 0,
-                }
-            })?;
-        }
-        let launch = Launch {
-            function,
-            dims,
-            args: args.to_vec(),
-            regions: regions.into_iter().flatten().collect(),
-        };
+        let item = self.prepare_launch(shared.device, kernel, dims, args, call)?;
         shared.wait_for_room(self.launch_queue_depth);
-        shared.enqueue(WorkOp::Launch { kernel }, Payload::Launch(Box::new(launch)));
+        shared.enqueue_items([item]);
         Ok(())
     }
 
@@ -560,5 +493,33 @@ impl Backend for HostBackend {
             backend: "host",
             what: "launching with a raw parameter array (its kernels take typed arguments)",
         })
+    }
+
+    fn graph_instantiate(
+        &self,
+        device: DeviceId,
+        graph: &GraphDesc<HostKernel>,
+    ) -> Result<HostGraph> {
+        self.instantiate_graph(device, graph)
+    }
+
+    /// # Safety
+    /// As for `copy`, `fill` and `launch`, node by node: each node is checked as its call
+    /// would be, and nothing is queued if one is refused.
+    unsafe fn graph_launch(&self, stream: HostStream, graph: HostGraph) -> Result<()> {
+        self.launch_graph(stream, graph)
+    }
+
+    fn graph_set_node(
+        &self,
+        graph: HostGraph,
+        node: NodeId,
+        op: &NodeOp<HostKernel>,
+    ) -> Result<()> {
+        self.set_graph_node(graph, node, op)
+    }
+
+    fn graph_destroy(&self, graph: HostGraph) -> Result<()> {
+        self.destroy_graph(graph)
     }
 }

@@ -133,6 +133,14 @@ call_kinds! {
     KernelAllowWorkgroupBytes => "kernel_allow_workgroup_bytes",
     /// `launch`.
     Launch => "launch",
+    /// `graph_instantiate`.
+    GraphInstantiate => "graph_instantiate",
+    /// `graph_launch`.
+    GraphLaunch => "graph_launch",
+    /// `graph_set_node`.
+    GraphSetNode => "graph_set_node",
+    /// `graph_destroy`.
+    GraphDestroy => "graph_destroy",
 }
 
 impl CallKind {

@@ -104,6 +104,7 @@ mod config;
 mod current;
 mod dispatch;
 mod faults;
+mod graphs;
 mod kernels;
 mod library;
 mod memory;
@@ -128,9 +129,12 @@ use gpu_core::id::DeviceId;
 
 use current::CurrentDevice;
 use faults::CallLedger;
+use graphs::GraphSlot;
 use kernels::{KernelRegistry, Launch};
 use memory::{Memory, Region};
-use streams::{DeviceHealth, EventSlot, Payload, RecordPoint, StreamShared, WorkLog, run_worker};
+use streams::{
+    DeviceHealth, EventSlot, Payload, RecordPoint, StreamShared, WorkItem, WorkLog, run_worker,
+};
 
 pub use codes::HostErrorCode;
 pub use config::{HostConfig, HostDeviceConfig, HostStats};
@@ -138,7 +142,7 @@ pub use faults::{CallCounts, CallKind};
 pub use kernels::{DeviceScalar, DeviceView, HostKernel, KernelContext, KernelFn};
 pub use library::standard_kernels;
 pub use memory::HOST_ALLOCATION_ALIGNMENT;
-pub use streams::{HostEvent, HostStream, WorkOp, WorkOutcome, WorkRecord};
+pub use streams::{HostEvent, HostGraph, HostStream, WorkOp, WorkOutcome, WorkRecord};
 
 pub use gpu_core::backend::MAX_THREADS_PER_WORKGROUP;
 
@@ -228,6 +232,7 @@ pub struct HostBackend {
     streams: Mutex<StreamTable>,
     events: Mutex<HashMap<HostEvent, EventSlot>>,
     kernels: Mutex<KernelRegistry>,
+    graphs: Mutex<HashMap<HostGraph, GraphSlot>>,
     log: Arc<WorkLog>,
     /// `peer_access[device * count + peer]`: whether `device` was given access to `peer`.
     peer_access: Vec<AtomicBool>,
@@ -267,6 +272,7 @@ impl HostBackend {
             streams: Mutex::new(StreamTable::default()),
             events: Mutex::new(HashMap::new()),
             kernels: Mutex::new(kernels),
+            graphs: Mutex::new(HashMap::new()),
             log: Arc::new(WorkLog::new(config.work_log_capacity)),
             peer_access: (0..device_count * device_count)
                 .map(|_| AtomicBool::new(false))
@@ -462,6 +468,7 @@ impl HostBackend {
             streams,
             draining_streams,
             events: lock(&self.events).len(),
+            graphs: lock(&self.graphs).len(),
             allocations,
             allocated_bytes,
             registered_ranges,
@@ -699,28 +706,35 @@ impl HostBackend {
             return Err(HostErrorCode::InvalidValue.error(call));
         }
         let shared = self.current_stream(stream, call)?;
-        let device = shared.device;
-        self.enqueue_copy(
-            &shared,
-            [dst, src, bytes],
-            read_only_source,
-            call,
-            |allocation, _| {
-                allocation.plain_copy_allowed(device, |from, to| self.reaches(from, to))
-            },
-        )
+        let item =
+            self.prepare_plain_copy(shared.device, [dst, src, bytes], read_only_source, call)?;
+        shared.enqueue_items([item]);
+        Ok(())
     }
 
-    /// Queues a copy (`[dst, src, bytes]`) on `shared` after checking both sides; `allowed`
-    /// judges each side that is an allocation (the rule of the calling copy form).
-    fn enqueue_copy(
+    /// A copy on a stream of `device` that is not a peer copy, checked: each side that is an
+    /// allocation must be `device`'s or one it reaches through peer access.
+    fn prepare_plain_copy(
         &self,
-        shared: &Arc<StreamShared>,
+        device: DeviceId,
+        copy: [usize; 3],
+        read_only_source: bool,
+        call: &'static str,
+    ) -> Result<WorkItem> {
+        self.prepare_copy(copy, read_only_source, call, |allocation, _| {
+            allocation.plain_copy_allowed(device, |from, to| self.reaches(from, to))
+        })
+    }
+
+    /// A copy (`[dst, src, bytes]`) to queue, after checking both sides; `allowed` judges each
+    /// side that is an allocation (the rule of the calling copy form).
+    fn prepare_copy(
+        &self,
         [dst, src, bytes]: [usize; 3],
         read_only_source: bool,
         call: &'static str,
         allowed: impl Fn(&memory::Allocation, &'static str) -> bool,
-    ) -> Result<()> {
+    ) -> Result<WorkItem> {
         let hold = {
             let memory = lock(&self.memory);
             let dst_side = Self::hold_range(&memory, dst, bytes, "copy destination", call)?;
@@ -742,8 +756,104 @@ impl HostBackend {
             bytes,
             read_only_source,
         };
-        shared.enqueue(op, Payload::Hold(hold));
-        Ok(())
+        Ok(WorkItem::new(op, Payload::Hold(hold)))
+    }
+
+    /// A fill of `count` elements of `value` at `dst` to queue, checked.
+    fn prepare_fill(
+        &self,
+        dst: usize,
+        value: FillValue,
+        count: usize,
+        call: &'static str,
+    ) -> Result<WorkItem> {
+        let width = value.width();
+        let bytes = count
+            .checked_mul(width)
+            .ok_or_else(|| Error::AddressOverflow {
+                ptr: dst,
+                len: count,
+            })?;
+        if !dst.is_multiple_of(width) {
+            return Err(HostErrorCode::InvalidValue.error(call));
+        }
+        let hold = Self::hold_range(&lock(&self.memory), dst, bytes, "fill destination", call)?
+            .map(|allocation| allocation.block.clone());
+        Ok(WorkItem::new(
+            WorkOp::Fill { dst, value, bytes },
+            Payload::Hold(hold.into_iter().collect()),
+        ))
+    }
+
+    /// A launch of `kernel` on a stream of `device` to queue, checked: the kernel is loaded
+    /// on `device`, the shape runs there, and a library kernel's pointer arguments reach no
+    /// further than the memory they point into.
+    fn prepare_launch(
+        &self,
+        device: DeviceId,
+        kernel: HostKernel,
+        dims: LaunchDims,
+        args: &[KernelArg],
+        call: &'static str,
+    ) -> Result<WorkItem> {
+        let (function, entry, workgroup_limit) = {
+            let kernels = lock(&self.kernels);
+            let loaded = kernels.get(kernel, call)?;
+            if loaded.device != device {
+                return Err(HostErrorCode::InvalidHandle.error(call));
+            }
+            (
+                loaded.function.clone(),
+                loaded.entry,
+                loaded.allowed_workgroup_bytes.unwrap_or(
+                    self.devices[device.index()]
+                        .workgroup
+                        .default_per_block
+                        .saturating_sub(loaded.static_workgroup_bytes),
+                ),
+            )
+        };
+        let threads_per_group = dims.block.iter().map(|&n| u64::from(n)).product::<u64>();
+        let bad_shape = dims.grid.contains(&0)
+            || dims.block.contains(&0)
+            || threads_per_group > u64::from(MAX_THREADS_PER_WORKGROUP)
+            || dims.dynamic_workgroup_bytes > workgroup_limit;
+        if bad_shape {
+            return Err(HostErrorCode::InvalidValue.error(call));
+        }
+        let regions: Vec<Option<Region>> = {
+            let memory = lock(&self.memory);
+            args.iter()
+                .map(|arg| match arg {
+                    KernelArg::Ptr(p) => memory.region_of(*p),
+                    _ => None,
+                })
+                .collect()
+        };
+        // A library kernel's pointer arguments may reach the end of the buffer (or registered
+        // range) they point into, and no further; one pointing into no memory of this backend
+        // may reach nothing.
+        if let Some(entry) = entry {
+            entry.check_launch(args, &dims, |index| {
+                match (args.get(index), regions.get(index)) {
+                    (Some(KernelArg::Ptr(p)), Some(Some(region))) => {
+                        let range = region.range();
+                        range.start + range.len - p
+                    }
+                    _ => 0,
+                }
+            })?;
+        }
+        let launch = Launch {
+            function,
+            dims,
+            args: args.to_vec(),
+            regions: regions.into_iter().flatten().collect(),
+        };
+        Ok(WorkItem::new(
+            WorkOp::Launch { kernel },
+            Payload::Launch(Box::new(launch)),
+        ))
     }
 
     /// One slot per device in `device_ptrs` (the caller's array may be longer).

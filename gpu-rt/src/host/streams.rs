@@ -64,7 +64,15 @@ pub struct HostEvent {
     id: u64,
 }
 
-/// Stream and event numbers, never reused by any backend in the process, so a handle from
+/// A graph of device work instantiated by the host backend (the backend's
+/// [`gpu_core::backend::Backend::Graph`]): its nodes run in order, one after another, on the
+/// stream of each replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HostGraph {
+    id: u64,
+}
+
+/// Stream, event and graph numbers, never reused by any backend in the process, so a handle from
 /// another backend or a destroyed object is always recognised as invalid.
 static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
 
@@ -107,6 +115,14 @@ impl HostStream {
 }
 
 impl HostEvent {
+    pub(super) fn fresh() -> Self {
+        Self {
+            id: NEXT_HANDLE.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+}
+
+impl HostGraph {
     pub(super) fn fresh() -> Self {
         Self {
             id: NEXT_HANDLE.fetch_add(1, Ordering::Relaxed),
@@ -304,9 +320,17 @@ pub(super) enum Payload {
     Wait(Option<RecordPoint>),
 }
 
-struct WorkItem {
+/// One operation queued on a stream, with what it carries.
+pub(super) struct WorkItem {
     op: WorkOp,
     payload: Payload,
+}
+
+impl WorkItem {
+    /// `op` carrying `payload`.
+    pub(super) fn new(op: WorkOp, payload: Payload) -> Self {
+        Self { op, payload }
+    }
 }
 
 /// A point in a stream's queue: complete when the stream has finished `count` items.
@@ -426,9 +450,20 @@ impl StreamShared {
 
     /// Appends an item; returns the point at which it is complete.
     pub(super) fn enqueue(self: &Arc<Self>, op: WorkOp, payload: Payload) -> RecordPoint {
+        self.enqueue_items([WorkItem { op, payload }])
+    }
+
+    /// Appends `items` in order, at once (no other thread's item comes between them); returns
+    /// the point at which the last is complete.
+    pub(super) fn enqueue_items(
+        self: &Arc<Self>,
+        items: impl IntoIterator<Item = WorkItem>,
+    ) -> RecordPoint {
         let mut state = lock(&self.state);
-        state.queue.push_back(WorkItem { op, payload });
-        state.enqueued += 1;
+        for item in items {
+            state.queue.push_back(item);
+            state.enqueued += 1;
+        }
         let count = state.enqueued;
         drop(state);
         self.changed.notify_all();

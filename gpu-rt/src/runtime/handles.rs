@@ -453,6 +453,26 @@ impl<B: Backend> Kernel<'_, B> {
         })
     }
 
+    /// Refuses span arguments this runtime does not own or of another device, and for a
+    /// library kernel, `values` (the arguments' values) that do not match its parameters or
+    /// reach past their spans.
+    pub(super) fn check_args(
+        &self,
+        dims: LaunchDims,
+        args: &[Arg<'_>],
+        values: &[KernelArg],
+    ) -> Result<()> {
+        for span in args.iter().filter_map(Arg::span) {
+            self.runtime.own(&span)?;
+            span.check_device(self.device)?;
+        }
+        if let Some(entry) = self.entry {
+            let given = |index: usize| args.get(index).and_then(Arg::span).map_or(0, |s| s.len);
+            entry.check_launch(values, &dims, given)?;
+        }
+        Ok(())
+    }
+
     /// Refuses a launch shape no device runs and dynamic workgroup memory above the device's
     /// opt-in limit, then locks the state.
     pub(super) fn prepare(&self, dims: LaunchDims) -> Result<BackoffGuard<'_, State<B>>> {
@@ -528,10 +548,6 @@ impl<B: Backend> Kernel<'_, B> {
         after: &mut Vec<Token>,
     ) -> Result<Token> {
         let (runtime, device) = (self.runtime, self.device);
-        for span in args.iter().filter_map(Arg::span) {
-            runtime.own(&span)?;
-            span.check_device(device)?;
-        }
         // Up to 16 arguments go on the stack: a launch is a hot path.
         let mut on_stack = [KernelArg::U32(0); 16];
         let on_heap: Vec<KernelArg>;
@@ -544,10 +560,7 @@ impl<B: Backend> Kernel<'_, B> {
             on_heap = args.iter().map(Arg::value).collect();
             &on_heap
         };
-        if let Some(entry) = self.entry {
-            let given = |index: usize| args.get(index).and_then(Arg::span).map_or(0, |s| s.len);
-            entry.check_launch(values, &dims, given)?;
-        }
+        self.check_args(dims, args, values)?;
         let mut state = self.prepare(dims)?;
         let kernel = state.kernel_for(
             &runtime.backend,

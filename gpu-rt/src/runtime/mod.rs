@@ -54,6 +54,7 @@ mod allocations;
 mod drivers;
 mod events;
 mod foreign;
+mod graphs;
 pub mod guard;
 mod handles;
 mod health;
@@ -90,6 +91,7 @@ use peers::Peers;
 use state::{HostWait, State};
 use streams::StreamTable;
 
+pub use graphs::{Graph, GraphRecorder};
 pub use guard::{DeviceGuard, restore_failures, with_device};
 use handles::UseList;
 pub use handles::{Arg, Buffer, Kernel, LockedHost, Span};

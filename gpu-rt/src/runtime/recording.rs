@@ -11,6 +11,7 @@ use std::sync::{Mutex, PoisonError};
 
 use core::ffi::{CStr, c_void};
 use gpu_core::allocator::MemoryKind;
+use gpu_core::backend::graph::{GraphDesc, NodeId, NodeOp};
 use gpu_core::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims};
 use gpu_core::error::{ByteRange, DriverError, Error, Result};
 use gpu_core::id::{DeviceId, EventId, StreamId};
@@ -416,6 +417,7 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     const SCOPES_ITS_CALLS: bool = B::SCOPES_ITS_CALLS;
     const DEVICE_LOSS_ENDS_THE_PROCESS: bool = B::DEVICE_LOSS_ENDS_THE_PROCESS;
     type SavedCurrent = B::SavedCurrent;
+    type Graph = B::Graph;
 
     fn name(&self) -> &'static str {
         self.inner.name()
@@ -845,5 +847,35 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         let result = unsafe { self.inner.launch_packed(stream, kernel, dims, params) };
         self.launch_on(&result, stream);
         result
+    }
+
+    fn graph_instantiate(
+        &self,
+        device: DeviceId,
+        graph: &GraphDesc<B::Kernel>,
+    ) -> Result<B::Graph> {
+        self.enter("graph_instantiate")?;
+        self.inner.graph_instantiate(device, graph)
+    }
+
+    /// # Safety
+    /// The wrapped backend's: the arguments reach it unchanged. A replay is recorded as one
+    /// stream operation, as a launch is.
+    unsafe fn graph_launch(&self, stream: B::Stream, graph: B::Graph) -> Result<()> {
+        self.enter("graph_launch")?;
+        // SAFETY: the caller upholds `graph_launch`'s contract for this very graph.
+        let result = unsafe { self.inner.graph_launch(stream, graph) };
+        self.launch_on(&result, stream);
+        result
+    }
+
+    fn graph_set_node(&self, graph: B::Graph, node: NodeId, op: &NodeOp<B::Kernel>) -> Result<()> {
+        self.enter("graph_set_node")?;
+        self.inner.graph_set_node(graph, node, op)
+    }
+
+    fn graph_destroy(&self, graph: B::Graph) -> Result<()> {
+        self.enter("graph_destroy")?;
+        self.inner.graph_destroy(graph)
     }
 }

@@ -60,44 +60,7 @@ impl<B: Backend> Runtime<B> {
         source: CopySource,
         after: &mut Vec<Token>,
     ) -> Result<Token> {
-        self.own(&dst)?;
-        self.own(&src)?;
-        self.health.check(device)?;
-        for memory_device in [dst.device, src.device].into_iter().flatten() {
-            self.health.check(memory_device)?;
-        }
-        if dst.len != src.len {
-            return Err(Error::OutOfBounds {
-                offset: 0,
-                len: src.len,
-                size: dst.len,
-            });
-        }
-        // A range copied onto itself changes nothing (and is what a one-device run of a
-        // peer-copy program does), but writes a read-only source; any other shared byte makes
-        // the driver's result undefined.
-        if let (Some(to), Some(from)) = (
-            ByteRange::new(dst.address, dst.len),
-            ByteRange::new(src.address, src.len),
-        ) && to.overlaps(&from)
-            && (to != from || source == CopySource::ReadOnly)
-        {
-            return Err(Error::CopyOverlap { dst: to, src: from });
-        }
-        let between = match (dst.device, src.device) {
-            (Some(to), Some(from)) if to != from => Some((to, from)),
-            (Some(owner), _) | (_, Some(owner)) => {
-                if !self.peers.reaches(device, owner) {
-                    self.device_info(device)?;
-                    return Err(Error::WrongDevice {
-                        expected: owner,
-                        found: device,
-                    });
-                }
-                None
-            }
-            (None, None) => None,
-        };
+        let between = self.check_copy(device, dst, src, source)?;
         let note = |stream| [dst, src].iter().for_each(|span| span.note_use(stream));
         let token = self.submit(device, after, &note, |backend, stream| {
             // SAFETY: both spans come from a `Buffer` or `LockedHost` borrowed for at least
@@ -128,6 +91,55 @@ impl<B: Backend> Runtime<B> {
             self.peers.count_copy(to, from);
         }
         Ok(token)
+    }
+
+    /// Refuses a copy [`Runtime::copy`] would refuse; where the spans are memory of two
+    /// devices, returns them (destination's first).
+    pub(super) fn check_copy(
+        &self,
+        device: DeviceId,
+        dst: Span<'_>,
+        src: Span<'_>,
+        source: CopySource,
+    ) -> Result<Option<(DeviceId, DeviceId)>> {
+        self.own(&dst)?;
+        self.own(&src)?;
+        self.health.check(device)?;
+        for memory_device in [dst.device, src.device].into_iter().flatten() {
+            self.health.check(memory_device)?;
+        }
+        if dst.len != src.len {
+            return Err(Error::OutOfBounds {
+                offset: 0,
+                len: src.len,
+                size: dst.len,
+            });
+        }
+        // A range copied onto itself changes nothing (and is what a one-device run of a
+        // peer-copy program does), but writes a read-only source; any other shared byte makes
+        // the driver's result undefined.
+        if let (Some(to), Some(from)) = (
+            ByteRange::new(dst.address, dst.len),
+            ByteRange::new(src.address, src.len),
+        ) && to.overlaps(&from)
+            && (to != from || source == CopySource::ReadOnly)
+        {
+            return Err(Error::CopyOverlap { dst: to, src: from });
+        }
+        Ok(match (dst.device, src.device) {
+            (Some(to), Some(from)) if to != from => Some((to, from)),
+            (Some(owner), _) | (_, Some(owner)) => {
+                if !self.peers.reaches(device, owner) {
+                    self.device_info(device)?;
+                    return Err(Error::WrongDevice {
+                        expected: owner,
+                        found: device,
+                    });
+                }
+                None
+            }
+            (None, None) => None,
+        })
     }
 
     /// Enqueues setting every byte of `dst` to `value` on a stream of `device`.
@@ -186,6 +198,27 @@ impl<B: Backend> Runtime<B> {
         value: FillValue,
         after: &mut Vec<Token>,
     ) -> Result<Token> {
+        self.check_fill(device, dst, value)?;
+        let width = value.width();
+        self.submit(
+            device,
+            after,
+            &|stream| dst.note_use(stream),
+            |backend, stream| {
+                // SAFETY: as in `copy`: the span is memory the runtime owns or borrows, kept until
+                // the stream noted on it by `submit` has finished with it.
+                unsafe { backend.fill_elements(stream, dst.address, value, dst.len / width) }
+            },
+        )
+    }
+
+    /// Refuses a fill [`Runtime::fill_elements`] would refuse.
+    pub(super) fn check_fill(
+        &self,
+        device: DeviceId,
+        dst: Span<'_>,
+        value: FillValue,
+    ) -> Result<()> {
         self.own(&dst)?;
         dst.check_device(device)?;
         self.health.check(device)?;
@@ -198,16 +231,7 @@ impl<B: Backend> Runtime<B> {
                 size: dst.len,
             });
         }
-        self.submit(
-            device,
-            after,
-            &|stream| dst.note_use(stream),
-            |backend, stream| {
-                // SAFETY: as in `copy`: the span is memory the runtime owns or borrows, kept until
-                // the stream noted on it by `submit` has finished with it.
-                unsafe { backend.fill_elements(stream, dst.address, value, dst.len / width) }
-            },
-        )
+        Ok(())
     }
 
     /// Loads a program's module image (CUDA: PTX, cubin or fatbin) on `device` now, so a bad

@@ -1,0 +1,375 @@
+//! Graphs of device work (issue 24) on the host backend: replays give what the same operations
+//! give one after another (random programs against a plain model), tokens order replays like
+//! any operation, updates in place change later replays only, and every refused recording,
+//! update or replay, and a fault at every graph call of the backend, changes nothing and
+//! leaks nothing.
+
+use gpu_core::allocator::MemoryKind;
+use gpu_core::backend::graph::NodeId;
+use gpu_core::backend::{FillValue, LaunchDims};
+use gpu_core::token::UnwaitedKind;
+use gpu_core::{DeviceId, Error};
+use gpu_rt::host::{CallKind, HostBackend, HostConfig};
+use gpu_rt::runtime::{Arg, Buffer, Runtime};
+use proptest::prelude::*;
+
+const D0: DeviceId = DeviceId(0);
+const WORDS: usize = 64;
+
+fn runtime(devices: usize) -> Runtime<HostBackend> {
+    Runtime::new(HostBackend::new(HostConfig::with_devices(devices))).unwrap()
+}
+
+fn words(rt: &Runtime<HostBackend>, buffer: &Buffer<'_, HostBackend>) -> Vec<u32> {
+    let mut back = vec![0u8; buffer.size()];
+    rt.download(buffer.device(), &mut back, buffer.all(), &mut vec![])
+        .unwrap();
+    back.chunks(4)
+        .map(|w| u32::from_ne_bytes(w.try_into().unwrap()))
+        .collect()
+}
+
+/// One operation of a random program over a few buffers of `WORDS` words.
+#[derive(Clone, Debug)]
+enum Op {
+    Fill {
+        dst: usize,
+        value: u32,
+    },
+    Copy {
+        dst: usize,
+        src: usize,
+    },
+    /// `fill_u32` over the first `count` words.
+    Kernel {
+        dst: usize,
+        value: u32,
+        count: usize,
+    },
+}
+
+impl Op {
+    fn buffers(&self) -> Vec<usize> {
+        match *self {
+            Op::Fill { dst, .. } | Op::Kernel { dst, .. } => vec![dst],
+            Op::Copy { dst, src } => vec![dst, src],
+        }
+    }
+
+    /// What the operation does to plain vectors.
+    fn apply(&self, model: &mut [Vec<u32>]) {
+        match *self {
+            Op::Fill { dst, value } => model[dst].fill(value),
+            Op::Copy { dst, src } => model[dst] = model[src].clone(),
+            Op::Kernel { dst, value, count } => model[dst][..count].fill(value),
+        }
+    }
+}
+
+fn op(buffers: usize) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0..buffers, any::<u32>()).prop_map(|(dst, value)| Op::Fill { dst, value }),
+        (0..buffers, 1..buffers).prop_map(move |(dst, shift)| Op::Copy {
+            dst,
+            src: (dst + shift) % buffers
+        }),
+        (0..buffers, any::<u32>(), 1..=WORDS).prop_map(|(dst, value, count)| Op::Kernel {
+            dst,
+            value,
+            count
+        }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Each node runs after the earlier nodes that touch one of its buffers (and after random
+    /// others): every replay leaves the buffers as the plain model leaves its vectors, whatever
+    /// they held before, and a replay after another sees the first one's results.
+    #[test]
+    fn replays_give_what_the_operations_give_in_order(
+        program in proptest::collection::vec((op(4), any::<u64>()), 1..24)
+    ) {
+        let rt = runtime(1);
+        let buffers: Vec<_> =
+            (0..4).map(|_| rt.alloc(D0, MemoryKind::Device, WORDS * 4).unwrap()).collect();
+        let fill = rt.kernel(D0, "fill_u32").unwrap();
+        let mut recorder = rt.record_graph(D0).unwrap();
+        let mut nodes: Vec<(NodeId, Vec<usize>)> = Vec::new();
+        for (op, extra) in &program {
+            let touched = op.buffers();
+            let mut after: Vec<NodeId> = nodes
+                .iter()
+                .enumerate()
+                .filter(|(i, (_, theirs))| {
+                    theirs.iter().any(|b| touched.contains(b)) || extra >> (i % 64) & 1 == 1
+                })
+                .map(|(_, (node, _))| *node)
+                .collect();
+            after.reverse();
+            let node = match *op {
+                Op::Fill { dst, value } => {
+                    recorder.fill(buffers[dst].all(), FillValue::U32(value), &after)
+                }
+                Op::Copy { dst, src } => recorder.copy(buffers[dst].all(), buffers[src].all(), &after),
+                Op::Kernel { dst, value, count } => {
+                    let args = [Arg::Span(buffers[dst].all()), Arg::U32(value), Arg::U64(count as u64)];
+                    // SAFETY: a library kernel, whose reach the runtime checks.
+                    unsafe { recorder.launch(&fill, LaunchDims::linear(1, 64), &args, &after) }
+                }
+            }.unwrap();
+            nodes.push((node, touched));
+        }
+        let graph = recorder.instantiate().unwrap();
+        let mut model: Vec<Vec<u32>> = (0..4).map(|b| vec![b as u32 + 100; WORDS]).collect();
+        let mut filled: Vec<_> = buffers
+            .iter()
+            .zip(100..)
+            .map(|(buffer, value)| {
+                rt.fill_elements(D0, buffer.all(), FillValue::U32(value), &mut vec![]).unwrap()
+            })
+            .collect();
+        for _ in 0..2 {
+            let replay = graph.launch(&mut filled).unwrap();
+            rt.wait(replay).unwrap();
+            program.iter().for_each(|(op, _)| op.apply(&mut model));
+            for (buffer, expected) in buffers.iter().zip(&model) {
+                prop_assert_eq!(&words(&rt, buffer), expected);
+            }
+        }
+        drop(graph);
+        prop_assert_eq!(rt.backend().stats().graphs, 0);
+    }
+}
+
+#[test]
+fn a_replay_runs_after_its_tokens_and_before_what_waits_for_it() {
+    let rt = runtime(1);
+    let (a, b) = (
+        rt.alloc(D0, MemoryKind::Device, 256).unwrap(),
+        rt.alloc(D0, MemoryKind::Device, 256).unwrap(),
+    );
+    let mut recorder = rt.record_graph(D0).unwrap();
+    recorder.copy(b.all(), a.all(), &[]).unwrap();
+    let graph = recorder.instantiate().unwrap();
+    for round in 0..20u8 {
+        // The upload and the replay land on whatever streams the planner picks; the token
+        // orders them.
+        let uploaded = rt.upload(D0, a.all(), &[round; 256], &mut vec![]).unwrap();
+        let replay = graph.launch(&mut vec![uploaded]).unwrap();
+        let mut out = [0u8; 256];
+        rt.download(D0, &mut out, b.all(), &mut vec![replay])
+            .unwrap();
+        assert_eq!(out, [round; 256]);
+    }
+    // Many replays in flight at once, each after the last.
+    let mut last = vec![];
+    for _ in 0..50 {
+        last = vec![graph.launch(&mut last).unwrap()];
+    }
+    rt.wait(last.pop().unwrap()).unwrap();
+    assert_eq!(
+        rt.backend().stats().graphs,
+        1,
+        "one instantiation for every replay"
+    );
+}
+
+#[test]
+fn an_update_changes_later_replays_only_and_keeps_its_kind() {
+    let rt = runtime(1);
+    let (a, b) = (
+        rt.alloc(D0, MemoryKind::Device, 64).unwrap(),
+        rt.alloc(D0, MemoryKind::Device, 64).unwrap(),
+    );
+    let fill = rt.kernel(D0, "fill_u32").unwrap();
+    let mut recorder = rt.record_graph(D0).unwrap();
+    let args = [Arg::Span(a.all()), Arg::U32(1), Arg::U64(16)];
+    // SAFETY: a library kernel, whose reach the runtime checks.
+    let launch = unsafe { recorder.launch(&fill, LaunchDims::linear(1, 16), &args, &[]) }.unwrap();
+    let fill_node = recorder
+        .fill(b.all(), FillValue::U32(5), &[launch])
+        .unwrap();
+    let mut graph = recorder.instantiate().unwrap();
+    let first = graph.launch(&mut vec![]).unwrap();
+    let args = [Arg::Span(b.all()), Arg::U32(2), Arg::U64(8)];
+    // SAFETY: as above.
+    unsafe { graph.set_launch(launch, &fill, LaunchDims::linear(1, 8), &args) }.unwrap();
+    graph
+        .set_fill(fill_node, a.all(), FillValue::U32(6))
+        .unwrap();
+    rt.wait(first).unwrap();
+    assert_eq!((words(&rt, &a), words(&rt, &b)), (vec![1; 16], vec![5; 16]));
+    rt.wait(graph.launch(&mut vec![]).unwrap()).unwrap();
+    let mut expected_b = vec![5; 16];
+    expected_b[..8].fill(2);
+    assert_eq!((words(&rt, &a), words(&rt, &b)), (vec![6; 16], expected_b));
+
+    // Another kind, an unknown node, a reach past the span: refused, and the graph unchanged.
+    let kind = graph.set_copy(fill_node, a.all(), b.all()).unwrap_err();
+    assert!(matches!(
+        kind,
+        Error::GraphNodeKind {
+            node: 1,
+            recorded: "fill",
+            given: "copy"
+        }
+    ));
+    let unknown = graph.set_fill(NodeId(2), a.all(), FillValue::U8(0));
+    assert!(matches!(
+        unknown,
+        Err(Error::UnknownGraphNode { node: 2, nodes: 2 })
+    ));
+    let too_far = [Arg::Span(b.all()), Arg::U32(3), Arg::U64(17)];
+    // SAFETY: refused before anything is kept: the runtime checks the library kernel's reach.
+    let reach = unsafe { graph.set_launch(launch, &fill, LaunchDims::linear(1, 32), &too_far) };
+    assert!(matches!(reach, Err(Error::KernelReach { .. })));
+    let cleared = rt
+        .fill_elements(D0, b.all(), FillValue::U32(0), &mut vec![])
+        .unwrap();
+    rt.wait(graph.launch(&mut vec![cleared]).unwrap()).unwrap();
+    let mut expected_b = vec![0; 16];
+    expected_b[..8].fill(2);
+    assert_eq!((words(&rt, &a), words(&rt, &b)), (vec![6; 16], expected_b));
+}
+
+#[test]
+fn refused_recordings_leave_the_recorder_as_it_was() {
+    let rt = runtime(2);
+    let a = rt.alloc(D0, MemoryKind::Device, 64).unwrap();
+    let elsewhere = rt.alloc(DeviceId(1), MemoryKind::Device, 64).unwrap();
+    let other_fill = rt.kernel(DeviceId(1), "fill_u32").unwrap();
+    let mut recorder = rt.record_graph(D0).unwrap();
+    let first = recorder
+        .fill(a.span(0, 32).unwrap(), FillValue::U8(1), &[])
+        .unwrap();
+    let refusals = [
+        recorder.fill(a.span(0, 6).unwrap(), FillValue::U32(1), &[]),
+        recorder.fill(elsewhere.all(), FillValue::U8(1), &[]),
+        recorder.copy(a.span(0, 32).unwrap(), a.span(16, 32).unwrap(), &[]),
+        recorder.copy(a.span(0, 32).unwrap(), a.span(32, 16).unwrap(), &[]),
+        recorder.fill(a.all(), FillValue::U8(1), &[first, NodeId(7)]),
+        // SAFETY: refused before anything is kept (the kernel is another device's).
+        unsafe {
+            recorder.launch(
+                &other_fill,
+                LaunchDims::linear(1, 1),
+                &[Arg::Span(a.all()), Arg::U32(0), Arg::U64(1)],
+                &[],
+            )
+        },
+    ];
+    let errors: Vec<Error> = refusals.into_iter().map(Result::unwrap_err).collect();
+    assert!(
+        matches!(errors[0], Error::OutOfBounds { .. }),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        matches!(errors[1], Error::WrongDevice { .. }),
+        "{}",
+        errors[1]
+    );
+    assert!(
+        matches!(errors[2], Error::CopyOverlap { .. }),
+        "{}",
+        errors[2]
+    );
+    assert!(
+        matches!(errors[3], Error::OutOfBounds { .. }),
+        "{}",
+        errors[3]
+    );
+    assert!(
+        matches!(errors[4], Error::UnknownGraphNode { node: 7, nodes: 1 }),
+        "{}",
+        errors[4]
+    );
+    assert!(
+        matches!(errors[5], Error::WrongDevice { .. }),
+        "{}",
+        errors[5]
+    );
+    assert_eq!(recorder.len(), 1);
+    let graph = recorder.instantiate().unwrap();
+    rt.wait(graph.launch(&mut vec![]).unwrap()).unwrap();
+    assert_eq!(words(&rt, &a)[..8], [0x0101_0101; 8]);
+}
+
+#[test]
+fn a_fault_at_each_graph_call_leaves_nothing_behind() {
+    let rt = runtime(1);
+    let a = rt.alloc(D0, MemoryKind::Device, 64).unwrap();
+    let injected = |result: Result<(), Error>| {
+        let error = result.unwrap_err();
+        assert!(
+            matches!(&error, Error::Driver(d) if d.name == "HOST_INJECTED_FAULT"),
+            "{error}"
+        );
+    };
+    let record = || {
+        let mut recorder = rt.record_graph(D0).unwrap();
+        recorder.fill(a.all(), FillValue::U8(9), &[]).unwrap();
+        recorder
+    };
+    rt.backend().fail_nth(CallKind::GraphInstantiate, 1);
+    injected(record().instantiate().map(drop));
+    assert_eq!(rt.backend().stats().graphs, 0);
+
+    let mut graph = record().instantiate().unwrap();
+    rt.backend().fail_nth(CallKind::GraphLaunch, 1);
+    let logged = rt.backend().work_log().len();
+    injected(graph.launch(&mut vec![]).map(drop));
+    assert_eq!(
+        rt.backend().work_log().len(),
+        logged,
+        "the failed replay queued nothing"
+    );
+    rt.backend().fail_nth(CallKind::GraphSetNode, 1);
+    injected(graph.set_fill(NodeId(0), a.all(), FillValue::U8(3)));
+    rt.wait(graph.launch(&mut vec![]).unwrap()).unwrap();
+    assert_eq!(
+        words(&rt, &a),
+        vec![0x0909_0909; 16],
+        "the failed update changed nothing"
+    );
+    rt.backend().fail_nth(CallKind::GraphDestroy, 1);
+    injected(graph.destroy());
+    // The destroy that failed left the graph alive in the backend, as a failed free leaves
+    // its memory: the caller learns of it, and the backend still counts it.
+    assert_eq!(rt.backend().stats().graphs, 1);
+    drop(a);
+    let report = rt.shutdown().unwrap();
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    // The failed replay's token, given up by the runtime as every failed operation's is.
+    let unwaited = &report.program.unwaited;
+    assert!(
+        unwaited.len() == 1 && unwaited[0].kind == UnwaitedKind::Discarded,
+        "{unwaited:?}"
+    );
+}
+
+#[test]
+fn a_reset_makes_the_graph_stale() {
+    let rt = runtime(1);
+    let a = rt.alloc(D0, MemoryKind::Device, 64).unwrap();
+    let mut recorder = rt.record_graph(D0).unwrap();
+    recorder.fill(a.all(), FillValue::U8(1), &[]).unwrap();
+    let graph = recorder.instantiate().unwrap();
+    rt.reset_device(D0).unwrap();
+    assert_eq!(
+        rt.backend().stats().graphs,
+        0,
+        "the reset forgot the backend's graph"
+    );
+    let stale = graph.launch(&mut vec![]).unwrap_err();
+    assert_eq!(
+        stale,
+        Error::StaleAfterReset {
+            device: D0,
+            what: "graph"
+        }
+    );
+    assert_eq!(graph.destroy(), Ok(()), "nothing left to destroy");
+}
