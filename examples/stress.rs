@@ -149,16 +149,54 @@ fn soak<B: Backend>(backend: &Arc<B>, probe: &dyn Probe, config: &StressConfig) 
     );
     let leaked = live.is_some_and(|live| live != LiveObjects::default());
     let unwaited = config.fault_every.is_none() && shutdown.program.unwaited_count() > 0;
-    if report.failure_count > 0 || leaked || unwaited {
+    let unbounded = unbounded_without_trims(config, &report);
+    if report.failure_count > 0 || leaked || unwaited || unbounded {
         return Err(Error::LimitExceeded {
-            what: "stress failures, leaked objects or unwaited tokens",
-            required: report.failure_count as usize + usize::from(leaked) + usize::from(unwaited),
+            what: "stress failures, leaked objects, unwaited tokens or unbounded growth",
+            required: report.failure_count as usize
+                + usize::from(leaked)
+                + usize::from(unwaited)
+                + usize::from(unbounded),
             limit: 0,
             detail: Vec::new(),
         });
     }
     println!("soak: passed");
     Ok(())
+}
+
+/// The growth check of a soak that never trims (`--trims 0`, no faults): only the allocator's
+/// own reclaiming keeps it bounded, so growth of the allocator's or the driver's quantities, or
+/// reserved memory above its bound (docs/allocator.md), fails the run. Prints the bound.
+fn unbounded_without_trims(config: &StressConfig, report: &StressReport) -> bool {
+    if config.trims || config.fault_every.is_some() {
+        return false;
+    }
+    let mut unbounded = false;
+    if let Some(bound) = report.reserved_bound() {
+        let mib = |bytes: u64| bytes as f64 / (1 << 20) as f64;
+        println!(
+            "soak: without trims: reserved at most {:.1} MiB; bound {:.1} MiB = {} x (live peaks \
+             {:.1} MiB + pending peak {:.1} MiB) + one small segment per pool: {}",
+            mib(bound.reserved),
+            mib(bound.bound),
+            stress::RESERVED_BOUND_FACTOR,
+            mib(bound.live_peak),
+            mib(bound.pending_peak),
+            if bound.holds() { "within" } else { "ABOVE" }
+        );
+        unbounded |= !bound.holds();
+    }
+    for (early, late) in report.growth() {
+        if early.name.starts_with("allocator") || early.name.starts_with("driver") {
+            println!(
+                "soak: without trims: FAILED: {} grew {} -> {late}",
+                early.name, early.value
+            );
+            unbounded = true;
+        }
+    }
+    unbounded
 }
 
 fn print_report(name: &str, config: &StressConfig, report: &StressReport) {

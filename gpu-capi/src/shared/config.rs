@@ -4,6 +4,9 @@
 //! - `GPU_RUNTIME_RELEASE_BEFORE_GROWING=0|1`: whether a cache miss returns wholly free cached
 //!   segments to the driver before growing (`AllocatorConfig::release_before_growing`; `0`
 //!   keeps them until the out-of-memory ladder, as PyTorch's own allocator does).
+//! - `GPU_RUNTIME_WAIT_BEFORE_GROWING=0|1`: whether such a miss first merges free blocks that
+//!   other streams freed, the host waiting for their frees (`AllocatorConfig::
+//!   wait_before_growing`; `0` grows instead of waiting on the host).
 //! - `GPU_RUNTIME_MAX_SPLIT_SIZE=BYTES|none`: blocks of at least this size are never split
 //!   (`AllocatorConfig::max_split_size`; `none`: any block may be split, PyTorch's default).
 //! - `GPU_RUNTIME_PEER_ACCESS=0|1`: whether opening turns peer access on between devices that
@@ -20,6 +23,8 @@ use super::status::CapiError;
 
 /// Environment variable for [`AllocatorConfig::release_before_growing`].
 pub const RELEASE_BEFORE_GROWING_VAR: &str = "GPU_RUNTIME_RELEASE_BEFORE_GROWING";
+/// Environment variable for [`AllocatorConfig::wait_before_growing`].
+pub const WAIT_BEFORE_GROWING_VAR: &str = "GPU_RUNTIME_WAIT_BEFORE_GROWING";
 /// Environment variable for [`AllocatorConfig::max_split_size`].
 pub const MAX_SPLIT_SIZE_VAR: &str = "GPU_RUNTIME_MAX_SPLIT_SIZE";
 
@@ -30,6 +35,7 @@ pub const PEER_ACCESS_VAR: &str = "GPU_RUNTIME_PEER_ACCESS";
 pub fn from_env() -> Result<RuntimeConfig, CapiError> {
     let allocator = allocator_config(
         std::env::var_os(RELEASE_BEFORE_GROWING_VAR).as_deref(),
+        std::env::var_os(WAIT_BEFORE_GROWING_VAR).as_deref(),
         std::env::var_os(MAX_SPLIT_SIZE_VAR).as_deref(),
     )?;
     let defaults = RuntimeConfig::default();
@@ -53,14 +59,18 @@ fn flag(what: &'static str, value: &OsStr) -> Result<bool, CapiError> {
     }
 }
 
-/// The allocator's configuration for the two variables' values (`None`: unset).
+/// The allocator's configuration for the three variables' values (`None`: unset).
 pub fn allocator_config(
     release_before_growing: Option<&OsStr>,
+    wait_before_growing: Option<&OsStr>,
     max_split_size: Option<&OsStr>,
 ) -> Result<AllocatorConfig, CapiError> {
     let mut config = AllocatorConfig::default();
     if let Some(value) = release_before_growing {
         config.release_before_growing = flag(RELEASE_BEFORE_GROWING_VAR, value)?;
+    }
+    if let Some(value) = wait_before_growing {
+        config.wait_before_growing = flag(WAIT_BEFORE_GROWING_VAR, value)?;
     }
     if let Some(value) = max_split_size {
         config.max_split_size = match value.to_str() {
@@ -87,7 +97,18 @@ mod tests {
     use super::*;
 
     fn config(release: Option<&str>, split: Option<&str>) -> Result<AllocatorConfig, CapiError> {
-        allocator_config(release.map(OsStr::new), split.map(OsStr::new))
+        allocator_config(release.map(OsStr::new), None, split.map(OsStr::new))
+    }
+
+    #[test]
+    fn waiting_before_growing_is_set_by_its_own_variable() {
+        let set = |value: &str| allocator_config(None, Some(OsStr::new(value)), None);
+        assert!(!set("0").unwrap().wait_before_growing);
+        assert!(set("1").unwrap().wait_before_growing);
+        assert!(matches!(
+            set("on"),
+            Err(CapiError::InvalidArgument { what, .. }) if what == WAIT_BEFORE_GROWING_VAR
+        ));
     }
 
     #[test]

@@ -113,6 +113,14 @@ pub struct AllocatorConfig {
     /// (a synchronous free waits for the device); `false` leaves that to the out-of-memory
     /// ladder.
     pub release_before_growing: bool,
+    /// On such a miss, when free blocks freed on other streams (and not yet known complete)
+    /// lie next to each other or to idle ones and together would hold the request, wait on the
+    /// host for those streams' work up to their frees (one event each, never a device
+    /// synchronisation), merge them, and serve the request from the merged block instead of
+    /// growing. With it, the pool grows only when no run of adjacent free blocks, whichever
+    /// stream freed them, holds the request (the bound in docs/allocator.md); `false` grows
+    /// instead of waiting, and reserved memory can creep in programs with many streams.
+    pub wait_before_growing: bool,
 }
 
 impl Default for AllocatorConfig {
@@ -121,6 +129,7 @@ impl Default for AllocatorConfig {
             max_split_size: DEFAULT_MAX_SPLIT,
             max_streams: 1024,
             release_before_growing: true,
+            wait_before_growing: true,
         }
     }
 }

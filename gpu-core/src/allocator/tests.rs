@@ -87,16 +87,31 @@ fn another_stream_reuses_a_block_only_after_one_wait_or_a_completed_free() {
 }
 
 #[test]
-fn a_synchronous_request_never_takes_a_block_whose_free_may_be_pending() {
-    let (mut a, mut d) = (allocator(true), FakeDriver::new(usize::MAX / 2));
-    let block = a.allocate(&mut d, &on(S0, 4096)).unwrap();
-    d.enqueue(S0, block.address, block.size);
-    a.free(&mut d, block.handle, Release::OnStream(S0)).unwrap();
-    let sync = a
-        .allocate(&mut d, &AllocRequest::new(MemoryKind::Device, 4096))
-        .unwrap();
-    assert_eq!(sync.path, AllocPath::DriverSynchronous);
-    assert_ne!(sync.address, block.address);
+fn a_synchronous_request_takes_a_block_whose_free_may_be_pending_only_after_the_host_waits() {
+    for wait_before_growing in [false, true] {
+        let config = AllocatorConfig {
+            wait_before_growing,
+            ..AllocatorConfig::default()
+        };
+        let mut a = DeviceAllocator::new(DeviceId(0), capabilities([true; 3], true), config);
+        let mut d = FakeDriver::new(usize::MAX / 2);
+        let block = a.allocate(&mut d, &on(S0, 4096)).unwrap();
+        d.enqueue(S0, block.address, block.size);
+        a.free(&mut d, block.handle, Release::OnStream(S0)).unwrap();
+        let sync = a
+            .allocate(&mut d, &AllocRequest::new(MemoryKind::Device, 4096))
+            .unwrap();
+        assert_eq!(d.unordered_use(sync.address, sync.size, None), None);
+        if wait_before_growing {
+            assert_eq!(
+                (sync.path, sync.address),
+                (AllocPath::Cached, block.address)
+            );
+        } else {
+            assert_eq!(sync.path, AllocPath::DriverSynchronous);
+            assert_ne!(sync.address, block.address);
+        }
+    }
 }
 
 #[test]
@@ -294,6 +309,81 @@ fn a_miss_returns_wholly_free_segments_before_growing() {
     let stats = a.stats(MemoryKind::Device);
     assert_eq!((stats.reserved, stats.segment_frees), (16 * MIB, 2));
     assert!(d.violations.is_empty());
+}
+
+/// A 2 MiB segment carved into four 512 KiB blocks, freed alternately on S0 and S1 with their
+/// work still running (S1 ordered after S0's): free bytes enough for 1 MiB, in no lane alone.
+fn segment_freed_in_stripes(config: AllocatorConfig) -> (DeviceAllocator, FakeDriver, usize) {
+    let mut a = DeviceAllocator::new(DeviceId(0), capabilities([true; 3], true), config);
+    let mut d = FakeDriver::new(usize::MAX / 2);
+    let blocks: Vec<Allocation> = (0..4)
+        .map(|_| a.allocate(&mut d, &on(S0, MIB / 2)).unwrap())
+        .collect();
+    for block in &blocks {
+        d.enqueue(S0, block.address, block.size);
+    }
+    let s0_done = d.record_user_event(S0);
+    d.user_wait(S1, s0_done);
+    for (index, block) in blocks.iter().enumerate() {
+        let stream = if index % 2 == 0 { S0 } else { S1 };
+        if stream == S1 {
+            d.enqueue(S1, block.address, block.size);
+        }
+        a.free(&mut d, block.handle, Release::OnStream(stream))
+            .unwrap();
+    }
+    assert_eq!(a.stats(MemoryKind::Device).segments, 1);
+    (a, d, blocks[0].address)
+}
+
+#[test]
+fn a_miss_merges_free_blocks_of_several_streams_before_growing() {
+    let (mut a, mut d, base) = segment_freed_in_stripes(AllocatorConfig::default());
+    let calls = d.calls;
+    let merged = a.allocate(&mut d, &on(S0, MIB)).unwrap();
+    assert_eq!((merged.path, merged.address), (AllocPath::Cached, base));
+    let stats = a.stats(MemoryKind::Device);
+    assert_eq!((stats.reserved, stats.segment_allocations), (2 * MIB, 1));
+    assert_eq!(d.unordered_use(merged.address, merged.size, Some(S0)), None);
+    assert!(d.calls > calls, "the host waited for S1's frees");
+    a.check_consistency().unwrap();
+    assert!(d.violations.is_empty(), "{:?}", d.violations);
+}
+
+#[test]
+fn without_waiting_before_growing_the_same_miss_grows() {
+    let config = AllocatorConfig {
+        wait_before_growing: false,
+        ..AllocatorConfig::default()
+    };
+    let (mut a, mut d, base) = segment_freed_in_stripes(config);
+    let grown = a.allocate(&mut d, &on(S0, MIB)).unwrap();
+    assert_eq!(grown.path, AllocPath::DriverStreamOrdered);
+    assert_ne!(grown.address, base);
+    assert_eq!(a.stats(MemoryKind::Device).reserved, 4 * MIB);
+}
+
+#[test]
+fn pending_frees_are_polled_without_misses_so_their_events_stay_bounded() {
+    let (mut a, mut d) = (allocator(true), FakeDriver::new(usize::MAX / 2));
+    let blocks: Vec<Allocation> = (0..300)
+        .map(|_| a.allocate(&mut d, &on(S0, 4096)).unwrap())
+        .collect();
+    let misses = a.stats(MemoryKind::Device).misses;
+    let mut most_events = 0;
+    for block in blocks {
+        a.mark_used_on(block.handle, S1).unwrap();
+        d.enqueue(S1, block.address, block.size);
+        a.free(&mut d, block.handle, Release::OnStream(S0)).unwrap();
+        d.progress(S1, 1);
+        most_events = most_events.max(d.allocator_events());
+    }
+    assert_eq!(a.stats(MemoryKind::Device).misses, misses, "no miss polled");
+    assert!(
+        most_events <= 64,
+        "{most_events} events held for frees already complete"
+    );
+    a.check_consistency().unwrap();
 }
 
 #[test]

@@ -41,7 +41,7 @@ use gpu_rt::runtime::Runtime;
 
 pub use config::{MAX_OWNED, StressConfig};
 pub use probe::{NoProbe, Probe};
-pub use report::{OpCounts, Quantity, Sample, StressReport};
+pub use report::{OpCounts, Quantity, RESERVED_BOUND_FACTOR, ReservedBound, Sample, StressReport};
 use thread::Thread;
 
 /// Runs `config.threads` threads of the mix on `runtimes` (thread `i` on runtime

@@ -203,7 +203,7 @@ impl KindCache {
 
     /// The lane's next free number (0 for the idle lane, whose blocks need no ordering).
     #[inline]
-    fn stamp(&mut self, lane: u32) -> u64 {
+    pub(super) fn stamp(&mut self, lane: u32) -> u64 {
         if lane == IDLE {
             0
         } else {
@@ -215,7 +215,7 @@ impl KindCache {
 
     /// Puts a block (in no bins) into `lane`'s bins as free with stamp `seq`, merged with free
     /// neighbours of the same lane or of the idle lane.
-    fn insert_free(&mut self, slot: u32, lane: u32, seq: u64) {
+    pub(super) fn insert_free(&mut self, slot: u32, lane: u32, seq: u64) {
         let large = {
             let b = &mut self.blocks[slot as usize];
             b.state = State::Free;

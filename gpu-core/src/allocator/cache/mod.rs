@@ -4,7 +4,8 @@
 //! [`KindCache`] and its calls (serve, free, mark used on, retire) are here; one concern a
 //! file below: `block` and `lane` (the data), `bins` (size classes), `carve` (split, park and
 //! coalesce), `streams` (fences and reuse across streams), `reclaim` (the miss path, the
-//! out-of-memory ladder and trim), `consistency` (the models' self-check).
+//! out-of-memory ladder and trim), `runs` (free runs across lanes merged before growing),
+//! `consistency` (the models' self-check).
 //!
 //! Free blocks live in *lanes*: lane 0 ("idle") holds blocks no work can still be using; every
 //! other lane belongs to one stream and holds blocks freed on it, stamped with a per-lane
@@ -24,6 +25,7 @@ mod carve;
 mod consistency;
 mod lane;
 mod reclaim;
+mod runs;
 mod streams;
 
 use alloc::vec::Vec;
@@ -37,6 +39,9 @@ use crate::id::{DeviceId, MemoryKind, StreamId};
 use block::{Block, IDLE, NIL, PendingFree, Segment, Served, State};
 use lane::Lane;
 
+/// The fewest pending frees a shared free polls at.
+const PENDING_POLL_MIN: usize = 32;
+
 /// The cache of one memory kind on one device.
 pub(crate) struct KindCache {
     device: DeviceId,
@@ -49,6 +54,10 @@ pub(crate) struct KindCache {
     lane_of_stream: Vec<u32>,
     lanes: Vec<Lane>,
     pending: Vec<PendingFree>,
+    /// A shared free polls the pending frees once there are this many (twice as many as were
+    /// left after the last poll, at least [`PENDING_POLL_MIN`]), so their events stay bounded
+    /// by the frees still in flight even when no miss or trim comes to poll them.
+    poll_at: usize,
     /// (live block, another stream whose work uses it); rare, so kept out of the blocks.
     other_uses: Vec<(u32, StreamId)>,
     stats: AllocatorStats,
@@ -67,6 +76,7 @@ impl KindCache {
             lane_of_stream: Vec::new(),
             lanes,
             pending: Vec::new(),
+            poll_at: PENDING_POLL_MIN,
             other_uses: Vec::new(),
             stats: AllocatorStats::default(),
         }
@@ -149,7 +159,8 @@ impl KindCache {
     }
 
     /// Frees a live block on `stream` that was marked as used on other streams too: it waits,
-    /// pending, for an event recorded now on each of those streams.
+    /// pending, for an event recorded now on each of those streams (and polls the pending frees
+    /// when they have doubled since the last poll).
     #[inline(never)]
     fn free_shared<D: SegmentDriver>(
         &mut self,
@@ -185,9 +196,12 @@ impl KindCache {
             }
         }
         self.forget_uses(slot);
+        // Stamped now: a fence of the lane recorded after this free covers the stream's part.
+        let seq = self.stamp(lane);
         let block = &mut self.blocks[slot as usize];
         block.state = State::Pending;
         block.lane = lane;
+        block.seq = seq;
         self.stats.allocated -= size;
         self.stats.requested -= requested;
         self.stats.pending += size;
@@ -195,6 +209,10 @@ impl KindCache {
             block: slot,
             events,
         });
+        if self.pending.len() >= self.poll_at {
+            self.poll_pending(driver);
+            self.poll_at = (2 * self.pending.len()).max(PENDING_POLL_MIN);
+        }
         Ok(())
     }
 

@@ -41,7 +41,7 @@ impl KindCache {
         };
         let mut dependencies_done = false;
         for rung in 0..=3 {
-            let reclaimed = self.reclaim(driver, rung, shape, config)?;
+            let reclaimed = self.reclaim(driver, rung, &miss)?;
             if reclaimed && let Some(block) = self.best_of_own_and_idle(own_lane, shape) {
                 self.order_dependencies(driver, order, &mut dependencies_done)?;
                 self.stats.hits += 1;
@@ -192,23 +192,33 @@ impl KindCache {
     /// One step of the miss path; whether it may have freed blocks. 0: return pending frees
     /// whose other-stream work completed. 1 (before the first driver call, when the cache holds
     /// enough bytes but no fitting block): also move frees known complete to the idle lane,
-    /// where they merge across streams, and if still nothing fits, return wholly free segments
-    /// to the driver ([`AllocatorConfig::release_before_growing`]). Then the out-of-memory
-    /// ladder: 2, return wholly free segments to the driver; 3, synchronise the device and
-    /// return everything cached.
+    /// where they merge across streams; if still nothing fits, merge the smallest run of free
+    /// blocks that would, waiting on the host for its lanes' frees
+    /// ([`AllocatorConfig::wait_before_growing`]); if still nothing fits, return wholly free
+    /// segments to the driver ([`AllocatorConfig::release_before_growing`]). Then the
+    /// out-of-memory ladder: 2, return wholly free segments to the driver; 3, synchronise the
+    /// device and return everything cached.
     fn reclaim<D: SegmentDriver>(
         &mut self,
         driver: &mut D,
         rung: u32,
-        shape: &Shape,
-        config: &AllocatorConfig,
+        miss: &Miss<'_>,
     ) -> Result<bool> {
+        let Miss {
+            shape,
+            own_lane,
+            config,
+            ..
+        } = *miss;
         match rung {
             0 => Ok(self.poll_pending(driver)),
             1 if self.stats.cached >= shape.rounded => {
                 self.settle_completed(driver);
-                if config.release_before_growing && self.best_of_own_and_idle(IDLE, shape).is_none()
-                {
+                let fits = |cache: &Self| cache.best_of_own_and_idle(own_lane, shape).is_some();
+                if config.wait_before_growing && !fits(self) {
+                    self.merge_fitting_run(driver, own_lane, shape);
+                }
+                if config.release_before_growing && !fits(self) {
                     self.release_free_segments(driver)?;
                 }
                 Ok(true)

@@ -2,7 +2,7 @@
 //! completed (or after a wait on it), fences recorded lazily, and the counted event calls.
 
 use super::KindCache;
-use super::block::Borrowed;
+use super::block::{Borrowed, IDLE};
 use super::lane::Fence;
 use crate::allocator::driver::SegmentDriver;
 use crate::allocator::policy::Shape;
@@ -122,14 +122,16 @@ impl KindCache {
         any
     }
 
+    /// Returns a pending block to its lane with the stamp of its free (the idle lane's, 0,
+    /// when its stream was retired meanwhile).
     pub(super) fn return_pending(&mut self, slot: u32) {
-        let (size, lane) = {
+        let (size, lane, seq) = {
             let b = &self.blocks[slot as usize];
-            (b.size, b.lane)
+            (b.size, b.lane, if b.lane == IDLE { 0 } else { b.seq })
         };
         self.stats.pending -= size;
         self.stats.cached += size;
-        self.release_to_lane(slot, lane);
+        self.insert_free(slot, lane, seq);
     }
 
     /// Records a fence on each stream lane with frees no fence covers yet, asks each lane's
@@ -171,7 +173,12 @@ impl KindCache {
     }
 
     /// Marks fences up to `position` of `lane` complete and releases their events.
-    fn complete_fences<D: SegmentDriver>(&mut self, driver: &mut D, lane: u32, position: usize) {
+    pub(super) fn complete_fences<D: SegmentDriver>(
+        &mut self,
+        driver: &mut D,
+        lane: u32,
+        position: usize,
+    ) {
         let state = &mut self.lanes[lane as usize];
         state.completed_seq = state.fences[position].seq;
         for _ in 0..=position {
