@@ -293,62 +293,40 @@ impl<W: Write> Printer<'_, W> {
 mod tests {
     use super::*;
 
-    /// A reader that hands out at most `step` bytes per read, to cut lines anywhere.
-    struct Trickle<'a> {
-        bytes: &'a [u8],
-        step: usize,
-    }
-
-    impl Read for Trickle<'_> {
-        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-            let n = self.step.min(buf.len()).min(self.bytes.len());
-            buf[..n].copy_from_slice(&self.bytes[..n]);
-            self.bytes = &self.bytes[n..];
-            Ok(n)
-        }
-    }
-
-    /// The exit status, standard output and standard error of checking `text` as `t`.
-    fn run_with(text: &[u8], step: usize, options: &Options) -> (u8, String, String) {
+    /// The exit status, standard output and standard error of checking `text` as `t` (lines
+    /// cut across reads are the line reader's tests, in `gpu_runtime::cli`).
+    fn run_with(text: &[u8], options: &Options) -> (u8, String, String) {
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let status = check(
-            Trickle { bytes: text, step },
-            "t",
-            options,
-            &mut out,
-            &mut err,
-        );
+        let status = check(text, "t", options, &mut out, &mut err);
         let text = |bytes| String::from_utf8(bytes).unwrap();
         (status, text(out), text(err))
     }
 
-    fn run(text: &[u8], step: usize, alive_at_exit_is_defect: bool) -> (u8, String, String) {
+    fn run(text: &[u8], alive_at_exit_is_defect: bool) -> (u8, String, String) {
         let options = Options {
             alive_at_exit_is_defect,
             ..Options::default()
         };
-        run_with(text, step, &options)
+        run_with(text, &options)
     }
 
     #[test]
-    fn lines_cut_by_reads_and_a_last_line_without_break_are_read_whole() {
+    fn comments_and_a_last_line_without_break_are_read() {
         let text = b"stream_create s 0\nlaunch s 0   # tid=1\nstream_destroy s\nlaunch s";
-        for step in [1, 3, 7, 1 << 20] {
-            let (status, out, err) = run(text, step, false);
-            assert_eq!((status, err.as_str()), (DEFECTS, ""), "{out}");
-            assert_eq!(
-                out,
-                "t: line 4: stream `s` used after it was destroyed at line 3\n\
-                 t: 1 defect(s) in 4 calls\n"
-            );
-        }
+        let (status, out, err) = run(text, false);
+        assert_eq!((status, err.as_str()), (DEFECTS, ""), "{out}");
+        assert_eq!(
+            out,
+            "t: line 4: stream `s` used after it was destroyed at line 3\n\
+             t: 1 defect(s) in 4 calls\n"
+        );
     }
 
     #[test]
     fn a_line_longer_than_the_buffer_is_read_whole() {
         let name = "n".repeat(200_000);
         let text = format!("stream_create {name} 0\nstream_destroy {name}\n");
-        let (status, out, _) = run(text.as_bytes(), 1 << 20, false);
+        let (status, out, _) = run(text.as_bytes(), false);
         assert_eq!(status, CLEAN);
         assert_eq!(out, "t: 2 calls, no defects\n");
     }
@@ -361,7 +339,7 @@ mod tests {
         };
         let text = b"stream_create s 0   # a comment longer than the limit\n\
                      stream_create a_very_long_name 0\nstream_destroy s\nbad\n";
-        let (status, out, err) = run_with(text, 5, &options);
+        let (status, out, err) = run_with(text, &options);
         assert_eq!((status, out.as_str()), (UNREADABLE, ""));
         assert_eq!(
             err,
@@ -379,7 +357,7 @@ mod tests {
     #[test]
     fn objects_alive_at_exit_are_defects_only_when_asked() {
         let text = b"stream_create s 0\nevent_create e 0\nevent_create f 0\nexit\n";
-        let (status, out, _) = run(text, 5, false);
+        let (status, out, _) = run(text, false);
         assert_eq!(status, CLEAN);
         assert_eq!(
             out,
@@ -390,7 +368,7 @@ mod tests {
              t: 2 event(s) alive at exit (not defects; --alive-at-exit-is-defect counts them)\n\
              t: 4 calls, no defects\n"
         );
-        let (status, out, _) = run(text, 5, true);
+        let (status, out, _) = run(text, true);
         assert_eq!(status, DEFECTS);
         assert!(out.ends_with(
             "t: 2 event(s) alive at exit (counted as defects)\nt: 3 defect(s) in 4 calls\n"
@@ -400,7 +378,7 @@ mod tests {
     #[test]
     fn lines_not_in_the_format_are_each_reported_and_end_the_findings() {
         let text = b"launch s\nexit\nlaunch s\nlaunch t\n";
-        let (status, out, err) = run(text, 4, false);
+        let (status, out, err) = run(text, false);
         assert_eq!(status, UNREADABLE);
         assert_eq!(out, "t: line 1: stream `s` used but never created\n");
         assert_eq!(
@@ -420,7 +398,7 @@ mod tests {
             max_errors: 2,
             ..Options::default()
         };
-        let (status, _, err) = run_with(b"a\nb\nc\nd\n", 3, &options);
+        let (status, _, err) = run_with(b"a\nb\nc\nd\n", &options);
         assert_eq!(status, UNREADABLE);
         let lines: Vec<&str> = err.lines().collect();
         assert_eq!(lines.len(), 3, "{err}");

@@ -30,6 +30,20 @@ struct Generated {
     step: usize,
 }
 
+impl Generated {
+    /// `len` bytes in all, read 64 KiB at a time (a pipe's size).
+    fn new(head: &'static [u8], fill: u8, tail: &'static [u8], len: u64) -> Self {
+        Generated {
+            head,
+            fill,
+            tail,
+            len,
+            at: 0,
+            step: 1 << 16,
+        }
+    }
+}
+
 impl Read for Generated {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = (self.step.min(buf.len()) as u64).min(self.len - self.at) as usize;
@@ -113,14 +127,7 @@ fn a_line_over_the_limit_is_refused_skipped_and_counted() {
 fn a_huge_comment_line_streams_through_the_initial_buffer() {
     // 256 MiB of comment between two calls: the buffer never grows.
     const HUGE: u64 = 256 << 20;
-    let input = Generated {
-        head: b"first\n# ",
-        fill: b'c',
-        tail: b"\nsecond\n",
-        len: HUGE,
-        at: 0,
-        step: 1 << 16,
-    };
+    let input = Generated::new(b"first\n# ", b'c', b"\nsecond\n", HUGE);
     let mut reader = LineReader::new(input, 1 << 10).with_comments(b'#');
     let mut seen = Vec::new();
     while let Some(line) = reader.next_line().unwrap() {
@@ -143,14 +150,7 @@ fn a_long_line_through_a_pipe_is_searched_once_and_bounds_the_buffer() {
     // A 32 MiB line read 64 KiB at a time (a pipe's size): the old reader searched the whole
     // line again after every read, 32 MiB * 512 reads / 2 = 8 GiB of searching.
     const LONG: u64 = 32 << 20;
-    let input = Generated {
-        head: b"",
-        fill: b'n',
-        tail: b"\nnext\n",
-        len: LONG,
-        at: 0,
-        step: 1 << 16,
-    };
+    let input = Generated::new(b"", b'n', b"\nnext\n", LONG);
     let limit = 40 << 20;
     let mut reader = LineReader::new(input, limit);
     let line = reader.next_line().unwrap().unwrap();
@@ -169,14 +169,7 @@ fn a_long_line_through_a_pipe_is_searched_once_and_bounds_the_buffer() {
 
 #[test]
 fn a_line_over_the_limit_does_not_grow_the_buffer_past_twice_the_limit() {
-    let input = Generated {
-        head: b"",
-        fill: b'n',
-        tail: b"\nok\n",
-        len: 8 << 20,
-        at: 0,
-        step: 1 << 16,
-    };
+    let input = Generated::new(b"", b'n', b"\nok\n", 8 << 20);
     let limit = 100_000;
     let mut reader = LineReader::new(input, limit);
     assert!(matches!(
