@@ -24,6 +24,7 @@ __all__ = [
 
 # The settings gpu-capi reads when its runtime opens (gpu_capi::shared::config).
 RELEASE_BEFORE_GROWING = "GPU_RUNTIME_RELEASE_BEFORE_GROWING"
+WAIT_BEFORE_GROWING = "GPU_RUNTIME_WAIT_BEFORE_GROWING"
 MAX_SPLIT_SIZE = "GPU_RUNTIME_MAX_SPLIT_SIZE"
 PEER_ACCESS = "GPU_RUNTIME_PEER_ACCESS"
 TRACE = "GPU_RUNTIME_TRACE"
@@ -73,14 +74,17 @@ def _flag(name, value):
     return "1" if value else "0"
 
 
-def settings(release_before_growing=_UNSET, max_split_size=_UNSET, peer_access=_UNSET,
-             trace=_UNSET):
+def settings(release_before_growing=_UNSET, wait_before_growing=_UNSET, max_split_size=_UNSET,
+             peer_access=_UNSET, trace=_UNSET):
     """The GPU_RUNTIME_* settings for these options, as a dict (nothing is changed). An option
     not given keeps the environment's value if it is set, else takes the default for PyTorch:
 
     - release_before_growing (bool, default False): whether a cache miss returns wholly free
       cached segments to the driver before growing (False keeps them until out of memory, as
       PyTorch's own allocator does).
+    - wait_before_growing (bool, default True): whether such a miss first merges free blocks
+      other streams freed, the host waiting for their frees (False grows instead of waiting;
+      with True, reserved memory stays bounded without any empty_cache()).
     - max_split_size (int bytes > 0, or None for no limit; default None): blocks of at least
       this size are never split (None: any block may be, PyTorch's default).
     - peer_access (bool, default True): whether devices that can reach each other's memory do.
@@ -92,6 +96,8 @@ def settings(release_before_growing=_UNSET, max_split_size=_UNSET, peer_access=_
     chosen = {}
     if release_before_growing is not _UNSET:
         chosen[RELEASE_BEFORE_GROWING] = _flag("release_before_growing", release_before_growing)
+    if wait_before_growing is not _UNSET:
+        chosen[WAIT_BEFORE_GROWING] = _flag("wait_before_growing", wait_before_growing)
     if max_split_size is not _UNSET:
         if max_split_size is None:
             chosen[MAX_SPLIT_SIZE] = "none"
@@ -107,7 +113,8 @@ def settings(release_before_growing=_UNSET, max_split_size=_UNSET, peer_access=_
         if not isinstance(trace, (str, os.PathLike)):
             raise TypeError(f"trace must be a path or None, not {trace!r}")
         chosen[TRACE] = os.fspath(trace)
-    defaults = {RELEASE_BEFORE_GROWING: "0", MAX_SPLIT_SIZE: "none", PEER_ACCESS: "1"}
+    defaults = {RELEASE_BEFORE_GROWING: "0", WAIT_BEFORE_GROWING: "1", MAX_SPLIT_SIZE: "none",
+                PEER_ACCESS: "1"}
     result = {name: os.environ.get(name, value) for name, value in defaults.items()}
     if TRACE in os.environ:
         result[TRACE] = os.environ[TRACE]

@@ -13,7 +13,8 @@ from unittest import mock
 
 import gpu_runtime_torch as gt
 
-VARIABLES = (gt.RELEASE_BEFORE_GROWING, gt.MAX_SPLIT_SIZE, gt.PEER_ACCESS, gt.TRACE)
+VARIABLES = (gt.RELEASE_BEFORE_GROWING, gt.WAIT_BEFORE_GROWING, gt.MAX_SPLIT_SIZE, gt.PEER_ACCESS,
+             gt.TRACE)
 
 
 def fake_torch(initialised):
@@ -49,12 +50,13 @@ class CleanEnvironment(unittest.TestCase):
 class Settings(CleanEnvironment):
     def test_defaults_are_pytorchs_and_each_option_sets_its_variable(self):
         self.assertEqual(gt.settings(), {
-            gt.RELEASE_BEFORE_GROWING: "0", gt.MAX_SPLIT_SIZE: "none", gt.PEER_ACCESS: "1"})
-        chosen = gt.settings(release_before_growing=True, max_split_size=64 << 20,
-                             peer_access=False, trace="run.trace")
+            gt.RELEASE_BEFORE_GROWING: "0", gt.WAIT_BEFORE_GROWING: "1",
+            gt.MAX_SPLIT_SIZE: "none", gt.PEER_ACCESS: "1"})
+        chosen = gt.settings(release_before_growing=True, wait_before_growing=False,
+                             max_split_size=64 << 20, peer_access=False, trace="run.trace")
         self.assertEqual(chosen, {
-            gt.RELEASE_BEFORE_GROWING: "1", gt.MAX_SPLIT_SIZE: str(64 << 20),
-            gt.PEER_ACCESS: "0", gt.TRACE: "run.trace"})
+            gt.RELEASE_BEFORE_GROWING: "1", gt.WAIT_BEFORE_GROWING: "0",
+            gt.MAX_SPLIT_SIZE: str(64 << 20), gt.PEER_ACCESS: "0", gt.TRACE: "run.trace"})
         self.assertEqual(gt.settings(max_split_size=None)[gt.MAX_SPLIT_SIZE], "none")
 
     def test_the_environment_wins_over_defaults_and_options_over_the_environment(self):
@@ -67,6 +69,7 @@ class Settings(CleanEnvironment):
     def test_bad_values_are_refused_naming_the_option(self):
         for options, error, name in [
             ({"release_before_growing": 1}, TypeError, "release_before_growing"),
+            ({"wait_before_growing": "no"}, TypeError, "wait_before_growing"),
             ({"peer_access": "yes"}, TypeError, "peer_access"),
             ({"max_split_size": "64MiB"}, TypeError, "max_split_size"),
             ({"max_split_size": True}, TypeError, "max_split_size"),
