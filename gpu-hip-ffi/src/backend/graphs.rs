@@ -21,12 +21,13 @@ use crate::result::graph as hip_graph;
 use crate::result::module::LaunchShape;
 use crate::sys;
 
+/// HIP's graph objects as the shared policy keeps them.
+type HipLiveGraph =
+    LiveGraph<sys::hipGraph_t, sys::hipGraphExec_t, sys::hipGraphNode_t, HandleKey<HipModule>>;
+
 /// What the backend keeps for one graph: HIP's objects, its nodes, the modules its kernels
 /// need, and the lock serialising calls on it.
-pub(super) struct GraphState(
-    pub(super) 
-        LiveGraph<sys::hipGraph_t, sys::hipGraphExec_t, sys::hipGraphNode_t, HandleKey<HipModule>>,
-);
+pub(super) struct GraphState(pub(super) HipLiveGraph);
 
 // SAFETY: HIP's graph objects are opaque handles, never dereferenced by this crate; HIP lets
 // any thread use them with their device current (every method makes it so), and `LiveGraph`
