@@ -6,6 +6,7 @@
 use super::*;
 
 use gpu_core::backend::graph::NodeId;
+use gpu_rt::runtime::{GraphRecorder, Kernel, Span};
 
 /// Kernels in the chain.
 const CHAIN: usize = 1000;
@@ -273,6 +274,26 @@ impl RawAxpy {
     }
 }
 
+/// Adds `y += a * x` (axpy_f32 over the spans' floats, blocks of 256) after `after`.
+fn axpy_node<'a>(
+    recorder: &mut GraphRecorder<'a, CudaBackend>,
+    axpy: &Kernel<'a, CudaBackend>,
+    a: f32,
+    [x, y]: [Span<'a>; 2],
+    after: &[NodeId],
+) -> Outcome<NodeId> {
+    let count = (x.len() / 4) as u32;
+    let args = [
+        Arg::F32(a),
+        Arg::Span(x),
+        Arg::Span(y),
+        Arg::U64(u64::from(count)),
+    ];
+    let dims = LaunchDims::linear(count.div_ceil(256), 256);
+    // SAFETY: axpy_f32 of the library, whose reach the runtime checks against the spans.
+    Ok(unsafe { recorder.launch(axpy, dims, &args, after) }?)
+}
+
 /// Case 10: the fork/join program's work (`clients/mlir/forkjoin.mlir`, 4,096 floats: copy
 /// in, two kernels on two branches, a kernel joining them, copy out; here with the two branch
 /// outputs zeroed first, and axpy_f32 for each kernel) as one replayed graph, against the same
@@ -301,39 +322,31 @@ pub(super) fn fork_join(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
     let [x, y, z] = device_buffers()?;
     let [rx, ry, rz] = device_buffers()?;
     let axpy = rt.kernel(D0, "axpy_f32")?;
-    let dims = LaunchDims::linear(N.div_ceil(256), 256);
     let mut recorder = rt.record_graph(D0)?;
     let copy_in = recorder.copy(x.all(), host_in.all(), &[])?;
     let zero_y = recorder.fill(y.all(), gpu_core::backend::FillValue::U32(0), &[])?;
     let zero_z = recorder.fill(z.all(), gpu_core::backend::FillValue::U32(0), &[])?;
-    let count = Arg::U64(u64::from(N));
-    // SAFETY: axpy_f32 of a library kernel over N elements of N-element spans.
-    let left = unsafe {
-        recorder.launch(
-            &axpy,
-            dims,
-            &[Arg::F32(1.0), Arg::Span(x.all()), Arg::Span(y.all()), count],
-            &[copy_in, zero_y],
-        )
-    }?;
-    // SAFETY: as above.
-    let right = unsafe {
-        recorder.launch(
-            &axpy,
-            dims,
-            &[Arg::F32(2.0), Arg::Span(x.all()), Arg::Span(z.all()), count],
-            &[copy_in, zero_z],
-        )
-    }?;
-    // SAFETY: as above.
-    let joined = unsafe {
-        recorder.launch(
-            &axpy,
-            dims,
-            &[Arg::F32(1.0), Arg::Span(z.all()), Arg::Span(y.all()), count],
-            &[left, right],
-        )
-    }?;
+    let left = axpy_node(
+        &mut recorder,
+        &axpy,
+        1.0,
+        [x.all(), y.all()],
+        &[copy_in, zero_y],
+    )?;
+    let right = axpy_node(
+        &mut recorder,
+        &axpy,
+        2.0,
+        [x.all(), z.all()],
+        &[copy_in, zero_z],
+    )?;
+    let joined = axpy_node(
+        &mut recorder,
+        &axpy,
+        1.0,
+        [z.all(), y.all()],
+        &[left, right],
+    )?;
     recorder.copy(host_out.all(), y.all(), &[joined])?;
     let graph = recorder.instantiate()?;
 
