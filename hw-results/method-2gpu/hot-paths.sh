@@ -19,7 +19,7 @@ say "commit: $(cat "$B/COMMIT") part ${PART:-bench} $(date -u '+%F %T UTC')"
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | sed 's/^/device: /' | tee -a "$log"
 
 if [ "${PART:-bench}" = bench ]; then
-  GIT_COMMIT=$(cat "$B/COMMIT") HW_BENCH_OUT="$OUT/bench-hw.md" step bench-hw 330 "$B/benches/hw" --bench
+  GIT_COMMIT=$(cat "$B/COMMIT") HW_BENCH_OUT="$OUT/bench-hw.md" step bench-hw 420 "$B/benches/hw" --bench
   # The fork/join floor: ours (the MLIR program on our library) and by hand, interleaved.
   nvcc -O2 -o "$OUT/forkjoin_raw" clients/mlir/baseline/forkjoin_raw.cu >"$OUT/nvcc.out" 2>&1
   for round in 1 2 3 4 5; do
