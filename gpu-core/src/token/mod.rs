@@ -29,6 +29,9 @@ pub use planner::{
     UNWAITED_NAMED, UnwaitedKind, UnwaitedToken, check_fork_count, plan_trace,
 };
 pub use streaming::{Report, StreamingChecker};
-pub use trace::{ParsedTrace, TraceOp, parse_trace, write_trace};
+pub use trace::{
+    AccessMode, AddressRange, AllocatorId, CallKind, ParsedTrace, SiteId, StreamKind, TraceOp,
+    parse_trace, write_trace,
+};
 
 pub use crate::id::TokenId;

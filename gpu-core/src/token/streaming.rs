@@ -47,11 +47,13 @@ impl StreamingChecker {
         found: &mut impl FnMut(Report<'_>),
     ) -> Result<()> {
         while !text.is_empty() {
-            let (op, read) = self.parser.next(text)?;
+            let read = self.parser.next(text)?;
             text = &text[read..];
-            if let Some(op) = op {
-                self.check(&op, found);
+            let ops = core::mem::take(&mut self.parser.ops);
+            for op in &ops {
+                self.check(op, found);
             }
+            self.parser.ops = ops;
         }
         Ok(())
     }

@@ -90,6 +90,26 @@ impl<F: FnMut(Finding)> Step<'_, F> {
                     });
                 }
             }
+            TraceOp::SetStreamKind { stream, .. }
+            | TraceOp::BlockAlloc { stream, .. }
+            | TraceOp::BlockFree { stream, .. }
+            | TraceOp::BlockUse { stream, .. }
+            | TraceOp::Alloc {
+                stream: Some(stream),
+                ..
+            }
+            | TraceOp::Free {
+                stream: Some(stream),
+                ..
+            } => {
+                self.use_object(TraceObject::Stream(stream));
+            }
+            // The operation an access belongs to was the use; the others name no stream or
+            // event.
+            TraceOp::Access { .. }
+            | TraceOp::Alloc { stream: None, .. }
+            | TraceOp::Free { stream: None, .. }
+            | TraceOp::SynchronizeDevice { .. } => {}
             TraceOp::Exit => {
                 for (object, created_at) in self.checker.alive() {
                     (self.found)(Finding::AliveAtExit { object, created_at });
