@@ -7,8 +7,8 @@
 
 use core::fmt;
 
-use super::checker::{Checker, Finding, TraceObject, write_finding};
-use super::trace::{LineParser, Names, TraceOp};
+use super::checker::{Checker, Finding, TraceNames, TraceObject, write_finding};
+use super::trace::{LineParser, TraceOp};
 use crate::error::Result;
 
 /// Checks a trace in the text format line by line, reporting each finding (with the trace's
@@ -63,13 +63,8 @@ impl StreamingChecker {
         let StreamingChecker {
             parser, checker, ..
         } = self;
-        let (streams, events) = (&parser.streams, &parser.events);
         checker.step(parser.line(), op, &mut |finding| {
-            found(Report {
-                finding,
-                streams,
-                events,
-            })
+            found(Report { finding, parser })
         });
         for &object in checker.forgotten() {
             match object {
@@ -83,14 +78,9 @@ impl StreamingChecker {
     /// `exit`, which reported them as alive at exit), in order of creation. Returns how many
     /// calls the trace held.
     pub fn finish(self, found: &mut impl FnMut(Report<'_>)) -> u64 {
-        let (streams, events) = (&self.parser.streams, &self.parser.events);
-        self.checker.finish(&mut |finding| {
-            found(Report {
-                finding,
-                streams,
-                events,
-            })
-        });
+        let parser = &self.parser;
+        self.checker
+            .finish(&mut |finding| found(Report { finding, parser }));
         self.calls
     }
 
@@ -113,8 +103,7 @@ impl StreamingChecker {
 /// One finding, displayed as `line N: message` with the trace's names.
 pub struct Report<'a> {
     finding: Finding,
-    streams: &'a Names,
-    events: &'a Names,
+    parser: &'a LineParser,
 }
 
 impl Report<'_> {
@@ -126,12 +115,17 @@ impl Report<'_> {
 
 impl fmt::Display for Report<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parser = self.parser;
         write_finding(
             f,
             &self.finding,
-            |object| match object {
-                TraceObject::Stream(s) => self.streams.name(s.0),
-                TraceObject::Event(e) => self.events.name(e.0),
+            &TraceNames {
+                object: &|object| match object {
+                    TraceObject::Stream(s) => parser.streams.name(s.0),
+                    TraceObject::Event(e) => parser.events.name(e.0),
+                },
+                site: &|site| parser.sites.name(site.0),
+                allocator: &|a| parser.allocators.name(a.0),
             },
             |line| line,
         )

@@ -12,12 +12,17 @@ impl Checker {
     /// the next: an operation's index, or its line), passing every finding to `found`.
     pub fn step(&mut self, position: usize, op: &TraceOp, found: &mut impl FnMut(Finding)) {
         self.forgotten.clear();
+        let exited = self.exited;
         let mut step = Step {
             checker: self,
             position,
             found,
         };
         step.apply(op);
+        if !exited {
+            self.races
+                .step(position, op, &mut |race| found(Finding::Race(race)));
+        }
     }
 }
 

@@ -30,7 +30,6 @@ mod tests;
 mod write;
 
 pub use memory::{AccessMode, AddressRange, AllocatorId, CallKind, SiteId, StreamKind};
-pub(super) use names::Names;
 pub use op::TraceOp;
 pub(super) use parse::LineParser;
 pub use parse::{ParsedTrace, parse_trace};
