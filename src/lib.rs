@@ -13,6 +13,9 @@ pub use gpu_rt::{host, runtime};
 #[cfg(feature = "std")]
 pub use gpu_testkit::{conformance, stress};
 
+#[cfg(feature = "cli")]
+pub mod cli;
+
 /// What a program needs, in one import: `gpu_rt`'s prelude (the runtime, its handles, the host
 /// backend, the core types and the error), with [`WithBackend`] and [`with_best_backend`].
 ///

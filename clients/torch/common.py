@@ -3,7 +3,8 @@ initialises CUDA, deterministic settings, the memory figures of either allocator
 place under torchrun, and the JSON record each run writes for compare.py.
 
 A run uses PyTorch's own CUDACachingAllocator (--allocator torch) or this project's caching
-allocator through PyTorch's plug-in point (--allocator gpurt --lib libgpu_capi.so).
+allocator through PyTorch's plug-in point (--allocator gpurt): the gpu_runtime_torch package
+(python/ in the repository: `pip install ./python`), with its own library or the one --lib names.
 
 What PyTorch requires of the plug-in: `torch.cuda.memory.change_current_allocator` must run
 before anything initialises CUDA in the process, or it fails with "Can't swap an already
@@ -17,7 +18,6 @@ the device of each allocation, so it needs no current device to be set beforehan
 """
 
 import argparse
-import ctypes
 import json
 import os
 import random
@@ -28,135 +28,61 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import torch  # noqa: E402  (after the cuBLAS setting)
 
-STATS_FIELDS = (
-    "allocated",
-    "peak_allocated",
-    "reserved",
-    "peak_reserved",
-    "hits",
-    "cross_stream_hits",
-    "misses",
-    "driver_calls",
-    "segment_allocations",
-    "segment_frees",
-    "oom_retries",
-    "oom_errors",
-)
-
-
-class GpurtTorchStats(ctypes.Structure):
-    """gpu-capi's `GpurtTorchStats`, field for field."""
-
-    _fields_ = [(name, ctypes.c_uint64) for name in STATS_FIELDS]
-
-
-class GpurtReport(ctypes.Structure):
-    """gpu-capi's `GpurtReport` (what `gpurt_shutdown` found), field for field."""
-
-    _fields_ = [
-        ("released_objects", ctypes.c_uint64),
-        ("unwaited_tokens", ctypes.c_uint64),
-        ("trimmed_bytes", ctypes.c_uint64),
-        ("unpinned_ranges", ctypes.c_uint64),
-        ("trace_written", ctypes.c_uint32),
-        ("trace_calls", ctypes.c_uint64),
-        ("trace_defects", ctypes.c_uint64),
-    ]
-
-
 def parser(description):
     """The options every workload takes; workloads add their own."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--allocator", choices=("torch", "gpurt"), required=True)
-    p.add_argument("--lib", help="path of libgpu_capi.so (for --allocator gpurt)")
+    p.add_argument("--lib", help="libgpu_capi.so to plug in instead of the gpu_runtime_torch "
+                   "package's own library (for --allocator gpurt)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--out", required=True, help="file the JSON record is written to")
     return p
 
 
-# The allocator's tunables for a framework that frees and re-allocates its working set every
-# step (gpu-capi reads them when the runtime opens; set them beforehand to choose others): keep
-# cached segments until the out-of-memory ladder, and split blocks of any size, as PyTorch's
-# own allocator does by default.
-FRAMEWORK_TUNABLES = {
-    "GPU_RUNTIME_RELEASE_BEFORE_GROWING": "0",
-    "GPU_RUNTIME_MAX_SPLIT_SIZE": "none",
-}
-
-
 class Allocator:
     """The allocator a run uses and its figures. Build it first, before anything initialises
-    CUDA in the process (see the module's docstring): PyTorch can swap its allocator for a
-    plug-in only while CUDA is uninitialised, and this refuses to start otherwise."""
+    CUDA (see the module's docstring): PyTorch can swap its allocator for a plug-in only while
+    CUDA is uninitialised, and gpu_runtime_torch.enable refuses to start otherwise."""
 
     def __init__(self, args):
         self.name = args.allocator
-        self.lib = None
+        self.plugin = None
         self.tunables = {}
         if self.name == "gpurt":
-            if not args.lib:
-                raise SystemExit("--allocator gpurt needs --lib PATH of libgpu_capi.so")
-            if torch.cuda.is_initialized():
-                raise SystemExit(
-                    "--allocator gpurt: CUDA is already initialised in this process, so PyTorch "
-                    "can no longer swap its allocator for the plug-in (change_current_allocator "
-                    "must come before set_device, any CUDA tensor, torch.cuda queries that "
-                    "initialise, and init_process_group with device_id): build "
-                    "common.Allocator(args) first")
-            for name, value in FRAMEWORK_TUNABLES.items():
-                os.environ.setdefault(name, value)
-            self.tunables = {name: os.environ[name] for name in FRAMEWORK_TUNABLES}
-            # dlopen of the same path hands back the library PyTorch loads below: one runtime.
-            self.lib = ctypes.CDLL(args.lib)
-            self.lib.gpurt_torch_stats.argtypes = (ctypes.c_int, ctypes.POINTER(GpurtTorchStats))
-            self.lib.gpurt_torch_stats.restype = ctypes.c_int
-            self.lib.gpurt_last_error.restype = ctypes.c_char_p
-            # Open the runtime on CUDA now: without a GPU the library would fall back to its
-            # host backend, whose memory no CUDA kernel can use.
-            if self.lib.gpurt_open(b"cuda") != 0:
-                raise SystemExit(f"gpurt_open(cuda): {self.lib.gpurt_last_error().decode()}")
-            plugin = torch.cuda.memory.CUDAPluggableAllocator(
-                args.lib, "gpurt_torch_alloc", "gpurt_torch_free"
-            )
-            # Only while CUDA is uninitialised (checked above); gpurt_open's driver calls
-            # leave PyTorch's lazy initialisation untouched.
-            torch.cuda.memory.change_current_allocator(plugin)
+            import gpu_runtime_torch  # noqa: PLC0415 (only runs of our allocator need it)
+
+            # Its defaults are the tunables for a framework that frees and re-allocates its
+            # working set every step (kept cached segments, blocks of any size split, as
+            # PyTorch's own allocator); GPU_RUNTIME_* variables set beforehand win.
+            self.tunables = gpu_runtime_torch.enable(library=args.lib)
+            self.plugin = gpu_runtime_torch
         self.device_used_peak = 0
 
     def figures(self, device):
         """Reserved and allocated bytes (now and peak), driver allocations and allocation
         requests served so far ("allocations": PyTorch's `allocation.all.allocated`; ours:
-        hits, cross-stream hits and misses), on the GPU of index `device`."""
-        if self.lib is None:
-            stats = torch.cuda.memory_stats(device)
-            return {
-                "allocated": stats.get("allocated_bytes.all.current", 0),
-                "peak_allocated": stats.get("allocated_bytes.all.peak", 0),
-                "reserved": stats.get("reserved_bytes.all.current", 0),
-                "peak_reserved": stats.get("reserved_bytes.all.peak", 0),
-                "driver_allocations": stats.get("segment.all.allocated", 0),
-                "driver_frees": stats.get("segment.all.freed", 0),
-                "allocations": stats.get("allocation.all.allocated", 0),
-            }
-        out = GpurtTorchStats()
-        status = self.lib.gpurt_torch_stats(device, ctypes.byref(out))
-        if status != 0:
-            raise RuntimeError(f"gpurt_torch_stats: {self.lib.gpurt_last_error().decode()}")
-        figures = {name: getattr(out, name) for name in STATS_FIELDS}
-        figures["driver_allocations"] = figures["segment_allocations"]
-        figures["driver_frees"] = figures["segment_frees"]
-        figures["allocations"] = (
-            figures["hits"] + figures["cross_stream_hits"] + figures["misses"])
+        hits, cross-stream hits and misses), on the GPU of index `device`; ours adds its own
+        figures (hits, misses, ...)."""
+        source = torch.cuda if self.plugin is None else self.plugin
+        stats = source.memory_stats(device)
+        figures = {
+            "allocated": stats.get("allocated_bytes.all.current", 0),
+            "peak_allocated": stats.get("allocated_bytes.all.peak", 0),
+            "reserved": stats.get("reserved_bytes.all.current", 0),
+            "peak_reserved": stats.get("reserved_bytes.all.peak", 0),
+            "driver_allocations": stats.get("segment.all.allocated", 0),
+            "driver_frees": stats.get("segment.all.freed", 0),
+            "allocations": stats.get("allocation.all.allocated", 0),
+        }
+        figures.update((name[len("gpurt."):], value) for name, value in stats.items()
+                       if name.startswith("gpurt."))
         return figures
 
     def shut_down(self):
         """Shuts our runtime down, last thing in the run: it writes the GPU_RUNTIME_TRACE file
         (written only at shutdown, which PyTorch never asks for) and gives every byte back.
         Tensors PyTorch frees afterwards, at exit, are refused without opening a new runtime."""
-        report = GpurtReport()
-        if self.lib.gpurt_shutdown(ctypes.byref(report)) != 0:
-            raise RuntimeError(f"gpurt_shutdown: {self.lib.gpurt_last_error().decode()}")
-        return {name: getattr(report, name) for name, _ in GpurtReport._fields_}
+        return self.plugin.shutdown()
 
     def sample_device(self, device):
         """Notes the device memory in use on GPU `device` (cudaMemGetInfo), whoever holds it:
@@ -216,7 +142,7 @@ def write_record(args, allocator, record):
         torch=torch.__version__,
         finished=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
     )
-    if allocator.lib is not None and os.environ.get("GPU_RUNTIME_TRACE"):
+    if allocator.plugin is not None and os.environ.get("GPU_RUNTIME_TRACE"):
         record["trace"] = allocator.shut_down()
     with open(record_path(args.out, record.get("rank", 0)), "w") as f:
         json.dump(record, f)

@@ -13,7 +13,7 @@ and are skipped with a message on a machine with fewer; each of their processes 
 record (rank 0 --out, rank N OUT.rankN), and the table has one set of rows per rank. Every
 child runs with NVLink multicast off (MULTICAST_OFF).
 
-    python3 compare.py --lib path/to/libgpu_capi.so --out results/ [--repeats 3] [--quick]
+    python3 compare.py [--lib path/to/libgpu_capi.so] --out results/ [--repeats 3] [--quick]
 """
 
 import argparse
@@ -53,7 +53,8 @@ def run(script, allocator, args, extra, out, ranks=1):
     launcher = [sys.executable]
     if ranks > 1:
         launcher += ["-m", "torch.distributed.run", f"--nproc_per_node={ranks}"]
-    command = [*launcher, os.path.join(HERE, script), "--allocator", allocator, "--lib", args.lib]
+    command = [*launcher, os.path.join(HERE, script), "--allocator", allocator]
+    command += ["--lib", args.lib] if args.lib else []
     command += ["--seed", str(args.seed), "--out", path, *extra]
     env = dict(os.environ, **MULTICAST_OFF, **(args.gpurt_env if allocator == "gpurt" else {}))
     if ranks > 1:
@@ -229,7 +230,8 @@ def size_text(size):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--lib", required=True, help="libgpu_capi.so")
+    p.add_argument("--lib", help="libgpu_capi.so to plug in instead of the gpu_runtime_torch "
+                   "package's own library")
     p.add_argument("--out", required=True)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--seed", type=int, default=1234)
@@ -244,7 +246,7 @@ def main():
                    help="environment of our allocator's runs (its tunables), repeatable")
     args = p.parse_args()
     args.gpurt_env = dict(item.split("=", 1) for item in args.gpurt_env)
-    args.lib = os.path.abspath(args.lib)
+    args.lib = args.lib and os.path.abspath(args.lib)
     os.makedirs(args.out, exist_ok=True)
     only = set(args.only.split(","))
     quick = args.quick

@@ -138,3 +138,36 @@ fn the_default_memory_bound_holds_too() {
     let bound = SyntheticTrace::MAX_ALIVE + 2 * Checker::REMEMBERED_DESTROYS;
     assert!(names <= bound && tracked <= bound);
 }
+
+#[test]
+fn a_line_not_in_the_format_leaves_the_line_checker_ready_for_the_next() {
+    let mut checker = StreamingChecker::new();
+    let mut found = Vec::new();
+    let mut errors = Vec::new();
+    let lines: [&[u8]; 6] = [
+        b"stream_create s 0",
+        b"",
+        b"stream_create t",
+        b"frobnicate s",
+        b"stream_destroy s\nlaunch s",
+        b"launch t",
+    ];
+    for line in lines {
+        if let Err(error) = checker.check_line(line, &mut |r| found.push(r.to_string())) {
+            errors.push(error.to_string());
+        }
+    }
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0].contains("trace line 3: expected a device number"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[1].contains("trace line 4: expected a call"),
+        "{errors:?}"
+    );
+    // Only the first line break's line is read; the malformed lines named nothing.
+    let calls = checker.finish(&mut |r| found.push(r.to_string()));
+    assert_eq!(calls, 3);
+    assert_eq!(found, ["line 6: stream `t` used but never created"]);
+}

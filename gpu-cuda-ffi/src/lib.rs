@@ -26,6 +26,8 @@ pub mod result;
 pub mod sys;
 
 pub use backend::kernels;
-pub use backend::{CudaBackend, CudaEvent, CudaKernel, CudaModule, CudaStream, SavedContext};
+pub use backend::{
+    CudaBackend, CudaEvent, CudaGraph, CudaKernel, CudaModule, CudaStream, SavedContext,
+};
 pub use driver::{Driver, ENTRY_POINTS, EntryPoint, LIBRARY_NAMES};
 pub use result::{BACKEND, check, driver_error, reports_no_device, result_name};

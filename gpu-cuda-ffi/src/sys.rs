@@ -18,8 +18,12 @@ pub type CUmodule = *mut CUmod_st;
 pub type CUfunction = *mut CUfunc_st;
 pub type CUlibrary = *mut CUlib_st;
 pub type CUkernel = *mut CUkern_st;
+pub type CUarray = *mut CUarray_st;
 pub type CUevent = *mut CUevent_st;
 pub type CUstream = *mut CUstream_st;
+pub type CUgraph = *mut CUgraph_st;
+pub type CUgraphNode = *mut CUgraphNode_st;
+pub type CUgraphExec = *mut CUgraphExec_st;
 pub type CUmemoryPool = *mut CUmemPoolHandle_st;
 pub type CUmemAttach_flags_enum = ::core::ffi::c_uint;
 pub type CUstream_flags_enum = ::core::ffi::c_uint;
@@ -29,6 +33,11 @@ pub type CUpointer_attribute_enum = ::core::ffi::c_uint;
 pub type CUfunction_attribute_enum = ::core::ffi::c_uint;
 pub type CUmemorytype_enum = ::core::ffi::c_uint;
 pub type CUjit_option_enum = ::core::ffi::c_uint;
+pub type CUDA_KERNEL_NODE_PARAMS_v1 = CUDA_KERNEL_NODE_PARAMS_st;
+pub type CUDA_KERNEL_NODE_PARAMS_v2 = CUDA_KERNEL_NODE_PARAMS_v2_st;
+pub type CUDA_KERNEL_NODE_PARAMS = CUDA_KERNEL_NODE_PARAMS_v2;
+pub type CUDA_MEMSET_NODE_PARAMS_v1 = CUDA_MEMSET_NODE_PARAMS_st;
+pub type CUDA_MEMSET_NODE_PARAMS = CUDA_MEMSET_NODE_PARAMS_v1;
 pub type CUdriverProcAddress_flags_enum = ::core::ffi::c_uint;
 pub type CUdriverProcAddressQueryResult_enum = ::core::ffi::c_uint;
 pub type CUexecAffinityType_enum = ::core::ffi::c_uint;
@@ -41,6 +50,8 @@ pub type CUctxCigParam = CUctxCigParam_st;
 pub type CUctxCreateParams = CUctxCreateParams_st;
 pub type CUlibraryOption_enum = ::core::ffi::c_uint;
 pub type cudaError_enum = ::core::ffi::c_uint;
+pub type CUDA_MEMCPY3D_v2 = CUDA_MEMCPY3D_st;
+pub type CUDA_MEMCPY3D = CUDA_MEMCPY3D_v2;
 pub type CUmemAllocationHandleType_enum = ::core::ffi::c_uint;
 pub type CUmemAccess_flags_enum = ::core::ffi::c_uint;
 pub type CUmemLocationType_enum = ::core::ffi::c_uint;
@@ -87,6 +98,11 @@ pub struct CUkern_st {
 }
 #[repr(C)]
 #[derive(Debug)]
+pub struct CUarray_st {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug)]
 pub struct CUevent_st {
     _unused: [u8; 0],
 }
@@ -97,8 +113,63 @@ pub struct CUstream_st {
 }
 #[repr(C)]
 #[derive(Debug)]
+pub struct CUgraph_st {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug)]
+pub struct CUgraphNode_st {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug)]
+pub struct CUgraphExec_st {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug)]
 pub struct CUmemPoolHandle_st {
     _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUDA_KERNEL_NODE_PARAMS_st {
+    pub func: CUfunction,
+    pub gridDimX: ::core::ffi::c_uint,
+    pub gridDimY: ::core::ffi::c_uint,
+    pub gridDimZ: ::core::ffi::c_uint,
+    pub blockDimX: ::core::ffi::c_uint,
+    pub blockDimY: ::core::ffi::c_uint,
+    pub blockDimZ: ::core::ffi::c_uint,
+    pub sharedMemBytes: ::core::ffi::c_uint,
+    pub kernelParams: *mut *mut ::core::ffi::c_void,
+    pub extra: *mut *mut ::core::ffi::c_void,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUDA_KERNEL_NODE_PARAMS_v2_st {
+    pub func: CUfunction,
+    pub gridDimX: ::core::ffi::c_uint,
+    pub gridDimY: ::core::ffi::c_uint,
+    pub gridDimZ: ::core::ffi::c_uint,
+    pub blockDimX: ::core::ffi::c_uint,
+    pub blockDimY: ::core::ffi::c_uint,
+    pub blockDimZ: ::core::ffi::c_uint,
+    pub sharedMemBytes: ::core::ffi::c_uint,
+    pub kernelParams: *mut *mut ::core::ffi::c_void,
+    pub extra: *mut *mut ::core::ffi::c_void,
+    pub kern: CUkernel,
+    pub ctx: CUcontext,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct CUDA_MEMSET_NODE_PARAMS_st {
+    pub dst: CUdeviceptr,
+    pub pitch: usize,
+    pub value: ::core::ffi::c_uint,
+    pub elementSize: ::core::ffi::c_uint,
+    pub width: usize,
+    pub height: usize,
 }
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
@@ -123,6 +194,35 @@ pub struct CUctxCreateParams_st {
     pub execAffinityParams: *mut CUexecAffinityParam,
     pub numExecAffinityParams: ::core::ffi::c_int,
     pub cigParams: *mut CUctxCigParam,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUDA_MEMCPY3D_st {
+    pub srcXInBytes: usize,
+    pub srcY: usize,
+    pub srcZ: usize,
+    pub srcLOD: usize,
+    pub srcMemoryType: CUmemorytype,
+    pub srcHost: *const ::core::ffi::c_void,
+    pub srcDevice: CUdeviceptr,
+    pub srcArray: CUarray,
+    pub reserved0: *mut ::core::ffi::c_void,
+    pub srcPitch: usize,
+    pub srcHeight: usize,
+    pub dstXInBytes: usize,
+    pub dstY: usize,
+    pub dstZ: usize,
+    pub dstLOD: usize,
+    pub dstMemoryType: CUmemorytype,
+    pub dstHost: *mut ::core::ffi::c_void,
+    pub dstDevice: CUdeviceptr,
+    pub dstArray: CUarray,
+    pub reserved1: *mut ::core::ffi::c_void,
+    pub dstPitch: usize,
+    pub dstHeight: usize,
+    pub WidthInBytes: usize,
+    pub Height: usize,
+    pub Depth: usize,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -396,6 +496,117 @@ pub const CU_JIT_MAX_THREADS_PER_BLOCK: CUjit_option_enum = 32;
 pub const CU_JIT_OVERRIDE_DIRECTIVE_VALUES: CUjit_option_enum = 33;
 pub const CU_JIT_SPLIT_COMPILE: CUjit_option_enum = 34;
 pub const CU_JIT_NUM_OPTIONS: CUjit_option_enum = 35;
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_KERNEL_NODE_PARAMS_st",
+    ][::core::mem::size_of::<CUDA_KERNEL_NODE_PARAMS_st>() - 56usize];
+    [
+        "Alignment of CUDA_KERNEL_NODE_PARAMS_st",
+    ][::core::mem::align_of::<CUDA_KERNEL_NODE_PARAMS_st>() - 8usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::func",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, func) - 0usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::gridDimX",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, gridDimX) - 8usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::gridDimY",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, gridDimY) - 12usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::gridDimZ",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, gridDimZ) - 16usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::blockDimX",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, blockDimX) - 20usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::blockDimY",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, blockDimY) - 24usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::blockDimZ",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, blockDimZ) - 28usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::sharedMemBytes",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, sharedMemBytes) - 32usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::kernelParams",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, kernelParams) - 40usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_st::extra",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_st, extra) - 48usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_KERNEL_NODE_PARAMS_v2_st",
+    ][::core::mem::size_of::<CUDA_KERNEL_NODE_PARAMS_v2_st>() - 72usize];
+    [
+        "Alignment of CUDA_KERNEL_NODE_PARAMS_v2_st",
+    ][::core::mem::align_of::<CUDA_KERNEL_NODE_PARAMS_v2_st>() - 8usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::func",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, func) - 0usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::gridDimX",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, gridDimX) - 8usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::gridDimY",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, gridDimY) - 12usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::gridDimZ",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, gridDimZ) - 16usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::blockDimX",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, blockDimX) - 20usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::blockDimY",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, blockDimY) - 24usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::blockDimZ",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, blockDimZ) - 28usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::sharedMemBytes",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, sharedMemBytes) - 32usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::kernelParams",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, kernelParams) - 40usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::extra",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, extra) - 48usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::kern",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, kern) - 56usize];
+    [
+        "Offset of field: CUDA_KERNEL_NODE_PARAMS_v2_st::ctx",
+    ][::core::mem::offset_of!(CUDA_KERNEL_NODE_PARAMS_v2_st, ctx) - 64usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUDA_MEMSET_NODE_PARAMS_st",
+    ][::core::mem::size_of::<CUDA_MEMSET_NODE_PARAMS_st>() - 40usize];
+    [
+        "Alignment of CUDA_MEMSET_NODE_PARAMS_st",
+    ][::core::mem::align_of::<CUDA_MEMSET_NODE_PARAMS_st>() - 8usize];
+    [
+        "Offset of field: CUDA_MEMSET_NODE_PARAMS_st::dst",
+    ][::core::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_st, dst) - 0usize];
+    [
+        "Offset of field: CUDA_MEMSET_NODE_PARAMS_st::pitch",
+    ][::core::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_st, pitch) - 8usize];
+    [
+        "Offset of field: CUDA_MEMSET_NODE_PARAMS_st::value",
+    ][::core::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_st, value) - 16usize];
+    [
+        "Offset of field: CUDA_MEMSET_NODE_PARAMS_st::elementSize",
+    ][::core::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_st, elementSize) - 20usize];
+    [
+        "Offset of field: CUDA_MEMSET_NODE_PARAMS_st::width",
+    ][::core::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_st, width) - 24usize];
+    [
+        "Offset of field: CUDA_MEMSET_NODE_PARAMS_st::height",
+    ][::core::mem::offset_of!(CUDA_MEMSET_NODE_PARAMS_st, height) - 32usize];
+};
 pub const CU_GET_PROC_ADDRESS_DEFAULT: CUdriverProcAddress_flags_enum = 0;
 pub const CU_GET_PROC_ADDRESS_LEGACY_STREAM: CUdriverProcAddress_flags_enum = 1;
 pub const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: CUdriverProcAddress_flags_enum = 2;
@@ -580,6 +791,88 @@ pub const CUDA_ERROR_INVALID_RESOURCE_TYPE: cudaError_enum = 914;
 pub const CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION: cudaError_enum = 915;
 pub const CUDA_ERROR_KEY_ROTATION: cudaError_enum = 916;
 pub const CUDA_ERROR_UNKNOWN: cudaError_enum = 999;
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUDA_MEMCPY3D_st"][::core::mem::size_of::<CUDA_MEMCPY3D_st>() - 200usize];
+    [
+        "Alignment of CUDA_MEMCPY3D_st",
+    ][::core::mem::align_of::<CUDA_MEMCPY3D_st>() - 8usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::srcXInBytes",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, srcXInBytes) - 0usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::srcY",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, srcY) - 8usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::srcZ",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, srcZ) - 16usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::srcLOD",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, srcLOD) - 24usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::srcMemoryType",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, srcMemoryType) - 32usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::srcHost",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, srcHost) - 40usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::srcDevice",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, srcDevice) - 48usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::srcArray",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, srcArray) - 56usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::reserved0",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, reserved0) - 64usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::srcPitch",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, srcPitch) - 72usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::srcHeight",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, srcHeight) - 80usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::dstXInBytes",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, dstXInBytes) - 88usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::dstY",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, dstY) - 96usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::dstZ",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, dstZ) - 104usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::dstLOD",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, dstLOD) - 112usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::dstMemoryType",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, dstMemoryType) - 120usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::dstHost",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, dstHost) - 128usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::dstDevice",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, dstDevice) - 136usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::dstArray",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, dstArray) - 144usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::reserved1",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, reserved1) - 152usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::dstPitch",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, dstPitch) - 160usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::dstHeight",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, dstHeight) - 168usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::WidthInBytes",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, WidthInBytes) - 176usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::Height",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, Height) - 184usize];
+    [
+        "Offset of field: CUDA_MEMCPY3D_st::Depth",
+    ][::core::mem::offset_of!(CUDA_MEMCPY3D_st, Depth) - 192usize];
+};
 pub const CU_MEM_HANDLE_TYPE_NONE: CUmemAllocationHandleType_enum = 0;
 pub const CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: CUmemAllocationHandleType_enum = 1;
 pub const CU_MEM_HANDLE_TYPE_WIN32: CUmemAllocationHandleType_enum = 2;
@@ -670,6 +963,24 @@ const _: () = {
 pub union CUexecAffinityParam_st__bindgen_ty_1 {
     pub smCount: CUexecAffinitySmCount,
 }
+impl Default for CUDA_KERNEL_NODE_PARAMS_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl Default for CUDA_KERNEL_NODE_PARAMS_v2_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 impl Default for CUexecAffinityParam_st__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -698,6 +1009,15 @@ impl Default for CUctxCigParam_st {
     }
 }
 impl Default for CUctxCreateParams_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl Default for CUDA_MEMCPY3D_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
         unsafe {
@@ -1124,6 +1444,74 @@ pub type PFN_cuKernelSetAttribute = unsafe extern "C" fn(
     kernel: CUkernel,
     dev: CUdevice,
 ) -> CUresult;
+/// `cuGraphCreate` as cuda.h declares it: cuGetProcAddress("cuGraphCreate", 10000).
+pub type PFN_cuGraphCreate = unsafe extern "C" fn(
+    phGraph: *mut CUgraph,
+    flags: ::core::ffi::c_uint,
+) -> CUresult;
+/// `cuGraphDestroy` as cuda.h declares it: cuGetProcAddress("cuGraphDestroy", 10000).
+pub type PFN_cuGraphDestroy = unsafe extern "C" fn(hGraph: CUgraph) -> CUresult;
+/// `cuGraphAddKernelNode_v2` as cuda.h declares it: cuGetProcAddress("cuGraphAddKernelNode", 12000).
+pub type PFN_cuGraphAddKernelNode = unsafe extern "C" fn(
+    phGraphNode: *mut CUgraphNode,
+    hGraph: CUgraph,
+    dependencies: *const CUgraphNode,
+    numDependencies: usize,
+    nodeParams: *const CUDA_KERNEL_NODE_PARAMS,
+) -> CUresult;
+/// `cuGraphAddMemcpyNode` as cuda.h declares it: cuGetProcAddress("cuGraphAddMemcpyNode", 10000).
+pub type PFN_cuGraphAddMemcpyNode = unsafe extern "C" fn(
+    phGraphNode: *mut CUgraphNode,
+    hGraph: CUgraph,
+    dependencies: *const CUgraphNode,
+    numDependencies: usize,
+    copyParams: *const CUDA_MEMCPY3D,
+    ctx: CUcontext,
+) -> CUresult;
+/// `cuGraphAddMemsetNode` as cuda.h declares it: cuGetProcAddress("cuGraphAddMemsetNode", 10000).
+pub type PFN_cuGraphAddMemsetNode = unsafe extern "C" fn(
+    phGraphNode: *mut CUgraphNode,
+    hGraph: CUgraph,
+    dependencies: *const CUgraphNode,
+    numDependencies: usize,
+    memsetParams: *const CUDA_MEMSET_NODE_PARAMS,
+    ctx: CUcontext,
+) -> CUresult;
+/// `cuGraphInstantiateWithFlags` as cuda.h declares it: cuGetProcAddress("cuGraphInstantiateWithFlags", 11040).
+pub type PFN_cuGraphInstantiateWithFlags = unsafe extern "C" fn(
+    phGraphExec: *mut CUgraphExec,
+    hGraph: CUgraph,
+    flags: ::core::ffi::c_ulonglong,
+) -> CUresult;
+/// `cuGraphLaunch` as cuda.h declares it: cuGetProcAddress("cuGraphLaunch", 10000).
+pub type PFN_cuGraphLaunch = unsafe extern "C" fn(
+    hGraphExec: CUgraphExec,
+    hStream: CUstream,
+) -> CUresult;
+/// `cuGraphExecDestroy` as cuda.h declares it: cuGetProcAddress("cuGraphExecDestroy", 10000).
+pub type PFN_cuGraphExecDestroy = unsafe extern "C" fn(
+    hGraphExec: CUgraphExec,
+) -> CUresult;
+/// `cuGraphExecKernelNodeSetParams_v2` as cuda.h declares it: cuGetProcAddress("cuGraphExecKernelNodeSetParams", 12000).
+pub type PFN_cuGraphExecKernelNodeSetParams = unsafe extern "C" fn(
+    hGraphExec: CUgraphExec,
+    hNode: CUgraphNode,
+    nodeParams: *const CUDA_KERNEL_NODE_PARAMS,
+) -> CUresult;
+/// `cuGraphExecMemcpyNodeSetParams` as cuda.h declares it: cuGetProcAddress("cuGraphExecMemcpyNodeSetParams", 10020).
+pub type PFN_cuGraphExecMemcpyNodeSetParams = unsafe extern "C" fn(
+    hGraphExec: CUgraphExec,
+    hNode: CUgraphNode,
+    copyParams: *const CUDA_MEMCPY3D,
+    ctx: CUcontext,
+) -> CUresult;
+/// `cuGraphExecMemsetNodeSetParams` as cuda.h declares it: cuGetProcAddress("cuGraphExecMemsetNodeSetParams", 10020).
+pub type PFN_cuGraphExecMemsetNodeSetParams = unsafe extern "C" fn(
+    hGraphExec: CUgraphExec,
+    hNode: CUgraphNode,
+    memsetParams: *const CUDA_MEMSET_NODE_PARAMS,
+    ctx: CUcontext,
+) -> CUresult;
 
 /// Every `CUresult` code cuda.h names, with its name, sorted by code (for binary search).
 pub const CURESULT_NAMES: &[(CUresult, &str)] = &[
@@ -1313,6 +1701,17 @@ macro_rules! cuda_entry_points {
             (cuLibraryUnload, c"cuLibraryUnload", cuLibraryUnload, 12000, PFN_cuLibraryUnload),
             (cuLibraryGetKernel, c"cuLibraryGetKernel", cuLibraryGetKernel, 12000, PFN_cuLibraryGetKernel),
             (cuKernelSetAttribute, c"cuKernelSetAttribute", cuKernelSetAttribute, 12000, PFN_cuKernelSetAttribute),
+            (cuGraphCreate, c"cuGraphCreate", cuGraphCreate, 10000, PFN_cuGraphCreate),
+            (cuGraphDestroy, c"cuGraphDestroy", cuGraphDestroy, 10000, PFN_cuGraphDestroy),
+            (cuGraphAddKernelNode, c"cuGraphAddKernelNode", cuGraphAddKernelNode_v2, 12000, PFN_cuGraphAddKernelNode),
+            (cuGraphAddMemcpyNode, c"cuGraphAddMemcpyNode", cuGraphAddMemcpyNode, 10000, PFN_cuGraphAddMemcpyNode),
+            (cuGraphAddMemsetNode, c"cuGraphAddMemsetNode", cuGraphAddMemsetNode, 10000, PFN_cuGraphAddMemsetNode),
+            (cuGraphInstantiateWithFlags, c"cuGraphInstantiateWithFlags", cuGraphInstantiateWithFlags, 11040, PFN_cuGraphInstantiateWithFlags),
+            (cuGraphLaunch, c"cuGraphLaunch", cuGraphLaunch, 10000, PFN_cuGraphLaunch),
+            (cuGraphExecDestroy, c"cuGraphExecDestroy", cuGraphExecDestroy, 10000, PFN_cuGraphExecDestroy),
+            (cuGraphExecKernelNodeSetParams, c"cuGraphExecKernelNodeSetParams", cuGraphExecKernelNodeSetParams_v2, 12000, PFN_cuGraphExecKernelNodeSetParams),
+            (cuGraphExecMemcpyNodeSetParams, c"cuGraphExecMemcpyNodeSetParams", cuGraphExecMemcpyNodeSetParams, 10020, PFN_cuGraphExecMemcpyNodeSetParams),
+            (cuGraphExecMemsetNodeSetParams, c"cuGraphExecMemsetNodeSetParams", cuGraphExecMemsetNodeSetParams, 10020, PFN_cuGraphExecMemsetNodeSetParams),
         }
     };
 }

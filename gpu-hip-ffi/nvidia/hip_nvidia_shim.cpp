@@ -22,6 +22,14 @@
 // - hipDeviceGetAttribute answers the attributes HIP 5.2.3's NVIDIA headers leave out
 //   (opt-in shared memory per block, reserved shared memory per block, unified addressing);
 // - hipFuncSetAttribute takes a module's function (a CUfunction), as the backend passes it.
+//
+// The graph functions call the CUDA runtime's (HIP 5.2.3's NVIDIA headers declare their
+// wrappers only under nvcc, __CUDACC__) and take the AMD platform's parameter structs, whose
+// field order differs from CUDA's (hipKernelNodeParams, hipMemsetParams; AmdKernelNodeParams and
+// AmdMemsetParams below): memset nodes are converted to cudaMemsetParams, and kernel nodes go to
+// the driver API (cuGraphAddKernelNode, cuGraphExecKernelNodeSetParams of CUDA 11.8's cuda.h,
+// the v1 ABI) because their function is a module's CUfunction, which the runtime's
+// cudaKernelNodeParams cannot name.
 
 #include <dlfcn.h>
 #include <cstddef>
@@ -471,4 +479,120 @@ SHIM_EXPORT hipError_t hipFuncSetAttribute(const void* func, hipFuncAttribute at
     CUfunction function = reinterpret_cast<CUfunction>(const_cast<void*>(func));
     return hipCUResultTohipError(
         cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, value));
+}
+
+// The AMD platform's graph parameter structs (hip_runtime_api.h of ROCm 5.2.3), as the Rust
+// bindings lay them out; the NVIDIA headers' hipKernelNodeParams and hipMemsetParams are CUDA's
+// structs, with another field order.
+struct AmdKernelNodeParams {
+    dim3 blockDim;
+    void** extra;
+    void* func;
+    dim3 gridDim;
+    void** kernelParams;
+    unsigned int sharedMemBytes;
+};
+struct AmdMemsetParams {
+    void* dst;
+    unsigned int elementSize;
+    size_t height;
+    size_t pitch;
+    unsigned int value;
+    size_t width;
+};
+static_assert(sizeof(AmdKernelNodeParams) == 64 && offsetof(AmdKernelNodeParams, func) == 24
+              && offsetof(AmdKernelNodeParams, kernelParams) == 48, "hipKernelNodeParams layout");
+static_assert(sizeof(AmdMemsetParams) == 48 && offsetof(AmdMemsetParams, value) == 32
+              && offsetof(AmdMemsetParams, width) == 40, "hipMemsetParams layout");
+
+static CUDA_KERNEL_NODE_PARAMS kernel_node_params(const AmdKernelNodeParams* p) {
+    CUDA_KERNEL_NODE_PARAMS params = {};
+    params.func = reinterpret_cast<CUfunction>(p->func);
+    params.gridDimX = p->gridDim.x;
+    params.gridDimY = p->gridDim.y;
+    params.gridDimZ = p->gridDim.z;
+    params.blockDimX = p->blockDim.x;
+    params.blockDimY = p->blockDim.y;
+    params.blockDimZ = p->blockDim.z;
+    params.sharedMemBytes = p->sharedMemBytes;
+    params.kernelParams = p->kernelParams;
+    params.extra = p->extra;
+    return params;
+}
+
+static cudaMemsetParams memset_params(const AmdMemsetParams* p) {
+    cudaMemsetParams params = {};
+    params.dst = p->dst;
+    params.pitch = p->pitch;
+    params.value = p->value;
+    params.elementSize = p->elementSize;
+    params.width = p->width;
+    params.height = p->height;
+    return params;
+}
+
+SHIM_EXPORT hipError_t hipGraphCreate(hipGraph_t* pGraph, unsigned int flags) {
+    return hipCUDAErrorTohipError(cudaGraphCreate(pGraph, flags));
+}
+
+SHIM_EXPORT hipError_t hipGraphDestroy(hipGraph_t graph) {
+    return hipCUDAErrorTohipError(cudaGraphDestroy(graph));
+}
+
+SHIM_EXPORT hipError_t hipGraphAddKernelNode(hipGraphNode_t* pGraphNode, hipGraph_t graph, const hipGraphNode_t* pDependencies, size_t numDependencies, const AmdKernelNodeParams* pNodeParams) {
+    NEEDS_CONTEXT();
+    if (pNodeParams == nullptr) {
+        return hipErrorInvalidValue;
+    }
+    CUDA_KERNEL_NODE_PARAMS params = kernel_node_params(pNodeParams);
+    return hipCUResultTohipError(
+        cuGraphAddKernelNode(pGraphNode, graph, pDependencies, numDependencies, &params));
+}
+
+SHIM_EXPORT hipError_t hipGraphAddMemcpyNode1D(hipGraphNode_t* pGraphNode, hipGraph_t graph, const hipGraphNode_t* pDependencies, size_t numDependencies, void* dst, const void* src, size_t count, hipMemcpyKind kind) {
+    return hipCUDAErrorTohipError(cudaGraphAddMemcpyNode1D(
+        pGraphNode, graph, pDependencies, numDependencies, dst, src, count, static_cast<cudaMemcpyKind>(kind)));
+}
+
+SHIM_EXPORT hipError_t hipGraphAddMemsetNode(hipGraphNode_t* pGraphNode, hipGraph_t graph, const hipGraphNode_t* pDependencies, size_t numDependencies, const AmdMemsetParams* pMemsetParams) {
+    if (pMemsetParams == nullptr) {
+        return hipErrorInvalidValue;
+    }
+    cudaMemsetParams params = memset_params(pMemsetParams);
+    return hipCUDAErrorTohipError(
+        cudaGraphAddMemsetNode(pGraphNode, graph, pDependencies, numDependencies, &params));
+}
+
+SHIM_EXPORT hipError_t hipGraphInstantiateWithFlags(hipGraphExec_t* pGraphExec, hipGraph_t graph, unsigned long long flags) {
+    return hipCUDAErrorTohipError(cudaGraphInstantiateWithFlags(pGraphExec, graph, flags));
+}
+
+SHIM_EXPORT hipError_t hipGraphLaunch(hipGraphExec_t graphExec, hipStream_t stream) {
+    return hipCUDAErrorTohipError(cudaGraphLaunch(graphExec, stream));
+}
+
+SHIM_EXPORT hipError_t hipGraphExecDestroy(hipGraphExec_t graphExec) {
+    return hipCUDAErrorTohipError(cudaGraphExecDestroy(graphExec));
+}
+
+SHIM_EXPORT hipError_t hipGraphExecKernelNodeSetParams(hipGraphExec_t hGraphExec, hipGraphNode_t node, const AmdKernelNodeParams* pNodeParams) {
+    NEEDS_CONTEXT();
+    if (pNodeParams == nullptr) {
+        return hipErrorInvalidValue;
+    }
+    CUDA_KERNEL_NODE_PARAMS params = kernel_node_params(pNodeParams);
+    return hipCUResultTohipError(cuGraphExecKernelNodeSetParams(hGraphExec, node, &params));
+}
+
+SHIM_EXPORT hipError_t hipGraphExecMemcpyNodeSetParams1D(hipGraphExec_t hGraphExec, hipGraphNode_t node, void* dst, const void* src, size_t count, hipMemcpyKind kind) {
+    return hipCUDAErrorTohipError(cudaGraphExecMemcpyNodeSetParams1D(
+        hGraphExec, node, dst, src, count, static_cast<cudaMemcpyKind>(kind)));
+}
+
+SHIM_EXPORT hipError_t hipGraphExecMemsetNodeSetParams(hipGraphExec_t hGraphExec, hipGraphNode_t node, const AmdMemsetParams* pNodeParams) {
+    if (pNodeParams == nullptr) {
+        return hipErrorInvalidValue;
+    }
+    cudaMemsetParams params = memset_params(pNodeParams);
+    return hipCUDAErrorTohipError(cudaGraphExecMemsetNodeSetParams(hGraphExec, node, &params));
 }

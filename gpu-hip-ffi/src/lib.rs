@@ -27,6 +27,6 @@ pub mod result;
 #[rustfmt::skip]
 pub mod sys;
 
-pub use backend::{HipBackend, HipEvent, HipKernel, HipModule, HipStream, SavedDevice};
+pub use backend::{HipBackend, HipEvent, HipGraph, HipKernel, HipModule, HipStream, SavedDevice};
 pub use library::{ENTRY_POINTS, Hip, LIBRARY_NAMES};
 pub use result::{BACKEND, check, driver_error, error_name, reports_no_device};

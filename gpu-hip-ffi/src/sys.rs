@@ -24,6 +24,9 @@ pub type hipMemPoolAttr = ::core::ffi::c_uint;
 pub type hipMemLocationType = ::core::ffi::c_uint;
 pub type hipMemAccessFlags = ::core::ffi::c_uint;
 pub type hipFuncAttribute = ::core::ffi::c_uint;
+pub type hipGraph_t = *mut ihipGraph;
+pub type hipGraphNode_t = *mut hipGraphNode;
+pub type hipGraphExec_t = *mut hipGraphExec;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct hipPointerAttribute_t {
@@ -70,6 +73,48 @@ pub struct hipMemLocation {
 pub struct hipMemAccessDesc {
     pub location: hipMemLocation,
     pub flags: hipMemAccessFlags,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct dim3 {
+    pub x: u32,
+    pub y: u32,
+    pub z: u32,
+}
+#[repr(C)]
+#[derive(Debug)]
+pub struct ihipGraph {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug)]
+pub struct hipGraphNode {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug)]
+pub struct hipGraphExec {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct hipKernelNodeParams {
+    pub blockDim: dim3,
+    pub extra: *mut *mut ::core::ffi::c_void,
+    pub func: *mut ::core::ffi::c_void,
+    pub gridDim: dim3,
+    pub kernelParams: *mut *mut ::core::ffi::c_void,
+    pub sharedMemBytes: ::core::ffi::c_uint,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct hipMemsetParams {
+    pub dst: *mut ::core::ffi::c_void,
+    pub elementSize: ::core::ffi::c_uint,
+    pub height: usize,
+    pub pitch: usize,
+    pub value: ::core::ffi::c_uint,
+    pub width: usize,
 }
 pub const HIP_VERSION_MAJOR: u32 = 5;
 pub const HIP_VERSION_MINOR: u32 = 2;
@@ -387,6 +432,66 @@ const _: () = {
 pub const hipFuncAttributeMaxDynamicSharedMemorySize: hipFuncAttribute = 8;
 pub const hipFuncAttributePreferredSharedMemoryCarveout: hipFuncAttribute = 9;
 pub const hipFuncAttributeMax: hipFuncAttribute = 10;
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of dim3"][::core::mem::size_of::<dim3>() - 12usize];
+    ["Alignment of dim3"][::core::mem::align_of::<dim3>() - 4usize];
+    ["Offset of field: dim3::x"][::core::mem::offset_of!(dim3, x) - 0usize];
+    ["Offset of field: dim3::y"][::core::mem::offset_of!(dim3, y) - 4usize];
+    ["Offset of field: dim3::z"][::core::mem::offset_of!(dim3, z) - 8usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of hipKernelNodeParams",
+    ][::core::mem::size_of::<hipKernelNodeParams>() - 64usize];
+    [
+        "Alignment of hipKernelNodeParams",
+    ][::core::mem::align_of::<hipKernelNodeParams>() - 8usize];
+    [
+        "Offset of field: hipKernelNodeParams::blockDim",
+    ][::core::mem::offset_of!(hipKernelNodeParams, blockDim) - 0usize];
+    [
+        "Offset of field: hipKernelNodeParams::extra",
+    ][::core::mem::offset_of!(hipKernelNodeParams, extra) - 16usize];
+    [
+        "Offset of field: hipKernelNodeParams::func",
+    ][::core::mem::offset_of!(hipKernelNodeParams, func) - 24usize];
+    [
+        "Offset of field: hipKernelNodeParams::gridDim",
+    ][::core::mem::offset_of!(hipKernelNodeParams, gridDim) - 32usize];
+    [
+        "Offset of field: hipKernelNodeParams::kernelParams",
+    ][::core::mem::offset_of!(hipKernelNodeParams, kernelParams) - 48usize];
+    [
+        "Offset of field: hipKernelNodeParams::sharedMemBytes",
+    ][::core::mem::offset_of!(hipKernelNodeParams, sharedMemBytes) - 56usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of hipMemsetParams"][::core::mem::size_of::<hipMemsetParams>() - 48usize];
+    [
+        "Alignment of hipMemsetParams",
+    ][::core::mem::align_of::<hipMemsetParams>() - 8usize];
+    [
+        "Offset of field: hipMemsetParams::dst",
+    ][::core::mem::offset_of!(hipMemsetParams, dst) - 0usize];
+    [
+        "Offset of field: hipMemsetParams::elementSize",
+    ][::core::mem::offset_of!(hipMemsetParams, elementSize) - 8usize];
+    [
+        "Offset of field: hipMemsetParams::height",
+    ][::core::mem::offset_of!(hipMemsetParams, height) - 16usize];
+    [
+        "Offset of field: hipMemsetParams::pitch",
+    ][::core::mem::offset_of!(hipMemsetParams, pitch) - 24usize];
+    [
+        "Offset of field: hipMemsetParams::value",
+    ][::core::mem::offset_of!(hipMemsetParams, value) - 32usize];
+    [
+        "Offset of field: hipMemsetParams::width",
+    ][::core::mem::offset_of!(hipMemsetParams, width) - 40usize];
+};
 impl Default for hipPointerAttribute_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -406,6 +511,24 @@ impl Default for hipMemLocation {
     }
 }
 impl Default for hipMemAccessDesc {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl Default for hipKernelNodeParams {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl Default for hipMemsetParams {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
         unsafe {
@@ -687,6 +810,76 @@ pub type PFN_hipModuleLaunchKernel = unsafe extern "C" fn(
     kernelParams: *mut *mut ::core::ffi::c_void,
     extra: *mut *mut ::core::ffi::c_void,
 ) -> hipError_t;
+/// `hipGraphCreate` as the HIP header declares it.
+pub type PFN_hipGraphCreate = unsafe extern "C" fn(
+    pGraph: *mut hipGraph_t,
+    flags: ::core::ffi::c_uint,
+) -> hipError_t;
+/// `hipGraphDestroy` as the HIP header declares it.
+pub type PFN_hipGraphDestroy = unsafe extern "C" fn(graph: hipGraph_t) -> hipError_t;
+/// `hipGraphAddKernelNode` as the HIP header declares it.
+pub type PFN_hipGraphAddKernelNode = unsafe extern "C" fn(
+    pGraphNode: *mut hipGraphNode_t,
+    graph: hipGraph_t,
+    pDependencies: *const hipGraphNode_t,
+    numDependencies: usize,
+    pNodeParams: *const hipKernelNodeParams,
+) -> hipError_t;
+/// `hipGraphAddMemcpyNode1D` as the HIP header declares it.
+pub type PFN_hipGraphAddMemcpyNode1D = unsafe extern "C" fn(
+    pGraphNode: *mut hipGraphNode_t,
+    graph: hipGraph_t,
+    pDependencies: *const hipGraphNode_t,
+    numDependencies: usize,
+    dst: *mut ::core::ffi::c_void,
+    src: *const ::core::ffi::c_void,
+    count: usize,
+    kind: hipMemcpyKind,
+) -> hipError_t;
+/// `hipGraphAddMemsetNode` as the HIP header declares it.
+pub type PFN_hipGraphAddMemsetNode = unsafe extern "C" fn(
+    pGraphNode: *mut hipGraphNode_t,
+    graph: hipGraph_t,
+    pDependencies: *const hipGraphNode_t,
+    numDependencies: usize,
+    pMemsetParams: *const hipMemsetParams,
+) -> hipError_t;
+/// `hipGraphInstantiateWithFlags` as the HIP header declares it.
+pub type PFN_hipGraphInstantiateWithFlags = unsafe extern "C" fn(
+    pGraphExec: *mut hipGraphExec_t,
+    graph: hipGraph_t,
+    flags: ::core::ffi::c_ulonglong,
+) -> hipError_t;
+/// `hipGraphLaunch` as the HIP header declares it.
+pub type PFN_hipGraphLaunch = unsafe extern "C" fn(
+    graphExec: hipGraphExec_t,
+    stream: hipStream_t,
+) -> hipError_t;
+/// `hipGraphExecDestroy` as the HIP header declares it.
+pub type PFN_hipGraphExecDestroy = unsafe extern "C" fn(
+    graphExec: hipGraphExec_t,
+) -> hipError_t;
+/// `hipGraphExecKernelNodeSetParams` as the HIP header declares it.
+pub type PFN_hipGraphExecKernelNodeSetParams = unsafe extern "C" fn(
+    hGraphExec: hipGraphExec_t,
+    node: hipGraphNode_t,
+    pNodeParams: *const hipKernelNodeParams,
+) -> hipError_t;
+/// `hipGraphExecMemcpyNodeSetParams1D` as the HIP header declares it.
+pub type PFN_hipGraphExecMemcpyNodeSetParams1D = unsafe extern "C" fn(
+    hGraphExec: hipGraphExec_t,
+    node: hipGraphNode_t,
+    dst: *mut ::core::ffi::c_void,
+    src: *const ::core::ffi::c_void,
+    count: usize,
+    kind: hipMemcpyKind,
+) -> hipError_t;
+/// `hipGraphExecMemsetNodeSetParams` as the HIP header declares it.
+pub type PFN_hipGraphExecMemsetNodeSetParams = unsafe extern "C" fn(
+    hGraphExec: hipGraphExec_t,
+    node: hipGraphNode_t,
+    pNodeParams: *const hipMemsetParams,
+) -> hipError_t;
 
 /// Every `hipError_t` code the headers name, with its name, sorted by code (for binary search).
 pub const HIP_ERROR_NAMES: &[(hipError_t, &str)] = &[
@@ -826,6 +1019,17 @@ macro_rules! hip_entry_points {
             (hipFuncSetAttribute, c"hipFuncSetAttribute", PFN_hipFuncSetAttribute),
             (hipFuncGetAttribute, c"hipFuncGetAttribute", PFN_hipFuncGetAttribute),
             (hipModuleLaunchKernel, c"hipModuleLaunchKernel", PFN_hipModuleLaunchKernel),
+            (hipGraphCreate, c"hipGraphCreate", PFN_hipGraphCreate),
+            (hipGraphDestroy, c"hipGraphDestroy", PFN_hipGraphDestroy),
+            (hipGraphAddKernelNode, c"hipGraphAddKernelNode", PFN_hipGraphAddKernelNode),
+            (hipGraphAddMemcpyNode1D, c"hipGraphAddMemcpyNode1D", PFN_hipGraphAddMemcpyNode1D),
+            (hipGraphAddMemsetNode, c"hipGraphAddMemsetNode", PFN_hipGraphAddMemsetNode),
+            (hipGraphInstantiateWithFlags, c"hipGraphInstantiateWithFlags", PFN_hipGraphInstantiateWithFlags),
+            (hipGraphLaunch, c"hipGraphLaunch", PFN_hipGraphLaunch),
+            (hipGraphExecDestroy, c"hipGraphExecDestroy", PFN_hipGraphExecDestroy),
+            (hipGraphExecKernelNodeSetParams, c"hipGraphExecKernelNodeSetParams", PFN_hipGraphExecKernelNodeSetParams),
+            (hipGraphExecMemcpyNodeSetParams1D, c"hipGraphExecMemcpyNodeSetParams1D", PFN_hipGraphExecMemcpyNodeSetParams1D),
+            (hipGraphExecMemsetNodeSetParams, c"hipGraphExecMemsetNodeSetParams", PFN_hipGraphExecMemsetNodeSetParams),
         }
     };
 }

@@ -6,6 +6,7 @@ mod bindgen;
 mod capi_header;
 mod cycles;
 mod hip_shim;
+mod install;
 mod iree;
 mod links;
 mod mlir;
@@ -50,6 +51,10 @@ commands:
                               -runtime) for CUDA and the CPU, check its outputs on the CPU, and put
                               the CUDA module, its flag files and iree-run-module in DIR (default
                               target/iree; test-hw puts them in its bundle)
+  install --prefix DIR [--debug]
+                              build gpu-capi (release unless --debug) and install the C library
+                              under DIR: include/gpu_runtime.h, lib/libgpu_capi.{a,so},
+                              lib/pkgconfig/gpu-runtime.pc, lib/cmake/gpu_runtime/ (find_package)
   check-links                 check that every relative link in the tracked Markdown files
                               points at a file or directory of the repository (and an anchor at
                               a heading of its Markdown file)
@@ -69,6 +74,7 @@ fn main() -> ExitCode {
         Some("capi-header") => capi_header::capi_header(&args[1..]),
         Some("mlir") => mlir::mlir(&args[1..]),
         Some("iree") => iree::iree(&args[1..]),
+        Some("install") => install::install(&args[1..]),
         Some("test-hw") => test_hw::test_hw(&args[1..]),
         Some("check-links") => links::check_links(&args[1..]),
         Some("module-cycles") => cycles::module_cycles(&args[1..]),

@@ -118,6 +118,18 @@ pub(crate) fn test_hw(args: &[String]) -> Result<(), String> {
         &root().join(RECORDER_PROGRAMS),
         &options.bundle.join("recorder"),
     )?;
+    // The workloads plug the allocator in through the gpu_runtime_torch package: its Python
+    // part beside them (found as the scripts' folder is on Python's path), with the bundle's
+    // library passed as --lib instead of the wheel's.
+    let package = options.bundle.join("torch").join(TORCH_PACKAGE);
+    fs::create_dir_all(&package)
+        .map_err(|e| format!("cannot create {}: {e}", package.display()))?;
+    let module = root()
+        .join("python")
+        .join(TORCH_PACKAGE)
+        .join("__init__.py");
+    fs::copy(&module, package.join("__init__.py"))
+        .map_err(|e| format!("cannot copy {}: {e}", module.display()))?;
     let mlir = match crate::mlir::llvm_bindir() {
         Ok(bindir) => crate::mlir::build_programs(
             &bindir,
@@ -235,6 +247,9 @@ fn build_examples(options: &Options) -> Result<Vec<PathBuf>, String> {
         .map(|e| release.join("examples").join(e))
         .collect())
 }
+
+/// The Python package the PyTorch workloads import (python/ in the repository).
+const TORCH_PACKAGE: &str = "gpu_runtime_torch";
 
 /// The PyTorch workloads (`clients/torch/*.py`, run where torch is installed) and the C
 /// library they plug into PyTorch (gpu-capi's cdylib, release build).

@@ -58,6 +58,18 @@ impl StreamingChecker {
         Ok(())
     }
 
+    /// Reads and checks one line: `line` up to its first line break, or all of it (an empty
+    /// `line` is a blank line). Unlike [`StreamingChecker::check_text`], a line not in the
+    /// format leaves the checker ready for the next line: the error names the line, the line
+    /// named no object and is not counted as a call, and the lines after it are read as
+    /// usual (a tool can report several such lines; findings after one may be caused by it).
+    pub fn check_line(&mut self, line: &[u8], found: &mut impl FnMut(Report<'_>)) -> Result<()> {
+        if let (Some(op), _) = self.parser.next(line)? {
+            self.check(&op, found);
+        }
+        Ok(())
+    }
+
     fn check(&mut self, op: &TraceOp, found: &mut impl FnMut(Report<'_>)) {
         self.calls += 1;
         let StreamingChecker {

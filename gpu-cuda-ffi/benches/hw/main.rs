@@ -12,7 +12,10 @@
 //! the GPU) and the time to completion of long chains, with the backend alone and a CUkernel
 //! launch beside them to show where the difference lies; (8) N threads (1, 4, 16) sharing the
 //! device, each launching and copying on a stream of its own, through one runtime against the
-//! driver on a stream per thread: the throughput of every thread together.
+//! driver on a stream per thread: the throughput of every thread together; (9) a chain of 1,000
+//! small kernels replayed as one graph (the runtime's Graph and a raw cuGraph) against 1,000
+//! cuLaunchKernel on a stream, to completion, and a replay after updating every node in place
+//! against recording and instantiating again.
 //!
 //! Timing: each measurement runs one untimed warm-up batch per side, then N batches of M calls
 //! per side, each batch timed with `Instant` around the calls (and the one synchronisation that
@@ -51,12 +54,14 @@ use gpu_ffi_loader::hw_bench::{
 use gpu_rt::runtime::{Arg, Runtime, RuntimeConfig};
 
 mod copies;
+mod graphs;
 mod launches;
 mod memory;
 mod ordering;
 mod threads;
 
 use copies::copies;
+use graphs::graphs;
 use launches::kernel_launch;
 use memory::{device_alloc_free, host_pinned_alloc_free, pinned_lookup};
 use ordering::{k_way_join, stream_event_pools};
@@ -192,7 +197,7 @@ fn no_driver_or_device(error: &Error) -> bool {
 /// A case: its title and the function that measures it.
 type Case = (&'static str, fn(&Bench<'_>, &mut Report) -> Outcome<()>);
 
-const CASES: [Case; 8] = [
+const CASES: [Case; 9] = [
     ("device alloc+free cache hit", device_alloc_free),
     ("pinned host alloc+free cache hit", host_pinned_alloc_free),
     ("pinned lookup with 4,096 locked regions", pinned_lookup),
@@ -204,6 +209,7 @@ const CASES: [Case; 8] = [
         "threads launching and copying on streams of their own",
         threads,
     ),
+    ("graphs: 1,000-kernel chain and in-place updates", graphs),
 ];
 
 fn run(backend: CudaBackend, plan: Plan) -> Outcome<bool> {

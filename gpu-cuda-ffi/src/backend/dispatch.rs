@@ -2,6 +2,7 @@
 //! the device's primary context, with the handles checked in the backend's registries.
 
 use super::*;
+use gpu_core::backend::graph::{GraphDesc, NodeId, NodeOp};
 
 impl Backend for CudaBackend {
     type Stream = CudaStream;
@@ -14,7 +15,7 @@ impl Backend for CudaBackend {
     // A sticky error poisons every context of the process (measured: see the trait).
     const DEVICE_LOSS_ENDS_THE_PROCESS: bool = true;
     type SavedCurrent = SavedContext;
-    type Graph = core::convert::Infallible;
+    type Graph = CudaGraph;
 
     fn name(&self) -> &'static str {
         BACKEND
@@ -336,9 +337,9 @@ impl Backend for CudaBackend {
 
     /// cuDevicePrimaryCtxReset, then the device's set-up again: the kernel library is
     /// forgotten (its module died with the context; the next `kernel` call loads it again)
-    /// and the default pool's release threshold is raised again. Every stream, event, module
-    /// and allocation of the device is gone, and its handles stale; peer access to and from it
-    /// too.
+    /// and the default pool's release threshold is raised again. Every stream, event, module,
+    /// graph and allocation of the device is gone, and its handles stale; peer access to and
+    /// from it too.
     fn reset_device(&self, device: DeviceId) -> Result<()> {
         let state = self.device(device)?;
         let mut library = state
@@ -353,6 +354,8 @@ impl Backend for CudaBackend {
         self.streams.forget_device(device);
         self.events.forget_device(device);
         self.modules.forget_device(device);
+        // The reset destroyed the graphs' instantiations with the context.
+        self.graphs.forget_device(device);
         self.allocations.forget_device(device);
         // The reset destroyed the context this backend retained (calls in it say
         // CUDA_ERROR_CONTEXT_IS_DESTROYED, seen on two H200s): give that retain back and
@@ -647,5 +650,44 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         // SAFETY: the caller's promise, passed on.
         unsafe { self.launch_with(stream, kernel, dims, params) }
+    }
+
+    /// cuGraphCreate, a node per operation after its dependencies' nodes, then
+    /// cuGraphInstantiateWithFlags, in the device's primary context; a failure anywhere
+    /// destroys what was built. Launch nodes take library kernels of `device` only, their
+    /// arguments checked as for `launch`.
+    fn graph_instantiate(
+        &self,
+        device: DeviceId,
+        graph: &GraphDesc<CudaKernel>,
+    ) -> Result<CudaGraph> {
+        self.instantiate_graph(device, graph)
+    }
+
+    /// cuGraphLaunch; a graph of another device than the stream's is [`Error::WrongDevice`],
+    /// one whose kernels' module was unloaded [`Error::StaleHandle`], both before the driver.
+    ///
+    /// # Safety
+    /// The trait's.
+    unsafe fn graph_launch(&self, stream: CudaStream, graph: CudaGraph) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.launch_graph(stream, graph) }
+    }
+
+    /// cuGraphExecKernelNodeSetParams, cuGraphExecMemcpyNodeSetParams or
+    /// cuGraphExecMemsetNodeSetParams, by the node's kind.
+    fn graph_set_node(
+        &self,
+        graph: CudaGraph,
+        node: NodeId,
+        op: &NodeOp<CudaKernel>,
+    ) -> Result<()> {
+        self.set_graph_node(graph, node, op)
+    }
+
+    /// cuGraphExecDestroy and cuGraphDestroy, once no call of another thread uses the graph;
+    /// the handle is stale from then on, also if the driver refuses.
+    fn graph_destroy(&self, graph: CudaGraph) -> Result<()> {
+        self.destroy_graph(graph)
     }
 }

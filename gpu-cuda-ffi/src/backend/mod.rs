@@ -9,8 +9,8 @@
 //!
 //! Every handle the backend hands out carries its key in the backend's live handles
 //! ([`HandleKey`]: a slot of its own and the slot's generation, never reused), and the backend
-//! keeps the live ones ([`LiveHandles`]: streams, events, and modules, the program's and each
-//! device's kernel library; a kernel is live while its module is). A method that takes a handle
+//! keeps the live ones ([`LiveHandles`]: streams, events, graphs, and modules, the program's and
+//! each device's kernel library; a kernel is live while its module is). A method that takes a handle
 //! checks it first (one atomic on the handle's slot) and holds it for the length of its
 //! driver calls, so a destroyed, unloaded, reset or foreign handle is [`Error::StaleHandle`]
 //! and never reaches the driver, and a destroy waits for the calls in flight on its handle. The
@@ -20,6 +20,7 @@
 mod caps;
 mod context;
 mod dispatch;
+mod graphs;
 pub mod kernels;
 
 use core::ffi::{CStr, c_int, c_void};
@@ -44,6 +45,7 @@ use crate::result::{self, BACKEND, driver_error};
 use crate::sys;
 
 use context::{ContextScope, device_of_context};
+pub use graphs::CudaGraph;
 
 // Device addresses (CUdeviceptr) are 64-bit and the backend stores them as usize: the CUDA
 // driver exists only for 64-bit platforms.
@@ -223,6 +225,8 @@ pub struct CudaBackend {
     events: LiveHandles<CudaEvent>,
     /// The modules loaded and not unloaded: the program's, and each device's kernel library.
     modules: LiveHandles<CudaModule>,
+    /// The graphs instantiated and not destroyed.
+    graphs: LiveHandles<graphs::GraphState>,
     /// The memory it allocated and has not freed.
     allocations: LiveAllocations,
     /// The host ranges it registered and has not unregistered.
@@ -305,6 +309,7 @@ impl CudaBackend {
             streams: LiveHandles::new(BACKEND, "stream"),
             events: LiveHandles::new(BACKEND, "event"),
             modules: LiveHandles::new(BACKEND, "module"),
+            graphs: LiveHandles::new(BACKEND, "graph"),
             allocations: LiveAllocations::new(),
             registrations: LiveRegistrations::new(),
         }

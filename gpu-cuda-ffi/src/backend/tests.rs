@@ -196,7 +196,10 @@ impl ResolveEntryPoint for FakeDriver {
             b"cuMemHostGetDevicePointer" => {
                 host_device_pointer as sys::PFN_cuMemHostGetDevicePointer as *mut c_void
             }
-            _ => return Ok(None),
+            graph_call => match graphs::fake_entry_point(graph_call) {
+                Some(address) => address,
+                None => return Ok(None),
+            },
         };
         Ok(NonNull::new(address))
     }
@@ -497,3 +500,5 @@ fn out_of_memory_is_none_and_other_codes_are_driver_errors() {
         Err(failed("cuMemHostAlloc", sys::CUDA_ERROR_INVALID_VALUE))
     );
 }
+
+mod graphs;

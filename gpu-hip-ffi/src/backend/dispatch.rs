@@ -4,12 +4,13 @@
 use core::ffi::{CStr, c_int, c_void};
 
 use gpu_core::allocator::MemoryKind;
+use gpu_core::backend::graph::{GraphDesc, NodeId, NodeOp};
 use gpu_core::backend::live::library_arguments;
 use gpu_core::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims};
 use gpu_core::{ByteRange, DeviceId, Result};
 
 use super::current::{DeviceScope, no_device_chosen, set_no_device_chosen};
-use super::{HipBackend, HipEvent, HipKernel, HipModule, HipStream, SavedDevice};
+use super::{HipBackend, HipEvent, HipGraph, HipKernel, HipModule, HipStream, SavedDevice};
 use crate::result::{self, BACKEND};
 
 // For the docs' links only (the errors they name are the concern modules').
@@ -45,7 +46,7 @@ impl Backend for HipBackend {
     // As CUDA's (on NVIDIA it is CUDA underneath; ROCm ends the process on a GPU memory fault).
     const DEVICE_LOSS_ENDS_THE_PROCESS: bool = true;
     type SavedCurrent = SavedDevice;
-    type Graph = core::convert::Infallible;
+    type Graph = HipGraph;
 
     fn name(&self) -> &'static str {
         BACKEND
@@ -364,5 +365,39 @@ impl Backend for HipBackend {
     ) -> Result<()> {
         // SAFETY: the caller's promise, passed on.
         unsafe { self.launch_with(stream, kernel, dims, params) }
+    }
+
+    /// hipGraphCreate, a node per operation after its dependencies' nodes, then
+    /// hipGraphInstantiateWithFlags, with the device current; a failure anywhere destroys what
+    /// was built. Launch nodes take library kernels of `device` only, their arguments checked
+    /// as for `launch`.
+    fn graph_instantiate(
+        &self,
+        device: DeviceId,
+        graph: &GraphDesc<HipKernel>,
+    ) -> Result<HipGraph> {
+        self.instantiate_graph(device, graph)
+    }
+
+    /// hipGraphLaunch; a graph of another device than the stream's is [`Error::WrongDevice`],
+    /// one whose kernels' module was unloaded [`Error::StaleHandle`], both before HIP.
+    ///
+    /// # Safety
+    /// The trait's.
+    unsafe fn graph_launch(&self, stream: HipStream, graph: HipGraph) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.launch_graph(stream, graph) }
+    }
+
+    /// hipGraphExecKernelNodeSetParams, hipGraphExecMemcpyNodeSetParams1D or
+    /// hipGraphExecMemsetNodeSetParams, by the node's kind.
+    fn graph_set_node(&self, graph: HipGraph, node: NodeId, op: &NodeOp<HipKernel>) -> Result<()> {
+        self.set_graph_node(graph, node, op)
+    }
+
+    /// hipGraphExecDestroy and hipGraphDestroy, once no call of another thread uses the graph;
+    /// the handle is stale from then on, also if HIP refuses.
+    fn graph_destroy(&self, graph: HipGraph) -> Result<()> {
+        self.destroy_graph(graph)
     }
 }

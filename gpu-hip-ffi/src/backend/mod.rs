@@ -10,8 +10,8 @@
 //!
 //! Every handle the backend hands out carries its key in the backend's live handles
 //! ([`HandleKey`]: a slot of its own and the slot's generation, never reused), and the backend
-//! keeps the live ones ([`LiveHandles`]: streams, events, and modules, the program's and each
-//! device's kernel library; a kernel is live while its module is). A method that takes a handle
+//! keeps the live ones ([`LiveHandles`]: streams, events, graphs, and modules, the program's and
+//! each device's kernel library; a kernel is live while its module is). A method that takes a handle
 //! checks it first (one atomic on the handle's slot) and holds it for the length of its HIP
 //! calls, so a destroyed, unloaded, reset or foreign handle is [`Error::StaleHandle`] and never
 //! reaches HIP, and a destroy waits for the calls in flight on its handle. The addresses it
@@ -21,7 +21,7 @@
 //! This module holds [`HipBackend`] itself: its fields, opening it, and the lookups every method
 //! goes through. `dispatch.rs` implements the trait, each method handing over to the module of
 //! its concern, which adds its methods to the backend: `memory.rs`, `streams.rs`, `events.rs`,
-//! `copies.rs`, `modules.rs`, `kernels.rs`, `peers.rs`, `reset.rs`. Below them lie modules that
+//! `copies.rs`, `modules.rs`, `kernels.rs`, `graphs.rs`, `peers.rs`, `reset.rs`. Below them lie modules that
 //! know nothing of the backend: the handles (`handles.rs`), the devices as opened
 //! (`devices.rs`), what a device can do (`caps.rs`) and the thread's current device
 //! (`current.rs`). No module imports one above it: this one uses only the lower ones, and the
@@ -35,6 +35,7 @@ mod current;
 mod devices;
 mod dispatch;
 mod events;
+mod graphs;
 mod handles;
 mod kernels;
 mod memory;
@@ -54,6 +55,7 @@ use crate::sys;
 
 use current::DeviceScope;
 use devices::{DeviceState, configure_default_pool, open_device};
+pub use graphs::HipGraph;
 pub use handles::{HipEvent, HipKernel, HipModule, HipStream, SavedDevice};
 
 /// A HIP code as the toolkit's errors carry it.
@@ -72,6 +74,8 @@ pub struct HipBackend {
     events: LiveHandles<HipEvent>,
     /// The modules loaded and not unloaded: the program's, and each device's kernel library.
     modules: LiveHandles<HipModule>,
+    /// The graphs instantiated and not destroyed.
+    graphs: LiveHandles<graphs::GraphState>,
     /// The memory it allocated and has not freed.
     allocations: LiveAllocations,
     /// The host ranges it registered and has not unregistered.
@@ -150,6 +154,7 @@ impl HipBackend {
             streams: LiveHandles::new(BACKEND, "stream"),
             events: LiveHandles::new(BACKEND, "event"),
             modules: LiveHandles::new(BACKEND, "module"),
+            graphs: LiveHandles::new(BACKEND, "graph"),
             allocations: LiveAllocations::new(),
             registrations: LiveRegistrations::new(),
         }

@@ -29,6 +29,8 @@ impl HipBackend {
         self.streams.forget_device(device);
         self.events.forget_device(device);
         self.modules.forget_device(device);
+        // The reset destroyed the graphs' instantiations with the device's state.
+        self.graphs.forget_device(device);
         self.allocations.forget_device(device);
         if state.pool().is_some() {
             let pool = configure_default_pool(self.hip, state.ordinal)?;

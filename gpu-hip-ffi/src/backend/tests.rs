@@ -402,3 +402,56 @@ fn handles_and_backend_are_send_and_sync() {
     assert_thread_safe::<HipBackend>();
     assert_thread_safe::<SavedDevice>();
 }
+
+#[test]
+fn graphs_are_checked_like_the_other_handles_before_hip() {
+    use gpu_core::backend::graph::{GraphDesc, NodeId, NodeOp};
+    use gpu_core::backend::live::LiveGraph;
+
+    use super::HipGraph;
+    use super::graphs::GraphState;
+
+    let Some(backend) = deviceless() else {
+        eprintln!("skipped: the HIP library is not installed");
+        return;
+    };
+    let d0 = DeviceId(0);
+    let unknown = Err(Error::UnknownDevice {
+        device: d0,
+        device_count: 0,
+    });
+    assert_eq!(
+        backend.graph_instantiate(d0, &GraphDesc::new()),
+        unknown.clone().map(|()| unreachable!())
+    );
+    // A graph as instantiation would record it (no HIP objects behind it).
+    let (stream, _, _, _) = live_handles(&backend, d0);
+    let empty = LiveGraph::build(
+        &GraphDesc::new(),
+        |kernel: &HipKernel| kernel.module,
+        || Ok(ptr::null_mut()),
+        |_, _, _| unreachable!("no nodes"),
+        |_| Ok(ptr::null_mut()),
+        |_| unreachable!("nothing fails"),
+    )
+    .unwrap();
+    let key = backend.graphs.insert(d0, GraphState(empty));
+    let graph = HipGraph { device: d0, key };
+    // SAFETY: refused before HIP.
+    assert_eq!(unsafe { backend.graph_launch(stream, graph) }, unknown);
+    let fill = NodeOp::Fill {
+        dst: 0x1000,
+        value: FillValue::U8(1),
+        count: 1,
+    };
+    assert_eq!(
+        backend.graph_set_node(graph, NodeId(0), &fill),
+        Err(Error::UnknownGraphNode { node: 0, nodes: 0 })
+    );
+    // Destroying takes the handle out first: stale from then on, whatever HIP says.
+    assert_eq!(backend.graph_destroy(graph), unknown);
+    let gone = Err(stale("graph", key));
+    assert_eq!(backend.graph_destroy(graph), gone);
+    // SAFETY: refused before HIP.
+    assert_eq!(unsafe { backend.graph_launch(stream, graph) }, gone);
+}

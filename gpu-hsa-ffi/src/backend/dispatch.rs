@@ -79,6 +79,7 @@ impl Backend for HsaBackend {
     // ROCr ends the process on a GPU memory fault by default, and has no per-agent reset.
     const DEVICE_LOSS_ENDS_THE_PROCESS: bool = true;
     type SavedCurrent = SavedDevice;
+    // No graphs: HSA has no graph object; every graph call is the trait's `Unsupported`.
     type Graph = core::convert::Infallible;
 
     fn name(&self) -> &'static str {

@@ -9,9 +9,11 @@
 //! [`run_all`] and the reports are here; the harness every case uses is `harness`, and the
 //! cases are grouped by concern: `memory`, `order` (streams, devices, peers), `kernels`,
 //! `lifecycle` (current device, pools, the whole scenario, driver failures), `failures` (what
-//! an error that is or is not sticky affects).
+//! an error that is or is not sticky affects), `graphs` (a recorded program replayed and
+//! updated in place; skipped where the backend has no graphs).
 
 mod failures;
+mod graphs;
 mod harness;
 mod kernels;
 mod lifecycle;
@@ -69,7 +71,7 @@ pub fn run_all<B: Backend>(open: Open<'_, B>) -> Vec<CaseReport> {
             [$((stringify!($case), $group::$case::<B> as Case<B>)),*]
         };
     }
-    let cases: [(&'static str, Case<B>); 14] = cases![
+    let cases: [(&'static str, Case<B>); 15] = cases![
         memory::devices_report_capabilities,
         memory::allocation_kinds_and_errors,
         memory::lock_rules_through_the_runtime,
@@ -78,6 +80,7 @@ pub fn run_all<B: Backend>(open: Open<'_, B>) -> Vec<CaseReport> {
         order::peer_copies_of_every_memory_form,
         kernels::kernels_compute_and_opt_in,
         kernels::library_launches_are_checked,
+        graphs::graphs_replay_and_update,
         lifecycle::current_device_restored,
         lifecycle::pools_are_reused,
         lifecycle::scenario_leaves_nothing,

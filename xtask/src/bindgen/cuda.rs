@@ -123,6 +123,19 @@ const FUNCTIONS: &[&str] = &[
     "cuLibraryUnload",
     "cuLibraryGetKernel",
     "cuKernelSetAttribute",
+    // Graphs: built node by node (kernel, memcpy and memset nodes with their edges),
+    // instantiated once, replayed on a stream, and updated in place between replays.
+    "cuGraphCreate",
+    "cuGraphDestroy",
+    "cuGraphAddKernelNode",
+    "cuGraphAddMemcpyNode",
+    "cuGraphAddMemsetNode",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphLaunch",
+    "cuGraphExecDestroy",
+    "cuGraphExecKernelNodeSetParams",
+    "cuGraphExecMemcpyNodeSetParams",
+    "cuGraphExecMemsetNodeSetParams",
 ];
 
 /// Types the functions take as plain integers (flags, attribute selectors), so the recursive

@@ -23,12 +23,17 @@
 //!   ([`enable_peer_access`]), the kernel library's functions looked up with the module
 //!   unloaded on a failure ([`library_functions`]), and a launch's arguments packed for a
 //!   library kernel ([`library_arguments`]).
+//! - [`LiveGraph`]: a driver graph built from a graph description node by node, destroyed
+//!   again if any step fails, and what its handle keeps (driver objects, node handles and
+//!   kinds, the modules its kernels need, a lock serialising the calls on it).
 //!
 //! One concern a file: `handles` (the registry of live handles), `addresses` (allocations and
-//! registrations), `memory` (allocation checks, answering codes, frees, peer access) and
-//! `kernels` (the library's functions, names, arguments and workgroup attribute).
+//! registrations), `memory` (allocation checks, answering codes, frees, peer access),
+//! `kernels` (the library's functions, names, arguments and workgroup attribute) and `graphs`
+//! (building, keeping and updating driver graphs).
 
 mod addresses;
+mod graphs;
 #[cfg(target_has_atomic = "64")]
 mod handles;
 mod kernels;
@@ -38,6 +43,7 @@ mod tests;
 
 pub use crate::id::HandleId;
 pub use addresses::{LiveAllocations, LiveRegistrations};
+pub use graphs::{LiveGraph, fill_element};
 #[cfg(target_has_atomic = "64")]
 pub use handles::{HandleKey, Live, LiveHandles};
 pub use kernels::{

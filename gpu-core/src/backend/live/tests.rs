@@ -642,3 +642,133 @@ fn launch_arguments_are_checked_against_the_library_and_refused_for_modules() {
         })
     );
 }
+
+/// A graph of three nodes for the graph tests: two fills, then a launch of kernel `7` (its
+/// "module" is the kernel's value divided by ten) after both.
+fn three_node_graph() -> crate::backend::graph::GraphDesc<u32> {
+    use crate::backend::graph::{GraphDesc, NodeOp};
+    use crate::backend::{FillValue, LaunchDims};
+    let mut graph = GraphDesc::new();
+    let fill = |dst| NodeOp::Fill {
+        dst,
+        value: FillValue::U8(1),
+        count: 4,
+    };
+    let a = graph.add(fill(0x100), &[]).unwrap();
+    let b = graph.add(fill(0x200), &[]).unwrap();
+    let launch = NodeOp::Launch {
+        kernel: 71,
+        dims: LaunchDims::linear(1, 32),
+        args: Vec::new(),
+    };
+    graph.add(launch, &[b, a]).unwrap();
+    graph
+}
+
+#[test]
+fn a_graph_is_built_node_by_node_with_the_driver_nodes_of_its_edges() {
+    let desc = three_node_graph();
+    let added = core::cell::RefCell::new(Vec::new());
+    let graph = LiveGraph::build(
+        &desc,
+        |kernel: &u32| kernel / 10,
+        || Ok("graph"),
+        |graph, op, deps: &[usize]| {
+            assert_eq!(graph, "graph");
+            let mut added = added.borrow_mut();
+            added.push((op.kind(), deps.to_vec()));
+            Ok(100 + added.len())
+        },
+        |graph| Ok((graph, "exec")),
+        |_| panic!("nothing failed"),
+    )
+    .unwrap();
+    assert_eq!(
+        *added.borrow(),
+        [
+            ("fill", vec![]),
+            ("fill", vec![]),
+            ("launch", vec![102, 101])
+        ]
+    );
+    assert_eq!((graph.graph(), graph.exec()), ("graph", ("graph", "exec")));
+    assert_eq!((graph.len(), graph.is_empty()), (3, false));
+    assert_eq!(graph.modules(), [7]);
+    use crate::backend::graph::{NodeId, NodeOp};
+    let fill = NodeOp::<u32>::Fill {
+        dst: 0,
+        value: crate::backend::FillValue::U32(1),
+        count: 1,
+    };
+    assert_eq!(graph.node_for(NodeId(1), &fill), Ok(102));
+    assert_eq!(
+        graph.node_for(NodeId(2), &fill),
+        Err(Error::GraphNodeKind {
+            node: 2,
+            recorded: "launch",
+            given: "fill"
+        })
+    );
+    assert_eq!(
+        graph.node_for(NodeId(3), &fill),
+        Err(Error::UnknownGraphNode { node: 3, nodes: 3 })
+    );
+    assert_eq!(graph.serialized(|| 5), 5);
+}
+
+#[test]
+fn a_graph_step_that_fails_destroys_what_was_built_and_reports_the_step() {
+    let desc = three_node_graph();
+    let failure = |call: &'static str| {
+        Error::Driver(DriverError {
+            backend: "test",
+            call,
+            name: "E",
+            code: 1,
+        })
+    };
+    // Fail at each node in turn, then at the instantiation: the graph is destroyed once.
+    for failing in 0..=3 {
+        let destroyed = Cell::new(0);
+        let added = Cell::new(0);
+        let built = LiveGraph::<_, (), usize, u32>::build(
+            &desc,
+            |kernel| kernel / 10,
+            || Ok("graph"),
+            |_, _, _| {
+                added.set(added.get() + 1);
+                if added.get() > failing {
+                    Err(failure("add"))
+                } else {
+                    Ok(added.get())
+                }
+            },
+            |_| Err(failure("instantiate")),
+            |graph| {
+                assert_eq!(graph, "graph");
+                destroyed.set(destroyed.get() + 1);
+            },
+        );
+        let expected = if failing == 3 { "instantiate" } else { "add" };
+        assert_eq!(built.unwrap_err(), failure(expected));
+        assert_eq!(destroyed.get(), 1, "failing at step {failing}");
+    }
+    // A graph that could not be created has nothing to destroy.
+    let built = LiveGraph::<(), (), (), u32>::build(
+        &desc,
+        |kernel| kernel / 10,
+        || Err(failure("create")),
+        |_, _, _| panic!("no graph to add to"),
+        |_| panic!("no graph to instantiate"),
+        |_| panic!("no graph to destroy"),
+    );
+    assert_eq!(built.unwrap_err(), failure("create"));
+}
+
+#[test]
+fn fill_elements_widen_to_32_bits_with_their_width() {
+    use crate::backend::FillValue;
+    assert_eq!(fill_element(FillValue::U8(0xab)), (0xab, 1));
+    assert_eq!(fill_element(FillValue::U16(0xabcd)), (0xabcd, 2));
+    assert_eq!(fill_element(FillValue::U32(0xdead_beef)), (0xdead_beef, 4));
+}
