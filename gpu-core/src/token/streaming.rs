@@ -49,11 +49,7 @@ impl StreamingChecker {
         while !text.is_empty() {
             let read = self.parser.next(text)?;
             text = &text[read..];
-            let ops = core::mem::take(&mut self.parser.ops);
-            for op in &ops {
-                self.check(op, found);
-            }
-            self.parser.ops = ops;
+            self.check_read_line(found);
         }
         Ok(())
     }
@@ -64,14 +60,24 @@ impl StreamingChecker {
     /// named no object and is not counted as a call, and the lines after it are read as
     /// usual (a tool can report several such lines; findings after one may be caused by it).
     pub fn check_line(&mut self, line: &[u8], found: &mut impl FnMut(Report<'_>)) -> Result<()> {
-        if let (Some(op), _) = self.parser.next(line)? {
-            self.check(&op, found);
-        }
+        self.parser.next(line)?;
+        self.check_read_line(found);
         Ok(())
     }
 
+    /// Checks the operations of the line just read (one call, whatever its footprint).
+    fn check_read_line(&mut self, found: &mut impl FnMut(Report<'_>)) {
+        let ops = core::mem::take(&mut self.parser.ops);
+        if !ops.is_empty() {
+            self.calls += 1;
+        }
+        for op in &ops {
+            self.check(op, found);
+        }
+        self.parser.ops = ops;
+    }
+
     fn check(&mut self, op: &TraceOp, found: &mut impl FnMut(Report<'_>)) {
-        self.calls += 1;
         let StreamingChecker {
             parser, checker, ..
         } = self;

@@ -131,24 +131,26 @@ impl LineParser {
                 let at = fields.name("an address range `ADDR+LEN` or an address")?;
                 let stream = fields.optional_name()?;
                 fields.end()?;
+                let alloc = if call == b"mem_alloc" {
+                    Ok(parse_range(at).ok_or_else(|| fields.error(RANGE))?)
+                } else {
+                    Err(parse_number(at).ok_or_else(|| fields.error(ADDRESS))?)
+                };
                 let stream = stream
                     .map(|stream| fields.stream(streams, stream))
                     .transpose()?;
                 let site = fields.name_site(&mut self.sites)?;
-                if call == b"mem_alloc" {
-                    let range = parse_range(at).ok_or_else(|| fields.error(RANGE))?;
-                    TraceOp::Alloc {
+                match alloc {
+                    Ok(range) => TraceOp::Alloc {
                         range,
                         stream,
                         site,
-                    }
-                } else {
-                    let address = parse_number(at).ok_or_else(|| fields.error(ADDRESS))?;
-                    TraceOp::Free {
+                    },
+                    Err(address) => TraceOp::Free {
                         address,
                         stream,
                         site,
-                    }
+                    },
                 }
             }
             b"block_alloc" | b"block_free" | b"block_use" => {
@@ -163,12 +165,15 @@ impl LineParser {
                     let address = parse_number(at).ok_or_else(|| fields.error(ADDRESS))?;
                     (AddressRange::new(address, 0), address)
                 };
+                if core::str::from_utf8(allocator).is_err() {
+                    return Err(fields.error("a name in UTF-8"));
+                }
+                let stream = fields.stream(streams, stream)?;
                 let allocator = AllocatorId(
                     self.allocators
                         .id(allocator)
                         .map_err(|expected| fields.error(expected))?,
                 );
-                let stream = fields.stream(streams, stream)?;
                 let site = fields.name_site(&mut self.sites)?;
                 match call {
                     b"block_alloc" => TraceOp::BlockAlloc {
@@ -524,6 +529,10 @@ impl<'t> Fields<'t> {
     fn site_then_end(&mut self, word: &'t [u8]) -> Result<()> {
         match word.strip_prefix(b"@") {
             Some(site) if !site.is_empty() && self.words.next().is_none() => {
+                // Checked here, before the line names anything.
+                if core::str::from_utf8(site).is_err() {
+                    return Err(self.error("a call site in UTF-8"));
+                }
                 self.site = Some(site);
                 Ok(())
             }
