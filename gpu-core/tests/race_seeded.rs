@@ -48,7 +48,10 @@ fn every_seeded_bug_is_found_with_its_two_operations_and_every_fixed_twin_is_cle
         .filter(|name| name.ends_with(".trace"))
         .collect();
     names.sort();
-    let bugs: Vec<&String> = names.iter().filter(|n| !n.ends_with(".fixed.trace")).collect();
+    let bugs: Vec<&String> = names
+        .iter()
+        .filter(|n| !n.ends_with(".fixed.trace"))
+        .collect();
     assert!(bugs.len() >= 6, "{names:?}");
     for bug in &bugs {
         let twin = bug.replace(".trace", ".fixed.trace");
