@@ -25,21 +25,37 @@ mod tests;
 
 use alloc::vec::Vec;
 
+use hashbrown::HashMap;
+
 pub use report::{Namer, Race, RaceCall, RaceKind, RaceNames, RaceOp};
 
 use self::clock::Clocks;
 use self::heap::{Block, Heap};
 use self::shadow::{Conflict, Shadow, Stamp};
-use crate::id::StreamId;
+use crate::id::{DeviceId, StreamId};
 use crate::token::trace::{AddressRange, SiteId, StreamKind, TraceOp};
 
 /// Checks a trace for races one operation at a time ([`step`](RaceChecker::step)).
-#[derive(Debug, Default)]
+///
+/// Until the first memory operation (an access, an allocation or free, a block operation) it
+/// keeps only the streams alive with their device and kind, so a trace without footprints
+/// costs a map update per stream created or destroyed: the ordering before the first access
+/// orders no access (a wait on an event recorded then, a host wait then, come before every
+/// access of the stream they order).
+#[derive(Debug)]
 pub struct RaceChecker {
+    /// The streams alive before the first memory operation; `None` once checking.
+    waiting: Option<HashMap<u32, (DeviceId, StreamKind)>>,
     clocks: Clocks,
     shadow: Shadow,
     heap: Heap,
     conflicts: Vec<Conflict>,
+}
+
+impl Default for RaceChecker {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// Every race in `ops`, in order of the later operation's position (its index).
@@ -58,18 +74,76 @@ impl RaceChecker {
 
     /// A checker that has seen nothing.
     pub fn new() -> Self {
-        Self::default()
+        RaceChecker {
+            waiting: Some(HashMap::new()),
+            clocks: Clocks::default(),
+            shadow: Shadow::default(),
+            heap: Heap::default(),
+            conflicts: Vec::new(),
+        }
+    }
+
+    /// Before the first memory operation: notes the streams' lives, and returns whether
+    /// checking has begun (at `op`, if it is a memory operation).
+    fn begun(&mut self, op: &TraceOp) -> bool {
+        let Some(waiting) = &mut self.waiting else {
+            return true;
+        };
+        match *op {
+            TraceOp::CreateStream { stream, device } => {
+                waiting.insert(stream.0, (device, StreamKind::Blocking));
+            }
+            TraceOp::DefaultStream { stream, device } => {
+                waiting
+                    .entry(stream.0)
+                    .or_insert((device, StreamKind::Legacy));
+            }
+            TraceOp::SetStreamKind { stream, kind } => {
+                if let Some(entry) = waiting.get_mut(&stream.0) {
+                    entry.1 = kind;
+                }
+                return false;
+            }
+            TraceOp::DestroyStream { stream } => {
+                waiting.remove(&stream.0);
+            }
+            TraceOp::Access { .. }
+            | TraceOp::Alloc { .. }
+            | TraceOp::Free { .. }
+            | TraceOp::BlockAlloc { .. }
+            | TraceOp::BlockFree { .. }
+            | TraceOp::BlockUse { .. } => {
+                let mut streams: Vec<_> = waiting.drain().collect();
+                // In order of id, so slots do not depend on the map's order.
+                streams.sort_unstable_by_key(|&(id, _)| id);
+                self.waiting = None;
+                for (id, (device, kind)) in streams {
+                    self.clocks.create(StreamId(id), device, kind);
+                }
+                if let TraceOp::Access { stream, .. } = *op {
+                    // Its operation (the line's launch, copy, ...) came before checking began.
+                    self.clocks.enqueue(stream);
+                }
+                return true;
+            }
+            _ => {}
+        }
+        false
     }
 
     /// How many things the checker holds now: stream slots, recorded events, allocations,
     /// blocks, freed ranges and runs of accessed bytes.
     pub fn held(&self) -> usize {
-        self.clocks.slots() + self.clocks.events() + self.heap.held() + self.shadow.runs()
+        let waiting = self.waiting.as_ref().map_or(0, HashMap::len);
+        waiting + self.clocks.slots() + self.clocks.events() + self.heap.held() + self.shadow.runs()
     }
 
     /// Checks the next operation, at `position` (positions must increase from one call to the
     /// next), passing each race found to `found`.
     pub fn step(&mut self, position: usize, op: &TraceOp, found: &mut impl FnMut(Race)) {
+        if !self.begun(op) {
+            return;
+        }
         match *op {
             TraceOp::CreateStream { stream, device } => {
                 self.clocks.create(stream, device, StreamKind::Blocking)
