@@ -22,6 +22,12 @@ impl Checker {
         if !exited {
             self.races
                 .step(position, op, &mut |race| found(Finding::Race(race)));
+            // A stream the checker no longer tracks may see its name given to another.
+            for object in &self.forgotten {
+                if let TraceObject::Stream(stream) = *object {
+                    self.races.forget_stream(stream);
+                }
+            }
         }
     }
 }

@@ -326,6 +326,17 @@ impl RaceChecker {
         }
     }
 
+    /// Forgets a stream the caller no longer names (its name may go to another stream): as if
+    /// destroyed.
+    pub fn forget_stream(&mut self, stream: StreamId) {
+        match &mut self.waiting {
+            Some(waiting) => {
+                waiting.remove(&stream.0);
+            }
+            None => self.clocks.destroy(stream),
+        }
+    }
+
     fn op(
         &self,
         position: usize,
