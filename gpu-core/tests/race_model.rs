@@ -268,8 +268,8 @@ fn happens_before(ops: &[Op], blocking: &[bool]) -> Vec<BTreeSet<usize>> {
                 if let Some(free) = last(j, &|o: &Op| matches!(o, Op::Free(x, _) if *x == b)) {
                     let life =
                         last(free, &|o: &Op| matches!(o, Op::Alloc(x, _) if *x == b)).unwrap_or(0);
-                    for i in life..free {
-                        if let Op::Use(x, u) = ops[i]
+                    for op in &ops[life..free] {
+                        if let Op::Use(x, u) = *op
                             && x == b
                         {
                             preds.extend(last(free, &|o: &Op| o.stream() == Some(u)));
@@ -313,13 +313,13 @@ fn model_races(ops: &[Op], blocking: &[bool]) -> Vec<BTreeSet<(RaceKindKey, usiz
                 {
                     races[j].insert((RaceKindKey(RaceKind::UseAfterFree), free));
                 }
-                for i in life..j {
+                for (i, earlier) in ops.iter().enumerate().take(j).skip(life) {
                     if let Op::Access {
                         stream: s,
                         range: r,
                         mode: m,
                         ..
-                    } = ops[i]
+                    } = *earlier
                         && s != stream
                         && r.overlap(&range).is_some()
                         && (m.writes() || mode.writes())
@@ -336,8 +336,8 @@ fn model_races(ops: &[Op], blocking: &[bool]) -> Vec<BTreeSet<(RaceKindKey, usiz
             }
             Op::Alloc(block, _) => {
                 if let Some(life) = life_of(block) {
-                    for i in life..j {
-                        if matches!(ops[i], Op::Access { block: b, .. } if b == block)
+                    for (i, earlier) in ops.iter().enumerate().take(j).skip(life) {
+                        if matches!(*earlier, Op::Access { block: b, .. } if b == block)
                             && !before[j].contains(&i)
                         {
                             races[j].insert((RaceKindKey(RaceKind::Reuse), i));
