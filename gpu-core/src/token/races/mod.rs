@@ -200,22 +200,14 @@ impl RaceChecker {
                 stream,
                 site,
             } => {
-                let taken = self.heap.unfree(range);
-                if let Some(stream) = stream {
-                    let (slot, _) = self.clocks.enqueue(stream);
-                    // The driver orders a reuse after the stream-ordered free.
-                    for pending in taken.iter().filter_map(|freed| freed.pending.as_ref()) {
-                        self.clocks.join_into(slot, pending);
+                match stream {
+                    Some(stream) => {
+                        let later = self.op(position, RaceCall::Alloc, Some(stream), site);
+                        self.hand_out(range, stream, later, found);
                     }
-                    let later = self.op(position, RaceCall::Alloc, Some(stream), site);
-                    self.shadow.unordered_before(
-                        range,
-                        slot,
-                        self.clocks.clock(slot),
-                        RaceKind::Reuse,
-                        &mut self.conflicts,
-                    );
-                    self.report(later, found);
+                    None => {
+                        self.heap.unfree(range);
+                    }
                 }
                 self.shadow.clear(range);
                 self.heap.allocations.insert(range.start, range.end());
@@ -261,29 +253,13 @@ impl RaceChecker {
                 stream,
                 site,
             } => {
-                let (slot, _) = self.clocks.enqueue(stream);
-                for freed in self.heap.unfree(range) {
-                    // The allocator's promise: the block comes back after the work of the
-                    // streams it was marked used on.
-                    if let Some(pending) = freed.pending {
-                        self.clocks.join_into(slot, &pending);
-                    }
-                }
                 let later = self.op(
                     position,
                     RaceCall::BlockAlloc(allocator),
                     Some(stream),
                     site,
                 );
-                self.shadow.unordered_before(
-                    range,
-                    slot,
-                    self.clocks.clock(slot),
-                    RaceKind::Reuse,
-                    &mut self.conflicts,
-                );
-                self.report(later, found);
-                self.shadow.clear(range);
+                self.hand_out(range, stream, later, found);
                 self.heap.blocks.insert(
                     range.start,
                     Block {
@@ -324,6 +300,35 @@ impl RaceChecker {
             | TraceOp::QueryEvent { .. }
             | TraceOp::Exit => {}
         }
+    }
+
+    /// `range` is handed out on `stream` (by `later`, a stream-ordered allocation of the
+    /// driver or a sub-allocator's block): after what its allocator orders a reuse after (the
+    /// driver: the stream-ordered free; a sub-allocator: the work of the streams the block was
+    /// marked used on, enqueued before its free), and after every earlier access of its bytes,
+    /// else a [`RaceKind::Reuse`]. Its bytes' accesses are forgotten.
+    fn hand_out(
+        &mut self,
+        range: AddressRange,
+        stream: StreamId,
+        later: RaceOp,
+        found: &mut impl FnMut(Race),
+    ) {
+        let (slot, _) = self.clocks.enqueue(stream);
+        for freed in self.heap.unfree(range) {
+            if let Some(pending) = freed.pending {
+                self.clocks.join_into(slot, &pending);
+            }
+        }
+        self.shadow.unordered_before(
+            range,
+            slot,
+            self.clocks.clock(slot),
+            RaceKind::Reuse,
+            &mut self.conflicts,
+        );
+        self.report(later, found);
+        self.shadow.clear(range);
     }
 
     /// Forgets a stream the caller no longer names (its name may go to another stream): as if
