@@ -61,7 +61,7 @@ mod ordering;
 mod threads;
 
 use copies::copies;
-use graphs::graphs;
+use graphs::{fork_join, graphs};
 use launches::kernel_launch;
 use memory::{device_alloc_free, host_pinned_alloc_free, pinned_lookup};
 use ordering::{k_way_join, stream_event_pools};
@@ -197,7 +197,7 @@ fn no_driver_or_device(error: &Error) -> bool {
 /// A case: its title and the function that measures it.
 type Case = (&'static str, fn(&Bench<'_>, &mut Report) -> Outcome<()>);
 
-const CASES: [Case; 9] = [
+const CASES: [Case; 10] = [
     ("device alloc+free cache hit", device_alloc_free),
     ("pinned host alloc+free cache hit", host_pinned_alloc_free),
     ("pinned lookup with 4,096 locked regions", pinned_lookup),
@@ -210,6 +210,7 @@ const CASES: [Case; 9] = [
         threads,
     ),
     ("graphs: 1,000-kernel chain and in-place updates", graphs),
+    ("graphs: the fork/join program's work", fork_join),
 ];
 
 fn run(backend: CudaBackend, plan: Plan) -> Outcome<bool> {
