@@ -1,14 +1,15 @@
-//! The trace parser and checker on fuzzer input: text that may be anything (parse errors are
+//! The trace parser and checkers on fuzzer input: text that may be anything (parse errors are
 //! fine, panics are not; the streaming checker, fed in pieces, must report exactly what the
-//! in-memory one reports, and fail at the same line), and call sequences over a few streams,
-//! events and devices, which must read back from their text form as the same calls with the
-//! same defects.
+//! in-memory one reports, races included, and fail at the same line), and call sequences over
+//! a few streams, events, devices and address ranges (footprints, allocations, blocks), which
+//! must read back from their text form as the same calls with the same defects and races.
 #![no_main]
 
 use arbitrary::Arbitrary;
 use gpu_core::id::{DeviceId, EventId, StreamId};
 use gpu_core::token::{
-    Checker, DefectKind, Finding, StreamingChecker, TraceOp, check, parse_trace, write_trace,
+    AccessMode, AddressRange, AllocatorId, CallKind, Checker, DefectKind, Finding, SiteId,
+    StreamKind, StreamingChecker, TraceOp, check, check_races, parse_trace, write_trace,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -28,9 +29,96 @@ enum Call {
     PeerCopy(u8, bool),
     DefaultStream(u8, u8),
     Exit,
+    /// Stream, call kind, and (mode, start, length, site) per range.
+    Footprint(u8, u8, Vec<(u8, u8, u8, Option<u8>)>),
+    Kind(u8, u8),
+    SynchronizeDevice(u8),
+    Alloc(u8, u8, Option<u8>),
+    Free(u8, Option<u8>),
+    BlockAlloc(u8, u8, u8, u8),
+    BlockFree(u8, u8, u8),
+    BlockUse(u8, u8, u8),
+}
+
+/// A byte range over a small address space, so that calls overlap.
+fn range(start: u8, len: u8) -> AddressRange {
+    AddressRange::new(u64::from(start % 16) * 16, u64::from(len % 64))
 }
 
 impl Call {
+    /// The calls' operations, a footprint as its stream operation and one access per range
+    /// (of one kind and one site, as a line holds them).
+    fn push_ops(&self, ops: &mut Vec<TraceOp>) {
+        let s = |n: u8| StreamId(u32::from(n % 8));
+        let site = |n: Option<u8>| n.map(|n| SiteId(u32::from(n % 4)));
+        let allocator = |n: u8| AllocatorId(u32::from(n % 2));
+        let op = match *self {
+            Call::Footprint(stream, call, ref ranges) => {
+                let call =
+                    [CallKind::Launch, CallKind::Copy, CallKind::Fill][usize::from(call % 3)];
+                ops.push(TraceOp::Launch {
+                    stream: s(stream),
+                    device: None,
+                });
+                let line_site = ranges.first().and_then(|r| site(r.3));
+                for &(mode, start, len, _) in ranges {
+                    let mode = [AccessMode::Read, AccessMode::Write, AccessMode::ReadWrite]
+                        [usize::from(mode % 3)];
+                    ops.push(TraceOp::Access {
+                        stream: s(stream),
+                        call,
+                        range: range(start, len),
+                        mode,
+                        site: line_site,
+                    });
+                }
+                return;
+            }
+            Call::Kind(stream, kind) => TraceOp::SetStreamKind {
+                stream: s(stream),
+                kind: [
+                    StreamKind::Blocking,
+                    StreamKind::NonBlocking,
+                    StreamKind::Legacy,
+                    StreamKind::PerThread,
+                ][usize::from(kind % 4)],
+            },
+            Call::SynchronizeDevice(device) => TraceOp::SynchronizeDevice {
+                device: DeviceId(u32::from(device % 3)),
+            },
+            Call::Alloc(start, len, stream) => TraceOp::Alloc {
+                range: range(start, len),
+                stream: stream.map(s),
+                site: None,
+            },
+            Call::Free(start, stream) => TraceOp::Free {
+                address: range(start, 0).start,
+                stream: stream.map(s),
+                site: None,
+            },
+            Call::BlockAlloc(a, start, len, stream) => TraceOp::BlockAlloc {
+                allocator: allocator(a),
+                range: range(start, len),
+                stream: s(stream),
+                site: None,
+            },
+            Call::BlockFree(a, start, stream) => TraceOp::BlockFree {
+                allocator: allocator(a),
+                address: range(start, 0).start,
+                stream: s(stream),
+                site: None,
+            },
+            Call::BlockUse(a, start, stream) => TraceOp::BlockUse {
+                allocator: allocator(a),
+                address: range(start, 0).start,
+                stream: s(stream),
+                site: None,
+            },
+            _ => self.op(),
+        };
+        ops.push(op);
+    }
+
     fn op(&self) -> TraceOp {
         let s = |n: u8| StreamId(u32::from(n % 8));
         let e = |n: u8| EventId(u32::from(n % 8));
@@ -71,6 +159,8 @@ impl Call {
                 device: d(dev),
             },
             Call::Exit => TraceOp::Exit,
+            // The memory calls are `push_ops`'s.
+            _ => TraceOp::Exit,
         }
     }
 }
@@ -100,17 +190,21 @@ fn streamed(
     while pieces.peek().is_some() {
         let piece: Vec<u8> = pieces.by_ref().take(piece).flatten().copied().collect();
         let mut print = |report: gpu_core::token::Report<'_>| {
-            if let Finding::Defect(_) = report.finding() {
+            if let Finding::Defect(_) | Finding::Race(_) = report.finding() {
                 printed.push(report.to_string());
             }
         };
         if let Err(e) = checker.check_text(&piece, &mut print) {
             return (printed, Some(e));
         }
-        assert_eq!(checker.names_held(), checker.tracked(), "a name for each object tracked");
+        assert_eq!(
+            checker.names_held(),
+            checker.tracked(),
+            "a name for each object tracked"
+        );
     }
     checker.finish(&mut |report| {
-        if let Finding::Defect(_) = report.finding() {
+        if let Finding::Defect(_) | Finding::Race(_) = report.finding() {
             printed.push(report.to_string());
         }
     });
@@ -137,8 +231,8 @@ fuzz_target!(|input: Input| {
                     let mut checker = Checker::remembering(remembered);
                     let mut expected = Vec::new();
                     let mut keep = |finding| {
-                        if let Finding::Defect(defect) = finding {
-                            expected.push(trace.describe(&defect).to_string());
+                        if let Finding::Defect(_) | Finding::Race(_) = finding {
+                            expected.push(trace.describe_finding(finding).to_string());
                         }
                     };
                     for (position, op) in trace.ops.iter().enumerate() {
@@ -154,7 +248,10 @@ fuzz_target!(|input: Input| {
             }
         }
         Input::Calls(calls) => {
-            let ops: Vec<TraceOp> = calls.iter().map(Call::op).collect();
+            let mut ops: Vec<TraceOp> = Vec::new();
+            for call in &calls {
+                call.push_ops(&mut ops);
+            }
             let defects = check(&ops);
             for defect in &defects {
                 assert!(defect.position < ops.len());
@@ -181,6 +278,14 @@ fuzz_target!(|input: Input| {
             let positions =
                 |d: &[gpu_core::token::Defect]| d.iter().map(|d| d.position).collect::<Vec<_>>();
             assert_eq!(positions(&reread), positions(&defects));
+            // The same races, at the same positions, from the text.
+            let races = |ops: &[TraceOp]| {
+                check_races(ops)
+                    .into_iter()
+                    .map(|r| (r.kind, r.earlier.position, r.later.position, r.range))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(races(&parsed.ops), races(ops));
         }
     }
 });

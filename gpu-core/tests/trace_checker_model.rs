@@ -388,6 +388,12 @@ impl Model {
                     }
                     model.exited = true;
                 }
+                // The memory calls (never generated here) use the stream they name.
+                _ => {
+                    if let Some(stream) = op.memory_stream() {
+                        model.use_object(at, (true, stream.0));
+                    }
+                }
             }
         }
         if !model.exited {

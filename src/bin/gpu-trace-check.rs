@@ -1,7 +1,9 @@
 //! Checks stream/event trace files (one call per line; the format is in docs/trace-format.md)
 //! and prints every defect with its line as it is found: leaks, double destroys, uses after
 //! destroy, waits on events never recorded, records and launches on the wrong device, default
-//! streams destroyed; and the objects alive at the process's `exit`.
+//! streams destroyed; memory races between streams where the trace has footprints (blocks
+//! reused without an ordering edge, frees racing uses, uses after free, unordered writes and
+//! reads); and the objects alive at the process's `exit`.
 //!
 //! Its command line, input and error display are `gpu_runtime::cli`'s (`--help` says it all).
 //! Each file is one process's trace, checked on its own (the recorder writes one per
@@ -23,7 +25,8 @@ const TOOL: Tool = Tool {
     usage: "gpu-trace-check [--alive-at-exit-is-defect] [--max-errors N] [--max-line-bytes N] FILE...",
     help: "\
 Checks each FILE, one process's stream/event trace (docs/trace-format.md), on its own, and
-prints each defect with its line as it is found (`-` reads standard input).
+prints each defect with its line as it is found (`-` reads standard input); where the trace
+has memory footprints, memory races between streams too, each with its two operations.
 
 options:
   --alive-at-exit-is-defect  count objects alive at the trace's `exit` as defects
@@ -246,7 +249,7 @@ impl<W: Write> Printer<'_, W> {
             return;
         }
         match report.finding() {
-            Finding::Defect(_) => self.defects += 1,
+            Finding::Defect(_) | Finding::Race(_) => self.defects += 1,
             Finding::AliveAtExit { object, .. } => {
                 match object {
                     TraceObject::Stream(_) => self.streams_alive_at_exit += 1,
@@ -346,9 +349,10 @@ mod tests {
             "gpu-trace-check: t:2: line longer than 20 bytes before its comment (skipped; \
              --max-line-bytes raises the limit)\n\
              gpu-trace-check: t:4: expected a call (stream_create, stream_default, \
-             stream_destroy, event_create, event_destroy, event_record, stream_wait_event, \
-             stream_synchronize, event_synchronize, stream_query, event_query, launch, exit), \
-             found `bad`\n\
+             stream_destroy, stream_kind, event_create, event_destroy, event_record, \
+             stream_wait_event, stream_synchronize, event_synchronize, device_synchronize, \
+             stream_query, event_query, launch, copy, fill, peer_copy, mem_alloc, mem_free, \
+             block_alloc, block_free, block_use, exit), found `bad`\n\
              gpu-trace-check: t: 2 line(s) not in the trace format; findings after line 2 are \
              not reported\n"
         );

@@ -17,6 +17,7 @@ mod handle;
 #[cfg(feature = "model")]
 pub mod model;
 mod planner;
+mod races;
 mod streaming;
 #[cfg(feature = "model")]
 pub mod synthetic;
@@ -28,7 +29,11 @@ pub use planner::{
     MAX_FORK_BRANCHES, PendingWait, PlanStep, Planner, PlannerFootprint, ProgramReport, TraceView,
     UNWAITED_NAMED, UnwaitedKind, UnwaitedToken, check_fork_count, plan_trace,
 };
+pub use races::{Namer, Race, RaceCall, RaceChecker, RaceKind, RaceNames, RaceOp, check_races};
 pub use streaming::{Report, StreamingChecker};
-pub use trace::{ParsedTrace, TraceOp, parse_trace, write_trace};
+pub use trace::{
+    AccessMode, AddressRange, AllocatorId, CallKind, ParsedTrace, SiteId, StreamKind, TraceOp,
+    parse_trace, write_trace,
+};
 
 pub use crate::id::TokenId;

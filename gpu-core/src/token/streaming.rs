@@ -7,8 +7,8 @@
 
 use core::fmt;
 
-use super::checker::{Checker, Finding, TraceObject, write_finding};
-use super::trace::{LineParser, Names, TraceOp};
+use super::checker::{Checker, Finding, TraceNames, TraceObject, write_finding};
+use super::trace::{LineParser, TraceOp};
 use crate::error::Result;
 
 /// Checks a trace in the text format line by line, reporting each finding (with the trace's
@@ -47,11 +47,9 @@ impl StreamingChecker {
         found: &mut impl FnMut(Report<'_>),
     ) -> Result<()> {
         while !text.is_empty() {
-            let (op, read) = self.parser.next(text)?;
+            let read = self.parser.next(text)?;
             text = &text[read..];
-            if let Some(op) = op {
-                self.check(&op, found);
-            }
+            self.check_read_line(found);
         }
         Ok(())
     }
@@ -62,24 +60,29 @@ impl StreamingChecker {
     /// named no object and is not counted as a call, and the lines after it are read as
     /// usual (a tool can report several such lines; findings after one may be caused by it).
     pub fn check_line(&mut self, line: &[u8], found: &mut impl FnMut(Report<'_>)) -> Result<()> {
-        if let (Some(op), _) = self.parser.next(line)? {
-            self.check(&op, found);
-        }
+        self.parser.next(line)?;
+        self.check_read_line(found);
         Ok(())
     }
 
+    /// Checks the operations of the line just read (one call, whatever its footprint).
+    fn check_read_line(&mut self, found: &mut impl FnMut(Report<'_>)) {
+        let ops = core::mem::take(&mut self.parser.ops);
+        if !ops.is_empty() {
+            self.calls += 1;
+        }
+        for op in &ops {
+            self.check(op, found);
+        }
+        self.parser.ops = ops;
+    }
+
     fn check(&mut self, op: &TraceOp, found: &mut impl FnMut(Report<'_>)) {
-        self.calls += 1;
         let StreamingChecker {
             parser, checker, ..
         } = self;
-        let (streams, events) = (&parser.streams, &parser.events);
         checker.step(parser.line(), op, &mut |finding| {
-            found(Report {
-                finding,
-                streams,
-                events,
-            })
+            found(Report { finding, parser })
         });
         for &object in checker.forgotten() {
             match object {
@@ -93,14 +96,9 @@ impl StreamingChecker {
     /// `exit`, which reported them as alive at exit), in order of creation. Returns how many
     /// calls the trace held.
     pub fn finish(self, found: &mut impl FnMut(Report<'_>)) -> u64 {
-        let (streams, events) = (&self.parser.streams, &self.parser.events);
-        self.checker.finish(&mut |finding| {
-            found(Report {
-                finding,
-                streams,
-                events,
-            })
-        });
+        let parser = &self.parser;
+        self.checker
+            .finish(&mut |finding| found(Report { finding, parser }));
         self.calls
     }
 
@@ -123,8 +121,7 @@ impl StreamingChecker {
 /// One finding, displayed as `line N: message` with the trace's names.
 pub struct Report<'a> {
     finding: Finding,
-    streams: &'a Names,
-    events: &'a Names,
+    parser: &'a LineParser,
 }
 
 impl Report<'_> {
@@ -136,12 +133,17 @@ impl Report<'_> {
 
 impl fmt::Display for Report<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parser = self.parser;
         write_finding(
             f,
             &self.finding,
-            |object| match object {
-                TraceObject::Stream(s) => self.streams.name(s.0),
-                TraceObject::Event(e) => self.events.name(e.0),
+            &TraceNames {
+                object: &|object| match object {
+                    TraceObject::Stream(s) => parser.streams.name(s.0),
+                    TraceObject::Event(e) => parser.events.name(e.0),
+                },
+                site: &|site| parser.sites.name(site.0),
+                allocator: &|a| parser.allocators.name(a.0),
             },
             |line| line,
         )

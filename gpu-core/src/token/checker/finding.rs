@@ -4,6 +4,7 @@
 use core::fmt;
 
 use crate::id::{DeviceId, EventId, StreamId};
+use crate::token::races::{Race, RaceNames};
 
 /// A stream or an event named in a finding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +118,9 @@ pub enum Finding {
         /// Where it was created.
         created_at: usize,
     },
+    /// A memory race between two operations with footprints (see
+    /// [`RaceChecker`](crate::token::RaceChecker)); reported at the later one.
+    Race(Race),
 }
 
 impl Finding {
@@ -125,6 +129,7 @@ impl Finding {
         match *self {
             Finding::Defect(defect) => defect.position,
             Finding::AliveAtExit { created_at, .. } => created_at,
+            Finding::Race(race) => race.later.position,
         }
     }
 
@@ -142,6 +147,16 @@ impl Finding {
                 object(f, *o)?;
                 f.write_str(" created here is alive at exit")
             }
+            // Sites and allocators by number: a trace's reader names them (`write_finding`).
+            Finding::Race(race) => race.describe(
+                f,
+                &mut RaceNames {
+                    stream: &mut |f, s| object(f, TraceObject::Stream(s)),
+                    site: &mut |f, site| write!(f, "site {}", site.0),
+                    allocator: &mut |f, a| write!(f, "allocator {}", a.0),
+                    position,
+                },
+            ),
         }
     }
 }

@@ -26,9 +26,10 @@ mod tests;
 use alloc::vec::Vec;
 
 pub use finding::{Defect, DefectKind, Finding, NameFn, TraceObject};
-pub(super) use report::write_finding;
+pub(super) use report::{TraceNames, write_finding};
 use state::{Life, Table};
 
+use super::races::RaceChecker;
 use super::trace::{ParsedTrace, TraceOp};
 use crate::id::{EventId, StreamId};
 
@@ -42,6 +43,8 @@ pub struct Checker {
     exited: bool,
     /// The objects the last step left untracked.
     forgotten: Vec<TraceObject>,
+    /// The memory races, checked on the same operations.
+    races: RaceChecker,
 }
 
 /// All defects of `ops`, in order of position (leaks, found at the end, last). Objects alive
@@ -92,7 +95,13 @@ impl Checker {
             remembered,
             exited: false,
             forgotten: Vec::new(),
+            races: RaceChecker::new(),
         }
+    }
+
+    /// How many things the race checker holds (see [`RaceChecker::held`]).
+    pub fn races_held(&self) -> usize {
+        self.races.held()
     }
 
     /// How many objects the checker tracks now: alive, and destroyed but remembered.

@@ -12,12 +12,23 @@ impl Checker {
     /// the next: an operation's index, or its line), passing every finding to `found`.
     pub fn step(&mut self, position: usize, op: &TraceOp, found: &mut impl FnMut(Finding)) {
         self.forgotten.clear();
+        let exited = self.exited;
         let mut step = Step {
             checker: self,
             position,
             found,
         };
         step.apply(op);
+        if !exited {
+            self.races
+                .step(position, op, &mut |race| found(Finding::Race(race)));
+            // A stream the checker no longer tracks may see its name given to another.
+            for object in &self.forgotten {
+                if let TraceObject::Stream(stream) = *object {
+                    self.races.forget_stream(stream);
+                }
+            }
+        }
     }
 }
 
@@ -90,6 +101,26 @@ impl<F: FnMut(Finding)> Step<'_, F> {
                     });
                 }
             }
+            TraceOp::SetStreamKind { stream, .. }
+            | TraceOp::BlockAlloc { stream, .. }
+            | TraceOp::BlockFree { stream, .. }
+            | TraceOp::BlockUse { stream, .. }
+            | TraceOp::Alloc {
+                stream: Some(stream),
+                ..
+            }
+            | TraceOp::Free {
+                stream: Some(stream),
+                ..
+            } => {
+                self.use_object(TraceObject::Stream(stream));
+            }
+            // The operation an access belongs to was the use; the others name no stream or
+            // event.
+            TraceOp::Access { .. }
+            | TraceOp::Alloc { stream: None, .. }
+            | TraceOp::Free { stream: None, .. }
+            | TraceOp::SynchronizeDevice { .. } => {}
             TraceOp::Exit => {
                 for (object, created_at) in self.checker.alive() {
                     (self.found)(Finding::AliveAtExit { object, created_at });

@@ -21,6 +21,7 @@
 //! there); turning a plan into a trace is the planner's (`plan_trace`). This module imports
 //! from neither.
 
+mod memory;
 mod names;
 mod op;
 mod parse;
@@ -28,7 +29,7 @@ mod parse;
 mod tests;
 mod write;
 
-pub(super) use names::Names;
+pub use memory::{AccessMode, AddressRange, AllocatorId, CallKind, SiteId, StreamKind};
 pub use op::TraceOp;
 pub(super) use parse::LineParser;
 pub use parse::{ParsedTrace, parse_trace};

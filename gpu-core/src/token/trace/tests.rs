@@ -94,13 +94,151 @@ fn every_call_parses_with_names_per_kind() {
     assert_eq!(parse_trace(&written).unwrap().ops, trace.ops, "{written}");
 }
 
+#[test]
+fn memory_lines_parse_with_footprints_and_sites() {
+    let trace = parse_trace(
+        "stream_create s 0\n\
+         stream_kind s nonblocking\n\
+         stream_default l 0 @main\n\
+         mem_alloc 0x1000+256 @torch::empty\n\
+         mem_alloc 4096+16 s\n\
+         launch s 0 rw:0x1000+256 r:0x2000+8 @k\n\
+         copy s w:0x1000+16 r:4096+16\n\
+         fill s 0 w:0x1010+16 @k\n\
+         peer_copy s direct r:0x1000+4\n\
+         launch s @k\n\
+         block_alloc torch 0x1000+64 s @alloc\n\
+         block_use torch 0x1000 s\n\
+         block_free torch 0x1000 s @free\n\
+         mem_free 0x1000\n\
+         mem_free 0x1000 s @k\n\
+         device_synchronize 1\n",
+    )
+    .unwrap();
+    let (s, d0) = (StreamId(0), Some(DeviceId(0)));
+    let r = AddressRange::new;
+    let access = |call, range, mode, site| TraceOp::Access {
+        stream: s,
+        call,
+        range,
+        mode,
+        site,
+    };
+    let (empty, k, alloc_site, free_site) = (SiteId(0), SiteId(1), SiteId(2), SiteId(3));
+    let torch = AllocatorId(0);
+    assert_eq!(
+        trace.ops,
+        vec![
+            TraceOp::CreateStream {
+                stream: s,
+                device: DeviceId(0)
+            },
+            TraceOp::SetStreamKind {
+                stream: s,
+                kind: StreamKind::NonBlocking
+            },
+            TraceOp::DefaultStream {
+                stream: StreamId(1),
+                device: DeviceId(0)
+            },
+            TraceOp::Alloc {
+                range: r(0x1000, 256),
+                stream: None,
+                site: Some(empty)
+            },
+            TraceOp::Alloc {
+                range: r(4096, 16),
+                stream: Some(s),
+                site: None
+            },
+            TraceOp::Launch {
+                stream: s,
+                device: d0
+            },
+            access(
+                CallKind::Launch,
+                r(0x1000, 256),
+                AccessMode::ReadWrite,
+                Some(k)
+            ),
+            access(CallKind::Launch, r(0x2000, 8), AccessMode::Read, Some(k)),
+            TraceOp::Launch {
+                stream: s,
+                device: None
+            },
+            access(CallKind::Copy, r(0x1000, 16), AccessMode::Write, None),
+            access(CallKind::Copy, r(4096, 16), AccessMode::Read, None),
+            TraceOp::Launch {
+                stream: s,
+                device: d0
+            },
+            access(CallKind::Fill, r(0x1010, 16), AccessMode::Write, Some(k)),
+            TraceOp::PeerCopy {
+                stream: s,
+                direct: true
+            },
+            access(CallKind::PeerCopy, r(0x1000, 4), AccessMode::Read, None),
+            TraceOp::Launch {
+                stream: s,
+                device: None
+            },
+            TraceOp::BlockAlloc {
+                allocator: torch,
+                range: r(0x1000, 64),
+                stream: s,
+                site: Some(alloc_site)
+            },
+            TraceOp::BlockUse {
+                allocator: torch,
+                address: 0x1000,
+                stream: s,
+                site: None
+            },
+            TraceOp::BlockFree {
+                allocator: torch,
+                address: 0x1000,
+                stream: s,
+                site: Some(free_site)
+            },
+            TraceOp::Free {
+                address: 0x1000,
+                stream: None,
+                site: None
+            },
+            TraceOp::Free {
+                address: 0x1000,
+                stream: Some(s),
+                site: Some(k)
+            },
+            TraceOp::SynchronizeDevice {
+                device: DeviceId(1)
+            },
+        ]
+    );
+    assert_eq!(
+        trace.lines,
+        vec![
+            1, 2, 3, 4, 5, 6, 6, 6, 7, 7, 7, 8, 8, 9, 9, 10, 11, 12, 13, 14, 15, 16
+        ]
+    );
+    // A site on a line whose operation keeps none (`@main`) is read and dropped.
+    assert_eq!(trace.site_names, vec!["torch::empty", "k", "alloc", "free"]);
+    assert_eq!(trace.allocator_names, vec!["torch"]);
+    // The lifetime checker sees the memory lines' streams as used: only `s`'s leak.
+    let defects = trace.check();
+    assert_eq!(defects.len(), 1, "{defects:?}");
+    assert_eq!(defects[0].position, 0);
+    let written = write_trace(&trace.ops);
+    assert_eq!(parse_trace(&written).unwrap().ops, trace.ops, "{written}");
+}
+
 /// Reads `text` line by line as the streaming checker does; the first error.
 fn first_error(text: &[u8]) -> Option<Error> {
     let mut parser = LineParser::default();
     let mut rest = text;
     while !rest.is_empty() {
         match parser.next(rest) {
-            Ok((_, read)) => rest = &rest[read..],
+            Ok(read) => rest = &rest[read..],
             Err(e) => return Some(e),
         }
     }
@@ -109,19 +247,35 @@ fn first_error(text: &[u8]) -> Option<Error> {
 
 #[test]
 fn malformed_lines_name_the_line_and_what_was_expected() {
-    let cases: [(&[u8], usize, &str); 20] = [
+    let cases: [(&[u8], usize, &str); 32] = [
+        (b"launch s rw:0x10\n", 1, "an access"),
+        (b"launch s q:0x10+4\n", 1, "an access"),
+        (
+            b"copy s r:0x10+4 @f extra\n",
+            1,
+            "the end of the line, or a call site",
+        ),
+        (b"fill s w:0xffffffffffffffff+2\n", 1, "an access"),
+        (b"launch s @\n", 1, "the end of the line, or a call site"),
+        (b"mem_alloc 0x10\n", 1, "an address range"),
+        (b"mem_alloc\n", 1, "an address range"),
+        (b"mem_free 0x10+4\n", 1, "an address"),
+        (b"block_alloc a 0x10+4\n", 1, "a stream name"),
+        (b"block_use a 0xg s\n", 1, "an address"),
+        (b"stream_kind s fast\n", 1, "a stream kind"),
+        (b"device_synchronize\n", 1, "a device number"),
         (b"peer_copy s fast\n", 1, "`direct` or `staged`"),
         (b"peer_copy s\n", 1, "`direct` or `staged`"),
-        (b"peer_copy s direct now\n", 1, "the end of the line"),
+        (b"peer_copy s direct now\n", 1, "an access"),
         (b"stream_create s 0\nfrobnicate s\n", 2, "a call"),
         (b"stream_create\n", 1, "a stream name"),
         (b"stream_create s zero\n", 1, "a device number"),
         (b"stream_create s\n", 1, "a device number"),
         (b"event_record e\n", 1, "a stream name"),
-        (b"launch s 0 extra\n", 1, "the end of the line"),
-        (b"launch s -1\n", 1, "a device number"),
-        (b"launch s +1\n", 1, "a device number"),
-        (b"launch s 4294967296\n", 1, "a device number"),
+        (b"launch s 0 extra\n", 1, "an access"),
+        (b"launch s -1\n", 1, "an access"),
+        (b"launch s +1\n", 1, "an access"),
+        (b"launch s 4294967296\n", 1, "an access"),
         (b"stream_default s\n", 1, "a device number"),
         (b"stream_default\n", 1, "a stream name"),
         (b"stream_default s 0 0\n", 1, "the end of the line"),

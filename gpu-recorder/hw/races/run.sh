@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The seeded race programs (seeded.cu, torch_seeded.py), each bug and its fixed twin, on a GPU
+# machine: run plain, recorded (then checked by gpu-trace-check) and under compute-sanitizer's
+# memcheck, racecheck, synccheck and memcheck --track-stream-ordered-races all; writes
+# $OUT/races.md (which tool reports each program, and each tool's time) and $OUT/log.txt, and
+# the traces and tool outputs under $OUT/NAME.VARIANT/. No Rust needed.
+# Beside this script (or named by RECORDER, CHECKER): libgpu_recorder.so, gpu-trace-check.
+# PYTHON (default python3) runs the PyTorch programs, skipped where torch is missing.
+# Until the recorder writes footprints (issue 25, step 4: copies', fills' and launches' ranges,
+# allocations and frees, our plug-ins' block events), the "ours" column of recorded runs finds
+# nothing; the hand-written traces of the same programs (gpu-core/tests/races/) are what the
+# checker is tested on. The compute-sanitizer columns and times stand on their own.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+recorder=${RECORDER:-$here/libgpu_recorder.so}
+checker=${CHECKER:-$here/gpu-trace-check}
+python=${PYTHON:-python3}
+out=${OUT:-$here/out}
+limit=${LIMIT:-300}
+mkdir -p "$out"
+log=$out/log.txt
+: > "$log"
+say() { printf '%s\n' "$*" | tee -a "$log"; }
+
+nvcc -O2 -lineinfo -o "$out/seeded" "$here/seeded.cu" || { say "nvcc failed"; exit 1; }
+programs="c_pool_wrong_stream mlir_missing_async_dependency async_free_raced"
+if "$python" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  programs="$programs torch_no_record_stream torch_no_wait_stream"
+  "$python" -c 'import gpu_runtime_torch' 2>/dev/null && programs="$programs runtime_no_foreign_mark"
+else
+  say "torch with CUDA missing: the PyTorch programs are skipped"
+fi
+
+command_of() {
+  case $1 in
+    torch_*|runtime_*) echo "$python $here/torch_seeded.py $1 $2" ;;
+    *) echo "$out/seeded $1 $2" ;;
+  esac
+}
+
+# seconds COMMAND...: runs it, prints its wall time in seconds (its status in $rc).
+seconds() {
+  local start end
+  start=$(date +%s.%N)
+  timeout "$limit" "$@"
+  rc=$?
+  end=$(date +%s.%N)
+  elapsed=$(echo "$end - $start" | bc)
+}
+
+{
+  echo "| program | variant | ours (gpu-trace-check) | memcheck | racecheck | synccheck | memcheck --track-stream-ordered-races all | time: plain / recorded / memcheck / racecheck / synccheck / stream-ordered (s) |"
+  echo "|---|---|---|---|---|---|---|---|"
+} > "$out/races.md"
+for program in $programs; do
+  for variant in bug fixed; do
+    dir=$out/$program.$variant
+    mkdir -p "$dir"
+    cmd=$(command_of "$program" "$variant")
+    seconds $cmd > "$dir/plain.txt" 2>&1; plain=$elapsed
+    say "$program $variant plain: exit $rc; $(tail -n 1 "$dir/plain.txt")"
+    seconds env CUDA_INJECTION64_PATH="$recorder" GPU_TRACE_OUT="$dir" $cmd > "$dir/recorded.txt" 2>&1
+    recorded=$elapsed
+    "$checker" "$dir"/*.trace > "$dir/check.txt" 2>&1
+    races=$(grep -cE 'race\)|without an ordering edge\)|use after free\)|after a use on another stream\)' "$dir/check.txt")
+    ours="$races race(s)"
+    say "$program $variant ours: $ours; $(tail -n 1 "$dir/check.txt")"
+    cells=""
+    times=""
+    for tool in memcheck racecheck synccheck stream-ordered; do
+      if [ "$tool" = stream-ordered ]; then
+        args="--tool memcheck --track-stream-ordered-races all"
+      else
+        args="--tool $tool"
+      fi
+      seconds compute-sanitizer $args --print-limit 20 $cmd > "$dir/$tool.txt" 2>&1
+      summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$dir/$tool.txt" | tail -n 1 | sed 's/^========= //')
+      say "$program $variant $tool: exit $rc; ${summary:-no summary}"
+      cells="$cells | ${summary:-no summary (exit $rc)}"
+      times="$times / $elapsed"
+    done
+    echo "| $program | $variant | $ours$cells | $plain / $recorded$times |" >> "$out/races.md"
+  done
+done
+say "table: $out/races.md"
+cat "$out/races.md" | tee -a "$log"
