@@ -45,7 +45,7 @@ seconds() {
   timeout "$limit" "$@"
   rc=$?
   end=$(date +%s.%N)
-  elapsed=$(echo "$end - $start" | bc)
+  elapsed=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }')
 }
 
 {
