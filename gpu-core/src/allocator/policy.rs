@@ -134,6 +134,48 @@ impl Default for AllocatorConfig {
     }
 }
 
+impl AllocatorConfig {
+    /// Sets the tunable named `key` from its text form: `max_split_size` (a byte count above
+    /// zero, or `none`), `release_before_growing` and `wait_before_growing` (`0` or `1`),
+    /// `max_streams` (a count above zero). An unknown key or a bad value is an error naming
+    /// what was expected, and changes nothing.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let bad = |expected: &'static str| Error::TraceSyntax {
+            line: 0,
+            expected,
+            found: alloc::format!("{key}={value}"),
+        };
+        let flag = |expected| match value {
+            "0" => Ok(false),
+            "1" => Ok(true),
+            _ => Err(bad(expected)),
+        };
+        let count = |expected| match value.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(bad(expected)),
+        };
+        match key {
+            "max_split_size" if value == "none" => self.max_split_size = usize::MAX,
+            "max_split_size" => {
+                self.max_split_size = count("`max_split_size`: a byte count above zero or `none`")?
+            }
+            "release_before_growing" => {
+                self.release_before_growing = flag("`release_before_growing`: `0` or `1`")?
+            }
+            "wait_before_growing" => {
+                self.wait_before_growing = flag("`wait_before_growing`: `0` or `1`")?
+            }
+            "max_streams" => self.max_streams = count("`max_streams`: a count above zero")?,
+            _ => {
+                return Err(bad(
+                    "max_split_size, release_before_growing, wait_before_growing or max_streams",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The block a request needs, worked out before any driver call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Shape {
