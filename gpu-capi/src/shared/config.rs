@@ -9,6 +9,9 @@
 //!   wait_before_growing`; `0` grows instead of waiting on the host).
 //! - `GPU_RUNTIME_MAX_SPLIT_SIZE=BYTES|none`: blocks of at least this size are never split
 //!   (`AllocatorConfig::max_split_size`; `none`: any block may be split, PyTorch's default).
+//! - `GPU_RUNTIME_ALLOC_TRACE=PATH`: records every device-memory allocation, free and use on
+//!   another stream into `PATH` in the allocation trace format (docs/alloc-trace-format.md),
+//!   for `gpu-alloc-replay`; flushed at shutdown (`gpurt_shutdown`).
 //! - `GPU_RUNTIME_PEER_ACCESS=0|1`: whether opening turns peer access on between devices that
 //!   allow it (`RuntimeConfig::peer_access`, on by default; `0` stages copies between devices).
 //!
@@ -27,6 +30,16 @@ pub const RELEASE_BEFORE_GROWING_VAR: &str = "GPU_RUNTIME_RELEASE_BEFORE_GROWING
 pub const WAIT_BEFORE_GROWING_VAR: &str = "GPU_RUNTIME_WAIT_BEFORE_GROWING";
 /// Environment variable for [`AllocatorConfig::max_split_size`].
 pub const MAX_SPLIT_SIZE_VAR: &str = "GPU_RUNTIME_MAX_SPLIT_SIZE";
+
+/// Environment variable naming the file the allocation trace is recorded into.
+pub const ALLOC_TRACE_VAR: &str = "GPU_RUNTIME_ALLOC_TRACE";
+
+/// The allocation trace's path, if the environment names one.
+pub fn alloc_trace_path() -> Option<std::path::PathBuf> {
+    std::env::var_os(ALLOC_TRACE_VAR)
+        .filter(|path| !path.is_empty())
+        .map(Into::into)
+}
 
 /// Environment variable for [`RuntimeConfig::peer_access`].
 pub const PEER_ACCESS_VAR: &str = "GPU_RUNTIME_PEER_ACCESS";

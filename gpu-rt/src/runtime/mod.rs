@@ -50,6 +50,7 @@
 //! # Ok::<(), Error>(())
 //! ```
 
+mod alloc_trace;
 mod allocations;
 mod drivers;
 mod events;
@@ -74,6 +75,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use std::sync::OnceLock;
 
+use alloc_trace::DeviceTrace;
 use core::ffi::{CStr, c_void};
 use drivers::HostPins;
 use events::EventPool;
@@ -91,6 +93,7 @@ use peers::Peers;
 use state::{HostWait, State};
 use streams::StreamTable;
 
+pub use alloc_trace::AllocTrace;
 pub use graphs::{Graph, GraphRecorder};
 pub use guard::{DeviceGuard, restore_failures, with_device};
 use handles::UseList;
