@@ -178,61 +178,47 @@ impl Replay {
     /// are live or failed, so the first one answers).
     fn check(&self, event: &TraceEvent, line: usize) -> Result<()> {
         let run = &self.runs[0];
-        let known = |id: u64| run.live.contains_key(&id) || run.failed.contains(&id);
-        let stream_ok = |stream: Option<u32>| {
-            self.runs
-                .iter()
-                .all(|r| stream.is_none_or(|s| (s as usize) < r.config.max_streams))
-        };
-        let refused = |expected: &'static str, found: String| Error::TraceSyntax {
-            line,
-            expected,
-            found,
-        };
-        match *event {
+        let (id, stream, fresh) = match *event {
             TraceEvent::Alloc {
                 id, device, stream, ..
             } => {
-                if known(id) {
-                    return Err(refused(
-                        "`id`: a number not live (freed before it is used again)",
-                        format!("{id}"),
-                    ));
-                }
                 if device >= MAX_DEVICES {
-                    return Err(refused("`device`: below 1024", format!("{device}")));
+                    return Err(refused(line, "`device`: below 1024", device));
                 }
-                if !stream_ok(stream) {
-                    return Err(refused(
-                        "`stream`: below the allocator's max_streams",
-                        format!("{stream:?}"),
-                    ));
-                }
+                (id, stream, true)
             }
-            TraceEvent::Free { id, stream } => {
-                if !known(id) {
-                    return Err(refused("`id`: a live allocation", format!("{id}")));
-                }
-                if !stream_ok(stream.flatten()) {
-                    return Err(refused(
-                        "`stream`: below the allocator's max_streams",
-                        format!("{stream:?}"),
-                    ));
-                }
-            }
-            TraceEvent::Use { id, stream } => {
-                if !known(id) {
-                    return Err(refused("`id`: a live allocation", format!("{id}")));
-                }
-                if !stream_ok(Some(stream)) {
-                    return Err(refused(
-                        "`stream`: below the allocator's max_streams",
-                        format!("{stream}"),
-                    ));
-                }
-            }
+            TraceEvent::Free { id, stream } => (id, stream.flatten(), false),
+            TraceEvent::Use { id, stream } => (id, Some(stream), false),
+        };
+        let known = run.live.contains_key(&id) || run.failed.contains(&id);
+        if fresh && known {
+            return Err(refused(
+                line,
+                "`id`: a number not live (freed before it is used again)",
+                id,
+            ));
         }
-        Ok(())
+        if !fresh && !known {
+            return Err(refused(line, "`id`: a live allocation", id));
+        }
+        let limit = self.runs.iter().map(|r| r.config.max_streams).min();
+        match (stream, limit) {
+            (Some(stream), Some(limit)) if stream as usize >= limit => Err(refused(
+                line,
+                "`stream`: below the allocator's max_streams",
+                stream,
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The error for a line whose field held `found` where `expected` was needed.
+fn refused(line: usize, expected: &'static str, found: impl core::fmt::Display) -> Error {
+    Error::TraceSyntax {
+        line,
+        expected,
+        found: format!("{found}"),
     }
 }
 

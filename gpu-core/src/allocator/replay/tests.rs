@@ -63,26 +63,23 @@ fn bad_lines_name_their_line_and_field_with_invisible_bytes_shown() {
     let (_, expected, found) = error_at("alloc 1 0\u{7} 0 64");
     assert!(expected.starts_with("`device`"), "{expected}");
     assert_eq!(found, "0\\x07");
-    assert!(error_at("alloc 1 0 0").1.starts_with("`size`"));
-    assert!(error_at("alloc 1 0 0 0").1.starts_with("`size`"));
-    assert!(
-        error_at("alloc 99999999999999999999 0 0 1")
-            .1
-            .starts_with("`id`")
-    );
-    assert!(error_at("alloc 1 0 x 1").1.starts_with("`stream`"));
-    assert!(error_at("malloc 1 0 0 1").1.starts_with("`action`"));
-    assert_eq!(error_at("free 1 0 extra").1, "the end of the line");
-    assert_eq!(error_at("free 1").1, "`id`: a live allocation");
-    assert_eq!(error_at("alloc 1 0 0 8 9").1, "the end of the line");
-    assert!(error_at("alloc 1 5000 0 8").1.starts_with("`device`"));
-    assert!(error_at("alloc 1 0 99999 8").1.starts_with("`stream`"));
-    assert!(
-        error_at("alloc 1 0 0 8\nalloc 1 0 0 8")
-            .1
-            .starts_with("`id`")
-    );
-    assert!(error_at("use 4 0").1.starts_with("`id`"));
+    for (text, field) in [
+        ("alloc 1 0 0", "`size`"),
+        ("alloc 1 0 0 0", "`size`"),
+        ("alloc 99999999999999999999 0 0 1", "`id`"),
+        ("alloc 1 0 x 1", "`stream`"),
+        ("malloc 1 0 0 1", "`action`"),
+        ("free 1 0 extra", "the end of the line"),
+        ("free 1", "`id`: a live allocation"),
+        ("alloc 1 0 0 8 9", "the end of the line"),
+        ("alloc 1 5000 0 8", "`device`"),
+        ("alloc 1 0 99999 8", "`stream`"),
+        ("alloc 1 0 0 8\nalloc 1 0 0 8", "`id`: a number not live"),
+        ("use 4 0", "`id`: a live allocation"),
+    ] {
+        let expected = error_at(text).1;
+        assert!(expected.starts_with(field), "{text:?}: {expected}");
+    }
 }
 
 #[test]
