@@ -5,7 +5,9 @@
 //!
 //! Usage: `gpu-alloc-replay [--config NAME[:KEY=VALUE,...]]... [--cap BYTES] [--json] FILE`
 //! (`-` reads standard input). Keys: `max_split_size` (bytes or `none`),
-//! `release_before_growing`, `wait_before_growing` (`0`/`1`), `max_streams`. Without
+//! `release_before_growing`, `wait_before_growing`, `growable_segments` (`0`/`1`),
+//! `max_streams`. Driver allocations and frees count segments and, with growable segments,
+//! mapped and unmapped pieces. Without
 //! `--config`, the default settings. The trace is read line by line, once for all
 //! configurations: memory is bounded by the live allocations. Exit status: 0 when replayed,
 //! 2 for a bad command line or a trace that cannot be read or parsed (named `FILE:LINE`).
@@ -22,7 +24,8 @@ use gpu_runtime::error::Error;
 
 const USAGE: &str = "usage: gpu-alloc-replay [--config NAME[:KEY=VALUE,...]]... [--cap BYTES] \
                      [--json] FILE   (FILE `-` reads standard input; keys: max_split_size, \
-                     release_before_growing, wait_before_growing, max_streams)";
+                     release_before_growing, wait_before_growing, growable_segments, \
+                     max_streams)";
 /// The longest line read; a longer one is an error, so a file without line ends is not read
 /// whole into memory.
 const MAX_LINE: usize = 4096;
@@ -217,8 +220,8 @@ fn write_table(
                 mib(stats.peak_reserved),
                 mib(stats.peak_requested),
                 stats.fragmentation(),
-                stats.segment_allocations,
-                stats.segment_frees,
+                stats.segment_allocations + stats.maps,
+                stats.segment_frees + stats.unmaps,
                 stats.hits + stats.cross_stream_hits,
                 stats.misses
             )?;
@@ -254,17 +257,20 @@ fn write_json(out: &mut impl Write, events: u64, reports: &[ReplayReport]) -> io
                 out,
                 "{separator}{{\"device\": {}, \"peak_reserved\": {}, \"peak_requested\": {}, \
                  \"peak_allocated\": {}, \"fragmentation\": {:.6}, \"driver_allocations\": {}, \
-                 \"driver_frees\": {}, \"hits\": {}, \"cross_stream_hits\": {}, \"misses\": {}}}",
+                 \"driver_frees\": {}, \"hits\": {}, \"cross_stream_hits\": {}, \"misses\": {}, \
+                 \"maps\": {}, \"unmaps\": {}}}",
                 device.0,
                 s.peak_reserved,
                 s.peak_requested,
                 s.peak_allocated,
                 s.fragmentation(),
-                s.segment_allocations,
-                s.segment_frees,
+                s.segment_allocations + s.maps,
+                s.segment_frees + s.unmaps,
                 s.hits,
                 s.cross_stream_hits,
-                s.misses
+                s.misses,
+                s.maps,
+                s.unmaps
             )?;
         }
         write!(out, "]}}")?;

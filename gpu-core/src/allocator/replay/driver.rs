@@ -17,6 +17,7 @@ const ALIGNMENT: usize = 4096;
 /// takes all work as complete at once.
 #[derive(Clone, Debug)]
 pub struct ReplayDriver {
+    granularity: Option<usize>,
     cap: usize,
     held: usize,
     next_address: usize,
@@ -28,6 +29,7 @@ impl ReplayDriver {
     /// A driver that holds at most `cap` bytes (`usize::MAX`: no cap).
     pub fn new(cap: usize) -> Self {
         Self {
+            granularity: None,
             cap,
             held: 0,
             next_address: BASE,
@@ -36,9 +38,34 @@ impl ReplayDriver {
         }
     }
 
+    /// The same driver with virtual memory management of `granularity` (a power of two), for
+    /// growable segments: reserved ranges take address space only, mapped pieces count
+    /// against the cap.
+    pub fn with_granularity(mut self, granularity: usize) -> Self {
+        self.granularity = Some(granularity);
+        self
+    }
+
     /// Bytes held now.
     pub fn held(&self) -> usize {
         self.held
+    }
+
+    /// Counts `size` more bytes held, within the cap.
+    fn hold(&mut self, size: usize) -> bool {
+        let fits = size <= self.cap - self.held;
+        if fits {
+            self.held += size;
+        }
+        fits
+    }
+
+    /// A fresh address range of `size` bytes.
+    fn bump(&mut self, size: usize) -> Option<usize> {
+        let address = self.next_address;
+        let span = size.checked_next_multiple_of(ALIGNMENT)?;
+        self.next_address = address.checked_add(span)?;
+        Some(address)
     }
 
     fn take(&mut self, size: usize) -> Option<usize> {
@@ -47,12 +74,7 @@ impl ReplayDriver {
         }
         let address = match self.returned.get_mut(&size).and_then(Vec::pop) {
             Some(address) => address,
-            None => {
-                let address = self.next_address;
-                let span = size.checked_next_multiple_of(ALIGNMENT)?;
-                self.next_address = address.checked_add(span)?;
-                address
-            }
+            None => self.bump(size)?,
         };
         self.held += size;
         Some(address)
@@ -107,6 +129,34 @@ impl SegmentDriver for ReplayDriver {
     fn release_event(&mut self, _: DeviceId, _: EventId) {}
 
     fn synchronize(&mut self, _: DeviceId) -> Result<()> {
+        Ok(())
+    }
+
+    fn map_granularity(&mut self, _: DeviceId, _: MemoryKind) -> Option<usize> {
+        self.granularity
+    }
+
+    fn reserve_range(&mut self, _: DeviceId, _: MemoryKind, size: usize) -> Result<Option<usize>> {
+        Ok(self.bump(size))
+    }
+
+    fn map(&mut self, _: DeviceId, _: MemoryKind, _: usize, size: usize) -> Result<bool> {
+        Ok(self.hold(size))
+    }
+
+    fn unmap(
+        &mut self,
+        _: DeviceId,
+        _: MemoryKind,
+        _: usize,
+        size: usize,
+        _: Option<StreamId>,
+    ) -> Result<()> {
+        self.held -= size;
+        Ok(())
+    }
+
+    fn release_range(&mut self, _: DeviceId, _: MemoryKind, _: usize, _: usize) -> Result<()> {
         Ok(())
     }
 }

@@ -27,6 +27,10 @@ use crate::id::{DeviceId, StreamId};
 pub use driver::ReplayDriver;
 pub use parse::{TRACE_HEADER, TraceEvent, parse_line};
 
+/// The mapping granularity the replay's driver offers growable segments (CUDA's for device
+/// memory on current GPUs).
+pub const GRANULARITY: usize = 2 << 20;
+
 /// Devices are numbered below this in a replayed trace.
 pub const MAX_DEVICES: u32 = 1024;
 
@@ -280,9 +284,13 @@ impl Run {
         }
         let config = self.config;
         let (allocator, driver) = self.devices[device as usize].get_or_insert_with(|| {
+            let driver = ReplayDriver::new(cap);
             (
                 DeviceAllocator::new(DeviceId(device), CAPABILITIES, config),
-                ReplayDriver::new(cap),
+                match config.growable_segments {
+                    true => driver.with_granularity(GRANULARITY),
+                    false => driver,
+                },
             )
         });
         match allocator.allocate(driver, &request) {
