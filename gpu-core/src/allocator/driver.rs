@@ -84,16 +84,17 @@ pub trait SegmentDriver {
         None
     }
 
-    /// Reserves `size` bytes of address space (a multiple of the granularity) for growable
-    /// segments, backed by nothing yet; `Ok(None)` when no address space is left. (CUDA:
-    /// `cuMemAddressReserve`.)
+    /// Reserves address space for a growable segment, backed by nothing yet: at most `wanted`
+    /// and at least `needed` bytes (multiples of the granularity), as the driver can; its start
+    /// and size, or `Ok(None)` when not even `needed` is left. (CUDA: `cuMemAddressReserve`.)
     fn reserve_range(
         &mut self,
         device: DeviceId,
         kind: MemoryKind,
-        size: usize,
-    ) -> Result<Option<usize>> {
-        let _ = (device, kind, size);
+        wanted: usize,
+        needed: usize,
+    ) -> Result<Option<(usize, usize)>> {
+        let _ = (device, kind, wanted, needed);
         Err(unsupported("reserve_range"))
     }
 

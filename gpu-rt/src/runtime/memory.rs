@@ -40,6 +40,9 @@ pub(crate) struct DeviceMemory<B: Backend> {
     by_address: hashbrown::HashMap<usize, (BlockHandle, usize)>,
     /// The allocation trace being recorded (`Runtime::record_allocations`), device memory only.
     pub(crate) trace: Option<DeviceTrace>,
+    /// The devices with peer access to this one's memory: granted on every piece mapped into
+    /// a growable segment.
+    pub(crate) vm_peers: Vec<DeviceId>,
 }
 
 impl<B: Backend> DeviceMemory<B> {
@@ -77,6 +80,7 @@ impl<B: Backend> DeviceMemory<B> {
             adopted: Vec::new(),
             by_address: hashbrown::HashMap::new(),
             trace: None,
+            vm_peers: Vec::new(),
         }
     }
 
@@ -86,6 +90,7 @@ impl<B: Backend> DeviceMemory<B> {
     pub(crate) fn reset(&mut self, device: DeviceId, fresh: Self) {
         let mut old = core::mem::replace(self, fresh);
         self.trace = old.trace.as_ref().map(DeviceTrace::fresh);
+        self.vm_peers = core::mem::take(&mut old.vm_peers);
         old.events.give_back(Some(device));
     }
 
@@ -116,6 +121,7 @@ impl<B: Backend> DeviceMemory<B> {
             backend,
             streams,
             events: &mut self.events,
+            peers: &self.vm_peers,
         };
         (&mut self.allocator, driver)
     }

@@ -479,9 +479,17 @@ impl<B: Backend> Runtime<B> {
         let health = Arc::new(Health::new(count, B::DEVICE_LOSS_ENDS_THE_PROCESS));
         let streams = Arc::new(StreamTable::new());
         let events = Arc::new(EventPool::new(count));
+        let memory = DeviceMemory::for_devices(&infos, config.allocator, &events);
+        for (index, device) in memory.iter().enumerate() {
+            let owner = DeviceId(index as u32);
+            device.lock().vm_peers = (0..count as u32)
+                .map(DeviceId)
+                .filter(|&peer| peer != owner && peers.reaches(peer, owner))
+                .collect();
+        }
         Ok(Self {
             backend,
-            memory: DeviceMemory::for_devices(&infos, config.allocator, &events),
+            memory,
             state: BackoffMutex::new(State::new(
                 &infos,
                 Arc::clone(&health),

@@ -122,14 +122,17 @@ impl KindCache {
         extra: usize,
         granularity: usize,
     ) -> Result<Option<u32>> {
-        let Some(reserve) = GROWABLE_RESERVE
+        let Some(wanted) = GROWABLE_RESERVE
             .max(extra)
             .checked_next_multiple_of(granularity)
         else {
             return Ok(None);
         };
         self.stats.driver_calls += 1;
-        let Some(base) = driver.reserve_range(self.device, self.kind, reserve)? else {
+        let reserved = driver.reserve_range(self.device, self.kind, wanted, extra)?;
+        let Some((base, reserve)) = reserved.filter(|&(base, size)| {
+            size >= extra && base.is_multiple_of(granularity) && size.is_multiple_of(granularity)
+        }) else {
             return Ok(None);
         };
         self.stats.driver_calls += 1;

@@ -285,7 +285,14 @@ impl KindCache {
                 continue;
             }
             if reserve > 0 {
-                released += self.shrink_growable(driver, segment as u32)?;
+                // Block by block from the end: free blocks of different lanes stay apart.
+                loop {
+                    let unmapped = self.shrink_growable(driver, segment as u32)?;
+                    released += unmapped;
+                    if unmapped == 0 || !self.segments[segment].held {
+                        break;
+                    }
+                }
                 continue;
             }
             let b = &self.blocks[first as usize];

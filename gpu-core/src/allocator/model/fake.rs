@@ -469,7 +469,8 @@ impl SegmentDriver for FakeDriver {
         _device: DeviceId,
         kind: MemoryKind,
         size: usize,
-    ) -> Result<Option<usize>> {
+        _needed: usize,
+    ) -> Result<Option<(usize, usize)>> {
         self.call("reserve_range")?;
         // Aligned to the granularity, as a driver's reservations are.
         let alignment = self.granularity.unwrap_or(FAKE_ALIGNMENT);
@@ -480,7 +481,7 @@ impl SegmentDriver for FakeDriver {
         if let Some(address) = address {
             self.reservations.insert(address, (size, kind));
         }
-        Ok(address)
+        Ok(address.map(|address| (address, size)))
     }
 
     fn map(

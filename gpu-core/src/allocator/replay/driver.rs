@@ -136,8 +136,20 @@ impl SegmentDriver for ReplayDriver {
         self.granularity
     }
 
-    fn reserve_range(&mut self, _: DeviceId, _: MemoryKind, size: usize) -> Result<Option<usize>> {
-        Ok(self.bump(size))
+    fn reserve_range(
+        &mut self,
+        _: DeviceId,
+        _: MemoryKind,
+        wanted: usize,
+        _: usize,
+    ) -> Result<Option<(usize, usize)>> {
+        // Aligned to the granularity, as a driver's reservations are.
+        let alignment = self.granularity.unwrap_or(ALIGNMENT);
+        let Some(start) = self.next_address.checked_next_multiple_of(alignment) else {
+            return Ok(None);
+        };
+        self.next_address = start;
+        Ok(self.bump(wanted).map(|address| (address, wanted)))
     }
 
     fn map(&mut self, _: DeviceId, _: MemoryKind, _: usize, size: usize) -> Result<bool> {

@@ -181,3 +181,30 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn growable_segments_replay_a_growing_buffer_with_maps_instead_of_segments() {
+    let configs = [false, true]
+        .into_iter()
+        .map(|growable_segments| ReplayConfig {
+            name: format!("growable={growable_segments}"),
+            allocator: AllocatorConfig {
+                growable_segments,
+                ..AllocatorConfig::default()
+            },
+        })
+        .collect();
+    let mut replay = Replay::new(configs, None);
+    for step in 1..=8u64 {
+        replay
+            .feed_line(format!("alloc {step} 0 0 {}", (step * 12) << 20).as_bytes())
+            .unwrap();
+        replay.feed_line(format!("free {step}").as_bytes()).unwrap();
+    }
+    let reports = replay.finish();
+    let (plain, growable) = (&reports[0].devices[0].1, &reports[1].devices[0].1);
+    assert_eq!((growable.segment_allocations, growable.maps), (0, 8));
+    assert_eq!(plain.maps, 0);
+    assert_eq!(growable.peak_reserved, 96 << 20);
+    assert!(plain.segment_allocations >= 8, "{plain:?}");
+}
