@@ -1,5 +1,5 @@
 //! The allocation trace's parser and replay on fuzzer input: text that may be anything (errors
-//! are fine, panics are not), replayed under two configurations and a small cap, line by line.
+//! are fine, panics are not), replayed under three configurations (growable segments in one) and a small cap, line by line.
 #![no_main]
 
 use gpu_core::allocator::AllocatorConfig;
@@ -17,6 +17,13 @@ fuzz_target!(|data: &[u8]| {
             allocator: AllocatorConfig {
                 release_before_growing: false,
                 max_split_size: usize::MAX,
+                ..AllocatorConfig::default()
+            },
+        },
+        ReplayConfig {
+            name: "growable".into(),
+            allocator: AllocatorConfig {
+                growable_segments: true,
                 ..AllocatorConfig::default()
             },
         },
