@@ -95,6 +95,8 @@ struct Run {
 /// Replays one trace under several configurations side by side.
 pub struct Replay {
     runs: Vec<Run>,
+    /// The lowest `max_streams` of the configurations: streams are numbered below it.
+    stream_limit: usize,
     cap: usize,
     lines: usize,
     events: u64,
@@ -131,9 +133,11 @@ impl Replay {
                 first_failure: None,
                 failures: 0,
             })
-            .collect();
+            .collect::<Vec<Run>>();
+        let stream_limit = runs.iter().map(|r| r.config.max_streams).min().unwrap_or(0);
         Self {
             runs,
+            stream_limit,
             cap: cap.unwrap_or(usize::MAX),
             lines: 0,
             events: 0,
@@ -205,9 +209,8 @@ impl Replay {
         if !fresh && !known {
             return Err(refused(line, "`id`: a live allocation", id));
         }
-        let limit = self.runs.iter().map(|r| r.config.max_streams).min();
-        match (stream, limit) {
-            (Some(stream), Some(limit)) if stream as usize >= limit => Err(refused(
+        match stream {
+            Some(stream) if stream as usize >= self.stream_limit => Err(refused(
                 line,
                 "`stream`: below the allocator's max_streams",
                 stream,
