@@ -282,6 +282,88 @@ pub trait Backend: Send + Sync + 'static {
         after: Option<Self::Stream>,
     ) -> Result<()>;
 
+    /// The granularity (a power of two) of `device`'s virtual memory management for `kind`:
+    /// address ranges reserved, and physical memory mapped into them in pieces of this size
+    /// (CUDA: `cuMemGetAllocationGranularity`). `None` (the default): the backend has none,
+    /// and the `vm_*` calls below are never made; the allocator's growable segments fall
+    /// back to ordinary ones.
+    fn vm_granularity(&self, device: DeviceId, kind: MemoryKind) -> Option<usize> {
+        let _ = (device, kind);
+        None
+    }
+
+    /// Reserves address space on `device` for `kind`: at most `wanted` bytes and at least
+    /// `needed` (both multiples of the granularity), as the backend can; its start and size,
+    /// or `Ok(None)` when it cannot reserve `needed`. Nothing is mapped yet (CUDA:
+    /// `cuMemAddressReserve`).
+    fn vm_reserve(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        wanted: usize,
+        needed: usize,
+    ) -> Result<Option<(usize, usize)>> {
+        let _ = (device, kind, wanted, needed);
+        Err(vm_unsupported("vm_reserve"))
+    }
+
+    /// Creates `size` bytes of physical memory on `device` and maps it at `address` (inside a
+    /// reserved range, not mapped, granularity-aligned), readable and writable by `device`;
+    /// `Ok(false)` when the device is out of memory (CUDA: `cuMemCreate`, `cuMemMap`,
+    /// `cuMemSetAccess`).
+    fn vm_map(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<bool> {
+        let _ = (device, kind, address, size);
+        Err(vm_unsupported("vm_map"))
+    }
+
+    /// Lets `peer` read and write the mapped pieces of `[address, address + size)` on
+    /// `device` (CUDA: `cuMemSetAccess` with the peer's location), where the runtime enabled
+    /// peer access.
+    fn vm_set_access(
+        &self,
+        device: DeviceId,
+        address: usize,
+        size: usize,
+        peer: DeviceId,
+    ) -> Result<()> {
+        let _ = (device, address, size, peer);
+        Err(vm_unsupported("vm_set_access"))
+    }
+
+    /// Unmaps `[address, address + size)` (mapped by [`Backend::vm_map`]) and releases its
+    /// physical memory, with `after` not before the work already enqueued on that stream has
+    /// finished (CUDA: `cuMemUnmap`, `cuMemRelease`, after synchronising the stream).
+    fn vm_unmap(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+        after: Option<Self::Stream>,
+    ) -> Result<()> {
+        let _ = (device, kind, address, size, after);
+        Err(vm_unsupported("vm_unmap"))
+    }
+
+    /// Releases a range from [`Backend::vm_reserve`], nothing of it mapped (CUDA:
+    /// `cuMemAddressFree`).
+    fn vm_release(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<()> {
+        let _ = (device, kind, address, size);
+        Err(vm_unsupported("vm_release"))
+    }
+
     /// Tells the backend that a runtime's allocator carved the buffer `range` out of memory
     /// the backend allocated on `device` (`live`), or took it back (not `live`), so that a
     /// backend that checks accesses checks them per buffer, not per driver allocation (as
@@ -601,6 +683,14 @@ pub fn check_device_slots(device_count: usize, slots: &[usize]) -> Result<()> {
             device: DeviceId(device_count as u32),
             device_count,
         })
+    }
+}
+
+/// The error of a virtual-memory call on a backend without virtual memory management.
+fn vm_unsupported(what: &'static str) -> Error {
+    Error::Unsupported {
+        backend: "backend without virtual memory management",
+        what,
     }
 }
 

@@ -48,20 +48,27 @@ struct Setup {
     max_split_size: usize,
     streams: u8,
     capacity: usize,
+    /// Growable segments over a fake with virtual memory.
+    growable: bool,
 }
 
 impl Setup {
     fn harness(&self) -> Harness {
         let config = AllocatorConfig {
             max_split_size: self.max_split_size,
+            growable_segments: self.growable,
             ..AllocatorConfig::default()
         };
-        Harness::new(
+        let mut harness = Harness::new(
             capabilities(self.stream_ordered, self.managed),
             config,
             self.streams,
             self.capacity,
-        )
+        );
+        if self.growable {
+            harness.driver.granularity = Some(2 * MIB);
+        }
+        harness
     }
 }
 
@@ -72,14 +79,16 @@ fn setup() -> impl Strategy<Value = Setup> {
         prop_oneof![Just(usize::MAX), Just(16 * MIB)],
         1u8..=4,
         prop_oneof![Just(48 * MIB), Just(160 * MIB), Just(usize::MAX / 2)],
+        proptest::bool::weighted(0.3),
     )
         .prop_map(
-            |(stream_ordered, managed, max_split_size, streams, capacity)| Setup {
+            |(stream_ordered, managed, max_split_size, streams, capacity, growable)| Setup {
                 stream_ordered,
                 managed,
                 max_split_size,
                 streams,
                 capacity,
+                growable,
             },
         )
 }
@@ -128,6 +137,7 @@ fn the_generator_reaches_every_path() {
         "fallback",
         "injected failure",
         "out of memory",
+        "segment grown",
     ] {
         assert!(
             seen.get(path).copied().unwrap_or(0) > 0,

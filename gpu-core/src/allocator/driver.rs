@@ -73,4 +73,79 @@ pub trait SegmentDriver {
     /// Blocks the host until all work on `device` has finished (CUDA: `cuCtxSynchronize`). Only
     /// the last rung of the out-of-memory ladder calls it.
     fn synchronize(&mut self, device: DeviceId) -> Result<()>;
+
+    /// The granularity (a power of two) in which physical memory of `kind` can be mapped into
+    /// reserved address ranges, or `None` (the default) where the driver has no virtual memory
+    /// management: then [`AllocatorConfig::growable_segments`](super::AllocatorConfig) falls
+    /// back to ordinary segments and the calls below are never made. (CUDA:
+    /// `cuMemGetAllocationGranularity`.)
+    fn map_granularity(&mut self, device: DeviceId, kind: MemoryKind) -> Option<usize> {
+        let _ = (device, kind);
+        None
+    }
+
+    /// Reserves address space for a growable segment, backed by nothing yet: at most `wanted`
+    /// and at least `needed` bytes (multiples of the granularity), as the driver can; its start
+    /// and size, or `Ok(None)` when not even `needed` is left. (CUDA: `cuMemAddressReserve`.)
+    fn reserve_range(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        wanted: usize,
+        needed: usize,
+    ) -> Result<Option<(usize, usize)>> {
+        let _ = (device, kind, wanted, needed);
+        Err(unsupported("reserve_range"))
+    }
+
+    /// Backs `[address, address + size)` (granularity-aligned, inside a reserved range, not
+    /// mapped) with new physical memory that `device` (and the devices it has peer access to)
+    /// may read and write at once; `Ok(false)` when the device is out of memory. (CUDA:
+    /// `cuMemCreate`, `cuMemMap`, `cuMemSetAccess`.)
+    fn map(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<bool> {
+        let _ = (device, kind, address, size);
+        Err(unsupported("map"))
+    }
+
+    /// Unmaps `[address, address + size)` (mapped by [`SegmentDriver::map`], the tail of its
+    /// range's mapped part) and releases its physical memory; `after` as for
+    /// [`SegmentDriver::free`]. (CUDA: `cuMemUnmap`, `cuMemRelease`, after the stream's work.)
+    fn unmap(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+        after: Option<StreamId>,
+    ) -> Result<()> {
+        let _ = (device, kind, address, size, after);
+        Err(unsupported("unmap"))
+    }
+
+    /// Releases a range from [`SegmentDriver::reserve_range`], nothing of it mapped any more.
+    /// (CUDA: `cuMemAddressFree`.)
+    fn release_range(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<()> {
+        let _ = (device, kind, address, size);
+        Err(unsupported("release_range"))
+    }
+}
+
+/// The error of a virtual-memory call on a driver without virtual memory management.
+fn unsupported(call: &'static str) -> crate::error::Error {
+    crate::error::Error::Unsupported {
+        backend: "segment driver without virtual memory",
+        what: call,
+    }
 }

@@ -8,13 +8,15 @@
 //!
 //! [`DeviceAllocator`] is here; one concern a module below it: `request` (what a caller asks
 //! and gets back), `policy` (capabilities, tunables, request shapes), `driver` (what the
-//! allocator asks of a driver), `cache` (the per-kind caching sub-allocator), `stats`.
+//! allocator asks of a driver), `cache` (the per-kind caching sub-allocator), `stats`, and
+//! `replay` (what-if replay of allocation traces through the policy, without a device).
 
 mod cache;
 mod driver;
 #[cfg(feature = "model")]
 pub mod model;
 mod policy;
+pub mod replay;
 mod request;
 mod stats;
 #[cfg(test)]

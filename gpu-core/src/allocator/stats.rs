@@ -41,6 +41,12 @@ pub struct AllocatorStats {
     pub oom_retries: u64,
     /// Requests that failed with out of memory after the whole ladder.
     pub oom_errors: u64,
+    /// Address space reserved for growable segments (their mapped part counts in `reserved`).
+    pub address_space: usize,
+    /// Pieces of physical memory mapped into growable segments (each a driver allocation).
+    pub maps: u64,
+    /// Pieces unmapped from growable segments' free tails.
+    pub unmaps: u64,
 }
 
 impl AllocatorStats {
@@ -83,6 +89,23 @@ impl AllocatorStats {
         if self.reserved > self.peak_reserved {
             self.peak_reserved = self.reserved;
         }
+    }
+
+    /// `bytes` more mapped into a growable segment (free, cached).
+    pub(crate) fn note_mapped(&mut self, bytes: usize) {
+        self.reserved += bytes;
+        self.cached += bytes;
+        self.maps += 1;
+        if self.reserved > self.peak_reserved {
+            self.peak_reserved = self.reserved;
+        }
+    }
+
+    /// `bytes` of a growable segment's free tail unmapped.
+    pub(crate) fn note_unmapped(&mut self, bytes: usize) {
+        self.reserved -= bytes;
+        self.cached -= bytes;
+        self.unmaps += 1;
     }
 
     #[inline]

@@ -98,6 +98,97 @@ impl Backend for HostBackend {
         Ok(())
     }
 
+    /// Modelled for every kind the device has: reserved ranges are host memory the host
+    /// commits when touched, mapped from their start in pieces of [`HOST_VM_GRANULARITY`]
+    /// counted against the device's capacity; accesses beyond the mapped part are refused as
+    /// beyond an allocation.
+    ///
+    /// [`HOST_VM_GRANULARITY`]: super::HOST_VM_GRANULARITY
+    fn vm_granularity(&self, device: DeviceId, kind: MemoryKind) -> Option<usize> {
+        let config = self.device_config(device).ok()?;
+        config
+            .allocator
+            .support(kind)
+            .available
+            .then_some(super::HOST_VM_GRANULARITY)
+    }
+
+    fn vm_reserve(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        wanted: usize,
+        needed: usize,
+    ) -> Result<Option<(usize, usize)>> {
+        let call = self.calls.enter(CallKind::Allocate)?;
+        check_device(self, device)?;
+        self.usable(device, call)?;
+        if self.vm_granularity(device, kind).is_none() {
+            return Err(HostErrorCode::NotSupported.error(call));
+        }
+        lock(&self.memory).reserve(device, kind, (wanted, needed))
+    }
+
+    fn vm_map(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<bool> {
+        let call = self.calls.enter(CallKind::Allocate)?;
+        check_device(self, device)?;
+        self.usable(device, call)?;
+        lock(&self.memory).map(device, kind, (address, size), call)
+    }
+
+    fn vm_set_access(
+        &self,
+        device: DeviceId,
+        _address: usize,
+        _size: usize,
+        peer: DeviceId,
+    ) -> Result<()> {
+        self.calls.enter(CallKind::Allocate)?;
+        check_device(self, device)?;
+        // Host memory: every simulated device reaches it already.
+        check_device(self, peer)
+    }
+
+    fn vm_unmap(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+        after: Option<HostStream>,
+    ) -> Result<()> {
+        let call = self.calls.enter(CallKind::Free)?;
+        check_device(self, device)?;
+        self.current.require(device, call)?;
+        if let Some(stream) = after {
+            // Unmapping is not stream-ordered: the stream's queued work finishes first.
+            let stream = self.stream(stream, call)?;
+            if stream.device != device {
+                return Err(HostErrorCode::InvalidHandle.error(call));
+            }
+            stream.tail().wait()?;
+        }
+        lock(&self.memory).unmap(device, kind, (address, size), call)
+    }
+
+    fn vm_release(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<()> {
+        let call = self.calls.enter(CallKind::Free)?;
+        check_device(self, device)?;
+        lock(&self.memory).release_range(device, kind, (address, size), call)
+    }
+
     /// Recorded, and every later copy, fill and launch argument in that memory is checked
     /// against its buffer. Not counted as a call (nor failed by fault injection): an
     /// annotation, not a driver call.

@@ -34,6 +34,10 @@ use gpu_core::id::DeviceId;
 /// ```
 pub const HOST_ALLOCATION_ALIGNMENT: usize = 256;
 
+/// The granularity of the host backend's virtual memory model (`Backend::vm_granularity`):
+/// 2 MiB, CUDA's for device memory on current GPUs.
+pub const HOST_VM_GRANULARITY: usize = 2 << 20;
+
 /// One block of host memory standing in for device memory. It is shared (`Arc`) by the
 /// allocation table and by every queued work item that touches it, and returned to the host
 /// allocator when the last holder lets go: a free never pulls memory from under queued work.
@@ -43,6 +47,8 @@ pub(super) struct Block {
     layout: Layout,
     /// The owning device's bytes in use, given back when the block is released.
     usage: Arc<AtomicUsize>,
+    /// The bytes of it counted in `usage`: all of it, or a reserved range's mapped part.
+    charged: AtomicUsize,
 }
 
 // SAFETY: a `Block` owns its memory outright; the pointer is only an address for other
@@ -65,7 +71,8 @@ impl Drop for Block {
     fn drop(&mut self) {
         // SAFETY: `ptr` came from `alloc_zeroed(self.layout)` and is released exactly once.
         unsafe { dealloc(self.ptr.as_ptr(), self.layout) };
-        self.usage.fetch_sub(self.layout.size(), Ordering::AcqRel);
+        self.usage
+            .fetch_sub(self.charged.load(Ordering::Acquire), Ordering::AcqRel);
     }
 }
 
@@ -84,15 +91,26 @@ pub(super) struct Allocation {
     /// [`gpu_core::backend::Backend::note_buffer`]. Once there is one, an access must lie in
     /// the buffer it starts in; memory between buffers is freed memory.
     buffers: BTreeMap<usize, usize>,
+    /// A reserved address range (`Backend::vm_reserve`): the bytes mapped from its start.
+    mapped: Option<usize>,
 }
 
 impl Allocation {
+    /// The bytes that may be accessed: the block, or a reserved range's mapped part.
+    fn extent(&self) -> ByteRange {
+        let whole = self.block.range();
+        ByteRange {
+            start: whole.start,
+            len: self.mapped.unwrap_or(whole.len),
+        }
+    }
+
     /// The bytes an access that starts at `address` (inside the allocation) may reach: its
     /// buffer's, or the whole allocation's if no buffer was carved out of it. An address
     /// between buffers is [`Error::UnknownAddress`]: no live buffer holds it.
     fn bounds_at(&self, address: usize) -> Result<ByteRange> {
         if self.buffers.is_empty() {
-            return Ok(self.block.range());
+            return Ok(self.extent());
         }
         self.buffers
             .range(..=address)
@@ -219,15 +237,32 @@ impl Memory {
         let Ok(layout) = Layout::from_size_align(bytes, HOST_ALLOCATION_ALIGNMENT) else {
             return Ok(None);
         };
-        // SAFETY: `layout` has a non-zero size.
-        let Some(ptr) = NonNull::new(unsafe { alloc_zeroed(layout) }) else {
-            return Ok(None);
-        };
-        usage.fetch_add(bytes, Ordering::AcqRel);
+        let address = self.insert_block((device, kind), layout, stream_ordered, None);
+        if address.is_some() {
+            self.usage[device.index()].fetch_add(bytes, Ordering::AcqRel);
+        }
+        Ok(address)
+    }
+
+    /// Allocates zeroed host memory of `layout` and records it as an allocation of `device`
+    /// and `kind` (a reserved range when `mapped` is `Some`, with nothing charged to the
+    /// device's usage, else charged whole by the caller); its address, or `None` when the host
+    /// has no memory for it.
+    fn insert_block(
+        &mut self,
+        (device, kind): (DeviceId, MemoryKind),
+        layout: Layout,
+        stream_ordered: bool,
+        mapped: Option<usize>,
+    ) -> Option<usize> {
+        // SAFETY: every caller's `layout` has a non-zero size.
+        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })?;
+        let charged = if mapped.is_some() { 0 } else { layout.size() };
         let block = Arc::new(Block {
             ptr,
             layout,
-            usage: usage.clone(),
+            usage: self.usage[device.index()].clone(),
+            charged: AtomicUsize::new(charged),
         });
         let address = ptr.as_ptr() as usize;
         self.allocations.insert(
@@ -238,9 +273,137 @@ impl Memory {
                 stream_ordered,
                 block,
                 buffers: BTreeMap::new(),
+                mapped,
             },
         );
-        Ok(Some(address))
+        Some(address)
+    }
+
+    /// Reserves an address range of `device` for `kind`: `wanted` bytes, or what the device's
+    /// capacity allows (at least `needed`), as host memory the host commits only when touched;
+    /// nothing of it mapped, nothing counted in use. `None` when not even `needed` fits.
+    pub(super) fn reserve(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        (wanted, needed): (usize, usize),
+    ) -> Result<Option<(usize, usize)>> {
+        let size =
+            wanted.min(self.capacity[device.index()] / HOST_VM_GRANULARITY * HOST_VM_GRANULARITY);
+        if size < needed || size == 0 {
+            return Ok(None);
+        }
+        let Ok(layout) = Layout::from_size_align(size, HOST_VM_GRANULARITY) else {
+            return Ok(None);
+        };
+        Ok(self
+            .insert_block((device, kind), layout, false, Some(0))
+            .map(|address| (address, size)))
+    }
+
+    /// The reserved range of `device` and `kind` that `[address, address + size)` lies in, the
+    /// piece granularity-aligned: its start and the allocation.
+    fn reserved_range(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        (address, size): (usize, usize),
+        call: &'static str,
+    ) -> Result<&mut Allocation> {
+        let invalid = || HostErrorCode::InvalidValue.error(call);
+        if !address.is_multiple_of(HOST_VM_GRANULARITY) || !size.is_multiple_of(HOST_VM_GRANULARITY)
+        {
+            return Err(invalid());
+        }
+        let (_, allocation) = self
+            .allocations
+            .range_mut(..=address)
+            .next_back()
+            .ok_or_else(invalid)?;
+        let fits = allocation.block.range().contains(&ByteRange {
+            start: address,
+            len: size.max(1),
+        });
+        if allocation.mapped.is_none()
+            || allocation.device != device
+            || allocation.kind != kind
+            || !fits
+        {
+            return Err(invalid());
+        }
+        Ok(allocation)
+    }
+
+    /// Maps `size` bytes at `address`, the end of its reserved range's mapped part; `false`
+    /// when the device's capacity cannot hold them.
+    pub(super) fn map(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        (address, size): (usize, usize),
+        call: &'static str,
+    ) -> Result<bool> {
+        let capacity = self.capacity[device.index()];
+        let allocation = self.reserved_range(device, kind, (address, size), call)?;
+        let end = allocation.extent().start + allocation.extent().len;
+        if address != end || size == 0 {
+            return Err(HostErrorCode::InvalidValue.error(call));
+        }
+        let usage = &allocation.block.usage;
+        if size > capacity.saturating_sub(usage.load(Ordering::Acquire)) {
+            return Ok(false);
+        }
+        usage.fetch_add(size, Ordering::AcqRel);
+        allocation.block.charged.fetch_add(size, Ordering::AcqRel);
+        allocation.mapped = allocation.mapped.map(|mapped| mapped + size);
+        Ok(true)
+    }
+
+    /// Unmaps the last `size` bytes of a reserved range's mapped part, at `address`; a live
+    /// buffer in them is `HOST_INVALID_VALUE`, changing nothing.
+    pub(super) fn unmap(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        (address, size): (usize, usize),
+        call: &'static str,
+    ) -> Result<()> {
+        let allocation = self.reserved_range(device, kind, (address, size), call)?;
+        let piece = ByteRange {
+            start: address,
+            len: size,
+        };
+        let buffer_inside = overlapping(&allocation.buffers, piece, registered_extent).is_some();
+        let end = allocation.extent().start + allocation.extent().len;
+        if address + size != end || size == 0 || buffer_inside {
+            return Err(HostErrorCode::InvalidValue.error(call));
+        }
+        allocation.block.usage.fetch_sub(size, Ordering::AcqRel);
+        allocation.block.charged.fetch_sub(size, Ordering::AcqRel);
+        allocation.mapped = allocation.mapped.map(|mapped| mapped - size);
+        Ok(())
+    }
+
+    /// Releases the reserved range at `address` of `size` bytes, nothing of it mapped.
+    pub(super) fn release_range(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        (address, size): (usize, usize),
+        call: &'static str,
+    ) -> Result<()> {
+        match self.allocations.get(&address) {
+            Some(a)
+                if a.device == device
+                    && a.kind == kind
+                    && a.mapped == Some(0)
+                    && a.block.range().len == size =>
+            {
+                self.allocations.remove(&address);
+                Ok(())
+            }
+            _ => Err(HostErrorCode::InvalidValue.error(call)),
+        }
     }
 
     /// Takes the allocation at `address` out of the table, after checking it is a live
@@ -273,7 +436,7 @@ impl Memory {
     ) -> Result<Option<&Allocation>> {
         match overlapping(&self.allocations, range, allocation_extent) {
             None => Ok(None),
-            Some(a) if a.block.range().contains(&range) => {
+            Some(a) if a.extent().contains(&range) => {
                 let bounds = a.bounds_at(range.start)?;
                 if bounds.contains(&range) {
                     Ok(Some(a))
@@ -318,7 +481,7 @@ impl Memory {
             .map(|(&start, _)| start)
             .ok_or_else(invalid)?;
         let allocation = self.allocations.get_mut(&start).ok_or_else(invalid)?;
-        if !allocation.block.range().contains(&range) {
+        if !allocation.extent().contains(&range) {
             return Err(invalid());
         }
         let buffers = &mut allocation.buffers;
@@ -380,7 +543,7 @@ impl Memory {
         self.registered_containing(ptr).or_else(|| {
             overlapping(&self.allocations, byte_at(ptr), allocation_extent)
                 .filter(|a| a.kind == MemoryKind::HostPinned)
-                .map(|a| a.block.range())
+                .map(Allocation::extent)
         })
     }
 

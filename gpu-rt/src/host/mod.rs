@@ -141,7 +141,7 @@ pub use config::{HostConfig, HostDeviceConfig, HostStats};
 pub use faults::{CallCounts, CallKind};
 pub use kernels::{DeviceScalar, DeviceView, HostKernel, KernelContext, KernelFn};
 pub use library::standard_kernels;
-pub use memory::HOST_ALLOCATION_ALIGNMENT;
+pub use memory::{HOST_ALLOCATION_ALIGNMENT, HOST_VM_GRANULARITY};
 pub use streams::{HostEvent, HostGraph, HostStream, WorkOp, WorkOutcome, WorkRecord};
 
 pub use gpu_core::backend::MAX_THREADS_PER_WORKGROUP;

@@ -91,6 +91,8 @@ pub(crate) struct Segments<'a, B: Backend> {
     pub(crate) backend: &'a B,
     pub(crate) streams: &'a StreamTable<B::Stream>,
     pub(crate) events: &'a mut AllocatorEvents<B::Event>,
+    /// The devices granted access to every piece mapped into a growable segment.
+    pub(crate) peers: &'a [DeviceId],
 }
 
 impl<B: Backend> Segments<'_, B> {
@@ -198,6 +200,75 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
     fn synchronize(&mut self, device: DeviceId) -> Result<()> {
         with_device(self.backend, device, || {
             self.backend.device_synchronize(device)
+        })
+    }
+
+    fn map_granularity(&mut self, device: DeviceId, kind: MemoryKind) -> Option<usize> {
+        self.backend.vm_granularity(device, kind)
+    }
+
+    fn reserve_range(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        wanted: usize,
+        needed: usize,
+    ) -> Result<Option<(usize, usize)>> {
+        with_device(self.backend, device, || {
+            self.backend.vm_reserve(device, kind, wanted, needed)
+        })
+    }
+
+    fn map(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<bool> {
+        with_device(self.backend, device, || {
+            if !self.backend.vm_map(device, kind, address, size)? {
+                return Ok(false);
+            }
+            // Peer access is granted per mapping: the peers the runtime enabled get it here.
+            let granted = self
+                .peers
+                .iter()
+                .try_for_each(|&peer| self.backend.vm_set_access(device, address, size, peer));
+            match granted {
+                Ok(()) => Ok(true),
+                Err(error) => {
+                    let _ = self.backend.vm_unmap(device, kind, address, size, None);
+                    Err(error)
+                }
+            }
+        })
+    }
+
+    fn unmap(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+        after: Option<StreamId>,
+    ) -> Result<()> {
+        let after = after.map(|stream| self.streams.get(stream)).transpose()?;
+        with_device(self.backend, device, || {
+            self.backend
+                .vm_unmap(device, kind, address, size, after.map(|(_, handle)| handle))
+        })
+    }
+
+    fn release_range(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<()> {
+        with_device(self.backend, device, || {
+            self.backend.vm_release(device, kind, address, size)
         })
     }
 }

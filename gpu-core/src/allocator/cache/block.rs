@@ -58,10 +58,13 @@ pub(crate) struct Block {
 
 pub(super) struct Segment {
     pub(super) addr: usize,
+    /// Bytes held: the whole segment, or a growable segment's mapped part.
     pub(super) size: usize,
     /// The lowest block.
     pub(super) first: u32,
     pub(super) held: bool,
+    /// A growable segment's reserved address space (0: an ordinary segment).
+    pub(super) reserve: usize,
 }
 
 /// A block freed while other streams may still use it.

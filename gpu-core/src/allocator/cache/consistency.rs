@@ -14,9 +14,20 @@ impl KindCache {
         let (mut reserved, mut segments) = (0, 0);
         let (mut allocated, mut requested, mut cached, mut pending) = (0, 0, 0, 0);
         let mut free_per_bins = alloc::vec![[0usize; 2]; self.lanes.len()];
+        for (lane, state) in self.lanes.iter().enumerate() {
+            let growable = self.segments.get(state.growable as usize);
+            if state.growable != NIL && !growable.is_some_and(|s| s.held && s.reserve > 0) {
+                return Err(format!(
+                    "lane {lane} names a growable segment it does not hold"
+                ));
+            }
+        }
         for (index, segment) in self.segments.iter().enumerate().filter(|(_, s)| s.held) {
             reserved += segment.size;
             segments += 1;
+            if segment.reserve > 0 && segment.size > segment.reserve {
+                return Err(format!("growable segment {index} maps beyond its range"));
+            }
             let (mut cursor, mut expected_addr, mut previous) = (segment.first, segment.addr, NIL);
             while cursor != NIL {
                 let b = &self.blocks[cursor as usize];

@@ -65,6 +65,18 @@ impl KindCache {
             if rung > 1 {
                 self.stats.oom_retries += 1;
             }
+            if config.growable_segments
+                && shape.large
+                && let Some(served) = self.grow_segment(
+                    driver,
+                    shape,
+                    (order, own_lane),
+                    config,
+                    &mut dependencies_done,
+                )?
+            {
+                return Ok(served);
+            }
             if let Some(served) = self.new_segment(driver, &miss, &mut dependencies_done)? {
                 return Ok(served);
             }
@@ -81,7 +93,7 @@ impl KindCache {
     }
 
     /// Makes the requesting stream wait on the request's dependencies, once.
-    fn order_dependencies<D: SegmentDriver>(
+    pub(super) fn order_dependencies<D: SegmentDriver>(
         &mut self,
         driver: &mut D,
         order: Order<'_>,
@@ -147,24 +159,14 @@ impl KindCache {
                 required: GRANULE,
             });
         }
-        let segment = match self.unused_segments.pop() {
-            Some(slot) => slot,
-            None => {
-                self.segments.push(Segment {
-                    addr: 0,
-                    size: 0,
-                    first: NIL,
-                    held: false,
-                });
-                (self.segments.len() - 1) as u32
-            }
-        };
+        let segment = self.segment_slot();
         let block = self.new_block(address, shape.segment, segment, lane, shape.large);
         self.segments[segment as usize] = Segment {
             addr: address,
             size: shape.segment,
             first: block,
             held: true,
+            reserve: 0,
         };
         self.stats.note_reserved(shape.segment);
         self.stats.misses += 1;
@@ -266,8 +268,10 @@ impl KindCache {
         self.move_completed_to_idle();
     }
 
-    /// Returns every wholly free segment to the driver; the bytes released.
+    /// Returns every wholly free segment to the driver, and every growable segment's free tail;
+    /// the bytes released.
     fn release_free_segments<D: SegmentDriver>(&mut self, driver: &mut D) -> Result<usize> {
+        self.release_loose_ranges(driver);
         let mut released = 0;
         for segment in 0..self.segments.len() {
             let Segment {
@@ -275,8 +279,20 @@ impl KindCache {
                 size,
                 first,
                 held,
+                reserve,
             } = self.segments[segment];
             if !held {
+                continue;
+            }
+            if reserve > 0 {
+                // Block by block from the end: free blocks of different lanes stay apart.
+                loop {
+                    let unmapped = self.shrink_growable(driver, segment as u32)?;
+                    released += unmapped;
+                    if unmapped == 0 || !self.segments[segment].held {
+                        break;
+                    }
+                }
                 continue;
             }
             let b = &self.blocks[first as usize];

@@ -67,7 +67,12 @@ pub struct FakeDriver {
     pub synchronous_allocations: u64,
     /// Segments obtained by stream-ordered calls.
     pub stream_ordered_allocations: u64,
+    /// The mapping granularity the fake offers (`None`: no virtual memory management).
+    pub granularity: Option<usize>,
+    /// Segments, and the mapped pieces of reserved ranges (adjacent pieces joined).
     segments: BTreeMap<usize, (usize, MemoryKind)>,
+    /// Reserved address ranges: start -> (size, kind).
+    reservations: BTreeMap<usize, (usize, MemoryKind)>,
     in_use: usize,
     streams: BTreeMap<u32, ModelStream>,
     pub(super) events: BTreeMap<u32, ModelEvent>,
@@ -84,7 +89,9 @@ impl FakeDriver {
             violations: Vec::new(),
             synchronous_allocations: 0,
             stream_ordered_allocations: 0,
+            granularity: None,
             segments: BTreeMap::new(),
+            reservations: BTreeMap::new(),
             in_use: 0,
             streams: BTreeMap::new(),
             events: BTreeMap::new(),
@@ -95,6 +102,11 @@ impl FakeDriver {
     /// Segments handed out and not returned: start -> (size, kind).
     pub fn live_segments(&self) -> &BTreeMap<usize, (usize, MemoryKind)> {
         &self.segments
+    }
+
+    /// Address ranges reserved and not released: start -> (size, kind).
+    pub fn reserved_ranges(&self) -> &BTreeMap<usize, (usize, MemoryKind)> {
+        &self.reservations
     }
 
     /// Bytes of `kind` handed out and not returned.
@@ -283,18 +295,41 @@ impl FakeDriver {
         Ok(())
     }
 
-    /// The highest free place for `size` bytes between `FAKE_FLOOR` and `FAKE_TOP`, a gap below
-    /// each live segment (so no two are adjacent) and touched by no pending work (an earlier segment's, freed in
-    /// stream order); `None` when the capacity or the address space has no room.
+    /// The highest free place for `size` bytes of `kind` between `FAKE_FLOOR` and `FAKE_TOP`
+    /// (see [`FakeDriver::place`]), handed out; `None` when the capacity or the address space
+    /// has no room.
     fn hand_out(&mut self, kind: MemoryKind, size: usize) -> Option<usize> {
         if self.capacity - self.in_use < size {
             return None;
         }
+        let address = self.place(size)?;
+        self.in_use += size;
+        self.segments.insert(address, (size, kind));
+        Some(address)
+    }
+
+    /// The highest free place for `size` bytes between `FAKE_FLOOR` and `FAKE_TOP`, a gap below
+    /// each live segment and reserved range (so no two are adjacent) and touched by no pending
+    /// work (an earlier segment's, freed in stream order).
+    fn place(&self, size: usize) -> Option<usize> {
         let span = size.checked_next_multiple_of(FAKE_ALIGNMENT)?;
+        let reserved = |start: usize| {
+            self.reservations
+                .range(..=start)
+                .next_back()
+                .is_some_and(|(&base, &(len, _))| start < base + len)
+        };
+        let taken: BTreeMap<usize, usize> = self
+            .segments
+            .iter()
+            .filter(|&(&start, _)| !reserved(start))
+            .chain(&self.reservations)
+            .map(|(&start, &(len, _))| (start, len))
+            .collect();
         let mut ceiling = FAKE_TOP;
-        let mut below = self.segments.iter().rev().peekable();
-        let address = loop {
-            let floor = below.peek().map_or(FAKE_FLOOR, |&(&start, &(len, _))| {
+        let mut below = taken.iter().rev().peekable();
+        loop {
+            let floor = below.peek().map_or(FAKE_FLOOR, |&(&start, &len)| {
                 start + len.next_multiple_of(FAKE_ALIGNMENT)
             });
             let Some(address) = ceiling.checked_sub(span).filter(|&a| a >= floor) else {
@@ -302,16 +337,22 @@ impl FakeDriver {
                 continue;
             };
             match self.pending_touching(address, address + span, None) {
-                None => break address,
+                None => return Some(address),
                 Some((stream, position)) => {
                     let busy = self.streams[&stream].work[position].range.0;
                     ceiling = busy - busy % FAKE_ALIGNMENT;
                 }
             }
-        };
-        self.in_use += size;
-        self.segments.insert(address, (size, kind));
-        Some(address)
+        }
+    }
+
+    /// The reserved range holding `[address, address + size)`, with its kind.
+    fn reservation_of(&self, address: usize, size: usize) -> Option<(usize, usize, MemoryKind)> {
+        self.reservations
+            .range(..=address)
+            .next_back()
+            .filter(|&(&base, &(len, _))| address + size <= base + len)
+            .map(|(&base, &(len, kind))| (base, len, kind))
     }
 }
 
@@ -416,6 +457,131 @@ impl SegmentDriver for FakeDriver {
     fn synchronize(&mut self, _device: DeviceId) -> Result<()> {
         self.call("synchronize")?;
         self.finish_all();
+        Ok(())
+    }
+
+    fn map_granularity(&mut self, _device: DeviceId, _kind: MemoryKind) -> Option<usize> {
+        self.granularity
+    }
+
+    fn reserve_range(
+        &mut self,
+        _device: DeviceId,
+        kind: MemoryKind,
+        size: usize,
+        _needed: usize,
+    ) -> Result<Option<(usize, usize)>> {
+        self.call("reserve_range")?;
+        // Aligned to the granularity, as a driver's reservations are.
+        let alignment = self.granularity.unwrap_or(FAKE_ALIGNMENT);
+        let address = size
+            .checked_add(alignment)
+            .and_then(|span| self.place(span))
+            .map(|address| address.next_multiple_of(alignment));
+        if let Some(address) = address {
+            self.reservations.insert(address, (size, kind));
+        }
+        Ok(address.map(|address| (address, size)))
+    }
+
+    fn map(
+        &mut self,
+        _device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<bool> {
+        self.call("map")?;
+        let inside = self.reservation_of(address, size);
+        let granular = self
+            .granularity
+            .is_some_and(|g| address.is_multiple_of(g) && size.is_multiple_of(g));
+        let mapped_already = self
+            .segments
+            .range(..address + size)
+            .next_back()
+            .is_some_and(|(&start, &(len, _))| address < start + len);
+        if !inside.is_some_and(|(_, _, k)| k == kind) || !granular || mapped_already {
+            self.violations.push(format!(
+                "map of {address:#x} ({size} bytes, {kind}) outside a reserved range, not \
+                 granular or over a mapped piece"
+            ));
+            return Ok(false);
+        }
+        if self.capacity - self.in_use < size {
+            return Ok(false);
+        }
+        self.in_use += size;
+        // Joined to the piece it extends, so a block across two maps lies in one piece.
+        let joined = self
+            .segments
+            .range(..address)
+            .next_back()
+            .filter(|&(&start, &(len, _))| start + len == address)
+            .map(|(&start, &(len, _))| (start, len));
+        match joined {
+            Some((start, len)) => self.segments.insert(start, (len + size, kind)),
+            None => self.segments.insert(address, (size, kind)),
+        };
+        Ok(true)
+    }
+
+    fn unmap(
+        &mut self,
+        _device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+        after: Option<StreamId>,
+    ) -> Result<()> {
+        self.call("unmap")?;
+        let piece = self
+            .segments
+            .range(..=address)
+            .next_back()
+            .map(|(&start, &(len, k))| (start, len, k));
+        let Some((start, len, _)) =
+            piece.filter(|&(start, len, k)| k == kind && address + size == start + len)
+        else {
+            self.violations.push(format!(
+                "unmap of {address:#x} ({size} bytes) is not the tail of a mapped piece"
+            ));
+            return Ok(());
+        };
+        if let Some((stream, position)) = self.pending_touching(address, address + size, after) {
+            self.violations.push(format!(
+                "{address:#x} unmapped after {after:?} while work {position} of stream {stream} may use it"
+            ));
+        }
+        if address == start {
+            self.segments.remove(&start);
+        } else {
+            self.segments.insert(start, (len - size, kind));
+        }
+        self.in_use -= size;
+        Ok(())
+    }
+
+    fn release_range(
+        &mut self,
+        _device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<()> {
+        self.call("release_range")?;
+        let still_mapped = self
+            .segments
+            .range(address..address + size)
+            .next()
+            .is_some();
+        if self.reservations.get(&address) != Some(&(size, kind)) || still_mapped {
+            self.violations.push(format!(
+                "release of range {address:#x} ({size} bytes): not reserved, or still mapped"
+            ));
+            return Ok(());
+        }
+        self.reservations.remove(&address);
         Ok(())
     }
 }

@@ -227,6 +227,7 @@ impl Harness {
             AllocPath::DriverStreamOrdered => "stream-ordered",
             AllocPath::DriverSynchronous => "synchronous",
             AllocPath::Fallback => "fallback",
+            AllocPath::SegmentGrown => "segment grown",
         };
         *self.paths.entry(name).or_default() += 1;
         let expected_driver_path = match (home, support.stream_ordered) {
@@ -365,6 +366,12 @@ impl Harness {
             .trim(&mut self.driver)
             .map_err(|e| format!("{e}"))?;
         self.check()?;
+        if !self.driver.reserved_ranges().is_empty() {
+            return Err(format!(
+                "after trim the driver still has ranges reserved: {:?}",
+                self.driver.reserved_ranges()
+            ));
+        }
         if !self.driver.live_segments().is_empty() {
             return Err(format!(
                 "after trim the driver still has {:?} out",
