@@ -58,7 +58,7 @@ fn the_guide_example_replays_under_each_configuration_from_standard_input() {
     );
     // The 4 MiB and the 1,000-byte allocations are live together at the peak, in each report.
     assert_eq!(
-        stdout.matches("\"peak_live\":4195304").count(),
+        stdout.matches("\"peak_requested\": 4195304").count(),
         2,
         "{stdout}"
     );
