@@ -1,10 +1,16 @@
 //! The injected side: `InitializeInjection` subscribes to CUPTI's driver-API callbacks, each
-//! callback reads its call's handles into a [`Call`], and one writer per process serialises the
-//! calls through the [`Translator`] into `GPU_TRACE_OUT/gpu-trace.PID.trace`.
+//! callback reads its call's handles and footprint into a [`Call`], and one writer per process
+//! serialises the calls through the [`Translator`] into `GPU_TRACE_OUT/gpu-trace.PID.trace`.
 //!
-//! Order: creations and uses are recorded when the driver returns, destroys when they are
-//! entered (before the handle can be reused), all under one lock, so the file's order is one the
-//! calls could have run in. An `atexit` handler writes `exit` and flushes.
+//! Order: creations and uses are recorded when the driver returns, destroys and frees when they
+//! are entered (before the handle or address can be reused), all under one lock, so the file's
+//! order is one the calls could have run in. An `atexit` handler writes `exit` and flushes.
+//!
+//! A launch's parameters are read only where their sizes are known: the recorder asks the
+//! loaded libcuda's `cuFuncGetParamInfo` (or `cuKernelGetParamInfo` for a `CUkernel`) once per
+//! function, then reads each parameter's bytes through `kernelParams[i]` as 8-byte words (at
+//! most [`MAX_WORDS_PER_PARAM`] per parameter). Without sizes (an older driver, a launch through
+//! `extra`) nothing is read: the launch has no footprint.
 
 use core::ffi::{c_int, c_void};
 use std::cell::Cell;
@@ -24,6 +30,84 @@ use crate::translate::Translator;
 
 /// The buffer between the translator and the trace file.
 const WRITE_BUFFER_BYTES: usize = 1 << 20;
+
+/// The most 8-byte words read from one kernel parameter (a struct of pointers, as PyTorch's
+/// elementwise kernels pass, is read up to this).
+pub(crate) const MAX_WORDS_PER_PARAM: usize = 64;
+
+/// The most parameters asked of `cuFuncGetParamInfo` for one function.
+const MAX_PARAMS: usize = 4096;
+
+/// The driver functions the recorder calls, looked up in the loaded libcuda.
+macro_rules! driver_library {
+    ($($row:tt),* $(,)?) => {
+        gpu_ffi_loader::dlsym_library! {
+            /// The process's libcuda (already loaded: the driver loaded the recorder).
+            pub struct Driver;
+            backend: "cuda";
+            file_names: &["libcuda.so.1", "libcuda.so"];
+            $($row),*
+        }
+    };
+}
+
+mod driver {
+    //! The generated driver library type, with the bindings' pointer types in scope.
+    #[allow(clippy::wildcard_imports)]
+    use crate::sys::*;
+
+    crate::sys::driver_functions!(driver_library);
+}
+
+/// The parameter-size queries, where the driver has them.
+struct ParamInfo {
+    function: sys::PFN_cuFuncGetParamInfo,
+    kernel: Option<sys::PFN_cuKernelGetParamInfo>,
+    /// Keeps libcuda's handle open.
+    _library: driver::Driver,
+}
+
+impl ParamInfo {
+    fn load() -> Option<Self> {
+        let library = driver::Driver::load().ok()?;
+        Some(Self {
+            function: library.cuFuncGetParamInfo().ok()?,
+            kernel: library.cuKernelGetParamInfo().ok(),
+            _library: library,
+        })
+    }
+
+    /// The sizes of `function`'s parameters, asked of the driver (empty if it answers nothing
+    /// for the first: no parameters, or a handle neither query knows).
+    fn sizes(&self, function: u64) -> Box<[u32]> {
+        let mut sizes = Vec::new();
+        let handle = function as usize as *mut c_void;
+        for index in 0..MAX_PARAMS {
+            let (mut offset, mut size) = (0usize, 0usize);
+            // SAFETY: a function handle the program launched; the driver validates it and
+            // writes two sizes.
+            let result = unsafe { (self.function)(handle.cast(), index, &mut offset, &mut size) };
+            if result != 0 {
+                break;
+            }
+            sizes.push(u32::try_from(size).unwrap_or(u32::MAX));
+        }
+        if sizes.is_empty()
+            && let Some(kernel) = self.kernel
+        {
+            for index in 0..MAX_PARAMS {
+                let (mut offset, mut size) = (0usize, 0usize);
+                // SAFETY: as above, for a `CUkernel` handle.
+                let result = unsafe { kernel(handle.cast(), index, &mut offset, &mut size) };
+                if result != 0 {
+                    break;
+                }
+                sizes.push(u32::try_from(size).unwrap_or(u32::MAX));
+            }
+        }
+        sizes.into_boxed_slice()
+    }
+}
 
 /// The CUPTI functions the recorder calls, looked up once at start.
 struct Functions {
@@ -51,6 +135,8 @@ struct Recorder {
     _library: Cupti,
     output: Mutex<Output>,
     devices: Mutex<HashMap<u64, Option<u32>>>,
+    /// The driver's parameter-size queries (`None`: launches get no footprint).
+    param_info: Option<ParamInfo>,
     /// Callbacks received, and the nanoseconds spent in them (reported at exit).
     callbacks: AtomicU64,
     callback_nanos: AtomicU64,
@@ -61,6 +147,8 @@ struct Output {
     /// The process that opened the files: a forked child leaves them alone at its exit.
     pid: u32,
     translator: Translator,
+    /// Each launched function's parameter sizes, asked once (forgotten when code is unloaded).
+    param_sizes: HashMap<u64, Box<[u32]>>,
     trace: BufWriter<File>,
     calls: Option<BufWriter<File>>,
     text: String,
@@ -116,6 +204,7 @@ fn start(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<(), String>
         output: Mutex::new(Output {
             pid,
             translator: Translator::new(),
+            param_sizes: HashMap::new(),
             trace,
             calls,
             text: String::with_capacity(256),
@@ -124,6 +213,7 @@ fn start(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<(), String>
             write_failed: false,
         }),
         devices: Mutex::new(HashMap::new()),
+        param_info: ParamInfo::load(),
         callbacks: AtomicU64::new(0),
         callback_nanos: AtomicU64::new(0),
     };
@@ -209,13 +299,26 @@ unsafe extern "C" fn on_call(
     });
 }
 
-fn is_destroy(cbid: u32) -> bool {
+/// Destroys and frees: recorded when entered, before the handle or address can be reused.
+fn recorded_on_entry(cbid: u32) -> bool {
     matches!(
         cbid,
         sys::CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy
             | sys::CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy_v2
             | sys::CUPTI_DRIVER_TRACE_CBID_cuEventDestroy
             | sys::CUPTI_DRIVER_TRACE_CBID_cuEventDestroy_v2
+            | sys::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2
+            | sys::CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost
+            | sys::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync
+            | sys::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz
+    )
+}
+
+/// Calls that unload code: function handles may be reused for other kernels after them.
+fn unloads_code(cbid: u32) -> bool {
+    matches!(
+        cbid,
+        sys::CUPTI_DRIVER_TRACE_CBID_cuModuleUnload | sys::CUPTI_DRIVER_TRACE_CBID_cuLibraryUnload
     )
 }
 
@@ -226,7 +329,7 @@ unsafe fn record(recorder: &Recorder, cbid: u32, data: &sys::CUpti_CallbackData)
     let outcome = if data.callbackSite == sys::CUPTI_API_EXIT {
         // SAFETY: at the exit site the return value is the call's CUresult.
         Outcome::Returned(unsafe { *data.functionReturnValue.cast::<sys::CUresult>() })
-    } else if is_destroy(cbid) {
+    } else if recorded_on_entry(cbid) {
         Outcome::Entered
     } else {
         return;
@@ -235,7 +338,13 @@ unsafe fn record(recorder: &Recorder, cbid: u32, data: &sys::CUpti_CallbackData)
     let device = recorder.device_of(data.context);
     let thread = thread_id();
     let mut output = recorder.output();
-    let mut sink = |function: &'static str, kind: Kind| {
+    let output = &mut *output;
+    // Taken out for the call (the writer borrows the rest of `output`), put back after.
+    let mut param_sizes = core::mem::take(&mut output.param_sizes);
+    if unloads_code(cbid) {
+        param_sizes.clear();
+    }
+    let mut sink = |function: &'static str, kind: Kind, args: Vec<u64>| {
         output.write(&Call {
             function,
             kind,
@@ -243,10 +352,52 @@ unsafe fn record(recorder: &Recorder, cbid: u32, data: &sys::CUpti_CallbackData)
             device,
             thread,
             outcome,
+            args,
         });
     };
+    let mut words = |function: u64, params: *mut *mut c_void| {
+        match (&recorder.param_info, outcome) {
+            (Some(info), Outcome::Returned(0)) => {
+                let sizes = param_sizes
+                    .entry(function)
+                    .or_insert_with(|| info.sizes(function));
+                // SAFETY: the launch succeeded with these parameters, so `params` holds one
+                // pointer per parameter, each to as many bytes as the driver says it has.
+                unsafe { param_words(params, sizes) }
+            }
+            _ => Vec::new(),
+        }
+    };
     // SAFETY: as this function's contract says.
-    unsafe { read_call(cbid, data.functionParams, outcome, &mut sink) };
+    unsafe { read_call(cbid, data.functionParams, outcome, &mut words, &mut sink) };
+    output.param_sizes = param_sizes;
+}
+
+/// The nonzero 8-byte words of a launch's parameters, `sizes[i]` bytes through `params[i]`
+/// (at most [`MAX_WORDS_PER_PARAM`] each; a parameter shorter than 8 bytes has none).
+///
+/// # Safety
+/// `params` is null or holds `sizes.len()` pointers, each null or to `sizes[i]` readable bytes.
+unsafe fn param_words(params: *mut *mut c_void, sizes: &[u32]) -> Vec<u64> {
+    let mut words = Vec::new();
+    if params.is_null() {
+        return words;
+    }
+    for (i, &size) in sizes.iter().enumerate() {
+        // SAFETY: `params` has `sizes.len()` entries.
+        let param = unsafe { *params.add(i) }.cast::<u8>();
+        if param.is_null() {
+            continue;
+        }
+        for word in 0..(size as usize / 8).min(MAX_WORDS_PER_PARAM) {
+            // SAFETY: within the parameter's `size` bytes; parameters need not be aligned.
+            let value = unsafe { param.add(word * 8).cast::<u64>().read_unaligned() };
+            if value != 0 {
+                words.push(value);
+            }
+        }
+    }
+    words
 }
 
 impl Recorder {
@@ -355,78 +506,136 @@ fn thread_id() -> u64 {
 
 /// One reader per recorded call: which handles its parameters hold, by kind.
 macro_rules! read_kind {
-    (stream_create, $p:ident, $outcome:ident, [$out:ident], $sink:ident, $name:ident) => {
+    (stream_create, $p:ident, $outcome:ident, [$out:ident], $words:ident, $sink:ident, $name:ident) => {
         $sink(stringify!($name), Kind::StreamCreate {
             stream: created($p.$out.cast(), $outcome),
-        })
+        }, Vec::new())
     };
-    (event_create, $p:ident, $outcome:ident, [$out:ident], $sink:ident, $name:ident) => {
+    (event_create, $p:ident, $outcome:ident, [$out:ident], $words:ident, $sink:ident, $name:ident) => {
         $sink(stringify!($name), Kind::EventCreate {
             event: created($p.$out.cast(), $outcome),
-        })
+        }, Vec::new())
     };
-    (stream_destroy, $p:ident, $outcome:ident, [$s:ident], $sink:ident, $name:ident) => {
-        $sink(stringify!($name), Kind::StreamDestroy { stream: handle($p.$s) })
+    (stream_destroy, $p:ident, $outcome:ident, [$s:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::StreamDestroy { stream: handle($p.$s) }, Vec::new())
     };
-    (event_destroy, $p:ident, $outcome:ident, [$e:ident], $sink:ident, $name:ident) => {
-        $sink(stringify!($name), Kind::EventDestroy { event: handle($p.$e) })
+    (event_destroy, $p:ident, $outcome:ident, [$e:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::EventDestroy { event: handle($p.$e) }, Vec::new())
     };
-    (event_record, $p:ident, $outcome:ident, [$e:ident, $s:ident], $sink:ident, $name:ident) => {
+    (event_record, $p:ident, $outcome:ident, [$e:ident, $s:ident], $words:ident, $sink:ident, $name:ident) => {
         $sink(stringify!($name), Kind::EventRecord {
             event: handle($p.$e),
             stream: handle($p.$s),
-        })
+        }, Vec::new())
     };
-    (stream_wait_event, $p:ident, $outcome:ident, [$s:ident, $e:ident], $sink:ident, $name:ident) => {
+    (stream_wait_event, $p:ident, $outcome:ident, [$s:ident, $e:ident], $words:ident, $sink:ident, $name:ident) => {
         $sink(stringify!($name), Kind::StreamWaitEvent {
             stream: handle($p.$s),
             event: handle($p.$e),
-        })
+        }, Vec::new())
     };
-    (stream_synchronize, $p:ident, $outcome:ident, [$s:ident], $sink:ident, $name:ident) => {
-        $sink(stringify!($name), Kind::StreamSynchronize { stream: handle($p.$s) })
+    (stream_synchronize, $p:ident, $outcome:ident, [$s:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::StreamSynchronize { stream: handle($p.$s) }, Vec::new())
     };
-    (stream_query, $p:ident, $outcome:ident, [$s:ident], $sink:ident, $name:ident) => {
-        $sink(stringify!($name), Kind::StreamQuery { stream: handle($p.$s) })
+    (stream_query, $p:ident, $outcome:ident, [$s:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::StreamQuery { stream: handle($p.$s) }, Vec::new())
     };
-    (event_synchronize, $p:ident, $outcome:ident, [$e:ident], $sink:ident, $name:ident) => {
-        $sink(stringify!($name), Kind::EventSynchronize { event: handle($p.$e) })
+    (event_synchronize, $p:ident, $outcome:ident, [$e:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::EventSynchronize { event: handle($p.$e) }, Vec::new())
     };
-    (event_query, $p:ident, $outcome:ident, [$e:ident], $sink:ident, $name:ident) => {
-        $sink(stringify!($name), Kind::EventQuery { event: handle($p.$e) })
+    (event_query, $p:ident, $outcome:ident, [$e:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::EventQuery { event: handle($p.$e) }, Vec::new())
     };
-    (work, $p:ident, $outcome:ident, [$s:ident], $sink:ident, $name:ident) => {
-        $sink(stringify!($name), Kind::Work { stream: handle($p.$s) })
+    (work, $p:ident, $outcome:ident, [$s:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::Work { stream: handle($p.$s) }, Vec::new())
     };
-    (work_config, $p:ident, $outcome:ident, [$config:ident], $sink:ident, $name:ident) => {
+    (launch, $p:ident, $outcome:ident, [$f:ident, $params:ident, $s:ident], $words:ident, $sink:ident, $name:ident) => {
+        let function = handle($p.$f);
+        let args = $words(function, $p.$params);
+        $sink(stringify!($name), Kind::Launch { stream: handle($p.$s), function }, args)
+    };
+    (launch_config, $p:ident, $outcome:ident, [$config:ident, $f:ident, $params:ident], $words:ident, $sink:ident, $name:ident) => {
         if !$p.$config.is_null() {
             // SAFETY: a non-null CUlaunchConfig pointer the program passed to the launch.
             let stream = unsafe { (*$p.$config).hStream };
-            $sink(stringify!($name), Kind::Work { stream: handle(stream) })
+            let function = handle($p.$f);
+            let args = $words(function, $p.$params);
+            $sink(stringify!($name), Kind::Launch { stream: handle(stream), function }, args)
         }
     };
-    (work_each, $p:ident, $outcome:ident, [$list:ident, $count:ident], $sink:ident, $name:ident) => {
+    (copy, $p:ident, $outcome:ident, [$d:ident, $src:ident, $n:ident, $s:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::Copy {
+            stream: handle($p.$s),
+            dst: address($p.$d),
+            src: address($p.$src),
+            bytes: $p.$n as u64,
+        }, Vec::new())
+    };
+    (copy_sync, $p:ident, $outcome:ident, [$d:ident, $src:ident, $n:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::CopySync {
+            dst: address($p.$d),
+            src: address($p.$src),
+            bytes: $p.$n as u64,
+        }, Vec::new())
+    };
+    (fill, $p:ident, $outcome:ident, [$d:ident, $n:ident, $s:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::Fill {
+            stream: handle($p.$s),
+            dst: address($p.$d),
+            bytes: ($p.$n as u64).saturating_mul(element_size(stringify!($name))),
+        }, Vec::new())
+    };
+    (fill_sync, $p:ident, $outcome:ident, [$d:ident, $n:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::FillSync {
+            dst: address($p.$d),
+            bytes: ($p.$n as u64).saturating_mul(element_size(stringify!($name))),
+        }, Vec::new())
+    };
+    (alloc, $p:ident, $outcome:ident, [$out:ident, $n:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::Alloc {
+            address: written($p.$out, $outcome),
+            bytes: $p.$n as u64,
+        }, Vec::new())
+    };
+    (alloc_async, $p:ident, $outcome:ident, [$out:ident, $n:ident, $s:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::AllocAsync {
+            stream: handle($p.$s),
+            address: written($p.$out, $outcome),
+            bytes: $p.$n as u64,
+        }, Vec::new())
+    };
+    (free, $p:ident, $outcome:ident, [$a:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::Free { address: address($p.$a) }, Vec::new())
+    };
+    (free_async, $p:ident, $outcome:ident, [$a:ident, $s:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::FreeAsync {
+            stream: handle($p.$s),
+            address: address($p.$a),
+        }, Vec::new())
+    };
+    (work_each, $p:ident, $outcome:ident, [$list:ident, $count:ident], $words:ident, $sink:ident, $name:ident) => {
         if !$p.$list.is_null() {
             for i in 0..$p.$count as usize {
                 // SAFETY: the program passed an array of `count` launch parameters.
                 let stream = unsafe { (*$p.$list.add(i)).hStream };
-                $sink(stringify!($name), Kind::Work { stream: handle(stream) })
+                $sink(stringify!($name), Kind::Work { stream: handle(stream) }, Vec::new())
             }
         }
     };
-    (begin_capture, $p:ident, $outcome:ident, [$s:ident], $sink:ident, $name:ident) => {
-        $sink(stringify!($name), Kind::BeginCapture { stream: handle($p.$s) })
+    (begin_capture, $p:ident, $outcome:ident, [$s:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::BeginCapture { stream: handle($p.$s) }, Vec::new())
     };
-    (end_capture, $p:ident, $outcome:ident, [$s:ident], $sink:ident, $name:ident) => {
-        $sink(stringify!($name), Kind::EndCapture { stream: handle($p.$s) })
+    (end_capture, $p:ident, $outcome:ident, [$s:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::EndCapture { stream: handle($p.$s) }, Vec::new())
     };
 }
 
 /// The reader of every recorded call, by callback id.
 macro_rules! call_reader {
     ($(($name:ident, $cbid:ident, $params:ident, $kind:ident, [$($field:ident),*])),* $(,)?) => {
-        /// Reads the handles of call `cbid` from its parameters and hands each resulting
-        /// [`Kind`] (a multi-device launch has several) to `sink` with the function's name.
+        /// Reads the handles and footprint of call `cbid` from its parameters and hands each
+        /// resulting [`Kind`] (a multi-device launch has several) to `sink` with the function's
+        /// name and, for a launch, the words `words` read from its function's parameters.
         ///
         /// # Safety
         /// `params` points at the `<function>_params` struct of `cbid`.
@@ -434,14 +643,15 @@ macro_rules! call_reader {
             cbid: u32,
             params: *const c_void,
             outcome: Outcome,
-            sink: &mut dyn FnMut(&'static str, Kind),
+            words: &mut dyn FnMut(u64, *mut *mut c_void) -> Vec<u64>,
+            sink: &mut dyn FnMut(&'static str, Kind, Vec<u64>),
         ) {
             let _ = outcome;
             match cbid {
                 $(sys::$cbid => {
                     // SAFETY: as the contract says.
                     let p = unsafe { &*params.cast::<sys::$params>() };
-                    read_kind!($kind, p, outcome, [$($field),*], sink, $name);
+                    read_kind!($kind, p, outcome, [$($field),*], words, sink, $name);
                 })*
                 _ => read_note(cbid, sink),
             }
@@ -454,9 +664,9 @@ sys::recorded_calls!(call_reader);
 macro_rules! note_reader {
     ($(($name:ident, $cbid:ident)),* $(,)?) => {
         /// A call the trace keeps as a comment.
-        fn read_note(cbid: u32, sink: &mut dyn FnMut(&'static str, Kind)) {
+        fn read_note(cbid: u32, sink: &mut dyn FnMut(&'static str, Kind, Vec<u64>)) {
             match cbid {
-                $(sys::$cbid => sink(stringify!($name), Kind::Note),)*
+                $(sys::$cbid => sink(stringify!($name), Kind::Note, Vec::new()),)*
                 _ => {}
             }
         }
@@ -468,6 +678,59 @@ sys::noted_calls!(note_reader);
 /// A driver handle as a number.
 fn handle<T>(pointer: *mut T) -> u64 {
     pointer as usize as u64
+}
+
+/// An address parameter (a `CUdeviceptr` or a host pointer) as a number.
+fn address(value: impl Address) -> u64 {
+    value.address()
+}
+
+/// What an address parameter may be.
+trait Address: Copy {
+    fn address(self) -> u64;
+}
+
+impl Address for u64 {
+    fn address(self) -> u64 {
+        self
+    }
+}
+
+impl<T> Address for *const T {
+    fn address(self) -> u64 {
+        self as usize as u64
+    }
+}
+
+impl<T> Address for *mut T {
+    fn address(self) -> u64 {
+        self as usize as u64
+    }
+}
+
+/// The address an allocating call wrote through `out`, once it succeeded (0 otherwise).
+fn written<T: Address>(out: *mut T, outcome: Outcome) -> u64 {
+    if outcome != Outcome::Returned(0) || out.is_null() {
+        return 0;
+    }
+    // SAFETY: the call succeeded, so it wrote the address through the program's pointer.
+    unsafe { *out }.address()
+}
+
+/// The element size of a fill, from its function's name (`cuMemsetD16Async`: 2).
+const fn element_size(name: &str) -> u64 {
+    let bytes = name.as_bytes();
+    let mut i = 0;
+    while i + 2 < bytes.len() {
+        if bytes[i] == b'D' && bytes[i + 1] == b'1' && bytes[i + 2] == b'6' {
+            return 2;
+        }
+        if bytes[i] == b'D' && bytes[i + 1] == b'3' && bytes[i + 2] == b'2' {
+            return 4;
+        }
+        i += 1;
+    }
+    1
 }
 
 /// The handle a creating call wrote through `out`, once it succeeded (0 otherwise).

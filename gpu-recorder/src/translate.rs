@@ -1,5 +1,5 @@
 //! The translation of recorded driver calls into trace lines (`Translator`): names for the
-//! default streams, what stream capture hides, failed calls and the end of the process.
+//! default streams, what stream capture hides, memory footprints, failed calls and the end.
 //!
 //! Pure: it sees only [`Call`]s, in the order the recorder serialised them, and writes text.
 //! Rules (the README's "Check your own program" explains them to users):
@@ -11,10 +11,18 @@
 //!   handle may be reused as soon as they return) and a failure is noted after them;
 //! - while a stream captures into a graph, calls on it (and on streams that joined the capture
 //!   by waiting on an event recorded in it) are not executed: comments (`# captured: ...`);
-//! - memory and context calls are comments; after [`Translator::exit`] every call is one.
+//! - footprints: allocations and frees are `mem_alloc`/`mem_free` (frees written when entered,
+//!   with the stream for the stream-ordered forms); copies are `copy` with `r:` the source and
+//!   `w:` the destination (host sides too: a range outside every allocation the checker knows is
+//!   harmless), fills `fill` with `w:`; synchronous ones run on the null stream, and a
+//!   synchronous copy to the host is followed by the host's wait for that stream. A launch's
+//!   parameter word that lies inside an allocation seen so far counts as `rw:` of that whole
+//!   allocation (conservative). A call recorded without its footprint (0 bytes, no address: the
+//!   fixtures from before footprints) is written as it was: `launch`, or a comment;
+//! - other memory and context calls are comments; after [`Translator::exit`] every call is one.
 
 use core::fmt::Write as _;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::call::{Call, Kind, Outcome};
 
@@ -72,12 +80,14 @@ impl core::fmt::Display for StreamKey {
 
 /// Turns calls into trace lines, one call at a time, keeping what the lines depend on: the
 /// default streams declared so far, the streams capturing (each with the stream whose capture
-/// it belongs to) and the events last recorded during a capture.
+/// it belongs to), the events last recorded during a capture and the allocations alive.
 #[derive(Debug, Default)]
 pub struct Translator {
     declared: HashSet<StreamKey>,
     capture_of: HashMap<StreamKey, StreamKey>,
     captured_events: HashMap<u64, StreamKey>,
+    /// The allocations alive: start address to length.
+    allocations: BTreeMap<u64, u64>,
     exited: bool,
 }
 
@@ -120,6 +130,15 @@ impl Translator {
                 Some(0) => {}
                 Some(code) => failed(call, code, true, out),
             },
+            // A free with its address is written when entered, before the address can be
+            // handed out again; without one (recorded before footprints) as it was.
+            Kind::Free { address } | Kind::FreeAsync { address, .. } if address != 0 => {
+                match code {
+                    None => self.free(call, address, out),
+                    Some(0) => {}
+                    Some(code) => failed(call, code, true, out),
+                }
+            }
             // Anything else is recorded once it returned.
             _ => match code {
                 None => {}
@@ -213,17 +232,119 @@ impl Translator {
                     call.function, call.thread
                 );
             }
+            Kind::Launch { stream, .. } => {
+                let mut text = String::from("launch");
+                let mut found: Vec<u64> = Vec::new();
+                for &word in &call.args {
+                    if let Some((&start, &len)) = self.allocations.range(..=word).next_back()
+                        && word - start < len
+                        && !found.contains(&start)
+                    {
+                        found.push(start);
+                        let _ = write!(text, " rw:{start:#x}+{len}");
+                    }
+                }
+                self.on_stream_with(call, stream, &text, out);
+            }
+            Kind::Copy {
+                stream,
+                dst,
+                src,
+                bytes,
+            } => {
+                let text = format!("copy r:{src:#x}+{bytes} w:{dst:#x}+{bytes}");
+                let text = if bytes == 0 { "launch" } else { &text };
+                self.on_stream_with(call, stream, text, out);
+            }
+            Kind::Fill { stream, dst, bytes } => {
+                let text = format!("fill w:{dst:#x}+{bytes}");
+                let text = if bytes == 0 { "launch" } else { &text };
+                self.on_stream_with(call, stream, text, out);
+            }
+            Kind::CopySync { dst, src, bytes } if bytes != 0 => {
+                let text = format!("copy r:{src:#x}+{bytes} w:{dst:#x}+{bytes}");
+                self.on_stream_with(call, 0, &text, out);
+                // A copy to the host returns once it completed: the host waited for the stream.
+                if call.function.starts_with("cuMemcpyDtoH") {
+                    self.on_stream(call, 0, "stream_synchronize", out);
+                }
+            }
+            Kind::FillSync { dst, bytes } if bytes != 0 => {
+                let text = format!("fill w:{dst:#x}+{bytes}");
+                self.on_stream_with(call, 0, &text, out);
+            }
+            Kind::Alloc { address, bytes } if address != 0 && bytes != 0 => {
+                self.allocations.insert(address, bytes);
+                line(call, format_args!("mem_alloc {address:#x}+{bytes}"), out);
+            }
+            Kind::AllocAsync {
+                stream,
+                address,
+                bytes,
+            } => {
+                let key = StreamKey::of(call, stream);
+                if address == 0 || bytes == 0 {
+                    self.on_stream(call, stream, "launch", out);
+                } else if self.capture_of.contains_key(&key) {
+                    captured(
+                        call,
+                        format_args!("mem_alloc {address:#x}+{bytes} {key}"),
+                        out,
+                    );
+                } else {
+                    self.allocations.insert(address, bytes);
+                    self.declare(call, key, out);
+                    line(
+                        call,
+                        format_args!("mem_alloc {address:#x}+{bytes} {key}"),
+                        out,
+                    );
+                }
+            }
+            // Recorded before footprints: as it was.
+            Kind::FreeAsync { stream, .. } => self.on_stream(call, stream, "launch", out),
             Kind::StreamDestroy { .. } | Kind::EventDestroy { .. } => {}
-            Kind::Note => {
+            Kind::CopySync { .. }
+            | Kind::FillSync { .. }
+            | Kind::Alloc { .. }
+            | Kind::Free { .. }
+            | Kind::Note => {
                 let _ = writeln!(out, "# {call}");
+            }
+        }
+    }
+
+    /// A free, when entered: `mem_free ADDR [STREAM]`, or a comment while its stream captures.
+    fn free(&mut self, call: &Call, address: u64, out: &mut String) {
+        match call.kind {
+            Kind::FreeAsync { stream, .. } => {
+                let key = StreamKey::of(call, stream);
+                if self.capture_of.contains_key(&key) {
+                    captured(call, format_args!("mem_free {address:#x} {key}"), out);
+                } else {
+                    self.allocations.remove(&address);
+                    self.declare(call, key, out);
+                    line(call, format_args!("mem_free {address:#x} {key}"), out);
+                }
+            }
+            _ => {
+                self.allocations.remove(&address);
+                line(call, format_args!("mem_free {address:#x}"), out);
             }
         }
     }
 
     /// A call naming one stream: a line, or a comment while that stream captures.
     fn on_stream(&mut self, call: &Call, stream: u64, verb: &str, out: &mut String) {
+        self.on_stream_with(call, stream, verb, out);
+    }
+
+    /// A call naming one stream, its line `VERB STREAM REST` where `text` is `VERB REST`: a
+    /// line, or a comment while that stream captures.
+    fn on_stream_with(&mut self, call: &Call, stream: u64, text: &str, out: &mut String) {
         let key = StreamKey::of(call, stream);
-        let text = format_args!("{verb} {key}");
+        let (verb, rest) = text.split_at(text.find(' ').unwrap_or(text.len()));
+        let text = format_args!("{verb} {key}{rest}");
         if self.capture_of.contains_key(&key) {
             captured(call, text, out);
         } else {
@@ -300,6 +421,7 @@ mod tests {
             device: Some(1),
             thread: 7,
             outcome: Outcome::Returned(code),
+            args: Vec::new(),
         }
     }
 
@@ -461,9 +583,9 @@ mod tests {
         );
         let event_destroy = call("cuEventDestroy_v2", Kind::EventDestroy { event: 0x20 }, 0);
         let lines = translate(&[
-            entered(destroy),
+            entered(destroy.clone()),
             destroy,
-            entered(event_destroy),
+            entered(event_destroy.clone()),
             Call {
                 outcome: Outcome::Returned(400),
                 ..event_destroy
@@ -485,17 +607,17 @@ mod tests {
         let destroy = call("cuStreamDestroy_v2", Kind::StreamDestroy { stream: 0 }, 0);
         let refused = Call {
             outcome: Outcome::Returned(400),
-            ..destroy
+            ..destroy.clone()
         };
         assert_eq!(
-            translate(&[entered(destroy), refused]),
+            translate(&[entered(destroy.clone()), refused]),
             [
                 "# failed with CUresult 400: cuStreamDestroy_v2 ctx=0xc0 dev=1 tid=7 ret=400 \
               stream=0x0"
             ]
         );
         assert_eq!(
-            translate(&[entered(destroy), destroy]),
+            translate(&[entered(destroy.clone()), destroy]),
             ["stream_default legacy.0xc0 1", "stream_destroy legacy.0xc0"]
         );
     }
@@ -640,6 +762,274 @@ mod tests {
             "# cuMemAlloc_v2 ctx=0xc0 dev=1 tid=7 ret=0\n\
              exit\n\
              # after exit: cuStreamDestroy_v2 ctx=0xc0 dev=1 tid=7 ret=enter stream=0x10\n"
+        );
+    }
+
+    fn launch(stream: u64, args: &[u64]) -> Call {
+        Call {
+            args: args.to_vec(),
+            ..call(
+                "cuLaunchKernel",
+                Kind::Launch {
+                    stream,
+                    function: 0xf1,
+                },
+                0,
+            )
+        }
+    }
+
+    #[test]
+    fn a_launch_parameter_inside_an_allocation_is_read_write_of_the_whole_allocation() {
+        let lines = translate(&[
+            call(
+                "cuMemAlloc_v2",
+                Kind::Alloc {
+                    address: 0x1000,
+                    bytes: 256,
+                },
+                0,
+            ),
+            call(
+                "cuMemAllocManaged",
+                Kind::Alloc {
+                    address: 0x2000,
+                    bytes: 16,
+                },
+                0,
+            ),
+            // Inside the first (twice), just past the second, a plain number.
+            launch(0x10, &[0x1080, 0x10ff, 0x2010, 7]),
+            launch(0x10, &[0x2000, 0x1000]),
+            launch(0x10, &[]),
+        ]);
+        assert_eq!(
+            lines,
+            [
+                "mem_alloc 0x1000+256",
+                "mem_alloc 0x2000+16",
+                "launch 0x10 rw:0x1000+256",
+                "launch 0x10 rw:0x2000+16 rw:0x1000+256",
+                "launch 0x10",
+            ]
+        );
+    }
+
+    #[test]
+    fn copies_read_their_source_and_write_their_destination_and_fills_write() {
+        let lines = translate(&[
+            call(
+                "cuMemcpyAsync",
+                Kind::Copy {
+                    stream: 0x10,
+                    dst: 0x2000,
+                    src: 0x1000,
+                    bytes: 64,
+                },
+                0,
+            ),
+            call(
+                "cuMemsetD32Async",
+                Kind::Fill {
+                    stream: 0x10,
+                    dst: 0x1000,
+                    bytes: 16,
+                },
+                0,
+            ),
+            call(
+                "cuMemcpyHtoD_v2",
+                Kind::CopySync {
+                    dst: 0x1000,
+                    src: 0x7fff0000,
+                    bytes: 8,
+                },
+                0,
+            ),
+            // A copy to the host returns once done: the host waited for the null stream.
+            call(
+                "cuMemcpyDtoH_v2_ptds",
+                Kind::CopySync {
+                    dst: 0x7fff0000,
+                    src: 0x1000,
+                    bytes: 8,
+                },
+                0,
+            ),
+            call(
+                "cuMemsetD8_v2",
+                Kind::FillSync {
+                    dst: 0x1000,
+                    bytes: 3,
+                },
+                0,
+            ),
+        ]);
+        assert_eq!(
+            lines,
+            [
+                "copy 0x10 r:0x1000+64 w:0x2000+64",
+                "fill 0x10 w:0x1000+16",
+                "stream_default legacy.0xc0 1",
+                "copy legacy.0xc0 r:0x7fff0000+8 w:0x1000+8",
+                "stream_default ptds.0xc0.7 1",
+                "copy ptds.0xc0.7 r:0x1000+8 w:0x7fff0000+8",
+                "stream_synchronize ptds.0xc0.7",
+                "fill legacy.0xc0 w:0x1000+3",
+            ]
+        );
+    }
+
+    #[test]
+    fn frees_are_written_when_entered_with_the_stream_of_the_stream_ordered_forms() {
+        let free = call("cuMemFree_v2", Kind::Free { address: 0x1000 }, 0);
+        let free_async = call(
+            "cuMemFreeAsync",
+            Kind::FreeAsync {
+                stream: 0x10,
+                address: 0x2000,
+            },
+            0,
+        );
+        let lines = translate(&[
+            call(
+                "cuMemAlloc_v2",
+                Kind::Alloc {
+                    address: 0x1000,
+                    bytes: 256,
+                },
+                0,
+            ),
+            call(
+                "cuMemAllocAsync",
+                Kind::AllocAsync {
+                    stream: 0x10,
+                    address: 0x2000,
+                    bytes: 64,
+                },
+                0,
+            ),
+            entered(free.clone()),
+            free,
+            entered(free_async.clone()),
+            Call {
+                outcome: Outcome::Returned(1),
+                ..free_async
+            },
+            // Both are gone: their addresses are no longer footprints.
+            launch(0x10, &[0x1000, 0x2000]),
+            // A failed allocation, and a free of nothing, are comments or nothing.
+            call(
+                "cuMemAlloc_v2",
+                Kind::Alloc {
+                    address: 0,
+                    bytes: 256,
+                },
+                2,
+            ),
+            entered(call("cuMemFree_v2", Kind::Free { address: 0 }, 0)),
+        ]);
+        assert_eq!(
+            lines,
+            [
+                "mem_alloc 0x1000+256",
+                "mem_alloc 0x2000+64 0x10",
+                "mem_free 0x1000",
+                "mem_free 0x2000 0x10",
+                "# the call above failed with CUresult 1: cuMemFreeAsync ctx=0xc0 dev=1 tid=7 \
+                 ret=1 stream=0x10 addr=0x2000",
+                "launch 0x10",
+                "# failed with CUresult 2: cuMemAlloc_v2 ctx=0xc0 dev=1 tid=7 ret=2 bytes=256",
+            ]
+        );
+    }
+
+    #[test]
+    fn calls_recorded_without_footprints_are_written_as_before() {
+        let lines = translate(&[
+            call(
+                "cuMemAlloc_v2",
+                Kind::Alloc {
+                    address: 0,
+                    bytes: 0,
+                },
+                0,
+            ),
+            call(
+                "cuMemcpyAsync",
+                Kind::Copy {
+                    stream: 0x10,
+                    dst: 0,
+                    src: 0,
+                    bytes: 0,
+                },
+                0,
+            ),
+            call(
+                "cuMemAllocAsync",
+                Kind::AllocAsync {
+                    stream: 0x10,
+                    address: 0,
+                    bytes: 0,
+                },
+                0,
+            ),
+            call(
+                "cuMemFreeAsync",
+                Kind::FreeAsync {
+                    stream: 0x10,
+                    address: 0,
+                },
+                0,
+            ),
+            call("cuMemFree_v2", Kind::Free { address: 0 }, 0),
+        ]);
+        assert_eq!(
+            lines,
+            [
+                "# cuMemAlloc_v2 ctx=0xc0 dev=1 tid=7 ret=0",
+                "launch 0x10",
+                "launch 0x10",
+                "launch 0x10",
+                "# cuMemFree_v2 ctx=0xc0 dev=1 tid=7 ret=0",
+            ]
+        );
+    }
+
+    #[test]
+    fn memory_calls_on_a_capturing_stream_are_captured() {
+        let lines = translate(&[
+            call(
+                "cuStreamBeginCapture",
+                Kind::BeginCapture { stream: 0x10 },
+                0,
+            ),
+            call(
+                "cuMemAllocAsync",
+                Kind::AllocAsync {
+                    stream: 0x10,
+                    address: 0x3000,
+                    bytes: 8,
+                },
+                0,
+            ),
+            launch(0x10, &[0x3000]),
+            entered(call(
+                "cuMemFreeAsync",
+                Kind::FreeAsync {
+                    stream: 0x10,
+                    address: 0x3000,
+                },
+                0,
+            )),
+        ]);
+        assert_eq!(
+            lines[1..],
+            [
+                "# captured: mem_alloc 0x3000+8 0x10  (cuMemAllocAsync tid=7)",
+                "# captured: launch 0x10  (cuLaunchKernel tid=7)",
+                "# captured: mem_free 0x3000 0x10  (cuMemFreeAsync tid=7)",
+            ]
         );
     }
 }

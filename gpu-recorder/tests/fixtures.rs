@@ -2,11 +2,13 @@
 //! (`GPU_RECORDER_CALLS=1`, hw-results/2026-11-24-h100-89ca110-recorder), translated here and
 //! checked with the checker: no defects, the objects alive at exit, default streams declared,
 //! captured calls kept out, and for our own pipeline example the same calls its backend saw.
+//! And footprints: the driver calls of a seeded race program (`c_pool_wrong_stream.calls`,
+//! written by hand from gpu-recorder/hw/races/seeded.cu) translate to a trace with its race.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use gpu_core::token::{Checker, Finding, TraceObject, parse_trace};
+use gpu_core::token::{Checker, Finding, RaceKind, StreamingChecker, TraceObject, parse_trace};
 use gpu_recorder::{Call, Translator};
 
 fn fixture(name: &str) -> String {
@@ -179,4 +181,69 @@ fn pytorch_eager_and_triton_are_clean_with_pools_alive_at_exit() {
     let triton = translate("triton.calls");
     assert_clean("triton", &triton);
     assert_eq!(alive_at_exit(&triton), (0, 0));
+}
+
+/// The races the checker reports in a translated trace: (kind, earlier line, later line,
+/// first byte both touch), the lines 1-based; fails on any lifetime defect.
+fn races(name: &str, trace: &str) -> Vec<(RaceKind, usize, usize, u64)> {
+    let mut checker = StreamingChecker::new();
+    let (mut races, mut defects) = (Vec::new(), Vec::new());
+    checker
+        .check_text(trace.as_bytes(), &mut |report| match report.finding() {
+            Finding::Race(race) => races.push((
+                race.kind,
+                race.earlier.position,
+                race.later.position,
+                race.range.start,
+            )),
+            Finding::Defect(_) => defects.push(report.to_string()),
+            Finding::AliveAtExit { .. } => {}
+        })
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    checker.finish(&mut |report| {
+        if let Finding::Defect(_) = report.finding() {
+            defects.push(report.to_string());
+        }
+    });
+    assert_eq!(defects, Vec::<String>::new(), "{name}");
+    races
+}
+
+/// The 1-based number of the first line of `trace` starting with `prefix`.
+fn line_of(trace: &str, prefix: &str) -> usize {
+    trace
+        .lines()
+        .position(|line| line.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}` in\n{trace}"))
+        + 1
+}
+
+#[test]
+fn the_seeded_c_pool_bug_recorded_from_driver_calls_is_a_race_on_the_reused_block() {
+    // The driver calls of gpu-recorder/hw/races/seeded.cu's `c_pool_wrong_stream`: a 1 MiB
+    // segment, its first 64 KiB block filled and scaled on stream A, freed into B's pool and
+    // handed out again on B, whose fill races A's kernel. The pool itself makes no driver call.
+    let trace = translate("c_pool_wrong_stream.calls");
+    assert!(trace.contains("mem_alloc 0x7f0000000000+1048576  # cuMemAlloc_v2"));
+    assert!(trace.contains("launch 0xa rw:0x7f0000000000+1048576  # cuLaunchKernel"));
+    assert!(trace.contains("mem_free 0x7f0000000000  # cuMemFree_v2"));
+    let kernel = line_of(&trace, "launch 0xa");
+    let fill = line_of(&trace, "fill 0xb");
+    assert_eq!(
+        races("c_pool_wrong_stream", &trace),
+        [(RaceKind::WriteWrite, kernel, fill, 0x7f00_0000_0000)],
+        "{trace}"
+    );
+    // The fixed program fills another block on B; the kernel's footprint is, conservatively,
+    // the whole segment, so the checker still reports its overlap with B's fill: at B's block,
+    // not at the reused one. (Only a narrowed footprint, or the allocator's own `block_*`
+    // events, would tell the twin clean.)
+    let trace = translate("c_pool_wrong_stream.fixed.calls");
+    let kernel = line_of(&trace, "launch 0xa");
+    let fill = line_of(&trace, "fill 0xb");
+    assert_eq!(
+        races("c_pool_wrong_stream.fixed", &trace),
+        [(RaceKind::WriteWrite, kernel, fill, 0x7f00_0001_0000)],
+        "{trace}"
+    );
 }

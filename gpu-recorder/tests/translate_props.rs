@@ -77,6 +77,7 @@ fn calls() -> impl Strategy<Value = Vec<(Call, bool)>> {
                     device: Some(context as u32),
                     thread,
                     outcome: Outcome::Returned(code),
+                    args: Vec::new(),
                 },
                 exit_after,
             )
@@ -94,10 +95,10 @@ proptest! {
         let mut translator = Translator::new();
         let mut trace = String::new();
         for (handle, function) in [(0x10, "cuStreamCreate"), (0x11, "cuStreamCreate")] {
-            translator.translate(&Call { function, kind: Kind::StreamCreate { stream: handle }, context: 0xc0, device: Some(0), thread: 7, outcome: Outcome::Returned(0) }, &mut trace);
+            translator.translate(&Call { function, kind: Kind::StreamCreate { stream: handle }, context: 0xc0, device: Some(0), thread: 7, outcome: Outcome::Returned(0), args: Vec::new() }, &mut trace);
         }
         for event in EVENTS {
-            translator.translate(&Call { function: "cuEventCreate", kind: Kind::EventCreate { event }, context: 0xc0, device: Some(0), thread: 7, outcome: Outcome::Returned(0) }, &mut trace);
+            translator.translate(&Call { function: "cuEventCreate", kind: Kind::EventCreate { event }, context: 0xc0, device: Some(0), thread: 7, outcome: Outcome::Returned(0), args: Vec::new() }, &mut trace);
         }
         let mut exited = false;
         for (call, exit_after) in &calls {
