@@ -64,6 +64,8 @@ pub enum Kind {
     StreamCreate {
         /// The new stream.
         stream: u64,
+        /// Its creation flags (`CU_STREAM_NON_BLOCKING` is 1).
+        flags: u32,
     },
     /// `stream` is destroyed.
     StreamDestroy {
@@ -222,6 +224,8 @@ pub struct Fields {
     pub address: Option<u64>,
     /// `bytes=`: a length.
     pub bytes: Option<u64>,
+    /// `flags=`: a stream's creation flags.
+    pub flags: Option<u32>,
 }
 
 impl Kind {
@@ -257,7 +261,7 @@ impl Kind {
     /// The stream handle this call names, if any.
     pub fn stream(self) -> Option<u64> {
         match self {
-            Self::StreamCreate { stream }
+            Self::StreamCreate { stream, .. }
             | Self::StreamDestroy { stream }
             | Self::EventRecord { stream, .. }
             | Self::StreamWaitEvent { stream, .. }
@@ -296,6 +300,7 @@ impl Kind {
             ..Fields::default()
         };
         match self {
+            Self::StreamCreate { flags, .. } => fields.flags = Some(flags),
             Self::Launch { function, .. } => fields.function = Some(function),
             Self::Copy {
                 dst, src, bytes, ..
@@ -328,6 +333,7 @@ impl Kind {
             src,
             address,
             bytes,
+            flags,
         } = fields;
         let (dst, src, address, bytes) = (
             dst.unwrap_or(0),
@@ -336,7 +342,10 @@ impl Kind {
             bytes.unwrap_or(0),
         );
         Some(match shape {
-            Shape::StreamCreate => Self::StreamCreate { stream: stream? },
+            Shape::StreamCreate => Self::StreamCreate {
+                stream: stream?,
+                flags: flags.unwrap_or(0),
+            },
             Shape::StreamDestroy => Self::StreamDestroy { stream: stream? },
             Shape::EventCreate => Self::EventCreate { event: event? },
             Shape::EventDestroy => Self::EventDestroy { event: event? },
@@ -556,7 +565,7 @@ pub fn function_named(name: &str) -> Option<(&'static str, Shape)> {
 }
 
 /// The text form: `FUNCTION ctx=0xC dev=D tid=T ret=R [stream=0xS] [event=0xE] [func=0xF]
-/// [dst=0xD] [src=0xS] [addr=0xA] [bytes=N] [args=0xW,0xW...]`, with `dev=-` for an unknown
+/// [dst=0xD] [src=0xS] [addr=0xA] [bytes=N] [flags=0xF] [args=0xW,0xW...]`, with `dev=-` for an unknown
 /// device and `ret=enter` for a call recorded before it ran; a footprint value of 0 (unknown)
 /// is left out.
 impl fmt::Display for Call {
@@ -590,6 +599,9 @@ impl fmt::Display for Call {
         }
         if let Some(bytes) = fields.bytes.filter(|&bytes| bytes != 0) {
             write!(f, " bytes={bytes}")?;
+        }
+        if let Some(flags) = fields.flags.filter(|&flags| flags != 0) {
+            write!(f, " flags={flags:#x}")?;
         }
         for (i, word) in self.args.iter().enumerate() {
             let separator = if i == 0 { " args=" } else { "," };
@@ -662,6 +674,11 @@ impl core::str::FromStr for Call {
                 "src" => fields.src = Some(hex()?),
                 "addr" => fields.address = Some(hex()?),
                 "bytes" => fields.bytes = Some(decimal()?),
+                "flags" => {
+                    let flags = u32::try_from(hex()?)
+                        .map_err(|_| error(format!("flags={value} is too large")))?;
+                    fields.flags = Some(flags);
+                }
                 "args" => {
                     args = value.split(',').map(hex_of).collect::<Result<_, _>>()?;
                 }

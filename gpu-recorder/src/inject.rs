@@ -506,9 +506,10 @@ fn thread_id() -> u64 {
 
 /// One reader per recorded call: which handles its parameters hold, by kind.
 macro_rules! read_kind {
-    (stream_create, $p:ident, $outcome:ident, [$out:ident], $words:ident, $sink:ident, $name:ident) => {
+    (stream_create, $p:ident, $outcome:ident, [$out:ident, $flags:ident], $words:ident, $sink:ident, $name:ident) => {
         $sink(stringify!($name), Kind::StreamCreate {
             stream: created($p.$out.cast(), $outcome),
+            flags: $p.$flags,
         }, Vec::new())
     };
     (event_create, $p:ident, $outcome:ident, [$out:ident], $words:ident, $sink:ident, $name:ident) => {

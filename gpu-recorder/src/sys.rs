@@ -3454,6 +3454,7 @@ pub const CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2: CUpti_driver_api_trace_
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2_ptsz: CUpti_driver_api_trace_cbid_enum = 797;
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_v2: CUpti_driver_api_trace_cbid_enum = 798;
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_v2_ptsz: CUpti_driver_api_trace_cbid_enum = 799;
+pub const CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2: CUpti_driver_api_trace_cbid_enum = 800;
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     [
@@ -7891,9 +7892,9 @@ pub(crate) use driver_functions;
 macro_rules! recorded_calls {
     ($callback:ident) => {
         $callback! {
-            (cuStreamCreate, CUPTI_DRIVER_TRACE_CBID_cuStreamCreate, cuStreamCreate_params, stream_create, [phStream]),
-            (cuStreamCreateWithPriority, CUPTI_DRIVER_TRACE_CBID_cuStreamCreateWithPriority, cuStreamCreateWithPriority_params, stream_create, [phStream]),
-            (cuGreenCtxStreamCreate, CUPTI_DRIVER_TRACE_CBID_cuGreenCtxStreamCreate, cuGreenCtxStreamCreate_params, stream_create, [phStream]),
+            (cuStreamCreate, CUPTI_DRIVER_TRACE_CBID_cuStreamCreate, cuStreamCreate_params, stream_create, [phStream, Flags]),
+            (cuStreamCreateWithPriority, CUPTI_DRIVER_TRACE_CBID_cuStreamCreateWithPriority, cuStreamCreateWithPriority_params, stream_create, [phStream, flags]),
+            (cuGreenCtxStreamCreate, CUPTI_DRIVER_TRACE_CBID_cuGreenCtxStreamCreate, cuGreenCtxStreamCreate_params, stream_create, [phStream, flags]),
             (cuStreamDestroy, CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy, cuStreamDestroy_params, stream_destroy, [hStream]),
             (cuStreamDestroy_v2, CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy_v2, cuStreamDestroy_v2_params, stream_destroy, [hStream]),
             (cuStreamSynchronize, CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize, cuStreamSynchronize_params, stream_synchronize, [hStream]),
@@ -8048,6 +8049,7 @@ macro_rules! noted_calls {
             (cuMemPoolCreate, CUPTI_DRIVER_TRACE_CBID_cuMemPoolCreate),
             (cuMemPoolDestroy, CUPTI_DRIVER_TRACE_CBID_cuMemPoolDestroy),
             (cuCtxSynchronize, CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize),
+            (cuCtxSynchronize_v2, CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2),
             (cuCtxCreate_v4, CUPTI_DRIVER_TRACE_CBID_cuCtxCreate_v4),
             (cuCtxDestroy_v2, CUPTI_DRIVER_TRACE_CBID_cuCtxDestroy_v2),
             (cuDevicePrimaryCtxRetain, CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxRetain),

@@ -15,10 +15,13 @@
 //!   with the stream for the stream-ordered forms); copies are `copy` with `r:` the source and
 //!   `w:` the destination (host sides too: a range outside every allocation the checker knows is
 //!   harmless), fills `fill` with `w:`; synchronous ones run on the null stream, and a
-//!   synchronous copy to the host is followed by the host's wait for that stream. A launch's
+//!   synchronous copy to the host (`cuMemcpyDtoH*`, or a generic `cuMemcpy` from an allocation
+//!   to outside every allocation) is followed by the host's wait for that stream. A launch's
 //!   parameter word that lies inside an allocation seen so far counts as `rw:` of that whole
 //!   allocation (conservative). A call recorded without its footprint (0 bytes, no address: the
 //!   fixtures from before footprints) is written as it was: `launch`, or a comment;
+//! - a stream created with `CU_STREAM_NON_BLOCKING` is declared so (`stream_kind`);
+//!   `cuCtxSynchronize` is `device_synchronize` of the context's device;
 //! - other memory and context calls are comments; after [`Translator::exit`] every call is one.
 
 use core::fmt::Write as _;
@@ -32,6 +35,8 @@ const NOT_READY: u32 = 600;
 const STREAM_LEGACY: u64 = 1;
 /// `CU_STREAM_PER_THREAD`: the calling thread's default stream, whatever the function.
 const STREAM_PER_THREAD: u64 = 2;
+/// `CU_STREAM_NON_BLOCKING`: a created stream that does not synchronise with the legacy one.
+const STREAM_NON_BLOCKING: u32 = 1;
 
 /// A stream as the trace names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -161,12 +166,19 @@ impl Translator {
     fn succeeded(&mut self, call: &Call, out: &mut String) {
         let device = call.device.unwrap_or(0);
         match call.kind {
-            Kind::StreamCreate { stream } => {
+            Kind::StreamCreate { stream, flags } => {
                 line(
                     call,
                     format_args!("stream_create {stream:#x} {device}"),
                     out,
                 );
+                if flags & STREAM_NON_BLOCKING != 0 {
+                    line(
+                        call,
+                        format_args!("stream_kind {stream:#x} nonblocking"),
+                        out,
+                    );
+                }
             }
             Kind::EventCreate { event } => {
                 self.captured_events.remove(&event);
@@ -236,8 +248,7 @@ impl Translator {
                 let mut text = String::from("launch");
                 let mut found: Vec<u64> = Vec::new();
                 for &word in &call.args {
-                    if let Some((&start, &len)) = self.allocations.range(..=word).next_back()
-                        && word - start < len
+                    if let Some((start, len)) = self.allocation_of(word)
                         && !found.contains(&start)
                     {
                         found.push(start);
@@ -265,7 +276,13 @@ impl Translator {
                 let text = format!("copy r:{src:#x}+{bytes} w:{dst:#x}+{bytes}");
                 self.on_stream_with(call, 0, &text, out);
                 // A copy to the host returns once it completed: the host waited for the stream.
-                if call.function.starts_with("cuMemcpyDtoH") {
+                // The generic `cuMemcpy` is one when it reads an allocation the recorder saw
+                // and writes outside them all (else it is not counted as a wait).
+                let to_host = call.function.starts_with("cuMemcpyDtoH")
+                    || (call.function.starts_with("cuMemcpy_") || call.function == "cuMemcpy")
+                        && self.allocation_of(src).is_some()
+                        && self.allocation_of(dst).is_none();
+                if to_host {
                     self.on_stream(call, 0, "stream_synchronize", out);
                 }
             }
@@ -304,6 +321,10 @@ impl Translator {
             // Recorded before footprints: as it was.
             Kind::FreeAsync { stream, .. } => self.on_stream(call, stream, "launch", out),
             Kind::StreamDestroy { .. } | Kind::EventDestroy { .. } => {}
+            // The host waits for the context's device (`cudaDeviceSynchronize`).
+            Kind::Note if call.function == "cuCtxSynchronize" && call.device.is_some() => {
+                line(call, format_args!("device_synchronize {device}"), out);
+            }
             Kind::CopySync { .. }
             | Kind::FillSync { .. }
             | Kind::Alloc { .. }
@@ -312,6 +333,12 @@ impl Translator {
                 let _ = writeln!(out, "# {call}");
             }
         }
+    }
+
+    /// The allocation alive that holds `address`: its start and length.
+    fn allocation_of(&self, address: u64) -> Option<(u64, u64)> {
+        let (&start, &len) = self.allocations.range(..=address).next_back()?;
+        (address - start < len).then_some((start, len))
     }
 
     /// A free, when entered: `mem_free ADDR [STREAM]`, or a comment while its stream captures.
@@ -506,7 +533,14 @@ mod tests {
     #[test]
     fn created_streams_and_events_are_named_by_handle_on_the_current_device() {
         let lines = translate(&[
-            call("cuStreamCreate", Kind::StreamCreate { stream: 0x10 }, 0),
+            call(
+                "cuStreamCreate",
+                Kind::StreamCreate {
+                    stream: 0x10,
+                    flags: 0,
+                },
+                0,
+            ),
             call("cuEventCreate", Kind::EventCreate { event: 0x20 }, 0),
             call(
                 "cuEventRecordWithFlags",
@@ -549,7 +583,14 @@ mod tests {
     #[test]
     fn a_failed_call_is_a_comment_and_not_ready_is_a_failure_only_outside_queries() {
         let lines = translate(&[
-            call("cuStreamCreate", Kind::StreamCreate { stream: 0 }, 2),
+            call(
+                "cuStreamCreate",
+                Kind::StreamCreate {
+                    stream: 0,
+                    flags: 0,
+                },
+                2,
+            ),
             call(
                 "cuStreamQuery",
                 Kind::StreamQuery { stream: 0x10 },
@@ -1029,6 +1070,69 @@ mod tests {
                 "# captured: mem_alloc 0x3000+8 0x10  (cuMemAllocAsync tid=7)",
                 "# captured: launch 0x10  (cuLaunchKernel tid=7)",
                 "# captured: mem_free 0x3000 0x10  (cuMemFreeAsync tid=7)",
+            ]
+        );
+    }
+
+    #[test]
+    fn non_blocking_streams_are_declared_and_a_context_synchronize_waits_for_the_device() {
+        let lines = translate(&[
+            call(
+                "cuStreamCreate",
+                Kind::StreamCreate {
+                    stream: 0x10,
+                    flags: 1,
+                },
+                0,
+            ),
+            call(
+                "cuStreamCreateWithPriority",
+                Kind::StreamCreate {
+                    stream: 0x11,
+                    flags: 0,
+                },
+                0,
+            ),
+            call("cuCtxSynchronize", Kind::Note, 0),
+            call("cuCtxSynchronize", Kind::Note, 1),
+        ]);
+        assert_eq!(
+            lines,
+            [
+                "stream_create 0x10 1",
+                "stream_kind 0x10 nonblocking",
+                "stream_create 0x11 1",
+                "device_synchronize 1",
+                "# failed with CUresult 1: cuCtxSynchronize ctx=0xc0 dev=1 tid=7 ret=1",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_generic_copy_waits_for_the_host_only_from_an_allocation_to_outside_them_all() {
+        let copy = |dst, src| call("cuMemcpy", Kind::CopySync { dst, src, bytes: 4 }, 0);
+        let lines = translate(&[
+            call(
+                "cuMemAlloc_v2",
+                Kind::Alloc {
+                    address: 0x1000,
+                    bytes: 256,
+                },
+                0,
+            ),
+            copy(0x1010, 0x1000),
+            copy(0x9000, 0x1000),
+            copy(0x1000, 0x9000),
+        ]);
+        assert_eq!(
+            lines,
+            [
+                "mem_alloc 0x1000+256",
+                "stream_default legacy.0xc0 1",
+                "copy legacy.0xc0 r:0x1000+4 w:0x1010+4",
+                "copy legacy.0xc0 r:0x1000+4 w:0x9000+4",
+                "stream_synchronize legacy.0xc0",
+                "copy legacy.0xc0 r:0x9000+4 w:0x1000+4",
             ]
         );
     }

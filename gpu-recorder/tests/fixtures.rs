@@ -225,6 +225,7 @@ fn the_seeded_c_pool_bug_recorded_from_driver_calls_is_a_race_on_the_reused_bloc
     // handed out again on B, whose fill races A's kernel. The pool itself makes no driver call.
     let trace = translate("c_pool_wrong_stream.calls");
     assert!(trace.contains("mem_alloc 0x7f0000000000+1048576  # cuMemAlloc_v2"));
+    assert!(trace.contains("stream_kind 0xb nonblocking  # cuStreamCreate"));
     assert!(trace.contains("launch 0xa rw:0x7f0000000000+1048576  # cuLaunchKernel"));
     assert!(trace.contains("mem_free 0x7f0000000000  # cuMemFree_v2"));
     let kernel = line_of(&trace, "launch 0xa");

@@ -95,7 +95,7 @@ proptest! {
         let mut translator = Translator::new();
         let mut trace = String::new();
         for (handle, function) in [(0x10, "cuStreamCreate"), (0x11, "cuStreamCreate")] {
-            translator.translate(&Call { function, kind: Kind::StreamCreate { stream: handle }, context: 0xc0, device: Some(0), thread: 7, outcome: Outcome::Returned(0), args: Vec::new() }, &mut trace);
+            translator.translate(&Call { function, kind: Kind::StreamCreate { stream: handle, flags: 0 }, context: 0xc0, device: Some(0), thread: 7, outcome: Outcome::Returned(0), args: Vec::new() }, &mut trace);
         }
         for event in EVENTS {
             translator.translate(&Call { function: "cuEventCreate", kind: Kind::EventCreate { event }, context: 0xc0, device: Some(0), thread: 7, outcome: Outcome::Returned(0), args: Vec::new() }, &mut trace);

@@ -62,8 +62,8 @@ const CBID_PREFIX: &str = "CUPTI_DRIVER_TRACE_CBID_";
 /// The driver calls the recorder subscribes to, by the name CUPTI gives their callback (the
 /// ABI-versioned symbol: `cuStreamDestroy_v2`, `cuLaunchKernel_ptsz`), what kind of call each
 /// is, and the fields of its `<name>_params` struct that hold its stream and event handles, in
-/// the order the kind takes them. Kinds: `stream_create` / `event_create` (a pointer the new
-/// handle is written to), `stream_destroy`, `event_destroy`, `event_record` (event, stream),
+/// the order the kind takes them. Kinds: `stream_create` (a pointer the new handle is written
+/// to, and the creation flags), `event_create` (a pointer the new handle is written to), `stream_destroy`, `event_destroy`, `event_record` (event, stream),
 /// `stream_wait_event` (stream, event), `stream_synchronize`, `stream_query`,
 /// `event_synchronize`, `event_query`, `work` (stream-ordered work on a stream), `work_each` (a `CUDA_LAUNCH_PARAMS` array and
 /// its length: one launch per entry), `begin_capture`, `end_capture`, and `note` (memory and
@@ -76,9 +76,17 @@ const CBID_PREFIX: &str = "CUPTI_DRIVER_TRACE_CBID_";
 /// `free` (address) and `free_async` (address, stream).
 const RECORDED_CALLS: &[(&str, &str, &[&str])] = &[
     // Streams.
-    ("cuStreamCreate", "stream_create", &["phStream"]),
-    ("cuStreamCreateWithPriority", "stream_create", &["phStream"]),
-    ("cuGreenCtxStreamCreate", "stream_create", &["phStream"]),
+    ("cuStreamCreate", "stream_create", &["phStream", "Flags"]),
+    (
+        "cuStreamCreateWithPriority",
+        "stream_create",
+        &["phStream", "flags"],
+    ),
+    (
+        "cuGreenCtxStreamCreate",
+        "stream_create",
+        &["phStream", "flags"],
+    ),
     ("cuStreamDestroy", "stream_destroy", &["hStream"]),
     ("cuStreamDestroy_v2", "stream_destroy", &["hStream"]),
     ("cuStreamSynchronize", "stream_synchronize", &["hStream"]),
@@ -382,6 +390,7 @@ const RECORDED_CALLS: &[(&str, &str, &[&str])] = &[
     ("cuMemsetD32_v2", "fill_sync", &["dstDevice", "N"]),
     ("cuMemsetD32_v2_ptds", "fill_sync", &["dstDevice", "N"]),
     ("cuCtxSynchronize", "note", &[]),
+    ("cuCtxSynchronize_v2", "note", &[]),
     ("cuCtxCreate_v4", "note", &[]),
     ("cuCtxDestroy_v2", "note", &[]),
     ("cuDevicePrimaryCtxRetain", "note", &[]),
@@ -558,8 +567,8 @@ mod tests {
             );
             let expected = match *kind {
                 "note" => 0,
-                "event_record" | "stream_wait_event" | "work_each" | "fill_sync" | "alloc"
-                | "free_async" => 2,
+                "stream_create" | "event_record" | "stream_wait_event" | "work_each"
+                | "fill_sync" | "alloc" | "free_async" => 2,
                 "launch" | "launch_config" | "copy_sync" | "fill" | "alloc_async" => 3,
                 "copy" => 4,
                 _ => 1,
