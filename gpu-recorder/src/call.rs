@@ -53,6 +53,12 @@ pub enum Shape {
     Free,
     /// A stream-ordered free (`cuMemFreeAsync`).
     FreeAsync,
+    /// Our runtime's allocator handed out a block for a stream (reported by our plug-in).
+    BlockAlloc,
+    /// Our runtime's allocator took a block back into a stream's pool.
+    BlockFree,
+    /// A block is used on another stream too (PyTorch's `record_stream`).
+    BlockUse,
     /// A memory or context call the trace keeps as a comment.
     Note,
 }
@@ -202,6 +208,29 @@ pub enum Kind {
         /// The address.
         address: u64,
     },
+    /// Our runtime's allocator handed out `bytes` at `address` for `stream`.
+    BlockAlloc {
+        /// The stream.
+        stream: u64,
+        /// The block's first byte.
+        address: u64,
+        /// Its length.
+        bytes: u64,
+    },
+    /// The block at `address` went back into `stream`'s pool.
+    BlockFree {
+        /// The stream.
+        stream: u64,
+        /// The block's first byte.
+        address: u64,
+    },
+    /// The block at `address` is used on `stream` too.
+    BlockUse {
+        /// The stream.
+        stream: u64,
+        /// The block's first byte.
+        address: u64,
+    },
     /// A memory or context call, kept as a comment.
     Note,
 }
@@ -254,6 +283,9 @@ impl Kind {
             Self::AllocAsync { .. } => Shape::AllocAsync,
             Self::Free { .. } => Shape::Free,
             Self::FreeAsync { .. } => Shape::FreeAsync,
+            Self::BlockAlloc { .. } => Shape::BlockAlloc,
+            Self::BlockFree { .. } => Shape::BlockFree,
+            Self::BlockUse { .. } => Shape::BlockUse,
             Self::Note => Shape::Note,
         }
     }
@@ -274,7 +306,10 @@ impl Kind {
             | Self::Copy { stream, .. }
             | Self::Fill { stream, .. }
             | Self::AllocAsync { stream, .. }
-            | Self::FreeAsync { stream, .. } => Some(stream),
+            | Self::FreeAsync { stream, .. }
+            | Self::BlockAlloc { stream, .. }
+            | Self::BlockFree { stream, .. }
+            | Self::BlockUse { stream, .. } => Some(stream),
             _ => None,
         }
     }
@@ -311,10 +346,15 @@ impl Kind {
             Self::Fill { dst, bytes, .. } | Self::FillSync { dst, bytes } => {
                 (fields.dst, fields.bytes) = (Some(dst), Some(bytes));
             }
-            Self::Alloc { address, bytes } | Self::AllocAsync { address, bytes, .. } => {
+            Self::Alloc { address, bytes }
+            | Self::AllocAsync { address, bytes, .. }
+            | Self::BlockAlloc { address, bytes, .. } => {
                 (fields.address, fields.bytes) = (Some(address), Some(bytes));
             }
-            Self::Free { address } | Self::FreeAsync { address, .. } => {
+            Self::Free { address }
+            | Self::FreeAsync { address, .. }
+            | Self::BlockFree { address, .. }
+            | Self::BlockUse { address, .. } => {
                 fields.address = Some(address);
             }
             _ => {}
@@ -389,6 +429,19 @@ impl Kind {
             },
             Shape::Free => Self::Free { address },
             Shape::FreeAsync => Self::FreeAsync {
+                stream: stream?,
+                address,
+            },
+            Shape::BlockAlloc => Self::BlockAlloc {
+                stream: stream?,
+                address,
+                bytes,
+            },
+            Shape::BlockFree => Self::BlockFree {
+                stream: stream?,
+                address,
+            },
+            Shape::BlockUse => Self::BlockUse {
                 stream: stream?,
                 address,
             },
@@ -556,12 +609,21 @@ const FUNCTION_COUNT: usize = {
     sys::recorded_calls!(count) + sys::noted_calls!(count)
 };
 
-/// The name and shape of a recorded function, by name.
+/// The block events our allocator plug-ins report through `gpu_recorder_block` (no driver
+/// call): their names in the calls file, and shapes.
+pub static BLOCK_FUNCTIONS: [(&str, Shape); 3] = [
+    ("gpurt_block_alloc", Shape::BlockAlloc),
+    ("gpurt_block_free", Shape::BlockFree),
+    ("gpurt_block_use", Shape::BlockUse),
+];
+
+/// The name and shape of a recorded function (or block event), by name.
 pub fn function_named(name: &str) -> Option<(&'static str, Shape)> {
     RECORDED_FUNCTIONS
         .iter()
-        .find(|(_, known, _)| *known == name)
         .map(|&(_, name, shape)| (name, shape))
+        .chain(BLOCK_FUNCTIONS)
+        .find(|&(known, _)| known == name)
 }
 
 /// The text form: `FUNCTION ctx=0xC dev=D tid=T ret=R [stream=0xS] [event=0xE] [func=0xF]

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
-use crate::call::{Call, Kind, Outcome, RECORDED_FUNCTIONS};
+use crate::call::{BLOCK_FUNCTIONS, Call, Kind, Outcome, RECORDED_FUNCTIONS};
 use crate::cupti::{self, Cupti};
 use crate::sys;
 use crate::translate::Translator;
@@ -184,6 +184,46 @@ pub extern "C" fn InitializeInjection() -> c_int {
         Err(_) => eprintln!("gpu-recorder: internal error; the program runs unrecorded"),
     }
     1
+}
+
+/// A sub-allocator's block event, from the recorded program itself (our runtime's PyTorch
+/// plug-in calls it when this library is loaded, found with `dlsym`): `op` 0 handed out `bytes`
+/// at `address` for `stream` (a `CUstream`: 0 is the legacy default stream, 2 the per-thread
+/// one), 1 took the block at `address` back into `stream`'s pool, 2 marked it used on `stream`
+/// too. Written as `block_alloc` / `block_free` / `block_use` of the allocator `gpurt`, with
+/// the context of the calling thread's last driver call. Does nothing while nothing is recorded
+/// or for another `op`; never unwinds.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpu_recorder_block(op: u32, address: u64, bytes: u64, stream: u64) {
+    let _ = std::panic::catch_unwind(|| {
+        let Some(recorder) = RECORDER.get() else {
+            return;
+        };
+        let kind = match op {
+            0 => Kind::BlockAlloc {
+                stream,
+                address,
+                bytes,
+            },
+            1 => Kind::BlockFree { stream, address },
+            2 => Kind::BlockUse { stream, address },
+            _ => return,
+        };
+        let Some(&(function, _)) = BLOCK_FUNCTIONS.get(op as usize) else {
+            return;
+        };
+        let (context, device) = LAST_CONTEXT.get();
+        let call = Call {
+            function,
+            kind,
+            context,
+            device,
+            thread: thread_id(),
+            outcome: Outcome::Returned(0),
+            args: Vec::new(),
+        };
+        recorder.output().write(&call);
+    });
 }
 
 fn start(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<(), String> {

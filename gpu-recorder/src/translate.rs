@@ -18,8 +18,10 @@
 //!   synchronous copy to the host (`cuMemcpyDtoH*`, or a generic `cuMemcpy` from an allocation
 //!   to outside every allocation) is followed by the host's wait for that stream. A launch's
 //!   parameter word that lies inside an allocation seen so far counts as `rw:` of that whole
-//!   allocation (conservative). A call recorded without its footprint (0 bytes, no address: the
+//!   allocation (conservative), or of the block of our allocator that holds it. A call recorded without its footprint (0 bytes, no address: the
 //!   fixtures from before footprints) is written as it was: `launch`, or a comment;
+//! - our runtime's allocator, through its plug-ins, reports its blocks (`gpu_recorder_block`):
+//!   `block_alloc`/`block_free`/`block_use` of the allocator `gpurt`;
 //! - a stream created with `CU_STREAM_NON_BLOCKING` is declared so (`stream_kind`);
 //!   `cuCtxSynchronize` is `device_synchronize` of the context's device;
 //! - other memory and context calls are comments; after [`Translator::exit`] every call is one.
@@ -35,6 +37,8 @@ const NOT_READY: u32 = 600;
 const STREAM_LEGACY: u64 = 1;
 /// `CU_STREAM_PER_THREAD`: the calling thread's default stream, whatever the function.
 const STREAM_PER_THREAD: u64 = 2;
+/// The allocator the block events of our plug-ins name (our runtime's caching allocator).
+const BLOCK_ALLOCATOR: &str = "gpurt";
 /// `CU_STREAM_NON_BLOCKING`: a created stream that does not synchronise with the legacy one.
 const STREAM_NON_BLOCKING: u32 = 1;
 
@@ -93,6 +97,8 @@ pub struct Translator {
     captured_events: HashMap<u64, StreamKey>,
     /// The allocations alive: start address to length.
     allocations: BTreeMap<u64, u64>,
+    /// The blocks our allocator has handed out and not taken back: start address to length.
+    blocks: BTreeMap<u64, u64>,
     exited: bool,
 }
 
@@ -248,7 +254,7 @@ impl Translator {
                 let mut text = String::from("launch");
                 let mut found: Vec<u64> = Vec::new();
                 for &word in &call.args {
-                    if let Some((start, len)) = self.allocation_of(word)
+                    if let Some((start, len)) = self.block_or_allocation_of(word)
                         && !found.contains(&start)
                     {
                         found.push(start);
@@ -320,6 +326,26 @@ impl Translator {
             }
             // Recorded before footprints: as it was.
             Kind::FreeAsync { stream, .. } => self.on_stream(call, stream, "launch", out),
+            Kind::BlockAlloc {
+                stream,
+                address,
+                bytes,
+            } => {
+                if bytes != 0 {
+                    self.blocks.insert(address, bytes);
+                }
+                let text = format!("block_alloc {BLOCK_ALLOCATOR} {address:#x}+{bytes}");
+                self.block(call, stream, &text, out);
+            }
+            Kind::BlockFree { stream, address } => {
+                self.blocks.remove(&address);
+                let text = format!("block_free {BLOCK_ALLOCATOR} {address:#x}");
+                self.block(call, stream, &text, out);
+            }
+            Kind::BlockUse { stream, address } => {
+                let text = format!("block_use {BLOCK_ALLOCATOR} {address:#x}");
+                self.block(call, stream, &text, out);
+            }
             Kind::StreamDestroy { .. } | Kind::EventDestroy { .. } => {}
             // The host waits for the context's device (`cudaDeviceSynchronize`).
             Kind::Note if call.function == "cuCtxSynchronize" && call.device.is_some() => {
@@ -335,10 +361,21 @@ impl Translator {
         }
     }
 
+    /// A block event, `text` with its stream after it: a line, or a comment while the stream
+    /// captures.
+    fn block(&mut self, call: &Call, stream: u64, text: &str, out: &mut String) {
+        let key = StreamKey::of(call, stream);
+        self.on_key(call, key, format_args!("{text} {key}"), out);
+    }
+
     /// The allocation alive that holds `address`: its start and length.
     fn allocation_of(&self, address: u64) -> Option<(u64, u64)> {
-        let (&start, &len) = self.allocations.range(..=address).next_back()?;
-        (address - start < len).then_some((start, len))
+        holding(&self.allocations, address)
+    }
+
+    /// The block handed out that holds `address`, else the allocation alive that does.
+    fn block_or_allocation_of(&self, address: u64) -> Option<(u64, u64)> {
+        holding(&self.blocks, address).or_else(|| self.allocation_of(address))
     }
 
     /// A free, when entered: `mem_free ADDR [STREAM]`, or a comment while its stream captures.
@@ -371,7 +408,17 @@ impl Translator {
     fn on_stream_with(&mut self, call: &Call, stream: u64, text: &str, out: &mut String) {
         let key = StreamKey::of(call, stream);
         let (verb, rest) = text.split_at(text.find(' ').unwrap_or(text.len()));
-        let text = format_args!("{verb} {key}{rest}");
+        self.on_key(call, key, format_args!("{verb} {key}{rest}"), out);
+    }
+
+    /// The line `text` of a call on stream `key`: a line, or a comment while it captures.
+    fn on_key(
+        &mut self,
+        call: &Call,
+        key: StreamKey,
+        text: core::fmt::Arguments<'_>,
+        out: &mut String,
+    ) {
         if self.capture_of.contains_key(&key) {
             captured(call, text, out);
         } else {
@@ -403,6 +450,12 @@ impl Translator {
     fn forget_capture(&mut self, key: StreamKey) {
         self.capture_of.remove(&key);
     }
+}
+
+/// The range of `ranges` (start to length) that holds `address`.
+fn holding(ranges: &BTreeMap<u64, u64>, address: u64) -> Option<(u64, u64)> {
+    let (&start, &len) = ranges.range(..=address).next_back()?;
+    (address - start < len).then_some((start, len))
 }
 
 fn is_query(kind: Kind) -> bool {
@@ -1133,6 +1186,46 @@ mod tests {
                 "copy legacy.0xc0 r:0x1000+4 w:0x9000+4",
                 "stream_synchronize legacy.0xc0",
                 "copy legacy.0xc0 r:0x9000+4 w:0x1000+4",
+            ]
+        );
+    }
+
+    #[test]
+    fn block_events_of_our_allocator_name_their_stream_after_the_block() {
+        let lines = translate(&[
+            call(
+                "gpurt_block_alloc",
+                Kind::BlockAlloc {
+                    stream: 0x10,
+                    address: 0x1000,
+                    bytes: 512,
+                },
+                0,
+            ),
+            call(
+                "gpurt_block_use",
+                Kind::BlockUse {
+                    stream: 0,
+                    address: 0x1000,
+                },
+                0,
+            ),
+            call(
+                "gpurt_block_free",
+                Kind::BlockFree {
+                    stream: 0x10,
+                    address: 0x1000,
+                },
+                0,
+            ),
+        ]);
+        assert_eq!(
+            lines,
+            [
+                "block_alloc gpurt 0x1000+512 0x10",
+                "stream_default legacy.0xc0 1",
+                "block_use gpurt 0x1000 legacy.0xc0",
+                "block_free gpurt 0x1000 0x10",
             ]
         );
     }

@@ -248,3 +248,35 @@ fn the_seeded_c_pool_bug_recorded_from_driver_calls_is_a_race_on_the_reused_bloc
         "{trace}"
     );
 }
+
+#[test]
+fn our_allocators_blocks_without_record_stream_are_a_reuse_race_and_with_it_clean() {
+    // seeded's `runtime_no_foreign_mark` (gpu-recorder/hw/races/torch_seeded.py): PyTorch on our
+    // allocator, x filled on the legacy stream, read by a kernel on a side stream, freed and
+    // handed out again on the legacy stream; the block events come from our plug-in through
+    // the recorder's hook, the kernels' footprints are the blocks their parameters point into.
+    let trace = translate("runtime_no_foreign_mark.calls");
+    assert!(
+        trace.contains(
+            "launch 0x20 rw:0x7f0000400000+4194304 rw:0x7f0000000000+4194304  # cuLaunchKernel"
+        ),
+        "{trace}"
+    );
+    let side_kernel = line_of(&trace, "launch 0x20 rw:");
+    let reuse = trace
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| line.starts_with("block_alloc gpurt 0x7f0000000000+"))
+        .map(|(index, _)| index + 1)
+        .nth(1)
+        .unwrap();
+    assert_eq!(
+        races("runtime_no_foreign_mark", &trace),
+        [(RaceKind::Reuse, side_kernel, reuse, 0x7f00_0000_0000)],
+        "{trace}"
+    );
+    // With record_stream (our `mark_used_on_foreign_stream`): the reuse waits for the side.
+    let trace = translate("runtime_no_foreign_mark.fixed.calls");
+    assert!(trace.contains("block_use gpurt 0x7f0000000000 0x20"));
+    assert_eq!(races("runtime_no_foreign_mark.fixed", &trace), []);
+}
