@@ -13,8 +13,8 @@
 //!   by waiting on an event recorded in it) are not executed: comments (`# captured: ...`);
 //! - footprints: allocations and frees are `mem_alloc`/`mem_free` (frees written when entered,
 //!   with the stream for the stream-ordered forms); copies are `copy` with `r:` the source and
-//!   `w:` the destination (host sides too: a range outside every allocation the checker knows is
-//!   harmless), fills `fill` with `w:`; synchronous ones run on the null stream, and a
+//!   `w:` the destination, each where it is device memory or inside an allocation seen (pageable
+//!   host memory is left out: its copies are staged by the driver), fills `fill` with `w:`; synchronous ones run on the null stream, and a
 //!   synchronous copy to the host (`cuMemcpyDtoH*`, or a generic `cuMemcpy` from an allocation
 //!   to outside every allocation) is followed by the host's wait for that stream. A launch's
 //!   parameter word that lies inside an allocation seen so far counts as `rw:` of that whole
@@ -269,9 +269,8 @@ impl Translator {
                 src,
                 bytes,
             } => {
-                let text = format!("copy r:{src:#x}+{bytes} w:{dst:#x}+{bytes}");
-                let text = if bytes == 0 { "launch" } else { &text };
-                self.on_stream_with(call, stream, text, out);
+                let text = self.copy_text(call, dst, src, bytes);
+                self.on_stream_with(call, stream, &text, out);
             }
             Kind::Fill { stream, dst, bytes } => {
                 let text = format!("fill w:{dst:#x}+{bytes}");
@@ -279,7 +278,7 @@ impl Translator {
                 self.on_stream_with(call, stream, text, out);
             }
             Kind::CopySync { dst, src, bytes } if bytes != 0 => {
-                let text = format!("copy r:{src:#x}+{bytes} w:{dst:#x}+{bytes}");
+                let text = self.copy_text(call, dst, src, bytes);
                 self.on_stream_with(call, 0, &text, out);
                 // A copy to the host returns once it completed: the host waited for the stream.
                 // The generic `cuMemcpy` is one when it reads an allocation the recorder saw
@@ -366,6 +365,31 @@ impl Translator {
     fn block(&mut self, call: &Call, stream: u64, text: &str, out: &mut String) {
         let key = StreamKey::of(call, stream);
         self.on_key(call, key, format_args!("{text} {key}"), out);
+    }
+
+    /// A copy's line, less its stream: `copy` with `r:` its source and `w:` its destination,
+    /// each where it is device memory by the function (`HtoD`'s destination, `DtoH`'s source,
+    /// both of `DtoD` and peer copies) or lies inside an allocation seen (pinned host memory, any
+    /// side of a generic `cuMemcpy*`); `launch` with neither (or no length).
+    fn copy_text(&self, call: &Call, dst: u64, src: u64, bytes: u64) -> String {
+        let name = call.function;
+        let both = name.contains("DtoD") || name.contains("Peer");
+        let src_device = both || name.contains("DtoH");
+        let dst_device = both || name.contains("HtoD");
+        let mut text = String::from("launch");
+        if bytes == 0 {
+            return text;
+        }
+        if src_device || self.allocation_of(src).is_some() {
+            let _ = write!(text, " r:{src:#x}+{bytes}");
+        }
+        if dst_device || self.allocation_of(dst).is_some() {
+            let _ = write!(text, " w:{dst:#x}+{bytes}");
+        }
+        if text.len() > "launch".len() {
+            text.replace_range(.."launch".len(), "copy");
+        }
+        text
     }
 
     /// The allocation alive that holds `address`: its start and length.
@@ -913,7 +937,26 @@ mod tests {
     fn copies_read_their_source_and_write_their_destination_and_fills_write() {
         let lines = translate(&[
             call(
+                "cuMemAlloc_v2",
+                Kind::Alloc {
+                    address: 0x1000,
+                    bytes: 0x100,
+                },
+                0,
+            ),
+            // A generic copy: each side inside an allocation seen (here the source).
+            call(
                 "cuMemcpyAsync",
+                Kind::Copy {
+                    stream: 0x10,
+                    dst: 0x2000,
+                    src: 0x1000,
+                    bytes: 64,
+                },
+                0,
+            ),
+            call(
+                "cuMemcpyPeerAsync",
                 Kind::Copy {
                     stream: 0x10,
                     dst: 0x2000,
@@ -962,12 +1005,14 @@ mod tests {
         assert_eq!(
             lines,
             [
+                "mem_alloc 0x1000+256",
+                "copy 0x10 r:0x1000+64",
                 "copy 0x10 r:0x1000+64 w:0x2000+64",
                 "fill 0x10 w:0x1000+16",
                 "stream_default legacy.0xc0 1",
-                "copy legacy.0xc0 r:0x7fff0000+8 w:0x1000+8",
+                "copy legacy.0xc0 w:0x1000+8",
                 "stream_default ptds.0xc0.7 1",
-                "copy ptds.0xc0.7 r:0x1000+8 w:0x7fff0000+8",
+                "copy ptds.0xc0.7 r:0x1000+8",
                 "stream_synchronize ptds.0xc0.7",
                 "fill legacy.0xc0 w:0x1000+3",
             ]
@@ -1183,9 +1228,9 @@ mod tests {
                 "mem_alloc 0x1000+256",
                 "stream_default legacy.0xc0 1",
                 "copy legacy.0xc0 r:0x1000+4 w:0x1010+4",
-                "copy legacy.0xc0 r:0x1000+4 w:0x9000+4",
+                "copy legacy.0xc0 r:0x1000+4",
                 "stream_synchronize legacy.0xc0",
-                "copy legacy.0xc0 r:0x9000+4 w:0x1000+4",
+                "copy legacy.0xc0 w:0x1000+4",
             ]
         );
     }
