@@ -80,33 +80,35 @@ impl ParamInfo {
     /// The sizes of `function`'s parameters, asked of the driver (empty if it answers nothing
     /// for the first: no parameters, or a handle neither query knows).
     fn sizes(&self, function: u64) -> Box<[u32]> {
-        let mut sizes = Vec::new();
         let handle = function as usize as *mut c_void;
-        for index in 0..MAX_PARAMS {
-            let (mut offset, mut size) = (0usize, 0usize);
+        let mut sizes = param_sizes(|index, offset, size| {
             // SAFETY: a function handle the program launched; the driver validates it and
             // writes two sizes.
-            let result = unsafe { (self.function)(handle.cast(), index, &mut offset, &mut size) };
-            if result != 0 {
-                break;
-            }
-            sizes.push(u32::try_from(size).unwrap_or(u32::MAX));
-        }
+            unsafe { (self.function)(handle.cast(), index, offset, size) }
+        });
         if sizes.is_empty()
             && let Some(kernel) = self.kernel
         {
-            for index in 0..MAX_PARAMS {
-                let (mut offset, mut size) = (0usize, 0usize);
+            sizes = param_sizes(|index, offset, size| {
                 // SAFETY: as above, for a `CUkernel` handle.
-                let result = unsafe { kernel(handle.cast(), index, &mut offset, &mut size) };
-                if result != 0 {
-                    break;
-                }
-                sizes.push(u32::try_from(size).unwrap_or(u32::MAX));
-            }
+                unsafe { kernel(handle.cast(), index, offset, size) }
+            });
         }
         sizes.into_boxed_slice()
     }
+}
+
+/// The sizes `query` gives for parameters 0, 1, ... until it fails (at most [`MAX_PARAMS`]).
+fn param_sizes(mut query: impl FnMut(usize, &mut usize, &mut usize) -> sys::CUresult) -> Vec<u32> {
+    let mut sizes = Vec::new();
+    for index in 0..MAX_PARAMS {
+        let (mut offset, mut size) = (0usize, 0usize);
+        if query(index, &mut offset, &mut size) != 0 {
+            break;
+        }
+        sizes.push(u32::try_from(size).unwrap_or(u32::MAX));
+    }
+    sizes
 }
 
 /// The CUPTI functions the recorder calls, looked up once at start.
@@ -781,4 +783,46 @@ fn created(out: *mut *mut c_void, outcome: Outcome) -> u64 {
     }
     // SAFETY: the call succeeded, so it wrote a handle through the program's pointer.
     handle(unsafe { *out })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_launchs_words_are_read_within_each_parameters_size() {
+        let pointer: u64 = 0x7f00_0000_1000;
+        let count: u32 = 7;
+        // A struct of three words (a pointer among them), unaligned in its buffer.
+        let mut packed = [0u8; 25];
+        packed[1..9].copy_from_slice(&0x7f00_0000_2000u64.to_ne_bytes());
+        packed[17..25].copy_from_slice(&0x7f00_0000_3000u64.to_ne_bytes());
+        let mut params: [*mut c_void; 4] = [
+            (&raw const pointer).cast_mut().cast(),
+            (&raw const count).cast_mut().cast(),
+            packed[1..].as_mut_ptr().cast(),
+            core::ptr::null_mut(),
+        ];
+        // SAFETY: each pointer has as many bytes as its size says; the last is null.
+        let words = unsafe { param_words(params.as_mut_ptr(), &[8, 4, 24, 8]) };
+        assert_eq!(words, [pointer, 0x7f00_0000_2000, 0x7f00_0000_3000]);
+        // SAFETY: a null array is not read.
+        assert!(unsafe { param_words(core::ptr::null_mut(), &[8]) }.is_empty());
+        // Fewer sizes than pointers: only those are read.
+        // SAFETY: as above.
+        assert_eq!(unsafe { param_words(params.as_mut_ptr(), &[8]) }, [pointer]);
+    }
+
+    #[test]
+    fn parameter_sizes_stop_at_the_first_failure_and_a_fill_knows_its_element() {
+        let sizes = param_sizes(|index, _, size| {
+            *size = [8, 4, 24][index.min(2)];
+            if index < 3 { 0 } else { 1 }
+        });
+        assert_eq!(sizes, [8, 4, 24]);
+        assert!(param_sizes(|_, _, _| 1).is_empty());
+        assert_eq!(element_size("cuMemsetD8Async_ptsz"), 1);
+        assert_eq!(element_size("cuMemsetD16_v2"), 2);
+        assert_eq!(element_size("cuMemsetD32Async"), 4);
+    }
 }

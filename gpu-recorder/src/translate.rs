@@ -883,6 +883,11 @@ mod tests {
         );
     }
 
+    /// A `cuMemAlloc_v2` that returned `address`.
+    fn alloc(address: u64, bytes: u64) -> Call {
+        call("cuMemAlloc_v2", Kind::Alloc { address, bytes }, 0)
+    }
+
     fn launch(stream: u64, args: &[u64]) -> Call {
         Call {
             args: args.to_vec(),
@@ -900,14 +905,7 @@ mod tests {
     #[test]
     fn a_launch_parameter_inside_an_allocation_is_read_write_of_the_whole_allocation() {
         let lines = translate(&[
-            call(
-                "cuMemAlloc_v2",
-                Kind::Alloc {
-                    address: 0x1000,
-                    bytes: 256,
-                },
-                0,
-            ),
+            alloc(0x1000, 256),
             call(
                 "cuMemAllocManaged",
                 Kind::Alloc {
@@ -936,14 +934,7 @@ mod tests {
     #[test]
     fn copies_read_their_source_and_write_their_destination_and_fills_write() {
         let lines = translate(&[
-            call(
-                "cuMemAlloc_v2",
-                Kind::Alloc {
-                    address: 0x1000,
-                    bytes: 0x100,
-                },
-                0,
-            ),
+            alloc(0x1000, 0x100),
             // A generic copy: each side inside an allocation seen (here the source).
             call(
                 "cuMemcpyAsync",
@@ -1031,14 +1022,7 @@ mod tests {
             0,
         );
         let lines = translate(&[
-            call(
-                "cuMemAlloc_v2",
-                Kind::Alloc {
-                    address: 0x1000,
-                    bytes: 256,
-                },
-                0,
-            ),
+            alloc(0x1000, 256),
             call(
                 "cuMemAllocAsync",
                 Kind::AllocAsync {
@@ -1210,14 +1194,7 @@ mod tests {
     fn a_generic_copy_waits_for_the_host_only_from_an_allocation_to_outside_them_all() {
         let copy = |dst, src| call("cuMemcpy", Kind::CopySync { dst, src, bytes: 4 }, 0);
         let lines = translate(&[
-            call(
-                "cuMemAlloc_v2",
-                Kind::Alloc {
-                    address: 0x1000,
-                    bytes: 256,
-                },
-                0,
-            ),
+            alloc(0x1000, 256),
             copy(0x1010, 0x1000),
             copy(0x9000, 0x1000),
             copy(0x1000, 0x9000),
