@@ -20,7 +20,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use crate::call::{BLOCK_FUNCTIONS, Call, Kind, Outcome, RECORDED_FUNCTIONS};
@@ -139,6 +139,8 @@ struct Recorder {
     devices: Mutex<HashMap<u64, Option<u32>>>,
     /// The driver's parameter-size queries (`None`: launches get no footprint).
     param_info: Option<ParamInfo>,
+    /// Each launched function's parameter sizes, asked once (forgotten when code is unloaded).
+    param_sizes: Mutex<HashMap<u64, Arc<[u32]>>>,
     /// Callbacks received, and the nanoseconds spent in them (reported at exit).
     callbacks: AtomicU64,
     callback_nanos: AtomicU64,
@@ -149,8 +151,6 @@ struct Output {
     /// The process that opened the files: a forked child leaves them alone at its exit.
     pid: u32,
     translator: Translator,
-    /// Each launched function's parameter sizes, asked once (forgotten when code is unloaded).
-    param_sizes: HashMap<u64, Box<[u32]>>,
     trace: BufWriter<File>,
     calls: Option<BufWriter<File>>,
     text: String,
@@ -246,7 +246,6 @@ fn start(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<(), String>
         output: Mutex::new(Output {
             pid,
             translator: Translator::new(),
-            param_sizes: HashMap::new(),
             trace,
             calls,
             text: String::with_capacity(256),
@@ -256,6 +255,7 @@ fn start(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<(), String>
         }),
         devices: Mutex::new(HashMap::new()),
         param_info: ParamInfo::load(),
+        param_sizes: Mutex::new(HashMap::new()),
         callbacks: AtomicU64::new(0),
         callback_nanos: AtomicU64::new(0),
     };
@@ -379,14 +379,14 @@ unsafe fn record(recorder: &Recorder, cbid: u32, data: &sys::CUpti_CallbackData)
     let context = data.context as usize as u64;
     let device = recorder.device_of(data.context);
     let thread = thread_id();
-    let mut output = recorder.output();
-    let output = &mut *output;
-    // Taken out for the call (the writer borrows the rest of `output`), put back after.
-    let mut param_sizes = core::mem::take(&mut output.param_sizes);
     if unloads_code(cbid) {
-        param_sizes.clear();
+        recorder.forget_param_sizes();
     }
+    // The lock is taken at the first line written, after a launch's parameters were read (the
+    // driver is never called under it).
+    let mut output: Option<MutexGuard<'_, Output>> = None;
     let mut sink = |function: &'static str, kind: Kind, args: Vec<u64>| {
+        let output = output.get_or_insert_with(|| recorder.output());
         output.write(&Call {
             function,
             kind,
@@ -398,21 +398,16 @@ unsafe fn record(recorder: &Recorder, cbid: u32, data: &sys::CUpti_CallbackData)
         });
     };
     let mut words = |function: u64, params: *mut *mut c_void| {
-        match (&recorder.param_info, outcome) {
-            (Some(info), Outcome::Returned(0)) => {
-                let sizes = param_sizes
-                    .entry(function)
-                    .or_insert_with(|| info.sizes(function));
-                // SAFETY: the launch succeeded with these parameters, so `params` holds one
-                // pointer per parameter, each to as many bytes as the driver says it has.
-                unsafe { param_words(params, sizes) }
-            }
-            _ => Vec::new(),
+        if outcome != Outcome::Returned(0) {
+            return Vec::new();
         }
+        let sizes = recorder.param_sizes(function);
+        // SAFETY: the launch succeeded with these parameters, so `params` holds one pointer per
+        // parameter, each to as many bytes as the driver says it has.
+        unsafe { param_words(params, &sizes) }
     };
     // SAFETY: as this function's contract says.
     unsafe { read_call(cbid, data.functionParams, outcome, &mut words, &mut sink) };
-    output.param_sizes = param_sizes;
 }
 
 /// The nonzero 8-byte words of a launch's parameters, `sizes[i]` bytes through `params[i]`
@@ -445,6 +440,29 @@ unsafe fn param_words(params: *mut *mut c_void, sizes: &[u32]) -> Vec<u64> {
 impl Recorder {
     fn output(&self) -> MutexGuard<'_, Output> {
         self.output.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The parameter sizes of `function`, asked of the driver at its first launch (with no
+    /// lock held); empty where the driver cannot say.
+    fn param_sizes(&self, function: u64) -> Arc<[u32]> {
+        let cache = || self.param_sizes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(sizes) = cache().get(&function) {
+            return Arc::clone(sizes);
+        }
+        let sizes: Arc<[u32]> = match &self.param_info {
+            Some(info) => info.sizes(function).into(),
+            None => Arc::from([]),
+        };
+        cache().insert(function, Arc::clone(&sizes));
+        sizes
+    }
+
+    /// Forgets every function's parameter sizes (code was unloaded: handles may be reused).
+    fn forget_param_sizes(&self) {
+        self.param_sizes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     /// The device of a context, asked of CUPTI once per context (no driver call); a thread's
