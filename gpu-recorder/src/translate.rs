@@ -99,6 +99,8 @@ pub struct Translator {
     allocations: BTreeMap<u64, u64>,
     /// The blocks our allocator has handed out and not taken back: start address to length.
     blocks: BTreeMap<u64, u64>,
+    /// The ranges of the launch being written (kept to reuse its memory).
+    ranges: Vec<(u64, u64)>,
     exited: bool,
 }
 
@@ -251,17 +253,20 @@ impl Translator {
                 );
             }
             Kind::Launch { stream, .. } => {
-                let mut text = String::from("launch");
-                let mut found: Vec<u64> = Vec::new();
+                // The footprint, in a buffer kept between launches (no allocation per launch).
+                let mut ranges = core::mem::take(&mut self.ranges);
+                ranges.clear();
                 for &word in &call.args {
                     if let Some((start, len)) = self.block_or_allocation_of(word)
-                        && !found.contains(&start)
+                        && !ranges.iter().any(|&(known, _)| known == start)
                     {
-                        found.push(start);
-                        let _ = write!(text, " rw:{start:#x}+{len}");
+                        ranges.push((start, len));
                     }
                 }
-                self.on_stream_with(call, stream, &text, out);
+                let key = StreamKey::of(call, stream);
+                let footprint = Footprint(&ranges);
+                self.on_key(call, key, format_args!("launch {key}{footprint}"), out);
+                self.ranges = ranges;
             }
             Kind::Copy {
                 stream,
@@ -424,7 +429,8 @@ impl Translator {
 
     /// A call naming one stream: a line, or a comment while that stream captures.
     fn on_stream(&mut self, call: &Call, stream: u64, verb: &str, out: &mut String) {
-        self.on_stream_with(call, stream, verb, out);
+        let key = StreamKey::of(call, stream);
+        self.on_key(call, key, format_args!("{verb} {key}"), out);
     }
 
     /// A call naming one stream, its line `VERB STREAM REST` where `text` is `VERB REST`: a
@@ -473,6 +479,17 @@ impl Translator {
     /// A destroyed stream leaves any capture.
     fn forget_capture(&mut self, key: StreamKey) {
         self.capture_of.remove(&key);
+    }
+}
+
+/// A launch's footprint as its line writes it: ` rw:START+LEN` per range.
+struct Footprint<'a>(&'a [(u64, u64)]);
+
+impl core::fmt::Display for Footprint<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.0
+            .iter()
+            .try_for_each(|(start, len)| write!(f, " rw:{start:#x}+{len}"))
     }
 }
 
