@@ -567,6 +567,9 @@ macro_rules! shape_of {
     (launch) => {
         Shape::Launch
     };
+    (launch_extra) => {
+        Shape::Launch
+    };
     (launch_config) => {
         Shape::Launch
     };

@@ -9,8 +9,10 @@
 //! A launch's parameters are read only where their sizes are known: the recorder asks the
 //! loaded libcuda's `cuFuncGetParamInfo` (or `cuKernelGetParamInfo` for a `CUkernel`) once per
 //! function, then reads each parameter's bytes through `kernelParams[i]` as 8-byte words (at
-//! most [`MAX_WORDS_PER_PARAM`] per parameter). Without sizes (an older driver, a launch through
-//! `extra`) nothing is read: the launch has no footprint.
+//! most [`MAX_WORDS_PER_PARAM`] per parameter). A launch that passes its parameters as one
+//! buffer through `extra` (`CU_LAUNCH_PARAM_BUFFER_POINTER` and `_SIZE`) has that buffer read
+//! the same way, as far as its size says. Without either (an older driver) nothing is read: the
+//! launch has no footprint.
 
 use core::ffi::{c_int, c_void};
 use std::cell::Cell;
@@ -397,9 +399,14 @@ unsafe fn record(recorder: &Recorder, cbid: u32, data: &sys::CUpti_CallbackData)
             args,
         });
     };
-    let mut words = |function: u64, params: *mut *mut c_void| {
+    let mut words = |function: u64, params: *mut *mut c_void, extra: *mut *mut c_void| {
         if outcome != Outcome::Returned(0) {
             return Vec::new();
+        }
+        if params.is_null() {
+            // SAFETY: the launch succeeded with this `extra` array, so it is null or
+            // terminated, and its buffer has the size it says.
+            return unsafe { extra_words(extra) };
         }
         let sizes = recorder.param_sizes(function);
         // SAFETY: the launch succeeded with these parameters, so `params` holds one pointer per
@@ -408,6 +415,51 @@ unsafe fn record(recorder: &Recorder, cbid: u32, data: &sys::CUpti_CallbackData)
     };
     // SAFETY: as this function's contract says.
     unsafe { read_call(cbid, data.functionParams, outcome, &mut words, &mut sink) };
+}
+
+/// `CU_LAUNCH_PARAM_END`, `CU_LAUNCH_PARAM_BUFFER_POINTER`, `CU_LAUNCH_PARAM_BUFFER_SIZE`: the
+/// keys of a launch's `extra` array.
+const EXTRA_END: usize = 0;
+const EXTRA_BUFFER_POINTER: usize = 1;
+const EXTRA_BUFFER_SIZE: usize = 2;
+
+/// The most key-value pairs of an `extra` array read.
+const MAX_EXTRA_PAIRS: usize = 16;
+
+/// The nonzero 8-byte words of the parameter buffer a launch passed through `extra`
+/// (`CU_LAUNCH_PARAM_BUFFER_POINTER` with `CU_LAUNCH_PARAM_BUFFER_SIZE`), at most
+/// [`MAX_WORDS_PER_PARAM`] of them, as for one parameter.
+///
+/// # Safety
+/// `extra` is null or an array of key-value pairs ended by `CU_LAUNCH_PARAM_END` that the driver
+/// accepted: the buffer has the bytes its size says.
+unsafe fn extra_words(extra: *mut *mut c_void) -> Vec<u64> {
+    let (mut buffer, mut size): (*mut c_void, usize) = (core::ptr::null_mut(), 0);
+    if extra.is_null() {
+        return Vec::new();
+    }
+    for pair in 0..MAX_EXTRA_PAIRS {
+        // SAFETY: the array holds pairs up to its end key, which is read first.
+        let key = unsafe { *extra.add(2 * pair) } as usize;
+        if key == EXTRA_END {
+            break;
+        }
+        // SAFETY: a key other than the end has its value after it.
+        let value = unsafe { *extra.add(2 * pair + 1) };
+        match key {
+            EXTRA_BUFFER_POINTER => buffer = value,
+            // SAFETY: the size's value points at a `size_t`.
+            EXTRA_BUFFER_SIZE if !value.is_null() => size = unsafe { *value.cast::<usize>() },
+            _ => {}
+        }
+    }
+    if buffer.is_null() || size < 8 {
+        return Vec::new();
+    }
+    let size = u32::try_from(size.min(8 * MAX_WORDS_PER_PARAM)).unwrap_or(0);
+    let mut pointer = buffer;
+    // SAFETY: one "parameter" of `size` readable bytes (at most the buffer's).
+    unsafe { param_words(&mut pointer, &[size]) }
 }
 
 /// The nonzero 8-byte words of a launch's parameters, `sizes[i]` bytes through `params[i]`
@@ -612,15 +664,20 @@ macro_rules! read_kind {
     };
     (launch, $p:ident, $outcome:ident, [$f:ident, $params:ident, $s:ident], $words:ident, $sink:ident, $name:ident) => {
         let function = handle($p.$f);
-        let args = $words(function, $p.$params);
+        let args = $words(function, $p.$params, core::ptr::null_mut());
         $sink(stringify!($name), Kind::Launch { stream: handle($p.$s), function }, args)
     };
-    (launch_config, $p:ident, $outcome:ident, [$config:ident, $f:ident, $params:ident], $words:ident, $sink:ident, $name:ident) => {
+    (launch_extra, $p:ident, $outcome:ident, [$f:ident, $params:ident, $extra:ident, $s:ident], $words:ident, $sink:ident, $name:ident) => {
+        let function = handle($p.$f);
+        let args = $words(function, $p.$params, $p.$extra);
+        $sink(stringify!($name), Kind::Launch { stream: handle($p.$s), function }, args)
+    };
+    (launch_config, $p:ident, $outcome:ident, [$config:ident, $f:ident, $params:ident, $extra:ident], $words:ident, $sink:ident, $name:ident) => {
         if !$p.$config.is_null() {
             // SAFETY: a non-null CUlaunchConfig pointer the program passed to the launch.
             let stream = unsafe { (*$p.$config).hStream };
             let function = handle($p.$f);
-            let args = $words(function, $p.$params);
+            let args = $words(function, $p.$params, $p.$extra);
             $sink(stringify!($name), Kind::Launch { stream: handle(stream), function }, args)
         }
     };
@@ -704,7 +761,7 @@ macro_rules! call_reader {
             cbid: u32,
             params: *const c_void,
             outcome: Outcome,
-            words: &mut dyn FnMut(u64, *mut *mut c_void) -> Vec<u64>,
+            words: &mut dyn FnMut(u64, *mut *mut c_void, *mut *mut c_void) -> Vec<u64>,
             sink: &mut dyn FnMut(&'static str, Kind, Vec<u64>),
         ) {
             let _ = outcome;
@@ -842,5 +899,26 @@ mod tests {
         assert_eq!(element_size("cuMemsetD8Async_ptsz"), 1);
         assert_eq!(element_size("cuMemsetD16_v2"), 2);
         assert_eq!(element_size("cuMemsetD32Async"), 4);
+    }
+
+    #[test]
+    fn an_extra_parameter_buffer_is_read_within_its_size() {
+        let mut buffer = [7u64, 0x7f00_0000_1000, 0, 0x7f00_0000_2000];
+        let mut size: usize = 24;
+        let mut extra: [*mut c_void; 5] = [
+            EXTRA_BUFFER_POINTER as *mut c_void,
+            buffer.as_mut_ptr().cast(),
+            EXTRA_BUFFER_SIZE as *mut c_void,
+            (&raw mut size).cast(),
+            EXTRA_END as *mut c_void,
+        ];
+        // SAFETY: a terminated array whose buffer has `size` bytes (of its 32).
+        let words = unsafe { extra_words(extra.as_mut_ptr()) };
+        assert_eq!(words, [7, 0x7f00_0000_1000]);
+        let mut end: [*mut c_void; 1] = [EXTRA_END as *mut c_void];
+        // SAFETY: an array that ends at once, and no array.
+        assert!(unsafe { extra_words(end.as_mut_ptr()) }.is_empty());
+        // SAFETY: as above.
+        assert!(unsafe { extra_words(core::ptr::null_mut()) }.is_empty());
     }
 }

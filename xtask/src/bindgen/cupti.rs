@@ -69,7 +69,8 @@ const CBID_PREFIX: &str = "CUPTI_DRIVER_TRACE_CBID_";
 /// its length: one launch per entry), `begin_capture`, `end_capture`, and `note` (memory and
 /// context calls the trace keeps as comments; no fields). The calls with a memory footprint
 /// also name the fields holding it: `launch` (function, parameter array, stream),
-/// `launch_config` (a `CUlaunchConfig` pointer, function, parameter array), `copy` (destination,
+/// `launch_extra` (function, parameter array, `extra` array, stream), `launch_config` (a
+/// `CUlaunchConfig` pointer, function, parameter array, `extra` array), `copy` (destination,
 /// source, bytes, stream) and `copy_sync` (the same on the null stream), `fill` (destination,
 /// element count, stream; the element size is in the name: `D8`, `D16`, `D32`) and `fill_sync`,
 /// `alloc` (a pointer the new address is written to, bytes), `alloc_async` (the same, stream),
@@ -129,23 +130,23 @@ const RECORDED_CALLS: &[(&str, &str, &[&str])] = &[
     // Kernel launches.
     (
         "cuLaunchKernel",
-        "launch",
-        &["f", "kernelParams", "hStream"],
+        "launch_extra",
+        &["f", "kernelParams", "extra", "hStream"],
     ),
     (
         "cuLaunchKernel_ptsz",
-        "launch",
-        &["f", "kernelParams", "hStream"],
+        "launch_extra",
+        &["f", "kernelParams", "extra", "hStream"],
     ),
     (
         "cuLaunchKernelEx",
         "launch_config",
-        &["config", "f", "kernelParams"],
+        &["config", "f", "kernelParams", "extra"],
     ),
     (
         "cuLaunchKernelEx_ptsz",
         "launch_config",
-        &["config", "f", "kernelParams"],
+        &["config", "f", "kernelParams", "extra"],
     ),
     (
         "cuLaunchCooperativeKernel",
@@ -569,8 +570,8 @@ mod tests {
                 "note" => 0,
                 "stream_create" | "event_record" | "stream_wait_event" | "work_each"
                 | "fill_sync" | "alloc" | "free_async" => 2,
-                "launch" | "launch_config" | "copy_sync" | "fill" | "alloc_async" => 3,
-                "copy" => 4,
+                "launch" | "copy_sync" | "fill" | "alloc_async" => 3,
+                "copy" | "launch_extra" | "launch_config" => 4,
                 _ => 1,
             };
             assert_eq!(fields.len(), expected, "{name} ({kind})");
@@ -583,7 +584,7 @@ mod tests {
         assert!(text.contains("(cuptiSubscribe, c\"cuptiSubscribe\", PFN_cuptiSubscribe),"));
         assert!(text.contains(
             "(cuLaunchKernelEx_ptsz, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, \
-             cuLaunchKernelEx_ptsz_params, launch_config, [config, f, kernelParams]),"
+             cuLaunchKernelEx_ptsz_params, launch_config, [config, f, kernelParams, extra]),"
         ));
         assert!(text.contains(
             "(cuMemAlloc_v2, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, cuMemAlloc_v2_params, alloc, \
