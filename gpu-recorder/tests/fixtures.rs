@@ -2,8 +2,8 @@
 //! (`GPU_RECORDER_CALLS=1`, hw-results/2026-11-24-h100-89ca110-recorder), translated here and
 //! checked with the checker: no defects, the objects alive at exit, default streams declared,
 //! captured calls kept out, and for our own pipeline example the same calls its backend saw.
-//! And footprints: the driver calls of a seeded race program (`c_pool_wrong_stream.calls`,
-//! written by hand from gpu-recorder/hw/races/seeded.cu) translate to a trace with its race.
+//! And footprints: the driver calls of seeded race programs (gpu-recorder/hw/races/, written
+//! by hand as calls files) translate to traces in which the checker finds their races.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -279,4 +279,26 @@ fn our_allocators_blocks_without_record_stream_are_a_reuse_race_and_with_it_clea
     let trace = translate("runtime_no_foreign_mark.fixed.calls");
     assert!(trace.contains("block_use gpurt 0x7f0000000000 0x20"));
     assert_eq!(races("runtime_no_foreign_mark.fixed", &trace), []);
+}
+
+#[test]
+fn a_stream_ordered_free_raced_by_another_streams_kernels_is_found_and_its_fix_is_clean() {
+    // seeded's `async_free_raced`: x from cudaMallocAsync on s1, read by two kernels on s2,
+    // freed on s1 with no event from s2 (the fix records one and waits for it).
+    let trace = translate("async_free_raced.calls");
+    assert!(trace.contains("mem_alloc 0x7f0000200000+65536 0xa  # cuMemAllocAsync"));
+    assert!(trace.contains("mem_free 0x7f0000200000 0xa  # cuMemFreeAsync"));
+    let free = line_of(&trace, "mem_free 0x7f0000200000 0xa");
+    // The last use before the free: the second kernel, which also writes `out`.
+    let consume = line_of(
+        &trace,
+        "launch 0xb rw:0x7f0000200000+65536 rw:0x7f0000100000+65536",
+    );
+    assert_eq!(
+        races("async_free_raced", &trace),
+        [(RaceKind::FreeWhileInUse, consume, free, 0x7f00_0020_0000)],
+        "{trace}"
+    );
+    let trace = translate("async_free_raced.fixed.calls");
+    assert_eq!(races("async_free_raced.fixed", &trace), []);
 }
