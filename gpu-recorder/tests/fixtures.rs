@@ -302,3 +302,21 @@ fn a_stream_ordered_free_raced_by_another_streams_kernels_is_found_and_its_fix_i
     let trace = translate("async_free_raced.fixed.calls");
     assert_eq!(races("async_free_raced.fixed", &trace), []);
 }
+
+#[test]
+fn a_launch_missing_its_async_dependency_races_the_one_before_and_the_fix_is_clean() {
+    // seeded's `mlir_missing_async_dependency`: produce on t1, consume on t2 without the event
+    // between them; the result read back with a synchronous copy after both streams' waits.
+    let trace = translate("mlir_missing_async_dependency.calls");
+    assert!(trace.contains("copy legacy.0x5555 r:0x7f000001fffc+4  # cuMemcpyDtoH_v2"));
+    assert!(trace.contains("stream_synchronize legacy.0x5555  # cuMemcpyDtoH_v2"));
+    let produce = line_of(&trace, "launch 0xa");
+    let consume = line_of(&trace, "launch 0xb");
+    assert_eq!(
+        races("mlir_missing_async_dependency", &trace),
+        [(RaceKind::WriteWrite, produce, consume, 0x7f00_0000_0000)],
+        "{trace}"
+    );
+    let trace = translate("mlir_missing_async_dependency.fixed.calls");
+    assert_eq!(races("mlir_missing_async_dependency.fixed", &trace), []);
+}
