@@ -397,6 +397,17 @@ impl Translator {
         text
     }
 
+    /// An allocation is freed: it, and any block of ours cut from it, are no footprints now.
+    fn forget_allocation(&mut self, address: u64) {
+        if let Some(len) = self.allocations.remove(&address) {
+            let end = address.saturating_add(len);
+            let inside: Vec<u64> = self.blocks.range(address..end).map(|(&at, _)| at).collect();
+            for block in inside {
+                self.blocks.remove(&block);
+            }
+        }
+    }
+
     /// The allocation alive that holds `address`: its start and length.
     fn allocation_of(&self, address: u64) -> Option<(u64, u64)> {
         holding(&self.allocations, address)
@@ -415,13 +426,13 @@ impl Translator {
                 if self.capture_of.contains_key(&key) {
                     captured(call, format_args!("mem_free {address:#x} {key}"), out);
                 } else {
-                    self.allocations.remove(&address);
+                    self.forget_allocation(address);
                     self.declare(call, key, out);
                     line(call, format_args!("mem_free {address:#x} {key}"), out);
                 }
             }
             _ => {
-                self.allocations.remove(&address);
+                self.forget_allocation(address);
                 line(call, format_args!("mem_free {address:#x}"), out);
             }
         }
@@ -1267,5 +1278,31 @@ mod tests {
                 "block_free gpurt 0x1000 0x10",
             ]
         );
+    }
+
+    #[test]
+    fn freeing_an_allocation_forgets_the_blocks_cut_from_it() {
+        let block = |address| {
+            call(
+                "gpurt_block_alloc",
+                Kind::BlockAlloc {
+                    stream: 0x10,
+                    address,
+                    bytes: 16,
+                },
+                0,
+            )
+        };
+        let lines = translate(&[
+            alloc(0x1000, 0x200),
+            block(0x1000),
+            block(0x1100),
+            launch(0x10, &[0x1104]),
+            entered(call("cuMemFree_v2", Kind::Free { address: 0x1000 }, 0)),
+            alloc(0x1000, 0x400),
+            launch(0x10, &[0x1104]),
+        ]);
+        assert_eq!(lines[3], "launch 0x10 rw:0x1100+16");
+        assert_eq!(lines.last().unwrap(), "launch 0x10 rw:0x1000+1024");
     }
 }
