@@ -1,7 +1,8 @@
-//! The narrow driver interface the allocator needs: segments of memory and the few event
-//! operations that order reuse across streams. Backends implement it; tests use a fake.
+//! The narrow driver interface the allocator needs: segments of memory, optional virtual memory
+//! (reserved ranges mapped in pieces), and the few event operations that order reuse across
+//! streams. Backends implement it; tests use a fake.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::id::{DeviceId, EventId, MemoryKind, StreamId};
 
 /// What the allocator asks of a driver. Every method acts on one device; the allocator never
@@ -73,4 +74,82 @@ pub trait SegmentDriver {
     /// Blocks the host until all work on `device` has finished (CUDA: `cuCtxSynchronize`). Only
     /// the last rung of the out-of-memory ladder calls it.
     fn synchronize(&mut self, device: DeviceId) -> Result<()>;
+
+    /// The granularity of virtual memory for `kind` on `device`: reservations, mapped pieces
+    /// and their addresses are multiples of it (a power of two, at least
+    /// [`super::MIN_ALIGNMENT`]). `None` (the default) when the driver has no virtual memory
+    /// for the kind; the allocator then never calls the other virtual-memory methods for it.
+    /// (CUDA: `cuMemGetAllocationGranularity`.)
+    fn granularity(&mut self, device: DeviceId, kind: MemoryKind) -> Result<Option<usize>> {
+        let _ = (device, kind);
+        Ok(None)
+    }
+
+    /// Reserves `size` bytes of address space for `kind` (a multiple of the granularity),
+    /// with no memory behind it yet. `Ok(None)` when no such range is left, as
+    /// [`SegmentDriver::allocate`] reports out of memory. (CUDA: `cuMemAddressReserve`.)
+    fn reserve(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        size: usize,
+    ) -> Result<Option<usize>> {
+        let _ = (device, kind, size);
+        Err(no_virtual_memory())
+    }
+
+    /// Maps `size` bytes of new memory of `kind` at `address`, both multiples of the
+    /// granularity, inside one reservation and over no mapped byte: usable at once by the host
+    /// (host kinds) and by every stream of `device`, and by the peers the caller enabled.
+    /// `Ok(false)` when the driver is out of memory for it; nothing is mapped then. The driver
+    /// may map it as several granularity-sized pieces, so that any granularity-aligned part can
+    /// be unmapped later. (CUDA: `cuMemCreate`, `cuMemMap`, `cuMemSetAccess`.)
+    fn map(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<bool> {
+        let _ = (device, kind, address, size);
+        Err(no_virtual_memory())
+    }
+
+    /// Unmaps `[address, address + size)` (multiples of the granularity, all mapped by
+    /// [`SegmentDriver::map`]) and releases its memory; the addresses stay reserved. `after` as
+    /// for [`SegmentDriver::free`]: with `Some(stream)` the driver neither releases the memory
+    /// nor maps the addresses again before the work enqueued on `stream` has finished (CUDA:
+    /// synchronise the stream, then `cuMemUnmap` and `cuMemRelease`).
+    fn unmap(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+        after: Option<StreamId>,
+    ) -> Result<()> {
+        let _ = (device, kind, address, size, after);
+        Err(no_virtual_memory())
+    }
+
+    /// Returns a reservation obtained from [`SegmentDriver::reserve`], with its exact address
+    /// and size; nothing in it is mapped any more. (CUDA: `cuMemAddressFree`.)
+    fn release_reservation(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<()> {
+        let _ = (device, kind, address, size);
+        Err(no_virtual_memory())
+    }
+}
+
+/// What a driver without virtual memory answers the calls that need it.
+fn no_virtual_memory() -> Error {
+    Error::Unsupported {
+        backend: "segment driver",
+        what: "virtual memory (reserved ranges mapped in pieces)",
+    }
 }

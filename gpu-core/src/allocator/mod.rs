@@ -12,6 +12,8 @@
 
 mod cache;
 mod driver;
+#[cfg(test)]
+mod growable_tests;
 #[cfg(feature = "model")]
 pub mod model;
 mod policy;

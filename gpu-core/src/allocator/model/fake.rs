@@ -1,5 +1,6 @@
-//! The fake driver: segments handed out in a bounded address range, and streams, events and
-//! waits modelled so that a use of memory before its free has completed is seen.
+//! The fake driver: segments and reservations (mapped in pieces) handed out in a bounded address
+//! range, and streams, events and waits modelled so that a use of memory before its free has
+//! completed is seen.
 
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -47,10 +48,11 @@ pub(super) struct ModelEvent {
     owned_by_allocator: bool,
 }
 
-/// A fake [`SegmentDriver`]: hands out non-overlapping address ranges from the top of the
-/// address space down, reusing a returned range once no pending work touches it, models
-/// streams, events and the progress of work on them, can fail its Nth call, and records every
-/// misuse it sees.
+/// A fake [`SegmentDriver`]: hands out non-overlapping address ranges (segments and
+/// reservations) from the top of the address space down, reusing a returned range once no
+/// pending work touches it, maps and unmaps pieces inside reservations when given a
+/// granularity, models streams, events and the progress of work on them, can fail its Nth
+/// call, and records every misuse it sees.
 #[derive(Clone, Debug)]
 pub struct FakeDriver {
     /// Calls made so far.
@@ -67,7 +69,18 @@ pub struct FakeDriver {
     pub synchronous_allocations: u64,
     /// Segments obtained by stream-ordered calls.
     pub stream_ordered_allocations: u64,
+    /// The virtual-memory granularity it reports for every kind; `None` (the default): no
+    /// virtual memory.
+    pub granularity: Option<usize>,
+    /// Reservations made.
+    pub reservations_made: u64,
+    /// Successful map calls.
+    pub maps: u64,
     segments: BTreeMap<usize, (usize, MemoryKind)>,
+    /// Reserved ranges: start -> (size, kind).
+    reservations: BTreeMap<usize, (usize, MemoryKind)>,
+    /// Mapped pieces inside reservations: start -> (size, kind); never overlapping.
+    mapped: BTreeMap<usize, (usize, MemoryKind)>,
     in_use: usize,
     streams: BTreeMap<u32, ModelStream>,
     pub(super) events: BTreeMap<u32, ModelEvent>,
@@ -84,7 +97,12 @@ impl FakeDriver {
             violations: Vec::new(),
             synchronous_allocations: 0,
             stream_ordered_allocations: 0,
+            granularity: None,
+            reservations_made: 0,
+            maps: 0,
             segments: BTreeMap::new(),
+            reservations: BTreeMap::new(),
+            mapped: BTreeMap::new(),
             in_use: 0,
             streams: BTreeMap::new(),
             events: BTreeMap::new(),
@@ -97,13 +115,29 @@ impl FakeDriver {
         &self.segments
     }
 
-    /// Bytes of `kind` handed out and not returned.
+    /// Reservations made and not released: start -> (size, kind).
+    pub fn live_reservations(&self) -> &BTreeMap<usize, (usize, MemoryKind)> {
+        &self.reservations
+    }
+
+    /// Bytes of `kind` handed out and not returned: segments and mapped pieces.
     pub fn live_bytes(&self, kind: MemoryKind) -> usize {
         self.segments
             .values()
+            .chain(self.mapped.values())
             .filter(|(_, k)| *k == kind)
             .map(|(size, _)| size)
             .sum()
+    }
+
+    /// Bytes of `kind` mapped inside reservations.
+    pub fn mapped_bytes(&self, kind: MemoryKind) -> usize {
+        sum_of(&self.mapped, kind)
+    }
+
+    /// Bytes of address space of `kind` reserved.
+    pub fn reserved_address_space(&self, kind: MemoryKind) -> usize {
+        sum_of(&self.reservations, kind)
     }
 
     /// Events the allocator recorded and has not released.
@@ -114,12 +148,44 @@ impl FakeDriver {
             .count()
     }
 
-    /// Whether `[start, start + len)` lies inside one live segment of `kind`.
+    /// Whether `[start, start + len)` lies inside one live segment of `kind`, or wholly in
+    /// mapped pieces of `kind`.
     pub fn inside_segment(&self, kind: MemoryKind, start: usize, len: usize) -> bool {
-        self.segments
+        let in_segment = self
+            .segments
             .range(..=start)
             .next_back()
-            .is_some_and(|(&base, &(size, k))| k == kind && start + len <= base + size)
+            .is_some_and(|(&base, &(size, k))| k == kind && start + len <= base + size);
+        in_segment || self.all_mapped(Some(kind), start, start + len)
+    }
+
+    /// Whether every byte of `[start, end)` is mapped (in pieces of `kind`, if given).
+    fn all_mapped(&self, kind: Option<MemoryKind>, start: usize, end: usize) -> bool {
+        let mut covered = start;
+        let first = self.mapped.range(..=start).next_back().map(|(&a, _)| a);
+        for (&base, &(size, k)) in self.mapped.range(first.unwrap_or(start)..) {
+            if covered >= end || base > covered || kind.is_some_and(|kind| kind != k) {
+                break;
+            }
+            covered = covered.max(base + size);
+        }
+        covered >= end
+    }
+
+    /// Whether any byte of `[start, end)` is mapped.
+    fn any_mapped(&self, start: usize, end: usize) -> bool {
+        let below = self.mapped.range(..start).next_back();
+        below.is_some_and(|(&base, &(size, _))| base + size > start)
+            || self.mapped.range(start..end).next().is_some()
+    }
+
+    /// The reservation holding all of `[start, end)`.
+    fn reservation_of(&self, start: usize, end: usize) -> Option<(usize, MemoryKind)> {
+        self.reservations
+            .range(..=start)
+            .next_back()
+            .filter(|&(&base, &(size, _))| end <= base + size)
+            .map(|(&base, &(_, kind))| (base, kind))
     }
 
     /// Enqueues work touching `[start, start + len)` on `stream`.
@@ -290,14 +356,30 @@ impl FakeDriver {
         if self.capacity - self.in_use < size {
             return None;
         }
+        let address = self.place(size, FAKE_ALIGNMENT)?;
+        self.in_use += size;
+        self.segments.insert(address, (size, kind));
+        Some(address)
+    }
+
+    /// The highest free place, aligned to `align` (a multiple of the fake's alignment), for a
+    /// range of `size` bytes (a segment's or a reservation's), as [`FakeDriver::hand_out`]
+    /// describes.
+    fn place(&self, size: usize, align: usize) -> Option<usize> {
         let span = size.checked_next_multiple_of(FAKE_ALIGNMENT)?;
         let mut ceiling = FAKE_TOP;
-        let mut below = self.segments.iter().rev().peekable();
+        let mut taken: BTreeMap<usize, (usize, MemoryKind)> = self.segments.clone();
+        taken.extend(self.reservations.iter().map(|(&a, &r)| (a, r)));
+        let mut below = taken.iter().rev().peekable();
         let address = loop {
             let floor = below.peek().map_or(FAKE_FLOOR, |&(&start, &(len, _))| {
                 start + len.next_multiple_of(FAKE_ALIGNMENT)
             });
-            let Some(address) = ceiling.checked_sub(span).filter(|&a| a >= floor) else {
+            let Some(address) = ceiling
+                .checked_sub(span)
+                .map(|a| a - a % align)
+                .filter(|&a| a >= floor)
+            else {
                 ceiling = below.next()?.0 - FAKE_ALIGNMENT;
                 continue;
             };
@@ -309,10 +391,24 @@ impl FakeDriver {
                 }
             }
         };
-        self.in_use += size;
-        self.segments.insert(address, (size, kind));
         Some(address)
     }
+
+    /// Checks a virtual-memory call's range against the granularity; the misuse, if any.
+    fn misaligned(&self, call: &str, address: usize, size: usize) -> Option<String> {
+        let granularity = self.granularity?;
+        (size == 0 || !address.is_multiple_of(granularity) || !size.is_multiple_of(granularity))
+            .then(|| format!("{call} of {address:#x} ({size} bytes) is not in whole granules"))
+    }
+}
+
+/// Bytes of `kind` in `ranges`.
+fn sum_of(ranges: &BTreeMap<usize, (usize, MemoryKind)>, kind: MemoryKind) -> usize {
+    ranges
+        .values()
+        .filter(|(_, k)| *k == kind)
+        .map(|(size, _)| size)
+        .sum()
 }
 
 impl SegmentDriver for FakeDriver {
@@ -416,6 +512,137 @@ impl SegmentDriver for FakeDriver {
     fn synchronize(&mut self, _device: DeviceId) -> Result<()> {
         self.call("synchronize")?;
         self.finish_all();
+        Ok(())
+    }
+
+    fn granularity(&mut self, _device: DeviceId, _kind: MemoryKind) -> Result<Option<usize>> {
+        Ok(self.granularity)
+    }
+
+    fn reserve(
+        &mut self,
+        _device: DeviceId,
+        kind: MemoryKind,
+        size: usize,
+    ) -> Result<Option<usize>> {
+        self.call("reserve")?;
+        if let Some(misuse) = self.misaligned("reserve", 0, size) {
+            self.violations.push(misuse);
+            return Ok(None);
+        }
+        let align = self
+            .granularity
+            .unwrap_or(FAKE_ALIGNMENT)
+            .max(FAKE_ALIGNMENT);
+        let Some(address) = self.place(size, align) else {
+            return Ok(None);
+        };
+        self.reservations.insert(address, (size, kind));
+        self.reservations_made += 1;
+        Ok(Some(address))
+    }
+
+    fn map(
+        &mut self,
+        _device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<bool> {
+        self.call("map")?;
+        let end = address.saturating_add(size);
+        let misuse = self.misaligned("map", address, size).or_else(|| {
+            match self.reservation_of(address, end) {
+                Some((_, k)) if k == kind => None,
+                _ => Some(format!(
+                    "map of {address:#x} ({size} bytes, {kind}) is not inside one {kind} reservation"
+                )),
+            }
+        });
+        let misuse = misuse.or_else(|| {
+            self.any_mapped(address, end)
+                .then(|| format!("map of {address:#x} ({size} bytes) over mapped bytes"))
+        });
+        if let Some(misuse) = misuse {
+            self.violations.push(misuse);
+            return Ok(false);
+        }
+        if self.capacity - self.in_use < size {
+            return Ok(false);
+        }
+        if let Some((stream, position)) = self.pending_touching(address, end, None) {
+            self.violations.push(format!(
+                "{address:#x} mapped while work {position} of stream {stream} may still use it"
+            ));
+        }
+        self.in_use += size;
+        self.mapped.insert(address, (size, kind));
+        self.maps += 1;
+        Ok(true)
+    }
+
+    fn unmap(
+        &mut self,
+        _device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+        after: Option<StreamId>,
+    ) -> Result<()> {
+        self.call("unmap")?;
+        let end = address.saturating_add(size);
+        let misuse = self.misaligned("unmap", address, size).or_else(|| {
+            (!self.all_mapped(Some(kind), address, end)).then(|| {
+                format!("unmap of {address:#x} ({size} bytes, {kind}) covers unmapped bytes")
+            })
+        });
+        if let Some(misuse) = misuse {
+            self.violations.push(misuse);
+            return Ok(());
+        }
+        if let Some((stream, position)) = self.pending_touching(address, end, after) {
+            self.violations.push(format!(
+                "{address:#x} unmapped after {after:?} while work {position} of stream {stream} may use it"
+            ));
+        }
+        // The driver waits for `after`'s work before the memory goes: model it as done.
+        self.finish_touching(address, size);
+        // Cut the pieces at both ends, then drop those inside.
+        for cut in [address, end] {
+            if let Some((&base, &(len, k))) = self.mapped.range(..cut).next_back()
+                && base + len > cut
+            {
+                self.mapped.insert(base, (cut - base, k));
+                self.mapped.insert(cut, (base + len - cut, k));
+            }
+        }
+        let inside: Vec<usize> = self.mapped.range(address..end).map(|(&a, _)| a).collect();
+        for piece in inside {
+            self.mapped.remove(&piece);
+        }
+        self.in_use -= size;
+        Ok(())
+    }
+
+    fn release_reservation(
+        &mut self,
+        _device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<()> {
+        self.call("release_reservation")?;
+        if self.reservations.get(&address) != Some(&(size, kind)) {
+            self.violations.push(format!(
+                "release of {address:#x} ({size} bytes, {kind}) matches no reservation"
+            ));
+        } else if self.any_mapped(address, address + size) {
+            self.violations.push(format!(
+                "reservation {address:#x} released with bytes still mapped"
+            ));
+        } else {
+            self.reservations.remove(&address);
+        }
         Ok(())
     }
 }
