@@ -29,8 +29,8 @@ pub use crate::id::MemoryKind;
 
 pub use driver::SegmentDriver;
 pub use policy::{
-    AllocatorCapabilities, AllocatorConfig, KindSupport, LARGE_SEGMENT, MIN_ALIGNMENT, ROUNDING,
-    SMALL_REQUEST_LIMIT, SMALL_SEGMENT,
+    AllocatorCapabilities, AllocatorConfig, DEFAULT_GROWABLE_RESERVATION, KindSupport,
+    LARGE_SEGMENT, MIN_ALIGNMENT, ROUNDING, SMALL_REQUEST_LIMIT, SMALL_SEGMENT,
 };
 pub use request::{AllocPath, AllocRequest, Allocation, BlockHandle, Order, Release};
 pub use stats::AllocatorStats;
@@ -68,6 +68,11 @@ impl DeviceAllocator {
     /// The capabilities it decides from.
     pub const fn capabilities(&self) -> &AllocatorCapabilities {
         &self.capabilities
+    }
+
+    /// The tunables it follows.
+    pub const fn config(&self) -> &AllocatorConfig {
+        &self.config
     }
 
     /// Serves a request.
@@ -158,8 +163,9 @@ impl DeviceAllocator {
         }
     }
 
-    /// Returns cached memory to the driver: every segment that is wholly free, after reclaiming
-    /// frees that have completed. Returns the number of bytes released.
+    /// Returns cached memory to the driver: every segment that is wholly free and the free
+    /// granules at the end of growable segments, after reclaiming frees that have completed.
+    /// Returns the number of bytes released.
     pub fn trim<D: SegmentDriver>(&mut self, driver: &mut D) -> Result<usize> {
         let mut released = 0;
         for cache in &mut self.caches {
@@ -179,5 +185,12 @@ impl DeviceAllocator {
         self.caches
             .iter()
             .try_for_each(KindCache::check_consistency)
+    }
+
+    /// Checks the bound a trim leaves: no growable segment keeps a whole free granule at its
+    /// end.
+    #[cfg(any(test, feature = "model"))]
+    pub fn check_trimmed(&self) -> core::result::Result<(), alloc::string::String> {
+        self.caches.iter().try_for_each(KindCache::check_trimmed)
     }
 }

@@ -30,6 +30,10 @@ const LARGE_ROUNDING: usize = 2 << 20;
 const DEFAULT_MAX_SPLIT: usize = 64 << 20;
 /// How much bigger than the request an oversize block may be and still serve it.
 const OVERSIZE_SLACK: usize = 20 << 20;
+/// Default [`AllocatorConfig::growable_reservation`]: 64 GiB of address space per growable
+/// segment where pointers have 64 bits (more than any one device's memory today), 256 MiB
+/// where they have fewer.
+pub const DEFAULT_GROWABLE_RESERVATION: usize = if usize::BITS >= 64 { 1 << 36 } else { 1 << 28 };
 
 /// What the driver offers for one memory kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,6 +125,18 @@ pub struct AllocatorConfig {
     /// stream freed them, holds the request (the bound in docs/allocator.md); `false` grows
     /// instead of waiting, and reserved memory can creep in programs with many streams.
     pub wait_before_growing: bool,
+    /// Growable segments (docs/allocator.md), for the kinds whose driver reports a
+    /// virtual-memory granularity ([`super::SegmentDriver::granularity`]): each stream lane
+    /// keeps, per pool, one reserved address range whose memory is mapped in granules at its
+    /// end. A miss that would get a new segment instead maps enough granules there, joined to
+    /// the free block at the end, and trims unmap the free granules at the end. Blocks of such
+    /// segments are split whatever `max_split_size` says (their free tail goes back to the
+    /// driver without moving live blocks). Default `false`.
+    pub growable_segments: bool,
+    /// Bytes of address space each growable segment reserves (rounded up to the granularity;
+    /// a request larger than it reserves what it needs). Default
+    /// [`DEFAULT_GROWABLE_RESERVATION`]; a runtime may set it to the device's memory size.
+    pub growable_reservation: usize,
 }
 
 impl Default for AllocatorConfig {
@@ -130,6 +146,8 @@ impl Default for AllocatorConfig {
             max_streams: 1024,
             release_before_growing: true,
             wait_before_growing: true,
+            growable_segments: false,
+            growable_reservation: DEFAULT_GROWABLE_RESERVATION,
         }
     }
 }
@@ -225,16 +243,18 @@ pub(crate) fn shape(
     })
 }
 
-/// Whether a block of `block_size` bytes in the given pool, serving `used` bytes, is split.
+/// Whether a block of `block_size` bytes in the given pool, serving `used` bytes, is split;
+/// blocks of growable segments are split as small-pool blocks are, whatever their size.
 #[inline]
 pub(crate) fn should_split(
     large: bool,
+    growable: bool,
     block_size: usize,
     used: usize,
     config: &AllocatorConfig,
 ) -> bool {
     let rest = block_size - used;
-    if large {
+    if large && !growable {
         rest > SMALL_REQUEST_LIMIT && block_size < config.max_split_size
     } else {
         rest >= ROUNDING
@@ -308,9 +328,10 @@ mod tests {
         assert_eq!(below.max_block, (64 << 20) - 1);
         let above = shape(100 << 20, 1, usize::MAX, &config).unwrap();
         assert_eq!(above.max_block, (100 << 20) + OVERSIZE_SLACK);
-        assert!(!should_split(true, 128 << 20, 100 << 20, &config));
-        assert!(should_split(true, 40 << 20, 30 << 20, &config));
-        assert!(!should_split(false, 1024, 768, &config));
-        assert!(should_split(false, 1024, 512, &config));
+        assert!(!should_split(true, false, 128 << 20, 100 << 20, &config));
+        assert!(should_split(true, true, 128 << 20, 100 << 20, &config));
+        assert!(should_split(true, false, 40 << 20, 30 << 20, &config));
+        assert!(!should_split(false, false, 1024, 768, &config));
+        assert!(should_split(false, false, 1024, 512, &config));
     }
 }

@@ -4,7 +4,8 @@
 //! [`KindCache`] and its calls (serve, free, mark used on, retire) are here; one concern a
 //! file below: `block` and `lane` (the data), `bins` (size classes), `carve` (split, park and
 //! coalesce), `streams` (fences and reuse across streams), `reclaim` (the miss path, the
-//! out-of-memory ladder and trim), `runs` (free runs across lanes merged before growing),
+//! out-of-memory ladder and trim), `grow` (growable segments: grown on a miss, their free end
+//! unmapped on a trim), `runs` (free runs across lanes merged before growing),
 //! `consistency` (the models' self-check).
 //!
 //! Free blocks live in *lanes*: lane 0 ("idle") holds blocks no work can still be using; every
@@ -23,6 +24,7 @@ mod block;
 mod carve;
 #[cfg(any(test, feature = "model"))]
 mod consistency;
+mod grow;
 mod lane;
 mod reclaim;
 mod runs;
@@ -60,6 +62,10 @@ pub(crate) struct KindCache {
     poll_at: usize,
     /// (live block, another stream whose work uses it); rare, so kept out of the blocks.
     other_uses: Vec<(u32, StreamId)>,
+    /// The driver's virtual-memory granularity for the kind, once asked (`Some(None)`: none).
+    granularity: Option<Option<usize>>,
+    /// Reservations of growable segments given up whose release failed: (address, size).
+    orphans: Vec<(usize, usize)>,
     stats: AllocatorStats,
 }
 
@@ -78,6 +84,8 @@ impl KindCache {
             pending: Vec::new(),
             poll_at: PENDING_POLL_MIN,
             other_uses: Vec::new(),
+            granularity: None,
+            orphans: Vec::new(),
             stats: AllocatorStats::default(),
         }
     }
