@@ -394,6 +394,16 @@ impl FakeDriver {
         Some(address)
     }
 
+    /// Records a misuse if work not ordered before `after`'s next work may still touch
+    /// `[start, end)`, which is being given back (`what`).
+    fn check_unused(&mut self, what: &str, start: usize, end: usize, after: Option<StreamId>) {
+        if let Some((stream, position)) = self.pending_touching(start, end, after) {
+            self.violations.push(format!(
+                "{start:#x} {what} after {after:?} while work {position} of stream {stream} may use it"
+            ));
+        }
+    }
+
     /// Checks a virtual-memory call's range against the granularity; the misuse, if any.
     fn misaligned(&self, call: &str, address: usize, size: usize) -> Option<String> {
         let granularity = self.granularity?;
@@ -452,11 +462,7 @@ impl SegmentDriver for FakeDriver {
             ));
             return Ok(());
         }
-        if let Some((stream, position)) = self.pending_touching(address, address + size, after) {
-            self.violations.push(format!(
-                "segment {address:#x} freed after {after:?} while work {position} of stream {stream} may use it"
-            ));
-        }
+        self.check_unused("segment freed", address, address + size, after);
         self.segments.remove(&address);
         self.in_use -= size;
         Ok(())
@@ -570,11 +576,7 @@ impl SegmentDriver for FakeDriver {
         if self.capacity - self.in_use < size {
             return Ok(false);
         }
-        if let Some((stream, position)) = self.pending_touching(address, end, None) {
-            self.violations.push(format!(
-                "{address:#x} mapped while work {position} of stream {stream} may still use it"
-            ));
-        }
+        self.check_unused("mapped", address, end, None);
         self.in_use += size;
         self.mapped.insert(address, (size, kind));
         self.maps += 1;
@@ -600,11 +602,7 @@ impl SegmentDriver for FakeDriver {
             self.violations.push(misuse);
             return Ok(());
         }
-        if let Some((stream, position)) = self.pending_touching(address, end, after) {
-            self.violations.push(format!(
-                "{address:#x} unmapped after {after:?} while work {position} of stream {stream} may use it"
-            ));
-        }
+        self.check_unused("unmapped", address, end, after);
         // The driver waits for `after`'s work before the memory goes: model it as done.
         self.finish_touching(address, size);
         // Cut the pieces at both ends, then drop those inside.
