@@ -556,6 +556,82 @@ pub trait Backend: Send + Sync + 'static {
         let _ = graph;
         Err(no_graphs(self.name()))
     }
+
+    /// The virtual-memory granularity of `kind` on `device` (a power of two): reservations
+    /// and mapped pieces are multiples of it. `None` (the default) when the backend has no
+    /// virtual memory for the kind; the other `vm_` calls are then never made for it. (CUDA:
+    /// `cuMemGetAllocationGranularity`.)
+    fn vm_granularity(&self, device: DeviceId, kind: MemoryKind) -> Result<Option<usize>> {
+        let _ = (device, kind);
+        Ok(None)
+    }
+
+    /// Reserves `bytes` of address space for `kind` on `device` (a multiple of the
+    /// granularity), with nothing mapped. `Ok(None)` when no such range is left. (CUDA:
+    /// `cuMemAddressReserve`.)
+    fn vm_reserve(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        bytes: usize,
+    ) -> Result<Option<usize>> {
+        let _ = (device, kind, bytes);
+        Err(no_virtual_memory(self.name()))
+    }
+
+    /// Maps `bytes` of new memory of `kind` at `address`, inside one reservation and over no
+    /// mapped byte (both multiples of the granularity), usable at once by the host (host kinds),
+    /// by every stream of `device` and by the peers given access to `device`'s memory; so
+    /// mapped that any granularity-aligned part of it can be unmapped alone. `Ok(false)` when
+    /// out of memory, nothing mapped. (CUDA: `cuMemCreate` per granule, `cuMemMap`,
+    /// `cuMemSetAccess`.)
+    fn vm_map(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        bytes: usize,
+    ) -> Result<bool> {
+        let _ = (device, kind, address, bytes);
+        Err(no_virtual_memory(self.name()))
+    }
+
+    /// Unmaps `[address, address + bytes)` (granularity-aligned, all mapped) and releases its
+    /// memory; with `after` (a stream of `device`), only once the work already enqueued on it
+    /// has finished. The addresses stay reserved. (CUDA: synchronise `after`, `cuMemUnmap`,
+    /// `cuMemRelease`.)
+    fn vm_unmap(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        bytes: usize,
+        after: Option<Self::Stream>,
+    ) -> Result<()> {
+        let _ = (device, kind, address, bytes, after);
+        Err(no_virtual_memory(self.name()))
+    }
+
+    /// Releases a reservation from [`Backend::vm_reserve`] (its exact address and size), with
+    /// nothing mapped in it any more. (CUDA: `cuMemAddressFree`.)
+    fn vm_release(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        let _ = (device, kind, address, bytes);
+        Err(no_virtual_memory(self.name()))
+    }
+}
+
+/// What a backend without virtual memory answers the calls that need it.
+fn no_virtual_memory(backend: &'static str) -> Error {
+    Error::Unsupported {
+        backend,
+        what: "virtual memory (reserved ranges mapped in pieces)",
+    }
 }
 
 /// What a backend without graphs answers every graph call.
