@@ -9,6 +9,9 @@
 //!   wait_before_growing`; `0` grows instead of waiting on the host).
 //! - `GPU_RUNTIME_MAX_SPLIT_SIZE=BYTES|none`: blocks of at least this size are never split
 //!   (`AllocatorConfig::max_split_size`; `none`: any block may be split, PyTorch's default).
+//! - `GPU_RUNTIME_GROWABLE_SEGMENTS=0|1`: whether each stream's pools grow one reserved
+//!   address range in granules instead of allocating new segments, where the driver has
+//!   virtual memory (`AllocatorConfig::growable_segments`; PyTorch's `expandable_segments`).
 //! - `GPU_RUNTIME_PEER_ACCESS=0|1`: whether opening turns peer access on between devices that
 //!   allow it (`RuntimeConfig::peer_access`, on by default; `0` stages copies between devices).
 //!
@@ -27,6 +30,8 @@ pub const RELEASE_BEFORE_GROWING_VAR: &str = "GPU_RUNTIME_RELEASE_BEFORE_GROWING
 pub const WAIT_BEFORE_GROWING_VAR: &str = "GPU_RUNTIME_WAIT_BEFORE_GROWING";
 /// Environment variable for [`AllocatorConfig::max_split_size`].
 pub const MAX_SPLIT_SIZE_VAR: &str = "GPU_RUNTIME_MAX_SPLIT_SIZE";
+/// Environment variable for [`AllocatorConfig::growable_segments`].
+pub const GROWABLE_SEGMENTS_VAR: &str = "GPU_RUNTIME_GROWABLE_SEGMENTS";
 
 /// Environment variable for [`RuntimeConfig::peer_access`].
 pub const PEER_ACCESS_VAR: &str = "GPU_RUNTIME_PEER_ACCESS";
@@ -38,6 +43,13 @@ pub fn from_env() -> Result<RuntimeConfig, CapiError> {
         std::env::var_os(WAIT_BEFORE_GROWING_VAR).as_deref(),
         std::env::var_os(MAX_SPLIT_SIZE_VAR).as_deref(),
     )?;
+    let allocator = AllocatorConfig {
+        growable_segments: std::env::var_os(GROWABLE_SEGMENTS_VAR)
+            .map(|value| flag(GROWABLE_SEGMENTS_VAR, &value))
+            .transpose()?
+            .unwrap_or(allocator.growable_segments),
+        ..allocator
+    };
     let defaults = RuntimeConfig::default();
     let peer_access = std::env::var_os(PEER_ACCESS_VAR)
         .map(|value| flag(PEER_ACCESS_VAR, &value))
@@ -98,6 +110,17 @@ mod tests {
 
     fn config(release: Option<&str>, split: Option<&str>) -> Result<AllocatorConfig, CapiError> {
         allocator_config(release.map(OsStr::new), None, split.map(OsStr::new))
+    }
+
+    #[test]
+    fn growable_segments_take_a_flag() {
+        assert_eq!(flag(GROWABLE_SEGMENTS_VAR, OsStr::new("1")), Ok(true));
+        assert_eq!(flag(GROWABLE_SEGMENTS_VAR, OsStr::new("0")), Ok(false));
+        assert!(matches!(
+            flag(GROWABLE_SEGMENTS_VAR, OsStr::new("yes")),
+            Err(CapiError::InvalidArgument { what, .. }) if what == GROWABLE_SEGMENTS_VAR
+        ));
+        assert!(!AllocatorConfig::default().growable_segments);
     }
 
     #[test]
