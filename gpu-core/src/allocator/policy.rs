@@ -135,7 +135,7 @@ pub struct AllocatorConfig {
     pub growable_segments: bool,
     /// Bytes of address space each growable segment reserves (rounded up to the granularity;
     /// a request larger than it reserves what it needs). Default
-    /// [`DEFAULT_GROWABLE_RESERVATION`]; a runtime may set it to the device's memory size.
+    /// [`DEFAULT_GROWABLE_RESERVATION`]; the runtime caps it at the device's memory size.
     pub growable_reservation: usize,
 }
 

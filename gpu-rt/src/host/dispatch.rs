@@ -98,6 +98,78 @@ impl Backend for HostBackend {
         Ok(())
     }
 
+    fn vm_granularity(&self, device: DeviceId, _kind: MemoryKind) -> Result<Option<usize>> {
+        Ok(self.device_config(device)?.vm_granularity)
+    }
+
+    fn vm_reserve(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        bytes: usize,
+    ) -> Result<Option<usize>> {
+        let call = self.calls.enter(CallKind::VmReserve)?;
+        let granularity = self.vm_checked(device, kind, call)?;
+        lock(&self.memory).reserve(device, kind, bytes, granularity, call)
+    }
+
+    fn vm_map(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        bytes: usize,
+    ) -> Result<bool> {
+        let call = self.calls.enter(CallKind::VmMap)?;
+        let granularity = self.vm_checked(device, kind, call)?;
+        let range = ByteRange {
+            start: address,
+            len: bytes,
+        };
+        lock(&self.memory).map(device, kind, range, granularity, call)
+    }
+
+    /// The host waits for `after`'s queued work before the bytes are unmapped (as the CUDA
+    /// translation synchronises the stream before `cuMemUnmap`).
+    fn vm_unmap(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        bytes: usize,
+        after: Option<HostStream>,
+    ) -> Result<()> {
+        let call = self.calls.enter(CallKind::VmUnmap)?;
+        let granularity = self.vm_checked(device, kind, call)?;
+        if let Some(stream) = after.map(|s| self.stream(s, call)).transpose()? {
+            if stream.device != device {
+                return Err(HostErrorCode::InvalidHandle.error(call));
+            }
+            stream.tail().wait()?;
+        }
+        let range = ByteRange {
+            start: address,
+            len: bytes,
+        };
+        lock(&self.memory).unmap(device, kind, range, granularity, call)
+    }
+
+    fn vm_release(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        let call = self.calls.enter(CallKind::VmRelease)?;
+        self.vm_checked(device, kind, call)?;
+        let range = ByteRange {
+            start: address,
+            len: bytes,
+        };
+        lock(&self.memory).release_reservation(device, kind, range, call)
+    }
+
     /// Recorded, and every later copy, fill and launch argument in that memory is checked
     /// against its buffer. Not counted as a call (nor failed by fault injection): an
     /// annotation, not a driver call.

@@ -1,6 +1,7 @@
 //! The host backend's memory: device allocations backed by host memory (tracked, capacity
-//! limited, freed only once no queued work holds them), the buffers a runtime carved out of
-//! them (every access is checked against its buffer), and the registered host ranges.
+//! limited, freed only once no queued work holds them), reservations mapped in pieces
+//! (`virtual_memory.rs`), the buffers a runtime carved out of them (every access is checked
+//! against its buffer), and the registered host ranges.
 
 use alloc::collections::BTreeMap;
 use alloc::collections::btree_map::Entry;
@@ -43,6 +44,8 @@ pub(super) struct Block {
     layout: Layout,
     /// The owning device's bytes in use, given back when the block is released.
     usage: Arc<AtomicUsize>,
+    /// The bytes of `usage` this block holds: its size, or a reservation's mapped bytes.
+    pub(super) charged: AtomicUsize,
 }
 
 // SAFETY: a `Block` owns its memory outright; the pointer is only an address for other
@@ -65,7 +68,8 @@ impl Drop for Block {
     fn drop(&mut self) {
         // SAFETY: `ptr` came from `alloc_zeroed(self.layout)` and is released exactly once.
         unsafe { dealloc(self.ptr.as_ptr(), self.layout) };
-        self.usage.fetch_sub(self.layout.size(), Ordering::AcqRel);
+        self.usage
+            .fetch_sub(self.charged.load(Ordering::Acquire), Ordering::AcqRel);
     }
 }
 
@@ -83,7 +87,10 @@ pub(super) struct Allocation {
     /// The buffers a runtime's allocator carved out of it (start -> length), as it said through
     /// [`gpu_core::backend::Backend::note_buffer`]. Once there is one, an access must lie in
     /// the buffer it starts in; memory between buffers is freed memory.
-    buffers: BTreeMap<usize, usize>,
+    pub(super) buffers: BTreeMap<usize, usize>,
+    /// A reservation ([`gpu_core::backend::Backend::vm_reserve`]): its mapped pieces (start ->
+    /// length); an access must lie in mapped bytes. `None` for an ordinary allocation.
+    pub(super) mapped: Option<BTreeMap<usize, usize>>,
 }
 
 impl Allocation {
@@ -92,7 +99,13 @@ impl Allocation {
     /// between buffers is [`Error::UnknownAddress`]: no live buffer holds it.
     fn bounds_at(&self, address: usize) -> Result<ByteRange> {
         if self.buffers.is_empty() {
-            return Ok(self.block.range());
+            return match &self.mapped {
+                None => Ok(self.block.range()),
+                Some(pieces) => mapped_run(pieces, address).ok_or(Error::UnknownAddress {
+                    device: self.device,
+                    address,
+                }),
+            };
         }
         self.buffers
             .range(..=address)
@@ -148,11 +161,28 @@ impl Region {
 /// Every allocation and registered range of one backend.
 #[derive(Debug)]
 pub(super) struct Memory {
-    allocations: BTreeMap<usize, Allocation>,
+    pub(super) allocations: BTreeMap<usize, Allocation>,
     registered: BTreeMap<usize, usize>,
-    /// Per device: bytes of live blocks (including blocks freed but still held by queued work).
-    usage: Vec<Arc<AtomicUsize>>,
-    capacity: Vec<usize>,
+    /// Per device: bytes of live blocks (including blocks freed but still held by queued work)
+    /// and of mapped pieces.
+    pub(super) usage: Vec<Arc<AtomicUsize>>,
+    pub(super) capacity: Vec<usize>,
+}
+
+/// The run of adjacent mapped pieces (start -> length) holding `address`, if it is mapped.
+pub(super) fn mapped_run(pieces: &BTreeMap<usize, usize>, address: usize) -> Option<ByteRange> {
+    let (&start, &len) = pieces.range(..=address).next_back()?;
+    if address >= start + len {
+        return None;
+    }
+    let mut end = start + len;
+    while let Some(&next) = pieces.get(&end) {
+        end += next;
+    }
+    Some(ByteRange {
+        start,
+        len: end - start,
+    })
 }
 
 /// The entry of `map` (keyed by start) with the highest start at or below `range`'s last
@@ -210,37 +240,55 @@ impl Memory {
                 what: "allocation size",
             });
         }
-        let usage = &self.usage[device.index()];
-        // The table's lock serialises allocations; releases only make room meanwhile.
-        let available = self.capacity[device.index()].saturating_sub(usage.load(Ordering::Acquire));
-        if bytes > available {
+        if bytes > self.available(device) {
             return Ok(None);
         }
-        let Ok(layout) = Layout::from_size_align(bytes, HOST_ALLOCATION_ALIGNMENT) else {
-            return Ok(None);
-        };
-        // SAFETY: `layout` has a non-zero size.
-        let Some(ptr) = NonNull::new(unsafe { alloc_zeroed(layout) }) else {
-            return Ok(None);
-        };
-        usage.fetch_add(bytes, Ordering::AcqRel);
+        Ok(
+            self.insert_block(device, bytes, HOST_ALLOCATION_ALIGNMENT, bytes, |block| {
+                Allocation {
+                    device,
+                    kind,
+                    stream_ordered,
+                    block,
+                    buffers: BTreeMap::new(),
+                    mapped: None,
+                }
+            }),
+        )
+    }
+
+    /// Bytes `device` may still take.
+    pub(super) fn available(&self, device: DeviceId) -> usize {
+        // The table's lock serialises allocations; releases only make room meanwhile.
+        self.capacity[device.index()]
+            .saturating_sub(self.usage[device.index()].load(Ordering::Acquire))
+    }
+
+    /// A zeroed block of `bytes` aligned to `align`, charging `charged` bytes to `device`, and
+    /// recorded as the allocation `entry` makes of it; its address, or `None` when the host
+    /// has no room.
+    pub(super) fn insert_block(
+        &mut self,
+        device: DeviceId,
+        bytes: usize,
+        align: usize,
+        charged: usize,
+        entry: impl FnOnce(Arc<Block>) -> Allocation,
+    ) -> Option<usize> {
+        let layout = Layout::from_size_align(bytes, align).ok()?;
+        // SAFETY: `layout` has a non-zero size (the callers refuse zero).
+        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })?;
+        let usage = &self.usage[device.index()];
+        usage.fetch_add(charged, Ordering::AcqRel);
         let block = Arc::new(Block {
             ptr,
             layout,
             usage: usage.clone(),
+            charged: AtomicUsize::new(charged),
         });
         let address = ptr.as_ptr() as usize;
-        self.allocations.insert(
-            address,
-            Allocation {
-                device,
-                kind,
-                stream_ordered,
-                block,
-                buffers: BTreeMap::new(),
-            },
-        );
-        Ok(Some(address))
+        self.allocations.insert(address, entry(block));
+        Some(address)
     }
 
     /// Takes the allocation at `address` out of the table, after checking it is a live
@@ -254,7 +302,9 @@ impl Memory {
         call: &'static str,
     ) -> Result<Arc<Block>> {
         match self.allocations.entry(address) {
-            Entry::Occupied(a) if a.get().device == device && a.get().kind == kind => {
+            Entry::Occupied(a)
+                if a.get().device == device && a.get().kind == kind && a.get().mapped.is_none() =>
+            {
                 Ok(a.remove().block)
             }
             _ => Err(HostErrorCode::InvalidValue.error(call)),
@@ -318,7 +368,10 @@ impl Memory {
             .map(|(&start, _)| start)
             .ok_or_else(invalid)?;
         let allocation = self.allocations.get_mut(&start).ok_or_else(invalid)?;
-        if !allocation.block.range().contains(&range) {
+        let unmapped = allocation.mapped.as_ref().is_some_and(|pieces| {
+            mapped_run(pieces, range.start).is_none_or(|run| !run.contains(&range))
+        });
+        if !allocation.block.range().contains(&range) || unmapped {
             return Err(invalid());
         }
         let buffers = &mut allocation.buffers;
@@ -384,9 +437,16 @@ impl Memory {
         })
     }
 
-    /// Live allocations and their bytes.
+    /// Live allocations and their bytes (a reservation's: those mapped).
     pub(super) fn allocation_totals(&self) -> (usize, usize) {
-        let bytes = self.allocations.values().map(|a| a.block.range().len).sum();
+        let bytes = self
+            .allocations
+            .values()
+            .map(|a| match &a.mapped {
+                None => a.block.range().len,
+                Some(pieces) => pieces.values().sum(),
+            })
+            .sum();
         (self.allocations.len(), bytes)
     }
 

@@ -111,6 +111,7 @@ mod memory;
 mod streams;
 #[cfg(test)]
 mod tests;
+mod virtual_memory;
 
 use alloc::boxed::Box;
 use alloc::format;
@@ -681,6 +682,19 @@ impl HostBackend {
             return Ok(None);
         }
         lock(&self.memory).allocate(device, kind, bytes, stream_ordered)
+    }
+
+    /// The granularity of `device`'s virtual memory for a call on `kind`, checked as an
+    /// allocation is (current device, not lost, kind available); `HOST_NOT_SUPPORTED` when the
+    /// device has none.
+    fn vm_checked(&self, device: DeviceId, kind: MemoryKind, call: &'static str) -> Result<usize> {
+        check_device(self, device)?;
+        self.usable(device, call)?;
+        let config = self.device_config(device)?;
+        match config.vm_granularity {
+            Some(granularity) if config.allocator.support(kind).available => Ok(granularity),
+            _ => Err(HostErrorCode::NotSupported.error(call)),
+        }
     }
 
     /// Whether `device` was given access to `peer`'s memory.

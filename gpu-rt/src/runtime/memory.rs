@@ -67,6 +67,14 @@ impl<B: Backend> DeviceMemory<B> {
         config: AllocatorConfig,
         events: Arc<EventPool<B::Event>>,
     ) -> Self {
+        // A growable segment's range need not be larger than the device's memory.
+        let config = AllocatorConfig {
+            growable_reservation: match info.total_memory {
+                0 => config.growable_reservation,
+                total => config.growable_reservation.min(total),
+            },
+            ..config
+        };
         Self {
             allocator: DeviceAllocator::new(device, info.allocator, config),
             events: AllocatorEvents::new(events),

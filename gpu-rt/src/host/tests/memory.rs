@@ -252,3 +252,71 @@ fn fill_elements_sets_16_and_32_bit_values_and_refuses_misaligned_or_overflowing
     b.stream_destroy(s).unwrap();
     b.free(D0, MemoryKind::Device, buffer, None).unwrap();
 }
+
+#[test]
+fn reservations_map_and_unmap_granules_and_refuse_access_to_unmapped_bytes() {
+    const G: usize = 2 << 20;
+    let mut config = HostConfig::with_devices(1);
+    config.devices[0].memory_capacity = 8 * G;
+    let b = HostBackend::new(config);
+    b.set_current_device(Some(D0)).unwrap();
+    let kind = MemoryKind::Device;
+    assert_eq!(b.vm_granularity(D0, kind).unwrap(), Some(G));
+    assert_eq!(
+        b.vm_reserve(D0, kind, 16 * G).unwrap(),
+        None,
+        "above capacity"
+    );
+    let base = b.vm_reserve(D0, kind, 8 * G).unwrap().unwrap();
+    assert_eq!(base % G, 0);
+    assert_eq!(
+        b.device_memory_in_use(D0).unwrap(),
+        0,
+        "reserving maps nothing"
+    );
+    assert!(b.vm_map(D0, kind, base, 2 * G).unwrap());
+    assert!(b.vm_map(D0, kind, base + 2 * G, G).unwrap());
+    assert_eq!(b.device_memory_in_use(D0).unwrap(), 3 * G);
+    // Over mapped bytes, unaligned, outside the reservation: refused, nothing changes.
+    assert!(b.vm_map(D0, kind, base + G, 2 * G).is_err());
+    assert!(b.vm_map(D0, kind, base + 4 * G + 4096, G).is_err());
+    assert!(b.vm_map(D0, kind, base + 7 * G, 2 * G).is_err());
+    // Beyond the capacity (an allocation holds a little of it): out of memory.
+    let other = b.allocate(D0, kind, 4096).unwrap().unwrap();
+    assert!(!b.vm_map(D0, kind, base + 3 * G, 5 * G).unwrap());
+    b.free(D0, kind, other, None).unwrap();
+
+    let s = b.stream_create(D0).unwrap();
+    // Across the two mapped pieces: one run of mapped bytes.
+    // SAFETY: the range is mapped memory of `b`.
+    unsafe { b.fill(s, base + G, 7, 2 * G).unwrap() };
+    // SAFETY: as above.
+    let tail = unsafe { read_back(&b, s, base + 3 * G - 16, 16) };
+    assert!(tail.iter().all(|&x| x == 7));
+    // SAFETY: the call is refused before touching anything.
+    let unmapped = unsafe { b.fill(s, base + 3 * G - 16, 1, 32) };
+    assert!(unmapped.is_err(), "a fill running into unmapped bytes");
+    // SAFETY: as above.
+    assert!(unsafe { b.fill(s, base + 5 * G, 1, 16) }.is_err());
+
+    // Unmapping a part of a piece after the stream's work, then the rest.
+    b.vm_unmap(D0, kind, base + G, 2 * G, Some(s)).unwrap();
+    assert_eq!(b.device_memory_in_use(D0).unwrap(), G);
+    assert!(
+        b.vm_unmap(D0, kind, base + G, G, None).is_err(),
+        "not mapped"
+    );
+    assert!(b.vm_release(D0, kind, base, 8 * G).is_err(), "still mapped");
+    b.vm_unmap(D0, kind, base, G, None).unwrap();
+    b.vm_release(D0, kind, base, 8 * G).unwrap();
+    assert_eq!(b.stats().allocations, 0);
+    assert!(b.free(D0, kind, base, None).is_err());
+    b.stream_destroy(s).unwrap();
+
+    let mut no_vm = HostConfig::with_devices(1);
+    no_vm.devices[0].vm_granularity = None;
+    let b = HostBackend::new(no_vm);
+    b.set_current_device(Some(D0)).unwrap();
+    assert_eq!(b.vm_granularity(D0, kind).unwrap(), None);
+    assert!(b.vm_reserve(D0, kind, G).is_err());
+}
