@@ -54,16 +54,6 @@ unsafe impl Send for Block {}
 // SAFETY: as above; `Block` has no interior state behind `&self`.
 unsafe impl Sync for Block {}
 
-impl Block {
-    /// The block's bytes as a range.
-    pub(super) fn range(&self) -> ByteRange {
-        ByteRange {
-            start: self.ptr.as_ptr() as usize,
-            len: self.layout.size(),
-        }
-    }
-}
-
 impl Drop for Block {
     fn drop(&mut self) {
         // SAFETY: `ptr` came from `alloc_zeroed(self.layout)` and is released exactly once.
@@ -84,6 +74,8 @@ pub(super) struct Allocation {
     pub(super) stream_ordered: bool,
     /// The memory, shared with queued work that touches it.
     pub(super) block: Arc<Block>,
+    /// The bytes it stands for, inside `block` (all of it but for a reservation's slack).
+    pub(super) span: ByteRange,
     /// The buffers a runtime's allocator carved out of it (start -> length), as it said through
     /// [`gpu_core::backend::Backend::note_buffer`]. Once there is one, an access must lie in
     /// the buffer it starts in; memory between buffers is freed memory.
@@ -100,7 +92,7 @@ impl Allocation {
     fn bounds_at(&self, address: usize) -> Result<ByteRange> {
         if self.buffers.is_empty() {
             return match &self.mapped {
-                None => Ok(self.block.range()),
+                None => Ok(self.span),
                 Some(pieces) => mapped_run(pieces, address).ok_or(Error::UnknownAddress {
                     device: self.device,
                     address,
@@ -199,7 +191,7 @@ fn overlapping<V>(
 }
 
 fn allocation_extent(_start: usize, a: &Allocation) -> ByteRange {
-    a.block.range()
+    a.span
 }
 
 fn registered_extent(start: usize, len: &usize) -> ByteRange {
@@ -243,18 +235,21 @@ impl Memory {
         if bytes > self.available(device) {
             return Ok(None);
         }
-        Ok(
-            self.insert_block(device, bytes, HOST_ALLOCATION_ALIGNMENT, bytes, |block| {
-                Allocation {
-                    device,
-                    kind,
-                    stream_ordered,
-                    block,
-                    buffers: BTreeMap::new(),
-                    mapped: None,
-                }
-            }),
-        )
+        Ok(self.insert_block(
+            device,
+            bytes,
+            HOST_ALLOCATION_ALIGNMENT,
+            bytes,
+            |block, span| Allocation {
+                device,
+                kind,
+                stream_ordered,
+                block,
+                span,
+                buffers: BTreeMap::new(),
+                mapped: None,
+            },
+        ))
     }
 
     /// Bytes `device` may still take.
@@ -264,20 +259,30 @@ impl Memory {
             .saturating_sub(self.usage[device.index()].load(Ordering::Acquire))
     }
 
-    /// A zeroed block of `bytes` aligned to `align`, charging `charged` bytes to `device`, and
-    /// recorded as the allocation `entry` makes of it; its address, or `None` when the host
-    /// has no room.
+    /// `bytes` zeroed bytes aligned to `align`, charging `charged` bytes to `device`, and
+    /// recorded as the allocation `entry` makes of the block and the bytes' range; their
+    /// address, or `None` when the host has no room.
+    ///
+    /// Above [`HOST_ALLOCATION_ALIGNMENT`] (a reservation's granularity) the block is `align`
+    /// bytes larger and aligned only as the C allocator's `calloc` is: zeroed memory aligned
+    /// beyond that is written zero page by page, where `calloc`'s pages stay untouched (and
+    /// unbacked) until used, as a reservation's must.
     pub(super) fn insert_block(
         &mut self,
         device: DeviceId,
         bytes: usize,
         align: usize,
         charged: usize,
-        entry: impl FnOnce(Arc<Block>) -> Allocation,
+        entry: impl FnOnce(Arc<Block>, ByteRange) -> Allocation,
     ) -> Option<usize> {
-        let layout = Layout::from_size_align(bytes, align).ok()?;
+        let layout = if align > HOST_ALLOCATION_ALIGNMENT {
+            Layout::from_size_align(bytes.checked_add(align)?, 16).ok()?
+        } else {
+            Layout::from_size_align(bytes, align).ok()?
+        };
         // SAFETY: `layout` has a non-zero size (the callers refuse zero).
         let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })?;
+        let start = (ptr.as_ptr() as usize).next_multiple_of(align);
         let usage = &self.usage[device.index()];
         usage.fetch_add(charged, Ordering::AcqRel);
         let block = Arc::new(Block {
@@ -286,9 +291,9 @@ impl Memory {
             usage: usage.clone(),
             charged: AtomicUsize::new(charged),
         });
-        let address = ptr.as_ptr() as usize;
-        self.allocations.insert(address, entry(block));
-        Some(address)
+        let span = ByteRange { start, len: bytes };
+        self.allocations.insert(start, entry(block, span));
+        Some(start)
     }
 
     /// Takes the allocation at `address` out of the table, after checking it is a live
@@ -323,7 +328,7 @@ impl Memory {
     ) -> Result<Option<&Allocation>> {
         match overlapping(&self.allocations, range, allocation_extent) {
             None => Ok(None),
-            Some(a) if a.block.range().contains(&range) => {
+            Some(a) if a.span.contains(&range) => {
                 let bounds = a.bounds_at(range.start)?;
                 if bounds.contains(&range) {
                     Ok(Some(a))
@@ -371,7 +376,7 @@ impl Memory {
         let unmapped = allocation.mapped.as_ref().is_some_and(|pieces| {
             mapped_run(pieces, range.start).is_none_or(|run| !run.contains(&range))
         });
-        if !allocation.block.range().contains(&range) || unmapped {
+        if !allocation.span.contains(&range) || unmapped {
             return Err(invalid());
         }
         let buffers = &mut allocation.buffers;
@@ -433,7 +438,7 @@ impl Memory {
         self.registered_containing(ptr).or_else(|| {
             overlapping(&self.allocations, byte_at(ptr), allocation_extent)
                 .filter(|a| a.kind == MemoryKind::HostPinned)
-                .map(|a| a.block.range())
+                .map(|a| a.span)
         })
     }
 
@@ -443,7 +448,7 @@ impl Memory {
             .allocations
             .values()
             .map(|a| match &a.mapped {
-                None => a.block.range().len,
+                None => a.span.len,
                 Some(pieces) => pieces.values().sum(),
             })
             .sum();

@@ -33,12 +33,13 @@ impl Memory {
             return Ok(None);
         }
         Ok(
-            self.insert_block(device, bytes, granularity, 0, |block| Allocation {
+            self.insert_block(device, bytes, granularity, 0, |block, span| Allocation {
                 device,
                 kind,
                 // Like pool memory: another device reaches it only with peer access.
                 stream_ordered: true,
                 block,
+                span,
                 buffers: BTreeMap::new(),
                 mapped: Some(BTreeMap::new()),
             }),
@@ -66,7 +67,7 @@ impl Memory {
                     && a.device == device
                     && a.kind == kind
                     && a.mapped.is_some()
-                    && a.block.range().contains(&range)
+                    && a.span.contains(&range)
             })
             .ok_or_else(|| HostErrorCode::InvalidValue.error(call))
     }
@@ -155,7 +156,7 @@ impl Memory {
         let empty = self.allocations.get(&range.start).is_some_and(|a| {
             a.device == device
                 && a.kind == kind
-                && a.block.range() == range
+                && a.span == range
                 && a.mapped.as_ref().is_some_and(BTreeMap::is_empty)
         });
         if !empty {
