@@ -36,6 +36,10 @@ def parser(description):
                    "package's own library (for --allocator gpurt)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--out", required=True, help="file the JSON record is written to")
+    p.add_argument("--memory-snapshot", metavar="PATH",
+                   help="with --allocator torch: record PyTorch's memory history and dump the "
+                        "snapshot to PATH at the end (for snapshot_to_trace.py and "
+                        "gpu-alloc-replay; replay_check.py uses it)")
     return p
 
 
@@ -57,6 +61,18 @@ class Allocator:
             self.tunables = gpu_runtime_torch.enable(library=args.lib)
             self.plugin = gpu_runtime_torch
         self.device_used_peak = 0
+        self.snapshot = getattr(args, "memory_snapshot", None)
+        if self.snapshot:
+            if self.name != "torch":
+                raise SystemExit("--memory-snapshot records PyTorch's own allocator: use it "
+                                 "with --allocator torch")
+            # Allocation and free events only (no stack frames): a small pickle; a ring buffer
+            # large enough for every event of these workloads.
+            try:
+                torch.cuda.memory._record_memory_history(
+                    enabled="all", context=None, stacks="python", max_entries=50_000_000)
+            except TypeError:  # an older signature
+                torch.cuda.memory._record_memory_history(True, max_entries=50_000_000)
 
     def figures(self, device):
         """Reserved and allocated bytes (now and peak), driver allocations and allocation
@@ -142,7 +158,12 @@ def write_record(args, allocator, record):
         torch=torch.__version__,
         finished=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
     )
-    if allocator.plugin is not None and os.environ.get("GPU_RUNTIME_TRACE"):
+    if allocator.snapshot:
+        torch.cuda.memory._dump_snapshot(allocator.snapshot)
+        record["memory_snapshot"] = allocator.snapshot
+    # Both traces are written at shutdown, which PyTorch never asks for.
+    traced = os.environ.get("GPU_RUNTIME_TRACE") or os.environ.get("GPU_RUNTIME_ALLOC_TRACE")
+    if allocator.plugin is not None and traced:
         record["trace"] = allocator.shut_down()
     with open(record_path(args.out, record.get("rank", 0)), "w") as f:
         json.dump(record, f)

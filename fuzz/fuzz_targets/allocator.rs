@@ -54,8 +54,6 @@ struct Setup {
     release_before_growing: bool,
     streams: u8,
     capacity_mib: Option<u8>,
-    /// Growable segments over a driver with virtual memory: granularity 64 KiB << (n % 6).
-    growable: Option<u8>,
 }
 
 fuzz_target!(|input: (Setup, Vec<FuzzStep>)| {
@@ -67,8 +65,6 @@ fuzz_target!(|input: (Setup, Vec<FuzzStep>)| {
             usize::MAX
         },
         release_before_growing: setup.release_before_growing,
-        growable_segments: setup.growable.is_some(),
-        growable_reservation: 64 << 20,
         ..AllocatorConfig::default()
     };
     let capacity = setup
@@ -80,7 +76,6 @@ fuzz_target!(|input: (Setup, Vec<FuzzStep>)| {
         1 + setup.streams % 4,
         capacity,
     );
-    harness.driver.granularity = setup.growable.map(|n| (64 << 10) << (n % 6));
     for (number, step) in steps.into_iter().enumerate() {
         let step = match step {
             FuzzStep::Allocate {

@@ -12,7 +12,11 @@
 //! Failures cross the boundary as PyTorch's contract allows: `gpurt_torch_alloc` returns NULL
 //! (the message is in `gpurt_last_error()`), `gpurt_torch_free` returns nothing (a refused free,
 //! such as a double free, only records its message). Setting `GPU_RUNTIME_TRACE` before the
-//! first call records the stream/event calls, as for every client of the library.
+//! first call records the stream/event calls, as for every client of the library. When
+//! gpu-recorder records the process (`CUDA_INJECTION64_PATH`), each block handed out, freed
+//! and marked used on another stream is also a `block_alloc`, `block_free` or `block_use` of
+//! the allocator `gpurt` in its trace, beside the kernels that use the block
+//! ([`recorder`](crate::shared::recorder)); otherwise that costs a cached null check.
 //!
 //! [`Runtime::alloc_on_foreign_stream`]: gpu_runtime::runtime::Runtime::alloc_on_foreign_stream
 
@@ -24,6 +28,7 @@ use gpu_runtime::error::Error;
 use gpu_runtime::id::DeviceId;
 
 use crate::shared::args::non_null;
+use crate::shared::recorder::{BlockEvent, block_event};
 use crate::shared::{
     CapiError, ClientBackend, GpurtStatus, Session, dispatch, guarded, status_of,
     with_open_session, with_session,
@@ -122,6 +127,7 @@ pub unsafe extern "C" fn gpurt_torch_alloc(
         }
         let device = device_id(device)?;
         let address = with_session(|s| dispatch!(s, s => allocate(s, device, size, stream)))?;
+        block_event(BlockEvent::Alloc, address, size, stream as usize);
         Ok(address as *mut c_void)
     })
 }
@@ -151,6 +157,9 @@ pub unsafe extern "C" fn gpurt_torch_free(
             return Ok(());
         }
         let (size, device) = (byte_count(size)?, device_id(device)?);
+        // Told before the block can be handed out again (by another thread, at once); a free
+        // the runtime then refuses (a double free) is a block_free of a block not handed out.
+        block_event(BlockEvent::Free, ptr as usize, size, stream as usize);
         with_open_session(|s| dispatch!(s, s => release(s, device, ptr as usize, size, stream)))
     })
 }
@@ -168,7 +177,9 @@ pub unsafe extern "C" fn gpurt_torch_free(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn gpurt_torch_record_stream(ptr: *mut c_void, stream: *mut c_void) {
     guarded((), || {
-        with_open_session(|s| dispatch!(s, s => record_stream(s, ptr as usize, stream)))
+        with_open_session(|s| dispatch!(s, s => record_stream(s, ptr as usize, stream)))?;
+        block_event(BlockEvent::Use, ptr as usize, 0, stream as usize);
+        Ok(())
     })
 }
 

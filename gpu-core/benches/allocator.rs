@@ -312,9 +312,51 @@ fn cross_stream(c: &mut Criterion) {
     group.finish();
 }
 
+/// `gpu-alloc-replay`'s engine: parsing and replaying trace lines (the committed mixed trace
+/// written in the allocation trace format, with a use on another stream every 16th
+/// allocation), in events per second (target: at least 5 M).
+fn trace_replay(c: &mut Criterion) {
+    use gpu_core::allocator::replay::Replay;
+    let mut text = String::new();
+    let mut events = 0u64;
+    for op in mixed_trace(0x5EED_A110C, 200_000, 4) {
+        match op {
+            TraceOp::Allocate { id, size, stream } => {
+                text.push_str(&format!("alloc {id} 0 {stream} {size}\n"));
+                if id % 16 == 0 {
+                    text.push_str(&format!("use {id} {}\n", (stream + 1) % 4));
+                    events += 1;
+                }
+            }
+            TraceOp::Free { id } => text.push_str(&format!("free {id}\n")),
+        }
+        events += 1;
+    }
+    let mut group = c.benchmark_group("trace_replay");
+    group.throughput(criterion::Throughput::Elements(events));
+    group.sample_size(10);
+    group.bench_function("parse_and_replay_default", |b| {
+        b.iter(|| {
+            let mut replay = Replay::new(Vec::new(), None);
+            for line in text.as_bytes().split(|&b| b == b'\n') {
+                replay.feed_line(line).unwrap();
+            }
+            black_box(replay.finish())
+        })
+    });
+    group.finish();
+}
+
 fn mib(bytes: usize) -> f64 {
     bytes as f64 / (1 << 20) as f64
 }
 
-criterion_group!(benches, hit, replace_one_of_64, mixed, cross_stream);
+criterion_group!(
+    benches,
+    hit,
+    replace_one_of_64,
+    mixed,
+    cross_stream,
+    trace_replay
+);
 criterion_main!(benches);

@@ -282,6 +282,88 @@ pub trait Backend: Send + Sync + 'static {
         after: Option<Self::Stream>,
     ) -> Result<()>;
 
+    /// The granularity (a power of two) of `device`'s virtual memory management for `kind`:
+    /// address ranges reserved, and physical memory mapped into them in pieces of this size
+    /// (CUDA: `cuMemGetAllocationGranularity`). `None` (the default): the backend has none,
+    /// and the `vm_*` calls below are never made; the allocator's growable segments fall
+    /// back to ordinary ones.
+    fn vm_granularity(&self, device: DeviceId, kind: MemoryKind) -> Option<usize> {
+        let _ = (device, kind);
+        None
+    }
+
+    /// Reserves address space on `device` for `kind`: at most `wanted` bytes and at least
+    /// `needed` (both multiples of the granularity), as the backend can; its start and size,
+    /// or `Ok(None)` when it cannot reserve `needed`. Nothing is mapped yet (CUDA:
+    /// `cuMemAddressReserve`).
+    fn vm_reserve(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        wanted: usize,
+        needed: usize,
+    ) -> Result<Option<(usize, usize)>> {
+        let _ = (device, kind, wanted, needed);
+        Err(vm_unsupported("vm_reserve"))
+    }
+
+    /// Creates `size` bytes of physical memory on `device` and maps it at `address` (inside a
+    /// reserved range, not mapped, granularity-aligned), readable and writable by `device`;
+    /// `Ok(false)` when the device is out of memory (CUDA: `cuMemCreate`, `cuMemMap`,
+    /// `cuMemSetAccess`).
+    fn vm_map(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<bool> {
+        let _ = (device, kind, address, size);
+        Err(vm_unsupported("vm_map"))
+    }
+
+    /// Lets `peer` read and write the mapped pieces of `[address, address + size)` on
+    /// `device` (CUDA: `cuMemSetAccess` with the peer's location), where the runtime enabled
+    /// peer access.
+    fn vm_set_access(
+        &self,
+        device: DeviceId,
+        address: usize,
+        size: usize,
+        peer: DeviceId,
+    ) -> Result<()> {
+        let _ = (device, address, size, peer);
+        Err(vm_unsupported("vm_set_access"))
+    }
+
+    /// Unmaps `[address, address + size)` (mapped by [`Backend::vm_map`]) and releases its
+    /// physical memory, with `after` not before the work already enqueued on that stream has
+    /// finished (CUDA: `cuMemUnmap`, `cuMemRelease`, after synchronising the stream).
+    fn vm_unmap(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+        after: Option<Self::Stream>,
+    ) -> Result<()> {
+        let _ = (device, kind, address, size, after);
+        Err(vm_unsupported("vm_unmap"))
+    }
+
+    /// Releases a range from [`Backend::vm_reserve`], nothing of it mapped (CUDA:
+    /// `cuMemAddressFree`).
+    fn vm_release(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<()> {
+        let _ = (device, kind, address, size);
+        Err(vm_unsupported("vm_release"))
+    }
+
     /// Tells the backend that a runtime's allocator carved the buffer `range` out of memory
     /// the backend allocated on `device` (`live`), or took it back (not `live`), so that a
     /// backend that checks accesses checks them per buffer, not per driver allocation (as
@@ -556,82 +638,6 @@ pub trait Backend: Send + Sync + 'static {
         let _ = graph;
         Err(no_graphs(self.name()))
     }
-
-    /// The virtual-memory granularity of `kind` on `device` (a power of two): reservations
-    /// and mapped pieces are multiples of it. `None` (the default) when the backend has no
-    /// virtual memory for the kind; the other `vm_` calls are then never made for it. (CUDA:
-    /// `cuMemGetAllocationGranularity`.)
-    fn vm_granularity(&self, device: DeviceId, kind: MemoryKind) -> Result<Option<usize>> {
-        let _ = (device, kind);
-        Ok(None)
-    }
-
-    /// Reserves `bytes` of address space for `kind` on `device` (a multiple of the
-    /// granularity), with nothing mapped. `Ok(None)` when no such range is left. (CUDA:
-    /// `cuMemAddressReserve`.)
-    fn vm_reserve(
-        &self,
-        device: DeviceId,
-        kind: MemoryKind,
-        bytes: usize,
-    ) -> Result<Option<usize>> {
-        let _ = (device, kind, bytes);
-        Err(no_virtual_memory(self.name()))
-    }
-
-    /// Maps `bytes` of new memory of `kind` at `address`, inside one reservation and over no
-    /// mapped byte (both multiples of the granularity), usable at once by the host (host kinds),
-    /// by every stream of `device` and by the peers given access to `device`'s memory; so
-    /// mapped that any granularity-aligned part of it can be unmapped alone. `Ok(false)` when
-    /// out of memory, nothing mapped. (CUDA: `cuMemCreate` per granule, `cuMemMap`,
-    /// `cuMemSetAccess`.)
-    fn vm_map(
-        &self,
-        device: DeviceId,
-        kind: MemoryKind,
-        address: usize,
-        bytes: usize,
-    ) -> Result<bool> {
-        let _ = (device, kind, address, bytes);
-        Err(no_virtual_memory(self.name()))
-    }
-
-    /// Unmaps `[address, address + bytes)` (granularity-aligned, all mapped) and releases its
-    /// memory; with `after` (a stream of `device`), only once the work already enqueued on it
-    /// has finished. The addresses stay reserved. (CUDA: synchronise `after`, `cuMemUnmap`,
-    /// `cuMemRelease`.)
-    fn vm_unmap(
-        &self,
-        device: DeviceId,
-        kind: MemoryKind,
-        address: usize,
-        bytes: usize,
-        after: Option<Self::Stream>,
-    ) -> Result<()> {
-        let _ = (device, kind, address, bytes, after);
-        Err(no_virtual_memory(self.name()))
-    }
-
-    /// Releases a reservation from [`Backend::vm_reserve`] (its exact address and size), with
-    /// nothing mapped in it any more. (CUDA: `cuMemAddressFree`.)
-    fn vm_release(
-        &self,
-        device: DeviceId,
-        kind: MemoryKind,
-        address: usize,
-        bytes: usize,
-    ) -> Result<()> {
-        let _ = (device, kind, address, bytes);
-        Err(no_virtual_memory(self.name()))
-    }
-}
-
-/// What a backend without virtual memory answers the calls that need it.
-fn no_virtual_memory(backend: &'static str) -> Error {
-    Error::Unsupported {
-        backend,
-        what: "virtual memory (reserved ranges mapped in pieces)",
-    }
 }
 
 /// What a backend without graphs answers every graph call.
@@ -677,6 +683,14 @@ pub fn check_device_slots(device_count: usize, slots: &[usize]) -> Result<()> {
             device: DeviceId(device_count as u32),
             device_count,
         })
+    }
+}
+
+/// The error of a virtual-memory call on a backend without virtual memory management.
+fn vm_unsupported(what: &'static str) -> Error {
+    Error::Unsupported {
+        backend: "backend without virtual memory management",
+        what,
     }
 }
 

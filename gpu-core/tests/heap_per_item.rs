@@ -9,14 +9,15 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use gpu_core::allocator::replay::ReplayDriver;
 use gpu_core::allocator::{
     AllocRequest, AllocatorCapabilities, AllocatorConfig, DeviceAllocator, KindSupport, MemoryKind,
-    Release, SegmentDriver,
+    Release,
 };
 use gpu_core::lock_table::{LockTable, PinDriver};
 use gpu_core::token::{OpId, Planner, Token};
 use gpu_core::workgroup::{WorkgroupBuffer, WorkgroupLimits, WorkgroupPlanner};
-use gpu_core::{ByteRange, DeviceId, Error, EventId, Result, StreamId};
+use gpu_core::{ByteRange, DeviceId, Error, Result, StreamId};
 
 /// The system allocator, counting the bytes live and the most live since the last reset.
 struct Counting;
@@ -58,11 +59,10 @@ fn heap_of<T>(work: impl FnOnce() -> T) -> (T, usize, usize) {
     )
 }
 
-/// A driver that pins and allocates nothing on the heap: device addresses equal host ones,
-/// segments come from a bump pointer.
-struct NullDriver {
-    next: usize,
-}
+/// A pin driver that allocates nothing on the heap: device addresses equal host ones. (The
+/// allocator's segments come from the replay's driver, which allocates nothing on the heap
+/// until a segment is returned.)
+struct NullDriver;
 
 impl PinDriver for NullDriver {
     fn pin(&mut self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
@@ -79,60 +79,9 @@ impl PinDriver for NullDriver {
     }
 }
 
-impl SegmentDriver for NullDriver {
-    fn allocate(&mut self, _: DeviceId, _: MemoryKind, size: usize) -> Result<Option<usize>> {
-        let address = self.next;
-        self.next += size.next_multiple_of(4096);
-        Ok(Some(address))
-    }
-
-    fn allocate_on_stream(
-        &mut self,
-        device: DeviceId,
-        kind: MemoryKind,
-        size: usize,
-        _: StreamId,
-    ) -> Result<Option<usize>> {
-        self.allocate(device, kind, size)
-    }
-
-    fn free(
-        &mut self,
-        _: DeviceId,
-        _: MemoryKind,
-        _: usize,
-        _: usize,
-        _: Option<StreamId>,
-    ) -> Result<()> {
-        Ok(())
-    }
-
-    fn record_event(&mut self, _: DeviceId, stream: StreamId) -> Result<EventId> {
-        Ok(EventId(stream.0))
-    }
-
-    fn event_completed(&mut self, _: DeviceId, _: EventId) -> Result<bool> {
-        Ok(true)
-    }
-
-    fn wait_event(&mut self, _: DeviceId, _: StreamId, _: EventId) -> Result<()> {
-        Ok(())
-    }
-
-    fn wait_event_on_host(&mut self, _: DeviceId, _: EventId) -> Result<()> {
-        Ok(())
-    }
-
-    fn release_event(&mut self, _: DeviceId, _: EventId) {}
-
-    fn synchronize(&mut self, _: DeviceId) -> Result<()> {
-        Ok(())
-    }
-}
-
 /// Heap a table of `devices` devices holds for `entries` disjoint locked ranges, per entry.
 fn lock_table_entry(devices: usize, entries: usize) -> usize {
-    let mut driver = NullDriver { next: 0 };
+    let mut driver = NullDriver;
     let mut table = LockTable::new(devices).unwrap();
     let ((), held, _) = heap_of(|| {
         for i in 0..entries {
@@ -185,7 +134,7 @@ fn device_only() -> AllocatorCapabilities {
 
 /// Heap an allocator holds for `count` live 4 KiB blocks carved from its segments, per block.
 fn allocator_block(count: usize) -> usize {
-    let mut driver = NullDriver { next: 1 << 20 };
+    let mut driver = ReplayDriver::new(usize::MAX);
     let mut allocator =
         DeviceAllocator::new(DeviceId(0), device_only(), AllocatorConfig::default());
     // The first request creates the lane's bins; count only what the blocks add.
@@ -208,7 +157,7 @@ fn allocator_block(count: usize) -> usize {
 /// Heap an allocator holds before any request, and once one request has created the bins of
 /// one stream's free lists.
 fn allocator_fixed() -> (usize, usize) {
-    let mut driver = NullDriver { next: 1 << 20 };
+    let mut driver = ReplayDriver::new(usize::MAX);
     let (mut allocator, empty, _) =
         heap_of(|| DeviceAllocator::new(DeviceId(0), device_only(), AllocatorConfig::default()));
     let request = AllocRequest::new(MemoryKind::Device, 4096).on_stream(StreamId(0), &[]);

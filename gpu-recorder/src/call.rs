@@ -1,5 +1,6 @@
 //! One recorded driver call as plain data (`Call`): what CUPTI's callback said, with the
-//! handles read out of its parameters, and its one-line text form (the recorded fixtures).
+//! handles and memory footprint read out of its parameters, and its one-line text form (the
+//! recorded fixtures).
 
 use core::fmt;
 
@@ -34,6 +35,30 @@ pub enum Shape {
     BeginCapture,
     /// A stream's capture ends.
     EndCapture,
+    /// A kernel launch on a stream (`cuLaunchKernel`, `cuLaunchKernelEx`, cooperative).
+    Launch,
+    /// An asynchronous copy on a stream (`cuMemcpyAsync`, `cuMemcpyHtoDAsync_v2`, peer, ...).
+    Copy,
+    /// A synchronous copy, on the null stream (`cuMemcpy`, `cuMemcpyDtoH_v2`, ...).
+    CopySync,
+    /// An asynchronous fill on a stream (`cuMemsetD8Async`, ...).
+    Fill,
+    /// A synchronous fill, on the null stream (`cuMemsetD32_v2`, ...).
+    FillSync,
+    /// An allocation not ordered on a stream (`cuMemAlloc_v2`, `cuMemAllocManaged`, pinned host).
+    Alloc,
+    /// A stream-ordered allocation (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`).
+    AllocAsync,
+    /// A free that waits for the device (`cuMemFree_v2`, `cuMemFreeHost`).
+    Free,
+    /// A stream-ordered free (`cuMemFreeAsync`).
+    FreeAsync,
+    /// Our runtime's allocator handed out a block for a stream (reported by our plug-in).
+    BlockAlloc,
+    /// Our runtime's allocator took a block back into a stream's pool.
+    BlockFree,
+    /// A block is used on another stream too (PyTorch's `record_stream`).
+    BlockUse,
     /// A memory or context call the trace keeps as a comment.
     Note,
 }
@@ -45,6 +70,8 @@ pub enum Kind {
     StreamCreate {
         /// The new stream.
         stream: u64,
+        /// Its creation flags (`CU_STREAM_NON_BLOCKING` is 1).
+        flags: u32,
     },
     /// `stream` is destroyed.
     StreamDestroy {
@@ -110,8 +137,124 @@ pub enum Kind {
         /// The stream.
         stream: u64,
     },
+    /// `function` launched on `stream`; its parameters' words are the call's [`Call::args`].
+    Launch {
+        /// The stream.
+        stream: u64,
+        /// The `CUfunction` or `CUkernel` handle.
+        function: u64,
+    },
+    /// `bytes` copied from `src` to `dst` on `stream` (0 bytes: footprint unknown).
+    Copy {
+        /// The stream.
+        stream: u64,
+        /// The destination address (device or host).
+        dst: u64,
+        /// The source address (device or host).
+        src: u64,
+        /// The length.
+        bytes: u64,
+    },
+    /// `bytes` copied from `src` to `dst` on the null stream.
+    CopySync {
+        /// The destination address.
+        dst: u64,
+        /// The source address.
+        src: u64,
+        /// The length.
+        bytes: u64,
+    },
+    /// `bytes` from `dst` filled on `stream` (0 bytes: footprint unknown).
+    Fill {
+        /// The stream.
+        stream: u64,
+        /// The first address.
+        dst: u64,
+        /// The length in bytes (elements times their size).
+        bytes: u64,
+    },
+    /// `bytes` from `dst` filled on the null stream.
+    FillSync {
+        /// The first address.
+        dst: u64,
+        /// The length in bytes.
+        bytes: u64,
+    },
+    /// `bytes` allocated at `address` (0 when the call failed).
+    Alloc {
+        /// The new allocation's address.
+        address: u64,
+        /// Its length.
+        bytes: u64,
+    },
+    /// `bytes` allocated at `address` in `stream`'s order (0 when the call failed).
+    AllocAsync {
+        /// The stream.
+        stream: u64,
+        /// The new allocation's address.
+        address: u64,
+        /// Its length.
+        bytes: u64,
+    },
+    /// The allocation at `address` freed.
+    Free {
+        /// The address.
+        address: u64,
+    },
+    /// The allocation at `address` freed in `stream`'s order.
+    FreeAsync {
+        /// The stream.
+        stream: u64,
+        /// The address.
+        address: u64,
+    },
+    /// Our runtime's allocator handed out `bytes` at `address` for `stream`.
+    BlockAlloc {
+        /// The stream.
+        stream: u64,
+        /// The block's first byte.
+        address: u64,
+        /// Its length.
+        bytes: u64,
+    },
+    /// The block at `address` went back into `stream`'s pool.
+    BlockFree {
+        /// The stream.
+        stream: u64,
+        /// The block's first byte.
+        address: u64,
+    },
+    /// The block at `address` is used on `stream` too.
+    BlockUse {
+        /// The stream.
+        stream: u64,
+        /// The block's first byte.
+        address: u64,
+    },
     /// A memory or context call, kept as a comment.
     Note,
+}
+
+/// The values of a call's text form, by key (`stream=`, `dst=`, ...): what [`Kind::fields`]
+/// gives and [`Kind::from_shape`] takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fields {
+    /// `stream=`: a stream handle.
+    pub stream: Option<u64>,
+    /// `event=`: an event handle.
+    pub event: Option<u64>,
+    /// `func=`: a launched function's handle.
+    pub function: Option<u64>,
+    /// `dst=`: a destination address.
+    pub dst: Option<u64>,
+    /// `src=`: a source address.
+    pub src: Option<u64>,
+    /// `addr=`: an allocation's address.
+    pub address: Option<u64>,
+    /// `bytes=`: a length.
+    pub bytes: Option<u64>,
+    /// `flags=`: a stream's creation flags.
+    pub flags: Option<u32>,
 }
 
 impl Kind {
@@ -131,6 +274,18 @@ impl Kind {
             Self::Work { .. } => Shape::Work,
             Self::BeginCapture { .. } => Shape::BeginCapture,
             Self::EndCapture { .. } => Shape::EndCapture,
+            Self::Launch { .. } => Shape::Launch,
+            Self::Copy { .. } => Shape::Copy,
+            Self::CopySync { .. } => Shape::CopySync,
+            Self::Fill { .. } => Shape::Fill,
+            Self::FillSync { .. } => Shape::FillSync,
+            Self::Alloc { .. } => Shape::Alloc,
+            Self::AllocAsync { .. } => Shape::AllocAsync,
+            Self::Free { .. } => Shape::Free,
+            Self::FreeAsync { .. } => Shape::FreeAsync,
+            Self::BlockAlloc { .. } => Shape::BlockAlloc,
+            Self::BlockFree { .. } => Shape::BlockFree,
+            Self::BlockUse { .. } => Shape::BlockUse,
             Self::Note => Shape::Note,
         }
     }
@@ -138,7 +293,7 @@ impl Kind {
     /// The stream handle this call names, if any.
     pub fn stream(self) -> Option<u64> {
         match self {
-            Self::StreamCreate { stream }
+            Self::StreamCreate { stream, .. }
             | Self::StreamDestroy { stream }
             | Self::EventRecord { stream, .. }
             | Self::StreamWaitEvent { stream, .. }
@@ -146,7 +301,15 @@ impl Kind {
             | Self::StreamQuery { stream }
             | Self::Work { stream }
             | Self::BeginCapture { stream }
-            | Self::EndCapture { stream } => Some(stream),
+            | Self::EndCapture { stream }
+            | Self::Launch { stream, .. }
+            | Self::Copy { stream, .. }
+            | Self::Fill { stream, .. }
+            | Self::AllocAsync { stream, .. }
+            | Self::FreeAsync { stream, .. }
+            | Self::BlockAlloc { stream, .. }
+            | Self::BlockFree { stream, .. }
+            | Self::BlockUse { stream, .. } => Some(stream),
             _ => None,
         }
     }
@@ -164,11 +327,65 @@ impl Kind {
         }
     }
 
-    /// The kind of `shape` with these handles (a missing one is 0); `None` for a shape that
-    /// needs a handle it was not given.
-    pub fn from_shape(shape: Shape, stream: Option<u64>, event: Option<u64>) -> Option<Self> {
+    /// The values of its text form's keys (a handle or footprint it does not have is `None`).
+    pub fn fields(self) -> Fields {
+        let mut fields = Fields {
+            stream: self.stream(),
+            event: self.event(),
+            ..Fields::default()
+        };
+        match self {
+            Self::StreamCreate { flags, .. } => fields.flags = Some(flags),
+            Self::Launch { function, .. } => fields.function = Some(function),
+            Self::Copy {
+                dst, src, bytes, ..
+            }
+            | Self::CopySync { dst, src, bytes } => {
+                (fields.dst, fields.src, fields.bytes) = (Some(dst), Some(src), Some(bytes));
+            }
+            Self::Fill { dst, bytes, .. } | Self::FillSync { dst, bytes } => {
+                (fields.dst, fields.bytes) = (Some(dst), Some(bytes));
+            }
+            Self::Alloc { address, bytes }
+            | Self::AllocAsync { address, bytes, .. }
+            | Self::BlockAlloc { address, bytes, .. } => {
+                (fields.address, fields.bytes) = (Some(address), Some(bytes));
+            }
+            Self::Free { address }
+            | Self::FreeAsync { address, .. }
+            | Self::BlockFree { address, .. }
+            | Self::BlockUse { address, .. } => {
+                fields.address = Some(address);
+            }
+            _ => {}
+        }
+        fields
+    }
+
+    /// The kind of `shape` with these fields; `None` for a shape that needs a handle it was not
+    /// given. A missing footprint is 0 (unknown: calls recorded before footprints were).
+    pub fn from_shape(shape: Shape, fields: Fields) -> Option<Self> {
+        let Fields {
+            stream,
+            event,
+            function,
+            dst,
+            src,
+            address,
+            bytes,
+            flags,
+        } = fields;
+        let (dst, src, address, bytes) = (
+            dst.unwrap_or(0),
+            src.unwrap_or(0),
+            address.unwrap_or(0),
+            bytes.unwrap_or(0),
+        );
         Some(match shape {
-            Shape::StreamCreate => Self::StreamCreate { stream: stream? },
+            Shape::StreamCreate => Self::StreamCreate {
+                stream: stream?,
+                flags: flags.unwrap_or(0),
+            },
             Shape::StreamDestroy => Self::StreamDestroy { stream: stream? },
             Shape::EventCreate => Self::EventCreate { event: event? },
             Shape::EventDestroy => Self::EventDestroy { event: event? },
@@ -187,6 +404,47 @@ impl Kind {
             Shape::Work => Self::Work { stream: stream? },
             Shape::BeginCapture => Self::BeginCapture { stream: stream? },
             Shape::EndCapture => Self::EndCapture { stream: stream? },
+            Shape::Launch => Self::Launch {
+                stream: stream?,
+                function: function.unwrap_or(0),
+            },
+            Shape::Copy => Self::Copy {
+                stream: stream?,
+                dst,
+                src,
+                bytes,
+            },
+            Shape::CopySync => Self::CopySync { dst, src, bytes },
+            Shape::Fill => Self::Fill {
+                stream: stream?,
+                dst,
+                bytes,
+            },
+            Shape::FillSync => Self::FillSync { dst, bytes },
+            Shape::Alloc => Self::Alloc { address, bytes },
+            Shape::AllocAsync => Self::AllocAsync {
+                stream: stream?,
+                address,
+                bytes,
+            },
+            Shape::Free => Self::Free { address },
+            Shape::FreeAsync => Self::FreeAsync {
+                stream: stream?,
+                address,
+            },
+            Shape::BlockAlloc => Self::BlockAlloc {
+                stream: stream?,
+                address,
+                bytes,
+            },
+            Shape::BlockFree => Self::BlockFree {
+                stream: stream?,
+                address,
+            },
+            Shape::BlockUse => Self::BlockUse {
+                stream: stream?,
+                address,
+            },
             Shape::Note => Self::Note,
         })
     }
@@ -202,7 +460,7 @@ pub enum Outcome {
 }
 
 /// One driver call seen by the recorder.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Call {
     /// The driver function as CUPTI names its callback (`cuLaunchKernel_ptsz`).
     pub function: &'static str,
@@ -216,6 +474,9 @@ pub struct Call {
     pub thread: u64,
     /// Before or after the driver ran it.
     pub outcome: Outcome,
+    /// A launch's parameters as the 8-byte words that may be addresses (`inject` says which
+    /// words it reads); empty for other calls, or where the parameters' sizes are unknown.
+    pub args: Vec<u64>,
 }
 
 impl Call {
@@ -303,6 +564,39 @@ macro_rules! shape_of {
     (end_capture) => {
         Shape::EndCapture
     };
+    (launch) => {
+        Shape::Launch
+    };
+    (launch_extra) => {
+        Shape::Launch
+    };
+    (launch_config) => {
+        Shape::Launch
+    };
+    (copy) => {
+        Shape::Copy
+    };
+    (copy_sync) => {
+        Shape::CopySync
+    };
+    (fill) => {
+        Shape::Fill
+    };
+    (fill_sync) => {
+        Shape::FillSync
+    };
+    (alloc) => {
+        Shape::Alloc
+    };
+    (alloc_async) => {
+        Shape::AllocAsync
+    };
+    (free) => {
+        Shape::Free
+    };
+    (free_async) => {
+        Shape::FreeAsync
+    };
 }
 pub(crate) use shape_of;
 
@@ -318,16 +612,27 @@ const FUNCTION_COUNT: usize = {
     sys::recorded_calls!(count) + sys::noted_calls!(count)
 };
 
-/// The name and shape of a recorded function, by name.
+/// The block events our allocator plug-ins report through `gpu_recorder_block` (no driver
+/// call): their names in the calls file, and shapes.
+pub static BLOCK_FUNCTIONS: [(&str, Shape); 3] = [
+    ("gpurt_block_alloc", Shape::BlockAlloc),
+    ("gpurt_block_free", Shape::BlockFree),
+    ("gpurt_block_use", Shape::BlockUse),
+];
+
+/// The name and shape of a recorded function (or block event), by name.
 pub fn function_named(name: &str) -> Option<(&'static str, Shape)> {
     RECORDED_FUNCTIONS
         .iter()
-        .find(|(_, known, _)| *known == name)
         .map(|&(_, name, shape)| (name, shape))
+        .chain(BLOCK_FUNCTIONS)
+        .find(|&(known, _)| known == name)
 }
 
-/// The text form: `FUNCTION ctx=0xC dev=D tid=T ret=R [stream=0xS] [event=0xE]`, with `dev=-`
-/// for an unknown device and `ret=enter` for a call recorded before it ran.
+/// The text form: `FUNCTION ctx=0xC dev=D tid=T ret=R [stream=0xS] [event=0xE] [func=0xF]
+/// [dst=0xD] [src=0xS] [addr=0xA] [bytes=N] [flags=0xF] [args=0xW,0xW...]`, with `dev=-` for an unknown
+/// device and `ret=enter` for a call recorded before it ran; a footprint value of 0 (unknown)
+/// is left out.
 impl fmt::Display for Call {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} ctx={:#x} dev=", self.function, self.context)?;
@@ -340,11 +645,32 @@ impl fmt::Display for Call {
             Outcome::Entered => f.write_str("enter")?,
             Outcome::Returned(code) => write!(f, "{code}")?,
         }
-        if let Some(stream) = self.kind.stream() {
-            write!(f, " stream={stream:#x}")?;
+        let fields = self.kind.fields();
+        for (key, value) in [("stream", fields.stream), ("event", fields.event)] {
+            if let Some(value) = value {
+                write!(f, " {key}={value:#x}")?;
+            }
         }
-        if let Some(event) = self.kind.event() {
-            write!(f, " event={event:#x}")?;
+        // A footprint value of 0 is unknown, which is what a missing key reads back as.
+        for (key, value) in [
+            ("func", fields.function),
+            ("dst", fields.dst),
+            ("src", fields.src),
+            ("addr", fields.address),
+        ] {
+            if let Some(value) = value.filter(|&value| value != 0) {
+                write!(f, " {key}={value:#x}")?;
+            }
+        }
+        if let Some(bytes) = fields.bytes.filter(|&bytes| bytes != 0) {
+            write!(f, " bytes={bytes}")?;
+        }
+        if let Some(flags) = fields.flags.filter(|&flags| flags != 0) {
+            write!(f, " flags={flags:#x}")?;
+        }
+        for (i, word) in self.args.iter().enumerate() {
+            let separator = if i == 0 { " args=" } else { "," };
+            write!(f, "{separator}{word:#x}")?;
         }
         Ok(())
     }
@@ -373,17 +699,19 @@ impl core::str::FromStr for Call {
         let (function, shape) =
             function_named(name).ok_or_else(|| error(format!("unknown function {name}")))?;
         let (mut context, mut device, mut thread, mut outcome) = (None, None, None, None);
-        let (mut stream, mut event) = (None, None);
+        let mut fields = Fields::default();
+        let mut args = Vec::new();
         for word in words {
             let (key, value) = word
                 .split_once('=')
                 .ok_or_else(|| error(format!("`{word}` is not key=value")))?;
-            let hex = || {
+            let hex_of = |value: &str| {
                 value
                     .strip_prefix("0x")
                     .and_then(|digits| u64::from_str_radix(digits, 16).ok())
                     .ok_or_else(|| error(format!("{key}={value} is not a 0x number")))
             };
+            let hex = || hex_of(value);
             let decimal = || {
                 value
                     .parse::<u64>()
@@ -404,13 +732,26 @@ impl core::str::FromStr for Call {
                         .map_err(|_| error(format!("ret={value} is too large")))?;
                     outcome = Some(Outcome::Returned(code));
                 }
-                "stream" => stream = Some(hex()?),
-                "event" => event = Some(hex()?),
+                "stream" => fields.stream = Some(hex()?),
+                "event" => fields.event = Some(hex()?),
+                "func" => fields.function = Some(hex()?),
+                "dst" => fields.dst = Some(hex()?),
+                "src" => fields.src = Some(hex()?),
+                "addr" => fields.address = Some(hex()?),
+                "bytes" => fields.bytes = Some(decimal()?),
+                "flags" => {
+                    let flags = u32::try_from(hex()?)
+                        .map_err(|_| error(format!("flags={value} is too large")))?;
+                    fields.flags = Some(flags);
+                }
+                "args" => {
+                    args = value.split(',').map(hex_of).collect::<Result<_, _>>()?;
+                }
                 _ => return Err(error(format!("unknown key {key}"))),
             }
         }
         let missing = |what: &str| error(format!("no {what}="));
-        let kind = Kind::from_shape(shape, stream, event)
+        let kind = Kind::from_shape(shape, fields)
             .ok_or_else(|| error(format!("{name} needs its stream= and event= handles")))?;
         Ok(Self {
             function,
@@ -419,6 +760,7 @@ impl core::str::FromStr for Call {
             device: device.ok_or_else(|| missing("dev"))?,
             thread: thread.ok_or_else(|| missing("tid"))?,
             outcome: outcome.ok_or_else(|| missing("ret"))?,
+            args,
         })
     }
 }
@@ -440,7 +782,7 @@ mod tests {
         }
         assert_eq!(
             function_named("cuLaunchKernelEx_ptsz"),
-            Some(("cuLaunchKernelEx_ptsz", Shape::Work))
+            Some(("cuLaunchKernelEx_ptsz", Shape::Launch))
         );
         assert_eq!(
             function_named("cuEventRecordWithFlags"),
@@ -448,7 +790,7 @@ mod tests {
         );
         assert_eq!(
             function_named("cuMemAlloc_v2"),
-            Some(("cuMemAlloc_v2", Shape::Note))
+            Some(("cuMemAlloc_v2", Shape::Alloc))
         );
         assert_eq!(function_named("cuNothing"), None);
     }
@@ -466,6 +808,7 @@ mod tests {
                 device: Some(1),
                 thread: 77,
                 outcome: Outcome::Returned(0),
+                args: Vec::new(),
             },
             Call {
                 function: "cuStreamDestroy_v2",
@@ -474,19 +817,71 @@ mod tests {
                 device: None,
                 thread: 1,
                 outcome: Outcome::Entered,
+                args: Vec::new(),
             },
             Call {
-                function: "cuMemAlloc_v2",
+                function: "cuCtxSynchronize",
                 kind: Kind::Note,
                 context: 0x1,
                 device: Some(0),
                 thread: 2,
                 outcome: Outcome::Returned(2),
+                args: Vec::new(),
             },
         ];
-        for call in calls {
+        let footprints = [
+            Call {
+                function: "cuLaunchKernel_ptsz",
+                kind: Kind::Launch {
+                    stream: 0x10,
+                    function: 0xf1,
+                },
+                context: 0x1,
+                device: Some(0),
+                thread: 2,
+                outcome: Outcome::Returned(0),
+                args: vec![0x7f00_0000_0000, 0x4000],
+            },
+            Call {
+                function: "cuMemcpyDtoHAsync_v2",
+                kind: Kind::Copy {
+                    stream: 0x10,
+                    dst: 0x5000,
+                    src: 0x7f00_0000_0000,
+                    bytes: 64,
+                },
+                context: 0x1,
+                device: Some(0),
+                thread: 2,
+                outcome: Outcome::Returned(0),
+                args: Vec::new(),
+            },
+            Call {
+                function: "cuMemFreeAsync",
+                kind: Kind::FreeAsync {
+                    stream: 0x10,
+                    address: 0x7f00_0000_0000,
+                },
+                context: 0x1,
+                device: Some(0),
+                thread: 2,
+                outcome: Outcome::Entered,
+                args: Vec::new(),
+            },
+        ];
+        assert_eq!(
+            footprints[0].to_string(),
+            "cuLaunchKernel_ptsz ctx=0x1 dev=0 tid=2 ret=0 stream=0x10 func=0xf1 \
+             args=0x7f0000000000,0x4000"
+        );
+        assert_eq!(
+            footprints[1].to_string(),
+            "cuMemcpyDtoHAsync_v2 ctx=0x1 dev=0 tid=2 ret=0 stream=0x10 dst=0x5000 \
+             src=0x7f0000000000 bytes=64"
+        );
+        for call in calls.iter().chain(&footprints) {
             let text = call.to_string();
-            assert_eq!(text.parse::<Call>(), Ok(call), "{text}");
+            assert_eq!(text.parse::<Call>().as_ref(), Ok(call), "{text}");
         }
         assert_eq!(
             calls[0].to_string(),
@@ -517,6 +912,10 @@ mod tests {
                 "too large",
             ),
             ("cuLaunchKernel ctx=0x1 stream", "is not key=value"),
+            (
+                "cuLaunchKernel ctx=0x1 dev=0 tid=1 ret=0 stream=0x1 args=0x1,2",
+                "args=2 is not a 0x number",
+            ),
         ];
         for (line, expected) in cases {
             let error = line.parse::<Call>().unwrap_err().to_string();
@@ -533,6 +932,7 @@ mod tests {
             device: Some(0),
             thread: 1,
             outcome: Outcome::Returned(0),
+            args: Vec::new(),
         };
         assert!(call.per_thread());
         call.function = "cuMemcpy_ptds";

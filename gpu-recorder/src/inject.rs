@@ -1,10 +1,18 @@
 //! The injected side: `InitializeInjection` subscribes to CUPTI's driver-API callbacks, each
-//! callback reads its call's handles into a [`Call`], and one writer per process serialises the
-//! calls through the [`Translator`] into `GPU_TRACE_OUT/gpu-trace.PID.trace`.
+//! callback reads its call's handles and footprint into a [`Call`], and one writer per process
+//! serialises the calls through the [`Translator`] into `GPU_TRACE_OUT/gpu-trace.PID.trace`.
 //!
-//! Order: creations and uses are recorded when the driver returns, destroys when they are
-//! entered (before the handle can be reused), all under one lock, so the file's order is one the
-//! calls could have run in. An `atexit` handler writes `exit` and flushes.
+//! Order: creations and uses are recorded when the driver returns, destroys and frees when they
+//! are entered (before the handle or address can be reused), all under one lock, so the file's
+//! order is one the calls could have run in. An `atexit` handler writes `exit` and flushes.
+//!
+//! A launch's parameters are read only where their sizes are known: the recorder asks the
+//! loaded libcuda's `cuFuncGetParamInfo` (or `cuKernelGetParamInfo` for a `CUkernel`) once per
+//! function, then reads each parameter's bytes through `kernelParams[i]` as 8-byte words (at
+//! most [`MAX_WORDS_PER_PARAM`] per parameter). A launch that passes its parameters as one
+//! buffer through `extra` (`CU_LAUNCH_PARAM_BUFFER_POINTER` and `_SIZE`) has that buffer read
+//! the same way, as far as its size says. Without either (an older driver) nothing is read: the
+//! launch has no footprint.
 
 use core::ffi::{c_int, c_void};
 use std::cell::Cell;
@@ -14,16 +22,96 @@ use std::fs::File;
 use std::io::{BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
-use crate::call::{Call, Kind, Outcome, RECORDED_FUNCTIONS};
+use crate::call::{BLOCK_FUNCTIONS, Call, Kind, Outcome, RECORDED_FUNCTIONS};
 use crate::cupti::{self, Cupti};
 use crate::sys;
 use crate::translate::Translator;
 
 /// The buffer between the translator and the trace file.
 const WRITE_BUFFER_BYTES: usize = 1 << 20;
+
+/// The most 8-byte words read from one kernel parameter (a struct of pointers, as PyTorch's
+/// elementwise kernels pass, is read up to this).
+pub(crate) const MAX_WORDS_PER_PARAM: usize = 64;
+
+/// The most parameters asked of `cuFuncGetParamInfo` for one function.
+const MAX_PARAMS: usize = 4096;
+
+/// The driver functions the recorder calls, looked up in the loaded libcuda.
+macro_rules! driver_library {
+    ($($row:tt),* $(,)?) => {
+        gpu_ffi_loader::dlsym_library! {
+            /// The process's libcuda (already loaded: the driver loaded the recorder).
+            pub struct Driver;
+            backend: "cuda";
+            file_names: &["libcuda.so.1", "libcuda.so"];
+            $($row),*
+        }
+    };
+}
+
+mod driver {
+    //! The generated driver library type, with the bindings' pointer types in scope.
+    #[allow(clippy::wildcard_imports)]
+    use crate::sys::*;
+
+    crate::sys::driver_functions!(driver_library);
+}
+
+/// The parameter-size queries, where the driver has them.
+struct ParamInfo {
+    function: sys::PFN_cuFuncGetParamInfo,
+    kernel: Option<sys::PFN_cuKernelGetParamInfo>,
+    /// Keeps libcuda's handle open.
+    _library: driver::Driver,
+}
+
+impl ParamInfo {
+    fn load() -> Option<Self> {
+        let library = driver::Driver::load().ok()?;
+        Some(Self {
+            function: library.cuFuncGetParamInfo().ok()?,
+            kernel: library.cuKernelGetParamInfo().ok(),
+            _library: library,
+        })
+    }
+
+    /// The sizes of `function`'s parameters, asked of the driver (empty if it answers nothing
+    /// for the first: no parameters, or a handle neither query knows).
+    fn sizes(&self, function: u64) -> Box<[u32]> {
+        let handle = function as usize as *mut c_void;
+        let mut sizes = param_sizes(|index, offset, size| {
+            // SAFETY: a function handle the program launched; the driver validates it and
+            // writes two sizes.
+            unsafe { (self.function)(handle.cast(), index, offset, size) }
+        });
+        if sizes.is_empty()
+            && let Some(kernel) = self.kernel
+        {
+            sizes = param_sizes(|index, offset, size| {
+                // SAFETY: as above, for a `CUkernel` handle.
+                unsafe { kernel(handle.cast(), index, offset, size) }
+            });
+        }
+        sizes.into_boxed_slice()
+    }
+}
+
+/// The sizes `query` gives for parameters 0, 1, ... until it fails (at most [`MAX_PARAMS`]).
+fn param_sizes(mut query: impl FnMut(usize, &mut usize, &mut usize) -> sys::CUresult) -> Vec<u32> {
+    let mut sizes = Vec::new();
+    for index in 0..MAX_PARAMS {
+        let (mut offset, mut size) = (0usize, 0usize);
+        if query(index, &mut offset, &mut size) != 0 {
+            break;
+        }
+        sizes.push(u32::try_from(size).unwrap_or(u32::MAX));
+    }
+    sizes
+}
 
 /// The CUPTI functions the recorder calls, looked up once at start.
 struct Functions {
@@ -51,6 +139,10 @@ struct Recorder {
     _library: Cupti,
     output: Mutex<Output>,
     devices: Mutex<HashMap<u64, Option<u32>>>,
+    /// The driver's parameter-size queries (`None`: launches get no footprint).
+    param_info: Option<ParamInfo>,
+    /// Each launched function's parameter sizes, asked once (forgotten when code is unloaded).
+    param_sizes: Mutex<HashMap<u64, Arc<[u32]>>>,
     /// Callbacks received, and the nanoseconds spent in them (reported at exit).
     callbacks: AtomicU64,
     callback_nanos: AtomicU64,
@@ -98,6 +190,46 @@ pub extern "C" fn InitializeInjection() -> c_int {
     1
 }
 
+/// A sub-allocator's block event, from the recorded program itself (our runtime's PyTorch
+/// plug-in calls it when this library is loaded, found with `dlsym`): `op` 0 handed out `bytes`
+/// at `address` for `stream` (a `CUstream`: 0 is the legacy default stream, 2 the per-thread
+/// one), 1 took the block at `address` back into `stream`'s pool, 2 marked it used on `stream`
+/// too. Written as `block_alloc` / `block_free` / `block_use` of the allocator `gpurt`, with
+/// the context of the calling thread's last driver call. Does nothing while nothing is recorded
+/// or for another `op`; never unwinds.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpu_recorder_block(op: u32, address: u64, bytes: u64, stream: u64) {
+    let _ = std::panic::catch_unwind(|| {
+        let Some(recorder) = RECORDER.get() else {
+            return;
+        };
+        let kind = match op {
+            0 => Kind::BlockAlloc {
+                stream,
+                address,
+                bytes,
+            },
+            1 => Kind::BlockFree { stream, address },
+            2 => Kind::BlockUse { stream, address },
+            _ => return,
+        };
+        let Some(&(function, _)) = BLOCK_FUNCTIONS.get(op as usize) else {
+            return;
+        };
+        let (context, device) = LAST_CONTEXT.get();
+        let call = Call {
+            function,
+            kind,
+            context,
+            device,
+            thread: thread_id(),
+            outcome: Outcome::Returned(0),
+            args: Vec::new(),
+        };
+        recorder.output().write(&call);
+    });
+}
+
 fn start(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<(), String> {
     let dir = var("GPU_TRACE_OUT")
         .map(PathBuf::from)
@@ -124,6 +256,8 @@ fn start(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<(), String>
             write_failed: false,
         }),
         devices: Mutex::new(HashMap::new()),
+        param_info: ParamInfo::load(),
+        param_sizes: Mutex::new(HashMap::new()),
         callbacks: AtomicU64::new(0),
         callback_nanos: AtomicU64::new(0),
     };
@@ -209,13 +343,26 @@ unsafe extern "C" fn on_call(
     });
 }
 
-fn is_destroy(cbid: u32) -> bool {
+/// Destroys and frees: recorded when entered, before the handle or address can be reused.
+fn recorded_on_entry(cbid: u32) -> bool {
     matches!(
         cbid,
         sys::CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy
             | sys::CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy_v2
             | sys::CUPTI_DRIVER_TRACE_CBID_cuEventDestroy
             | sys::CUPTI_DRIVER_TRACE_CBID_cuEventDestroy_v2
+            | sys::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2
+            | sys::CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost
+            | sys::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync
+            | sys::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz
+    )
+}
+
+/// Calls that unload code: function handles may be reused for other kernels after them.
+fn unloads_code(cbid: u32) -> bool {
+    matches!(
+        cbid,
+        sys::CUPTI_DRIVER_TRACE_CBID_cuModuleUnload | sys::CUPTI_DRIVER_TRACE_CBID_cuLibraryUnload
     )
 }
 
@@ -226,7 +373,7 @@ unsafe fn record(recorder: &Recorder, cbid: u32, data: &sys::CUpti_CallbackData)
     let outcome = if data.callbackSite == sys::CUPTI_API_EXIT {
         // SAFETY: at the exit site the return value is the call's CUresult.
         Outcome::Returned(unsafe { *data.functionReturnValue.cast::<sys::CUresult>() })
-    } else if is_destroy(cbid) {
+    } else if recorded_on_entry(cbid) {
         Outcome::Entered
     } else {
         return;
@@ -234,8 +381,14 @@ unsafe fn record(recorder: &Recorder, cbid: u32, data: &sys::CUpti_CallbackData)
     let context = data.context as usize as u64;
     let device = recorder.device_of(data.context);
     let thread = thread_id();
-    let mut output = recorder.output();
-    let mut sink = |function: &'static str, kind: Kind| {
+    if unloads_code(cbid) {
+        recorder.forget_param_sizes();
+    }
+    // The lock is taken at the first line written, after a launch's parameters were read (the
+    // driver is never called under it).
+    let mut output: Option<MutexGuard<'_, Output>> = None;
+    let mut sink = |function: &'static str, kind: Kind, args: Vec<u64>| {
+        let output = output.get_or_insert_with(|| recorder.output());
         output.write(&Call {
             function,
             kind,
@@ -243,15 +396,125 @@ unsafe fn record(recorder: &Recorder, cbid: u32, data: &sys::CUpti_CallbackData)
             device,
             thread,
             outcome,
+            args,
         });
     };
+    let mut words = |function: u64, params: *mut *mut c_void, extra: *mut *mut c_void| {
+        if outcome != Outcome::Returned(0) {
+            return Vec::new();
+        }
+        if params.is_null() {
+            // SAFETY: the launch succeeded with this `extra` array, so it is null or
+            // terminated, and its buffer has the size it says.
+            return unsafe { extra_words(extra) };
+        }
+        let sizes = recorder.param_sizes(function);
+        // SAFETY: the launch succeeded with these parameters, so `params` holds one pointer per
+        // parameter, each to as many bytes as the driver says it has.
+        unsafe { param_words(params, &sizes) }
+    };
     // SAFETY: as this function's contract says.
-    unsafe { read_call(cbid, data.functionParams, outcome, &mut sink) };
+    unsafe { read_call(cbid, data.functionParams, outcome, &mut words, &mut sink) };
+}
+
+/// `CU_LAUNCH_PARAM_END`, `CU_LAUNCH_PARAM_BUFFER_POINTER`, `CU_LAUNCH_PARAM_BUFFER_SIZE`: the
+/// keys of a launch's `extra` array.
+const EXTRA_END: usize = 0;
+const EXTRA_BUFFER_POINTER: usize = 1;
+const EXTRA_BUFFER_SIZE: usize = 2;
+
+/// The most key-value pairs of an `extra` array read.
+const MAX_EXTRA_PAIRS: usize = 16;
+
+/// The nonzero 8-byte words of the parameter buffer a launch passed through `extra`
+/// (`CU_LAUNCH_PARAM_BUFFER_POINTER` with `CU_LAUNCH_PARAM_BUFFER_SIZE`), at most
+/// [`MAX_WORDS_PER_PARAM`] of them, as for one parameter.
+///
+/// # Safety
+/// `extra` is null or an array of key-value pairs ended by `CU_LAUNCH_PARAM_END` that the driver
+/// accepted: the buffer has the bytes its size says.
+unsafe fn extra_words(extra: *mut *mut c_void) -> Vec<u64> {
+    let (mut buffer, mut size): (*mut c_void, usize) = (core::ptr::null_mut(), 0);
+    if extra.is_null() {
+        return Vec::new();
+    }
+    for pair in 0..MAX_EXTRA_PAIRS {
+        // SAFETY: the array holds pairs up to its end key, which is read first.
+        let key = unsafe { *extra.add(2 * pair) } as usize;
+        if key == EXTRA_END {
+            break;
+        }
+        // SAFETY: a key other than the end has its value after it.
+        let value = unsafe { *extra.add(2 * pair + 1) };
+        match key {
+            EXTRA_BUFFER_POINTER => buffer = value,
+            // SAFETY: the size's value points at a `size_t`.
+            EXTRA_BUFFER_SIZE if !value.is_null() => size = unsafe { *value.cast::<usize>() },
+            _ => {}
+        }
+    }
+    if buffer.is_null() || size < 8 {
+        return Vec::new();
+    }
+    let size = u32::try_from(size.min(8 * MAX_WORDS_PER_PARAM)).unwrap_or(0);
+    let mut pointer = buffer;
+    // SAFETY: one "parameter" of `size` readable bytes (at most the buffer's).
+    unsafe { param_words(&mut pointer, &[size]) }
+}
+
+/// The nonzero 8-byte words of a launch's parameters, `sizes[i]` bytes through `params[i]`
+/// (at most [`MAX_WORDS_PER_PARAM`] each; a parameter shorter than 8 bytes has none).
+///
+/// # Safety
+/// `params` is null or holds `sizes.len()` pointers, each null or to `sizes[i]` readable bytes.
+unsafe fn param_words(params: *mut *mut c_void, sizes: &[u32]) -> Vec<u64> {
+    let mut words = Vec::new();
+    if params.is_null() {
+        return words;
+    }
+    for (i, &size) in sizes.iter().enumerate() {
+        // SAFETY: `params` has `sizes.len()` entries.
+        let param = unsafe { *params.add(i) }.cast::<u8>();
+        if param.is_null() {
+            continue;
+        }
+        for word in 0..(size as usize / 8).min(MAX_WORDS_PER_PARAM) {
+            // SAFETY: within the parameter's `size` bytes; parameters need not be aligned.
+            let value = unsafe { param.add(word * 8).cast::<u64>().read_unaligned() };
+            if value != 0 {
+                words.push(value);
+            }
+        }
+    }
+    words
 }
 
 impl Recorder {
     fn output(&self) -> MutexGuard<'_, Output> {
         self.output.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The parameter sizes of `function`, asked of the driver at its first launch (with no
+    /// lock held); empty where the driver cannot say.
+    fn param_sizes(&self, function: u64) -> Arc<[u32]> {
+        let cache = || self.param_sizes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(sizes) = cache().get(&function) {
+            return Arc::clone(sizes);
+        }
+        let sizes: Arc<[u32]> = match &self.param_info {
+            Some(info) => info.sizes(function).into(),
+            None => Arc::from([]),
+        };
+        cache().insert(function, Arc::clone(&sizes));
+        sizes
+    }
+
+    /// Forgets every function's parameter sizes (code was unloaded: handles may be reused).
+    fn forget_param_sizes(&self) {
+        self.param_sizes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     /// The device of a context, asked of CUPTI once per context (no driver call); a thread's
@@ -355,78 +618,142 @@ fn thread_id() -> u64 {
 
 /// One reader per recorded call: which handles its parameters hold, by kind.
 macro_rules! read_kind {
-    (stream_create, $p:ident, $outcome:ident, [$out:ident], $sink:ident, $name:ident) => {
+    (stream_create, $p:ident, $outcome:ident, [$out:ident, $flags:ident], $words:ident, $sink:ident, $name:ident) => {
         $sink(stringify!($name), Kind::StreamCreate {
             stream: created($p.$out.cast(), $outcome),
-        })
+            flags: $p.$flags,
+        }, Vec::new())
     };
-    (event_create, $p:ident, $outcome:ident, [$out:ident], $sink:ident, $name:ident) => {
+    (event_create, $p:ident, $outcome:ident, [$out:ident], $words:ident, $sink:ident, $name:ident) => {
         $sink(stringify!($name), Kind::EventCreate {
             event: created($p.$out.cast(), $outcome),
-        })
+        }, Vec::new())
     };
-    (stream_destroy, $p:ident, $outcome:ident, [$s:ident], $sink:ident, $name:ident) => {
-        $sink(stringify!($name), Kind::StreamDestroy { stream: handle($p.$s) })
+    (stream_destroy, $p:ident, $outcome:ident, [$s:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::StreamDestroy { stream: handle($p.$s) }, Vec::new())
     };
-    (event_destroy, $p:ident, $outcome:ident, [$e:ident], $sink:ident, $name:ident) => {
-        $sink(stringify!($name), Kind::EventDestroy { event: handle($p.$e) })
+    (event_destroy, $p:ident, $outcome:ident, [$e:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::EventDestroy { event: handle($p.$e) }, Vec::new())
     };
-    (event_record, $p:ident, $outcome:ident, [$e:ident, $s:ident], $sink:ident, $name:ident) => {
+    (event_record, $p:ident, $outcome:ident, [$e:ident, $s:ident], $words:ident, $sink:ident, $name:ident) => {
         $sink(stringify!($name), Kind::EventRecord {
             event: handle($p.$e),
             stream: handle($p.$s),
-        })
+        }, Vec::new())
     };
-    (stream_wait_event, $p:ident, $outcome:ident, [$s:ident, $e:ident], $sink:ident, $name:ident) => {
+    (stream_wait_event, $p:ident, $outcome:ident, [$s:ident, $e:ident], $words:ident, $sink:ident, $name:ident) => {
         $sink(stringify!($name), Kind::StreamWaitEvent {
             stream: handle($p.$s),
             event: handle($p.$e),
-        })
+        }, Vec::new())
     };
-    (stream_synchronize, $p:ident, $outcome:ident, [$s:ident], $sink:ident, $name:ident) => {
-        $sink(stringify!($name), Kind::StreamSynchronize { stream: handle($p.$s) })
+    (stream_synchronize, $p:ident, $outcome:ident, [$s:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::StreamSynchronize { stream: handle($p.$s) }, Vec::new())
     };
-    (stream_query, $p:ident, $outcome:ident, [$s:ident], $sink:ident, $name:ident) => {
-        $sink(stringify!($name), Kind::StreamQuery { stream: handle($p.$s) })
+    (stream_query, $p:ident, $outcome:ident, [$s:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::StreamQuery { stream: handle($p.$s) }, Vec::new())
     };
-    (event_synchronize, $p:ident, $outcome:ident, [$e:ident], $sink:ident, $name:ident) => {
-        $sink(stringify!($name), Kind::EventSynchronize { event: handle($p.$e) })
+    (event_synchronize, $p:ident, $outcome:ident, [$e:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::EventSynchronize { event: handle($p.$e) }, Vec::new())
     };
-    (event_query, $p:ident, $outcome:ident, [$e:ident], $sink:ident, $name:ident) => {
-        $sink(stringify!($name), Kind::EventQuery { event: handle($p.$e) })
+    (event_query, $p:ident, $outcome:ident, [$e:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::EventQuery { event: handle($p.$e) }, Vec::new())
     };
-    (work, $p:ident, $outcome:ident, [$s:ident], $sink:ident, $name:ident) => {
-        $sink(stringify!($name), Kind::Work { stream: handle($p.$s) })
+    (work, $p:ident, $outcome:ident, [$s:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::Work { stream: handle($p.$s) }, Vec::new())
     };
-    (work_config, $p:ident, $outcome:ident, [$config:ident], $sink:ident, $name:ident) => {
+    (launch, $p:ident, $outcome:ident, [$f:ident, $params:ident, $s:ident], $words:ident, $sink:ident, $name:ident) => {
+        let function = handle($p.$f);
+        let args = $words(function, $p.$params, core::ptr::null_mut());
+        $sink(stringify!($name), Kind::Launch { stream: handle($p.$s), function }, args)
+    };
+    (launch_extra, $p:ident, $outcome:ident, [$f:ident, $params:ident, $extra:ident, $s:ident], $words:ident, $sink:ident, $name:ident) => {
+        let function = handle($p.$f);
+        let args = $words(function, $p.$params, $p.$extra);
+        $sink(stringify!($name), Kind::Launch { stream: handle($p.$s), function }, args)
+    };
+    (launch_config, $p:ident, $outcome:ident, [$config:ident, $f:ident, $params:ident, $extra:ident], $words:ident, $sink:ident, $name:ident) => {
         if !$p.$config.is_null() {
             // SAFETY: a non-null CUlaunchConfig pointer the program passed to the launch.
             let stream = unsafe { (*$p.$config).hStream };
-            $sink(stringify!($name), Kind::Work { stream: handle(stream) })
+            let function = handle($p.$f);
+            let args = $words(function, $p.$params, $p.$extra);
+            $sink(stringify!($name), Kind::Launch { stream: handle(stream), function }, args)
         }
     };
-    (work_each, $p:ident, $outcome:ident, [$list:ident, $count:ident], $sink:ident, $name:ident) => {
+    (copy, $p:ident, $outcome:ident, [$d:ident, $src:ident, $n:ident, $s:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::Copy {
+            stream: handle($p.$s),
+            dst: address($p.$d),
+            src: address($p.$src),
+            bytes: $p.$n as u64,
+        }, Vec::new())
+    };
+    (copy_sync, $p:ident, $outcome:ident, [$d:ident, $src:ident, $n:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::CopySync {
+            dst: address($p.$d),
+            src: address($p.$src),
+            bytes: $p.$n as u64,
+        }, Vec::new())
+    };
+    (fill, $p:ident, $outcome:ident, [$d:ident, $n:ident, $s:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::Fill {
+            stream: handle($p.$s),
+            dst: address($p.$d),
+            bytes: ($p.$n as u64).saturating_mul(element_size(stringify!($name))),
+        }, Vec::new())
+    };
+    (fill_sync, $p:ident, $outcome:ident, [$d:ident, $n:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::FillSync {
+            dst: address($p.$d),
+            bytes: ($p.$n as u64).saturating_mul(element_size(stringify!($name))),
+        }, Vec::new())
+    };
+    (alloc, $p:ident, $outcome:ident, [$out:ident, $n:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::Alloc {
+            address: written($p.$out, $outcome),
+            bytes: $p.$n as u64,
+        }, Vec::new())
+    };
+    (alloc_async, $p:ident, $outcome:ident, [$out:ident, $n:ident, $s:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::AllocAsync {
+            stream: handle($p.$s),
+            address: written($p.$out, $outcome),
+            bytes: $p.$n as u64,
+        }, Vec::new())
+    };
+    (free, $p:ident, $outcome:ident, [$a:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::Free { address: address($p.$a) }, Vec::new())
+    };
+    (free_async, $p:ident, $outcome:ident, [$a:ident, $s:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::FreeAsync {
+            stream: handle($p.$s),
+            address: address($p.$a),
+        }, Vec::new())
+    };
+    (work_each, $p:ident, $outcome:ident, [$list:ident, $count:ident], $words:ident, $sink:ident, $name:ident) => {
         if !$p.$list.is_null() {
             for i in 0..$p.$count as usize {
                 // SAFETY: the program passed an array of `count` launch parameters.
                 let stream = unsafe { (*$p.$list.add(i)).hStream };
-                $sink(stringify!($name), Kind::Work { stream: handle(stream) })
+                $sink(stringify!($name), Kind::Work { stream: handle(stream) }, Vec::new())
             }
         }
     };
-    (begin_capture, $p:ident, $outcome:ident, [$s:ident], $sink:ident, $name:ident) => {
-        $sink(stringify!($name), Kind::BeginCapture { stream: handle($p.$s) })
+    (begin_capture, $p:ident, $outcome:ident, [$s:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::BeginCapture { stream: handle($p.$s) }, Vec::new())
     };
-    (end_capture, $p:ident, $outcome:ident, [$s:ident], $sink:ident, $name:ident) => {
-        $sink(stringify!($name), Kind::EndCapture { stream: handle($p.$s) })
+    (end_capture, $p:ident, $outcome:ident, [$s:ident], $words:ident, $sink:ident, $name:ident) => {
+        $sink(stringify!($name), Kind::EndCapture { stream: handle($p.$s) }, Vec::new())
     };
 }
 
 /// The reader of every recorded call, by callback id.
 macro_rules! call_reader {
     ($(($name:ident, $cbid:ident, $params:ident, $kind:ident, [$($field:ident),*])),* $(,)?) => {
-        /// Reads the handles of call `cbid` from its parameters and hands each resulting
-        /// [`Kind`] (a multi-device launch has several) to `sink` with the function's name.
+        /// Reads the handles and footprint of call `cbid` from its parameters and hands each
+        /// resulting [`Kind`] (a multi-device launch has several) to `sink` with the function's
+        /// name and, for a launch, the words `words` read from its function's parameters.
         ///
         /// # Safety
         /// `params` points at the `<function>_params` struct of `cbid`.
@@ -434,14 +761,15 @@ macro_rules! call_reader {
             cbid: u32,
             params: *const c_void,
             outcome: Outcome,
-            sink: &mut dyn FnMut(&'static str, Kind),
+            words: &mut dyn FnMut(u64, *mut *mut c_void, *mut *mut c_void) -> Vec<u64>,
+            sink: &mut dyn FnMut(&'static str, Kind, Vec<u64>),
         ) {
             let _ = outcome;
             match cbid {
                 $(sys::$cbid => {
                     // SAFETY: as the contract says.
                     let p = unsafe { &*params.cast::<sys::$params>() };
-                    read_kind!($kind, p, outcome, [$($field),*], sink, $name);
+                    read_kind!($kind, p, outcome, [$($field),*], words, sink, $name);
                 })*
                 _ => read_note(cbid, sink),
             }
@@ -454,9 +782,9 @@ sys::recorded_calls!(call_reader);
 macro_rules! note_reader {
     ($(($name:ident, $cbid:ident)),* $(,)?) => {
         /// A call the trace keeps as a comment.
-        fn read_note(cbid: u32, sink: &mut dyn FnMut(&'static str, Kind)) {
+        fn read_note(cbid: u32, sink: &mut dyn FnMut(&'static str, Kind, Vec<u64>)) {
             match cbid {
-                $(sys::$cbid => sink(stringify!($name), Kind::Note),)*
+                $(sys::$cbid => sink(stringify!($name), Kind::Note, Vec::new()),)*
                 _ => {}
             }
         }
@@ -470,6 +798,59 @@ fn handle<T>(pointer: *mut T) -> u64 {
     pointer as usize as u64
 }
 
+/// An address parameter (a `CUdeviceptr` or a host pointer) as a number.
+fn address(value: impl Address) -> u64 {
+    value.address()
+}
+
+/// What an address parameter may be.
+trait Address: Copy {
+    fn address(self) -> u64;
+}
+
+impl Address for u64 {
+    fn address(self) -> u64 {
+        self
+    }
+}
+
+impl<T> Address for *const T {
+    fn address(self) -> u64 {
+        self as usize as u64
+    }
+}
+
+impl<T> Address for *mut T {
+    fn address(self) -> u64 {
+        self as usize as u64
+    }
+}
+
+/// The address an allocating call wrote through `out`, once it succeeded (0 otherwise).
+fn written<T: Address>(out: *mut T, outcome: Outcome) -> u64 {
+    if outcome != Outcome::Returned(0) || out.is_null() {
+        return 0;
+    }
+    // SAFETY: the call succeeded, so it wrote the address through the program's pointer.
+    unsafe { *out }.address()
+}
+
+/// The element size of a fill, from its function's name (`cuMemsetD16Async`: 2).
+const fn element_size(name: &str) -> u64 {
+    let bytes = name.as_bytes();
+    let mut i = 0;
+    while i + 2 < bytes.len() {
+        if bytes[i] == b'D' && bytes[i + 1] == b'1' && bytes[i + 2] == b'6' {
+            return 2;
+        }
+        if bytes[i] == b'D' && bytes[i + 1] == b'3' && bytes[i + 2] == b'2' {
+            return 4;
+        }
+        i += 1;
+    }
+    1
+}
+
 /// The handle a creating call wrote through `out`, once it succeeded (0 otherwise).
 fn created(out: *mut *mut c_void, outcome: Outcome) -> u64 {
     if outcome != Outcome::Returned(0) || out.is_null() {
@@ -477,4 +858,67 @@ fn created(out: *mut *mut c_void, outcome: Outcome) -> u64 {
     }
     // SAFETY: the call succeeded, so it wrote a handle through the program's pointer.
     handle(unsafe { *out })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_launchs_words_are_read_within_each_parameters_size() {
+        let pointer: u64 = 0x7f00_0000_1000;
+        let count: u32 = 7;
+        // A struct of three words (a pointer among them), unaligned in its buffer.
+        let mut packed = [0u8; 25];
+        packed[1..9].copy_from_slice(&0x7f00_0000_2000u64.to_ne_bytes());
+        packed[17..25].copy_from_slice(&0x7f00_0000_3000u64.to_ne_bytes());
+        let mut params: [*mut c_void; 4] = [
+            (&raw const pointer).cast_mut().cast(),
+            (&raw const count).cast_mut().cast(),
+            packed[1..].as_mut_ptr().cast(),
+            core::ptr::null_mut(),
+        ];
+        // SAFETY: each pointer has as many bytes as its size says; the last is null.
+        let words = unsafe { param_words(params.as_mut_ptr(), &[8, 4, 24, 8]) };
+        assert_eq!(words, [pointer, 0x7f00_0000_2000, 0x7f00_0000_3000]);
+        // SAFETY: a null array is not read.
+        assert!(unsafe { param_words(core::ptr::null_mut(), &[8]) }.is_empty());
+        // Fewer sizes than pointers: only those are read.
+        // SAFETY: as above.
+        assert_eq!(unsafe { param_words(params.as_mut_ptr(), &[8]) }, [pointer]);
+    }
+
+    #[test]
+    fn parameter_sizes_stop_at_the_first_failure_and_a_fill_knows_its_element() {
+        let sizes = param_sizes(|index, _, size| {
+            *size = [8, 4, 24][index.min(2)];
+            if index < 3 { 0 } else { 1 }
+        });
+        assert_eq!(sizes, [8, 4, 24]);
+        assert!(param_sizes(|_, _, _| 1).is_empty());
+        assert_eq!(element_size("cuMemsetD8Async_ptsz"), 1);
+        assert_eq!(element_size("cuMemsetD16_v2"), 2);
+        assert_eq!(element_size("cuMemsetD32Async"), 4);
+    }
+
+    #[test]
+    fn an_extra_parameter_buffer_is_read_within_its_size() {
+        let mut buffer = [7u64, 0x7f00_0000_1000, 0, 0x7f00_0000_2000];
+        let mut size: usize = 24;
+        let mut extra: [*mut c_void; 5] = [
+            EXTRA_BUFFER_POINTER as *mut c_void,
+            buffer.as_mut_ptr().cast(),
+            EXTRA_BUFFER_SIZE as *mut c_void,
+            (&raw mut size).cast(),
+            EXTRA_END as *mut c_void,
+        ];
+        // SAFETY: a terminated array whose buffer has `size` bytes (of its 32).
+        let words = unsafe { extra_words(extra.as_mut_ptr()) };
+        assert_eq!(words, [7, 0x7f00_0000_1000]);
+        let mut end: [*mut c_void; 1] = [EXTRA_END as *mut c_void];
+        // SAFETY: an array that ends at once, and no array.
+        assert!(unsafe { extra_words(end.as_mut_ptr()) }.is_empty());
+        // SAFETY: as above.
+        assert!(unsafe { extra_words(core::ptr::null_mut()) }.is_empty());
+    }
 }

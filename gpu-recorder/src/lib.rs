@@ -31,6 +31,6 @@ pub mod translate;
 )]
 mod sys;
 
-pub use call::{Call, Kind, Outcome, Shape};
-pub use inject::InitializeInjection;
+pub use call::{Call, Fields, Kind, Outcome, Shape};
+pub use inject::{InitializeInjection, gpu_recorder_block};
 pub use translate::Translator;

@@ -15,6 +15,7 @@ pub type CUdeviceptr_v2 = ::core::ffi::c_ulonglong;
 pub type CUdeviceptr = CUdeviceptr_v2;
 pub type CUcontext = *mut CUctx_st;
 pub type CUfunction = *mut CUfunc_st;
+pub type CUkernel = *mut CUkern_st;
 pub type CUarray = *mut CUarray_st;
 pub type CUmipmappedArray = *mut CUmipmappedArray_st;
 pub type CUevent = *mut CUevent_st;
@@ -107,7 +108,17 @@ pub type CUpti_CallbackFunc = ::core::option::Option<
 >;
 pub type CUpti_SubscriberHandle = *mut CUpti_Subscriber_st;
 pub type CUpti_driver_api_trace_cbid_enum = ::core::ffi::c_uint;
+pub type cuMemAlloc_v2_params = cuMemAlloc_v2_params_st;
+pub type cuMemFree_v2_params = cuMemFree_v2_params_st;
+pub type cuMemAllocHost_v2_params = cuMemAllocHost_v2_params_st;
+pub type cuMemFreeHost_params = cuMemFreeHost_params_st;
+pub type cuMemHostAlloc_params = cuMemHostAlloc_params_st;
+pub type cuMemAllocManaged_params = cuMemAllocManaged_params_st;
 pub type cuIpcOpenEventHandle_params = cuIpcOpenEventHandle_params_st;
+pub type cuMemcpy_ptds_params = cuMemcpy_ptds_params_st;
+pub type cuMemcpyHtoD_v2_ptds_params = cuMemcpyHtoD_v2_ptds_params_st;
+pub type cuMemcpyDtoH_v2_ptds_params = cuMemcpyDtoH_v2_ptds_params_st;
+pub type cuMemcpyDtoD_v2_ptds_params = cuMemcpyDtoD_v2_ptds_params_st;
 pub type cuMemcpyAsync_ptsz_params = cuMemcpyAsync_ptsz_params_st;
 pub type cuMemcpyPeerAsync_ptsz_params = cuMemcpyPeerAsync_ptsz_params_st;
 pub type cuMemcpyHtoDAsync_v2_ptsz_params = cuMemcpyHtoDAsync_v2_ptsz_params_st;
@@ -120,6 +131,9 @@ pub type cuMemcpy3DAsync_v2_ptsz_params = cuMemcpy3DAsync_v2_ptsz_params_st;
 pub type cuMemcpy3DPeerAsync_ptsz_params = cuMemcpy3DPeerAsync_ptsz_params_st;
 pub type cuMemcpyBatchAsync_v2_ptsz_params = cuMemcpyBatchAsync_v2_ptsz_params_st;
 pub type cuMemcpy3DBatchAsync_v2_ptsz_params = cuMemcpy3DBatchAsync_v2_ptsz_params_st;
+pub type cuMemsetD8_v2_ptds_params = cuMemsetD8_v2_ptds_params_st;
+pub type cuMemsetD16_v2_ptds_params = cuMemsetD16_v2_ptds_params_st;
+pub type cuMemsetD32_v2_ptds_params = cuMemsetD32_v2_ptds_params_st;
 pub type cuMemsetD8Async_ptsz_params = cuMemsetD8Async_ptsz_params_st;
 pub type cuMemsetD16Async_ptsz_params = cuMemsetD16Async_ptsz_params_st;
 pub type cuMemsetD32Async_ptsz_params = cuMemsetD32Async_ptsz_params_st;
@@ -170,6 +184,9 @@ pub type cuGraphLaunch_ptsz_params = cuGraphLaunch_ptsz_params_st;
 pub type cuGreenCtxStreamCreate_params = cuGreenCtxStreamCreate_params_st;
 pub type cuStreamDestroy_params = cuStreamDestroy_params_st;
 pub type cuEventDestroy_params = cuEventDestroy_params_st;
+pub type cuMemcpyHtoD_v2_params = cuMemcpyHtoD_v2_params_st;
+pub type cuMemcpyDtoH_v2_params = cuMemcpyDtoH_v2_params_st;
+pub type cuMemcpyDtoD_v2_params = cuMemcpyDtoD_v2_params_st;
 pub type cuMemcpyHtoAAsync_v2_params = cuMemcpyHtoAAsync_v2_params_st;
 pub type cuMemcpyAtoHAsync_v2_params = cuMemcpyAtoHAsync_v2_params_st;
 pub type cuMemcpyHtoDAsync_v2_params = cuMemcpyHtoDAsync_v2_params_st;
@@ -177,6 +194,10 @@ pub type cuMemcpyDtoHAsync_v2_params = cuMemcpyDtoHAsync_v2_params_st;
 pub type cuMemcpyDtoDAsync_v2_params = cuMemcpyDtoDAsync_v2_params_st;
 pub type cuMemcpy2DAsync_v2_params = cuMemcpy2DAsync_v2_params_st;
 pub type cuMemcpy3DAsync_v2_params = cuMemcpy3DAsync_v2_params_st;
+pub type cuMemsetD8_v2_params = cuMemsetD8_v2_params_st;
+pub type cuMemsetD16_v2_params = cuMemsetD16_v2_params_st;
+pub type cuMemsetD32_v2_params = cuMemsetD32_v2_params_st;
+pub type cuMemcpy_params = cuMemcpy_params_st;
 pub type cuMemcpyAsync_params = cuMemcpyAsync_params_st;
 pub type cuMemcpyPeerAsync_params = cuMemcpyPeerAsync_params_st;
 pub type cuMemcpy3DPeerAsync_params = cuMemcpy3DPeerAsync_params_st;
@@ -230,6 +251,11 @@ pub struct CUctx_st {
 #[repr(C)]
 #[derive(Debug)]
 pub struct CUfunc_st {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug)]
+pub struct CUkern_st {
     _unused: [u8; 0],
 }
 #[repr(C)]
@@ -664,9 +690,73 @@ pub struct CUpti_Subscriber_st {
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct cuMemAlloc_v2_params_st {
+    pub dptr: *mut CUdeviceptr,
+    pub bytesize: usize,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct cuMemFree_v2_params_st {
+    pub dptr: CUdeviceptr,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cuMemAllocHost_v2_params_st {
+    pub pp: *mut *mut ::core::ffi::c_void,
+    pub bytesize: usize,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cuMemFreeHost_params_st {
+    pub p: *mut ::core::ffi::c_void,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cuMemHostAlloc_params_st {
+    pub pp: *mut *mut ::core::ffi::c_void,
+    pub bytesize: usize,
+    pub Flags: ::core::ffi::c_uint,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cuMemAllocManaged_params_st {
+    pub dptr: *mut CUdeviceptr,
+    pub bytesize: usize,
+    pub flags: ::core::ffi::c_uint,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct cuIpcOpenEventHandle_params_st {
     pub phEvent: *mut CUevent,
     pub handle: CUipcEventHandle,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct cuMemcpy_ptds_params_st {
+    pub dst: CUdeviceptr,
+    pub src: CUdeviceptr,
+    pub ByteCount: usize,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cuMemcpyHtoD_v2_ptds_params_st {
+    pub dstDevice: CUdeviceptr,
+    pub srcHost: *const ::core::ffi::c_void,
+    pub ByteCount: usize,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cuMemcpyDtoH_v2_ptds_params_st {
+    pub dstHost: *mut ::core::ffi::c_void,
+    pub srcDevice: CUdeviceptr,
+    pub ByteCount: usize,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct cuMemcpyDtoD_v2_ptds_params_st {
+    pub dstDevice: CUdeviceptr,
+    pub srcDevice: CUdeviceptr,
+    pub ByteCount: usize,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -765,6 +855,27 @@ pub struct cuMemcpy3DBatchAsync_v2_ptsz_params_st {
     pub opList: *mut CUDA_MEMCPY3D_BATCH_OP,
     pub flags: ::core::ffi::c_ulonglong,
     pub hStream: CUstream,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct cuMemsetD8_v2_ptds_params_st {
+    pub dstDevice: CUdeviceptr,
+    pub uc: ::core::ffi::c_uchar,
+    pub N: usize,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct cuMemsetD16_v2_ptds_params_st {
+    pub dstDevice: CUdeviceptr,
+    pub us: ::core::ffi::c_ushort,
+    pub N: usize,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct cuMemsetD32_v2_ptds_params_st {
+    pub dstDevice: CUdeviceptr,
+    pub ui: ::core::ffi::c_uint,
+    pub N: usize,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -1153,6 +1264,27 @@ pub struct cuEventDestroy_params_st {
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct cuMemcpyHtoD_v2_params_st {
+    pub dstDevice: CUdeviceptr,
+    pub srcHost: *const ::core::ffi::c_void,
+    pub ByteCount: usize,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct cuMemcpyDtoH_v2_params_st {
+    pub dstHost: *mut ::core::ffi::c_void,
+    pub srcDevice: CUdeviceptr,
+    pub ByteCount: usize,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct cuMemcpyDtoD_v2_params_st {
+    pub dstDevice: CUdeviceptr,
+    pub srcDevice: CUdeviceptr,
+    pub ByteCount: usize,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct cuMemcpyHtoAAsync_v2_params_st {
     pub dstArray: CUarray,
     pub dstOffset: usize,
@@ -1204,6 +1336,34 @@ pub struct cuMemcpy2DAsync_v2_params_st {
 pub struct cuMemcpy3DAsync_v2_params_st {
     pub pCopy: *const CUDA_MEMCPY3D,
     pub hStream: CUstream,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct cuMemsetD8_v2_params_st {
+    pub dstDevice: CUdeviceptr,
+    pub uc: ::core::ffi::c_uchar,
+    pub N: usize,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct cuMemsetD16_v2_params_st {
+    pub dstDevice: CUdeviceptr,
+    pub us: ::core::ffi::c_ushort,
+    pub N: usize,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct cuMemsetD32_v2_params_st {
+    pub dstDevice: CUdeviceptr,
+    pub ui: ::core::ffi::c_uint,
+    pub N: usize,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct cuMemcpy_params_st {
+    pub dst: CUdeviceptr,
+    pub src: CUdeviceptr,
+    pub ByteCount: usize,
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -3141,6 +3301,7 @@ const _: () = {
     ][::core::mem::offset_of!(CUpti_CallbackData, correlationId) - 64usize];
 };
 pub const CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize: CUpti_driver_api_trace_cbid_enum = 17;
+pub const CUPTI_DRIVER_TRACE_CBID_cuModuleUnload: CUpti_driver_api_trace_cbid_enum = 22;
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost: CUpti_driver_api_trace_cbid_enum = 38;
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc: CUpti_driver_api_trace_cbid_enum = 39;
 pub const CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync: CUpti_driver_api_trace_cbid_enum = 117;
@@ -3163,6 +3324,7 @@ pub const CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2: CUpti_driver_api_trace_cbid_enu
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2: CUpti_driver_api_trace_cbid_enum = 244;
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2: CUpti_driver_api_trace_cbid_enum = 245;
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2: CUpti_driver_api_trace_cbid_enum = 249;
+pub const CUPTI_DRIVER_TRACE_CBID_cuMemsetD16_v2: CUpti_driver_api_trace_cbid_enum = 250;
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2: CUpti_driver_api_trace_cbid_enum = 251;
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2: CUpti_driver_api_trace_cbid_enum = 276;
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2: CUpti_driver_api_trace_cbid_enum = 277;
@@ -3197,6 +3359,7 @@ pub const CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds: CUpti_driver_api_trace_c
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2_ptds: CUpti_driver_api_trace_cbid_enum = 399;
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds: CUpti_driver_api_trace_cbid_enum = 408;
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2_ptds: CUpti_driver_api_trace_cbid_enum = 411;
+pub const CUPTI_DRIVER_TRACE_CBID_cuMemsetD16_v2_ptds: CUpti_driver_api_trace_cbid_enum = 412;
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2_ptds: CUpti_driver_api_trace_cbid_enum = 413;
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz: CUpti_driver_api_trace_cbid_enum = 418;
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoAAsync_v2_ptsz: CUpti_driver_api_trace_cbid_enum = 419;
@@ -3272,6 +3435,7 @@ pub const CUPTI_DRIVER_TRACE_CBID_cuStreamWriteValue64_v2: CUpti_driver_api_trac
 pub const CUPTI_DRIVER_TRACE_CBID_cuStreamWriteValue64_v2_ptsz: CUpti_driver_api_trace_cbid_enum = 666;
 pub const CUPTI_DRIVER_TRACE_CBID_cuStreamBatchMemOp_v2: CUpti_driver_api_trace_cbid_enum = 667;
 pub const CUPTI_DRIVER_TRACE_CBID_cuStreamBatchMemOp_v2_ptsz: CUpti_driver_api_trace_cbid_enum = 668;
+pub const CUPTI_DRIVER_TRACE_CBID_cuLibraryUnload: CUpti_driver_api_trace_cbid_enum = 680;
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemPrefetchAsync_v2: CUpti_driver_api_trace_cbid_enum = 716;
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemPrefetchAsync_v2_ptsz: CUpti_driver_api_trace_cbid_enum = 717;
 pub const CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph: CUpti_driver_api_trace_cbid_enum = 720;
@@ -3290,6 +3454,97 @@ pub const CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2: CUpti_driver_api_trace_
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2_ptsz: CUpti_driver_api_trace_cbid_enum = 797;
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_v2: CUpti_driver_api_trace_cbid_enum = 798;
 pub const CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_v2_ptsz: CUpti_driver_api_trace_cbid_enum = 799;
+pub const CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2: CUpti_driver_api_trace_cbid_enum = 800;
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cuMemAlloc_v2_params_st",
+    ][::core::mem::size_of::<cuMemAlloc_v2_params_st>() - 16usize];
+    [
+        "Alignment of cuMemAlloc_v2_params_st",
+    ][::core::mem::align_of::<cuMemAlloc_v2_params_st>() - 8usize];
+    [
+        "Offset of field: cuMemAlloc_v2_params_st::dptr",
+    ][::core::mem::offset_of!(cuMemAlloc_v2_params_st, dptr) - 0usize];
+    [
+        "Offset of field: cuMemAlloc_v2_params_st::bytesize",
+    ][::core::mem::offset_of!(cuMemAlloc_v2_params_st, bytesize) - 8usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cuMemFree_v2_params_st",
+    ][::core::mem::size_of::<cuMemFree_v2_params_st>() - 8usize];
+    [
+        "Alignment of cuMemFree_v2_params_st",
+    ][::core::mem::align_of::<cuMemFree_v2_params_st>() - 8usize];
+    [
+        "Offset of field: cuMemFree_v2_params_st::dptr",
+    ][::core::mem::offset_of!(cuMemFree_v2_params_st, dptr) - 0usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cuMemAllocHost_v2_params_st",
+    ][::core::mem::size_of::<cuMemAllocHost_v2_params_st>() - 16usize];
+    [
+        "Alignment of cuMemAllocHost_v2_params_st",
+    ][::core::mem::align_of::<cuMemAllocHost_v2_params_st>() - 8usize];
+    [
+        "Offset of field: cuMemAllocHost_v2_params_st::pp",
+    ][::core::mem::offset_of!(cuMemAllocHost_v2_params_st, pp) - 0usize];
+    [
+        "Offset of field: cuMemAllocHost_v2_params_st::bytesize",
+    ][::core::mem::offset_of!(cuMemAllocHost_v2_params_st, bytesize) - 8usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cuMemFreeHost_params_st",
+    ][::core::mem::size_of::<cuMemFreeHost_params_st>() - 8usize];
+    [
+        "Alignment of cuMemFreeHost_params_st",
+    ][::core::mem::align_of::<cuMemFreeHost_params_st>() - 8usize];
+    [
+        "Offset of field: cuMemFreeHost_params_st::p",
+    ][::core::mem::offset_of!(cuMemFreeHost_params_st, p) - 0usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cuMemHostAlloc_params_st",
+    ][::core::mem::size_of::<cuMemHostAlloc_params_st>() - 24usize];
+    [
+        "Alignment of cuMemHostAlloc_params_st",
+    ][::core::mem::align_of::<cuMemHostAlloc_params_st>() - 8usize];
+    [
+        "Offset of field: cuMemHostAlloc_params_st::pp",
+    ][::core::mem::offset_of!(cuMemHostAlloc_params_st, pp) - 0usize];
+    [
+        "Offset of field: cuMemHostAlloc_params_st::bytesize",
+    ][::core::mem::offset_of!(cuMemHostAlloc_params_st, bytesize) - 8usize];
+    [
+        "Offset of field: cuMemHostAlloc_params_st::Flags",
+    ][::core::mem::offset_of!(cuMemHostAlloc_params_st, Flags) - 16usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cuMemAllocManaged_params_st",
+    ][::core::mem::size_of::<cuMemAllocManaged_params_st>() - 24usize];
+    [
+        "Alignment of cuMemAllocManaged_params_st",
+    ][::core::mem::align_of::<cuMemAllocManaged_params_st>() - 8usize];
+    [
+        "Offset of field: cuMemAllocManaged_params_st::dptr",
+    ][::core::mem::offset_of!(cuMemAllocManaged_params_st, dptr) - 0usize];
+    [
+        "Offset of field: cuMemAllocManaged_params_st::bytesize",
+    ][::core::mem::offset_of!(cuMemAllocManaged_params_st, bytesize) - 8usize];
+    [
+        "Offset of field: cuMemAllocManaged_params_st::flags",
+    ][::core::mem::offset_of!(cuMemAllocManaged_params_st, flags) - 16usize];
+};
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     [
@@ -3304,6 +3559,78 @@ const _: () = {
     [
         "Offset of field: cuIpcOpenEventHandle_params_st::handle",
     ][::core::mem::offset_of!(cuIpcOpenEventHandle_params_st, handle) - 8usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cuMemcpy_ptds_params_st",
+    ][::core::mem::size_of::<cuMemcpy_ptds_params_st>() - 24usize];
+    [
+        "Alignment of cuMemcpy_ptds_params_st",
+    ][::core::mem::align_of::<cuMemcpy_ptds_params_st>() - 8usize];
+    [
+        "Offset of field: cuMemcpy_ptds_params_st::dst",
+    ][::core::mem::offset_of!(cuMemcpy_ptds_params_st, dst) - 0usize];
+    [
+        "Offset of field: cuMemcpy_ptds_params_st::src",
+    ][::core::mem::offset_of!(cuMemcpy_ptds_params_st, src) - 8usize];
+    [
+        "Offset of field: cuMemcpy_ptds_params_st::ByteCount",
+    ][::core::mem::offset_of!(cuMemcpy_ptds_params_st, ByteCount) - 16usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cuMemcpyHtoD_v2_ptds_params_st",
+    ][::core::mem::size_of::<cuMemcpyHtoD_v2_ptds_params_st>() - 24usize];
+    [
+        "Alignment of cuMemcpyHtoD_v2_ptds_params_st",
+    ][::core::mem::align_of::<cuMemcpyHtoD_v2_ptds_params_st>() - 8usize];
+    [
+        "Offset of field: cuMemcpyHtoD_v2_ptds_params_st::dstDevice",
+    ][::core::mem::offset_of!(cuMemcpyHtoD_v2_ptds_params_st, dstDevice) - 0usize];
+    [
+        "Offset of field: cuMemcpyHtoD_v2_ptds_params_st::srcHost",
+    ][::core::mem::offset_of!(cuMemcpyHtoD_v2_ptds_params_st, srcHost) - 8usize];
+    [
+        "Offset of field: cuMemcpyHtoD_v2_ptds_params_st::ByteCount",
+    ][::core::mem::offset_of!(cuMemcpyHtoD_v2_ptds_params_st, ByteCount) - 16usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cuMemcpyDtoH_v2_ptds_params_st",
+    ][::core::mem::size_of::<cuMemcpyDtoH_v2_ptds_params_st>() - 24usize];
+    [
+        "Alignment of cuMemcpyDtoH_v2_ptds_params_st",
+    ][::core::mem::align_of::<cuMemcpyDtoH_v2_ptds_params_st>() - 8usize];
+    [
+        "Offset of field: cuMemcpyDtoH_v2_ptds_params_st::dstHost",
+    ][::core::mem::offset_of!(cuMemcpyDtoH_v2_ptds_params_st, dstHost) - 0usize];
+    [
+        "Offset of field: cuMemcpyDtoH_v2_ptds_params_st::srcDevice",
+    ][::core::mem::offset_of!(cuMemcpyDtoH_v2_ptds_params_st, srcDevice) - 8usize];
+    [
+        "Offset of field: cuMemcpyDtoH_v2_ptds_params_st::ByteCount",
+    ][::core::mem::offset_of!(cuMemcpyDtoH_v2_ptds_params_st, ByteCount) - 16usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cuMemcpyDtoD_v2_ptds_params_st",
+    ][::core::mem::size_of::<cuMemcpyDtoD_v2_ptds_params_st>() - 24usize];
+    [
+        "Alignment of cuMemcpyDtoD_v2_ptds_params_st",
+    ][::core::mem::align_of::<cuMemcpyDtoD_v2_ptds_params_st>() - 8usize];
+    [
+        "Offset of field: cuMemcpyDtoD_v2_ptds_params_st::dstDevice",
+    ][::core::mem::offset_of!(cuMemcpyDtoD_v2_ptds_params_st, dstDevice) - 0usize];
+    [
+        "Offset of field: cuMemcpyDtoD_v2_ptds_params_st::srcDevice",
+    ][::core::mem::offset_of!(cuMemcpyDtoD_v2_ptds_params_st, srcDevice) - 8usize];
+    [
+        "Offset of field: cuMemcpyDtoD_v2_ptds_params_st::ByteCount",
+    ][::core::mem::offset_of!(cuMemcpyDtoD_v2_ptds_params_st, ByteCount) - 16usize];
 };
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -3564,6 +3891,60 @@ const _: () = {
         "Offset of field: cuMemcpy3DBatchAsync_v2_ptsz_params_st::hStream",
     ][::core::mem::offset_of!(cuMemcpy3DBatchAsync_v2_ptsz_params_st, hStream)
         - 24usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cuMemsetD8_v2_ptds_params_st",
+    ][::core::mem::size_of::<cuMemsetD8_v2_ptds_params_st>() - 24usize];
+    [
+        "Alignment of cuMemsetD8_v2_ptds_params_st",
+    ][::core::mem::align_of::<cuMemsetD8_v2_ptds_params_st>() - 8usize];
+    [
+        "Offset of field: cuMemsetD8_v2_ptds_params_st::dstDevice",
+    ][::core::mem::offset_of!(cuMemsetD8_v2_ptds_params_st, dstDevice) - 0usize];
+    [
+        "Offset of field: cuMemsetD8_v2_ptds_params_st::uc",
+    ][::core::mem::offset_of!(cuMemsetD8_v2_ptds_params_st, uc) - 8usize];
+    [
+        "Offset of field: cuMemsetD8_v2_ptds_params_st::N",
+    ][::core::mem::offset_of!(cuMemsetD8_v2_ptds_params_st, N) - 16usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cuMemsetD16_v2_ptds_params_st",
+    ][::core::mem::size_of::<cuMemsetD16_v2_ptds_params_st>() - 24usize];
+    [
+        "Alignment of cuMemsetD16_v2_ptds_params_st",
+    ][::core::mem::align_of::<cuMemsetD16_v2_ptds_params_st>() - 8usize];
+    [
+        "Offset of field: cuMemsetD16_v2_ptds_params_st::dstDevice",
+    ][::core::mem::offset_of!(cuMemsetD16_v2_ptds_params_st, dstDevice) - 0usize];
+    [
+        "Offset of field: cuMemsetD16_v2_ptds_params_st::us",
+    ][::core::mem::offset_of!(cuMemsetD16_v2_ptds_params_st, us) - 8usize];
+    [
+        "Offset of field: cuMemsetD16_v2_ptds_params_st::N",
+    ][::core::mem::offset_of!(cuMemsetD16_v2_ptds_params_st, N) - 16usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cuMemsetD32_v2_ptds_params_st",
+    ][::core::mem::size_of::<cuMemsetD32_v2_ptds_params_st>() - 24usize];
+    [
+        "Alignment of cuMemsetD32_v2_ptds_params_st",
+    ][::core::mem::align_of::<cuMemsetD32_v2_ptds_params_st>() - 8usize];
+    [
+        "Offset of field: cuMemsetD32_v2_ptds_params_st::dstDevice",
+    ][::core::mem::offset_of!(cuMemsetD32_v2_ptds_params_st, dstDevice) - 0usize];
+    [
+        "Offset of field: cuMemsetD32_v2_ptds_params_st::ui",
+    ][::core::mem::offset_of!(cuMemsetD32_v2_ptds_params_st, ui) - 8usize];
+    [
+        "Offset of field: cuMemsetD32_v2_ptds_params_st::N",
+    ][::core::mem::offset_of!(cuMemsetD32_v2_ptds_params_st, N) - 16usize];
 };
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -4631,6 +5012,60 @@ const _: () = {
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     [
+        "Size of cuMemcpyHtoD_v2_params_st",
+    ][::core::mem::size_of::<cuMemcpyHtoD_v2_params_st>() - 24usize];
+    [
+        "Alignment of cuMemcpyHtoD_v2_params_st",
+    ][::core::mem::align_of::<cuMemcpyHtoD_v2_params_st>() - 8usize];
+    [
+        "Offset of field: cuMemcpyHtoD_v2_params_st::dstDevice",
+    ][::core::mem::offset_of!(cuMemcpyHtoD_v2_params_st, dstDevice) - 0usize];
+    [
+        "Offset of field: cuMemcpyHtoD_v2_params_st::srcHost",
+    ][::core::mem::offset_of!(cuMemcpyHtoD_v2_params_st, srcHost) - 8usize];
+    [
+        "Offset of field: cuMemcpyHtoD_v2_params_st::ByteCount",
+    ][::core::mem::offset_of!(cuMemcpyHtoD_v2_params_st, ByteCount) - 16usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cuMemcpyDtoH_v2_params_st",
+    ][::core::mem::size_of::<cuMemcpyDtoH_v2_params_st>() - 24usize];
+    [
+        "Alignment of cuMemcpyDtoH_v2_params_st",
+    ][::core::mem::align_of::<cuMemcpyDtoH_v2_params_st>() - 8usize];
+    [
+        "Offset of field: cuMemcpyDtoH_v2_params_st::dstHost",
+    ][::core::mem::offset_of!(cuMemcpyDtoH_v2_params_st, dstHost) - 0usize];
+    [
+        "Offset of field: cuMemcpyDtoH_v2_params_st::srcDevice",
+    ][::core::mem::offset_of!(cuMemcpyDtoH_v2_params_st, srcDevice) - 8usize];
+    [
+        "Offset of field: cuMemcpyDtoH_v2_params_st::ByteCount",
+    ][::core::mem::offset_of!(cuMemcpyDtoH_v2_params_st, ByteCount) - 16usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cuMemcpyDtoD_v2_params_st",
+    ][::core::mem::size_of::<cuMemcpyDtoD_v2_params_st>() - 24usize];
+    [
+        "Alignment of cuMemcpyDtoD_v2_params_st",
+    ][::core::mem::align_of::<cuMemcpyDtoD_v2_params_st>() - 8usize];
+    [
+        "Offset of field: cuMemcpyDtoD_v2_params_st::dstDevice",
+    ][::core::mem::offset_of!(cuMemcpyDtoD_v2_params_st, dstDevice) - 0usize];
+    [
+        "Offset of field: cuMemcpyDtoD_v2_params_st::srcDevice",
+    ][::core::mem::offset_of!(cuMemcpyDtoD_v2_params_st, srcDevice) - 8usize];
+    [
+        "Offset of field: cuMemcpyDtoD_v2_params_st::ByteCount",
+    ][::core::mem::offset_of!(cuMemcpyDtoD_v2_params_st, ByteCount) - 16usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
         "Size of cuMemcpyHtoAAsync_v2_params_st",
     ][::core::mem::size_of::<cuMemcpyHtoAAsync_v2_params_st>() - 40usize];
     [
@@ -4768,6 +5203,78 @@ const _: () = {
     [
         "Offset of field: cuMemcpy3DAsync_v2_params_st::hStream",
     ][::core::mem::offset_of!(cuMemcpy3DAsync_v2_params_st, hStream) - 8usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cuMemsetD8_v2_params_st",
+    ][::core::mem::size_of::<cuMemsetD8_v2_params_st>() - 24usize];
+    [
+        "Alignment of cuMemsetD8_v2_params_st",
+    ][::core::mem::align_of::<cuMemsetD8_v2_params_st>() - 8usize];
+    [
+        "Offset of field: cuMemsetD8_v2_params_st::dstDevice",
+    ][::core::mem::offset_of!(cuMemsetD8_v2_params_st, dstDevice) - 0usize];
+    [
+        "Offset of field: cuMemsetD8_v2_params_st::uc",
+    ][::core::mem::offset_of!(cuMemsetD8_v2_params_st, uc) - 8usize];
+    [
+        "Offset of field: cuMemsetD8_v2_params_st::N",
+    ][::core::mem::offset_of!(cuMemsetD8_v2_params_st, N) - 16usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cuMemsetD16_v2_params_st",
+    ][::core::mem::size_of::<cuMemsetD16_v2_params_st>() - 24usize];
+    [
+        "Alignment of cuMemsetD16_v2_params_st",
+    ][::core::mem::align_of::<cuMemsetD16_v2_params_st>() - 8usize];
+    [
+        "Offset of field: cuMemsetD16_v2_params_st::dstDevice",
+    ][::core::mem::offset_of!(cuMemsetD16_v2_params_st, dstDevice) - 0usize];
+    [
+        "Offset of field: cuMemsetD16_v2_params_st::us",
+    ][::core::mem::offset_of!(cuMemsetD16_v2_params_st, us) - 8usize];
+    [
+        "Offset of field: cuMemsetD16_v2_params_st::N",
+    ][::core::mem::offset_of!(cuMemsetD16_v2_params_st, N) - 16usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cuMemsetD32_v2_params_st",
+    ][::core::mem::size_of::<cuMemsetD32_v2_params_st>() - 24usize];
+    [
+        "Alignment of cuMemsetD32_v2_params_st",
+    ][::core::mem::align_of::<cuMemsetD32_v2_params_st>() - 8usize];
+    [
+        "Offset of field: cuMemsetD32_v2_params_st::dstDevice",
+    ][::core::mem::offset_of!(cuMemsetD32_v2_params_st, dstDevice) - 0usize];
+    [
+        "Offset of field: cuMemsetD32_v2_params_st::ui",
+    ][::core::mem::offset_of!(cuMemsetD32_v2_params_st, ui) - 8usize];
+    [
+        "Offset of field: cuMemsetD32_v2_params_st::N",
+    ][::core::mem::offset_of!(cuMemsetD32_v2_params_st, N) - 16usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of cuMemcpy_params_st",
+    ][::core::mem::size_of::<cuMemcpy_params_st>() - 24usize];
+    [
+        "Alignment of cuMemcpy_params_st",
+    ][::core::mem::align_of::<cuMemcpy_params_st>() - 8usize];
+    [
+        "Offset of field: cuMemcpy_params_st::dst",
+    ][::core::mem::offset_of!(cuMemcpy_params_st, dst) - 0usize];
+    [
+        "Offset of field: cuMemcpy_params_st::src",
+    ][::core::mem::offset_of!(cuMemcpy_params_st, src) - 8usize];
+    [
+        "Offset of field: cuMemcpy_params_st::ByteCount",
+    ][::core::mem::offset_of!(cuMemcpy_params_st, ByteCount) - 16usize];
 };
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -6184,7 +6691,70 @@ impl Default for CUpti_CallbackData {
         }
     }
 }
+impl Default for cuMemAlloc_v2_params_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl Default for cuMemAllocHost_v2_params_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl Default for cuMemFreeHost_params_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl Default for cuMemHostAlloc_params_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl Default for cuMemAllocManaged_params_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 impl Default for cuIpcOpenEventHandle_params_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl Default for cuMemcpyHtoD_v2_ptds_params_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl Default for cuMemcpyDtoH_v2_ptds_params_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
         unsafe {
@@ -6751,6 +7321,24 @@ impl Default for cuEventDestroy_params_st {
         }
     }
 }
+impl Default for cuMemcpyHtoD_v2_params_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl Default for cuMemcpyDtoH_v2_params_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 impl Default for cuMemcpyHtoAAsync_v2_params_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -7236,29 +7824,43 @@ pub use self::CUmemHandleType_enum as CUmemHandleType;
 pub use self::CUmemcpySrcAccessOrder_enum as CUmemcpySrcAccessOrder;
 pub use self::CUmemcpy3DOperandType_enum as CUmemcpy3DOperandType;
 pub use self::CUmemDecompressAlgorithm_enum as CUmemDecompressAlgorithm;
-///`cuptiSubscribe` as the CUPTI headers declare it, found by this name in libcupti.
+///`cuptiSubscribe` as the headers declare it, found by this name in libcupti.
 pub type PFN_cuptiSubscribe = unsafe extern "C" fn(
     subscriber: *mut CUpti_SubscriberHandle,
     callback: CUpti_CallbackFunc,
     userdata: *mut ::core::ffi::c_void,
 ) -> CUptiResult;
-///`cuptiEnableCallback` as the CUPTI headers declare it, found by this name in libcupti.
+///`cuptiEnableCallback` as the headers declare it, found by this name in libcupti.
 pub type PFN_cuptiEnableCallback = unsafe extern "C" fn(
     enable: u32,
     subscriber: CUpti_SubscriberHandle,
     domain: CUpti_CallbackDomain,
     cbid: CUpti_CallbackId,
 ) -> CUptiResult;
-///`cuptiGetDeviceId` as the CUPTI headers declare it, found by this name in libcupti.
+///`cuptiGetDeviceId` as the headers declare it, found by this name in libcupti.
 pub type PFN_cuptiGetDeviceId = unsafe extern "C" fn(
     context: CUcontext,
     deviceId: *mut u32,
 ) -> CUptiResult;
-///`cuptiGetResultString` as the CUPTI headers declare it, found by this name in libcupti.
+///`cuptiGetResultString` as the headers declare it, found by this name in libcupti.
 pub type PFN_cuptiGetResultString = unsafe extern "C" fn(
     result: CUptiResult,
     str_: *mut *const ::core::ffi::c_char,
 ) -> CUptiResult;
+///`cuFuncGetParamInfo` as the headers declare it, found by this name in libcuda.
+pub type PFN_cuFuncGetParamInfo = unsafe extern "C" fn(
+    func: CUfunction,
+    paramIndex: usize,
+    paramOffset: *mut usize,
+    paramSize: *mut usize,
+) -> CUresult;
+///`cuKernelGetParamInfo` as the headers declare it, found by this name in libcuda.
+pub type PFN_cuKernelGetParamInfo = unsafe extern "C" fn(
+    kernel: CUkernel,
+    paramIndex: usize,
+    paramOffset: *mut usize,
+    paramSize: *mut usize,
+) -> CUresult;
 
 /// Calls `$callback!` with one `(name, c"name", PFN_name)` row per CUPTI function above.
 macro_rules! cupti_functions {
@@ -7273,15 +7875,26 @@ macro_rules! cupti_functions {
 }
 pub(crate) use cupti_functions;
 
+/// Calls `$callback!` with one `(name, c"name", PFN_name)` row per driver function above.
+macro_rules! driver_functions {
+    ($callback:ident) => {
+        $callback! {
+            (cuFuncGetParamInfo, c"cuFuncGetParamInfo", PFN_cuFuncGetParamInfo),
+            (cuKernelGetParamInfo, c"cuKernelGetParamInfo", PFN_cuKernelGetParamInfo),
+        }
+    };
+}
+pub(crate) use driver_functions;
+
 /// Calls `$callback!` with one `(name, callback_id, params, kind, [fields])` row per recorded
 /// driver call but the notes: the fields of `params` hold its stream and event handles
 /// (xtask/src/bindgen/cupti.rs says what each kind takes).
 macro_rules! recorded_calls {
     ($callback:ident) => {
         $callback! {
-            (cuStreamCreate, CUPTI_DRIVER_TRACE_CBID_cuStreamCreate, cuStreamCreate_params, stream_create, [phStream]),
-            (cuStreamCreateWithPriority, CUPTI_DRIVER_TRACE_CBID_cuStreamCreateWithPriority, cuStreamCreateWithPriority_params, stream_create, [phStream]),
-            (cuGreenCtxStreamCreate, CUPTI_DRIVER_TRACE_CBID_cuGreenCtxStreamCreate, cuGreenCtxStreamCreate_params, stream_create, [phStream]),
+            (cuStreamCreate, CUPTI_DRIVER_TRACE_CBID_cuStreamCreate, cuStreamCreate_params, stream_create, [phStream, Flags]),
+            (cuStreamCreateWithPriority, CUPTI_DRIVER_TRACE_CBID_cuStreamCreateWithPriority, cuStreamCreateWithPriority_params, stream_create, [phStream, flags]),
+            (cuGreenCtxStreamCreate, CUPTI_DRIVER_TRACE_CBID_cuGreenCtxStreamCreate, cuGreenCtxStreamCreate_params, stream_create, [phStream, flags]),
             (cuStreamDestroy, CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy, cuStreamDestroy_params, stream_destroy, [hStream]),
             (cuStreamDestroy_v2, CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy_v2, cuStreamDestroy_v2_params, stream_destroy, [hStream]),
             (cuStreamSynchronize, CUPTI_DRIVER_TRACE_CBID_cuStreamSynchronize, cuStreamSynchronize_params, stream_synchronize, [hStream]),
@@ -7300,12 +7913,12 @@ macro_rules! recorded_calls {
             (cuEventRecordWithFlags_ptsz, CUPTI_DRIVER_TRACE_CBID_cuEventRecordWithFlags_ptsz, cuEventRecordWithFlags_ptsz_params, event_record, [hEvent, hStream]),
             (cuEventSynchronize, CUPTI_DRIVER_TRACE_CBID_cuEventSynchronize, cuEventSynchronize_params, event_synchronize, [hEvent]),
             (cuEventQuery, CUPTI_DRIVER_TRACE_CBID_cuEventQuery, cuEventQuery_params, event_query, [hEvent]),
-            (cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, cuLaunchKernel_params, work, [hStream]),
-            (cuLaunchKernel_ptsz, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz, cuLaunchKernel_ptsz_params, work, [hStream]),
-            (cuLaunchKernelEx, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, cuLaunchKernelEx_params, work_config, [config]),
-            (cuLaunchKernelEx_ptsz, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, cuLaunchKernelEx_ptsz_params, work_config, [config]),
-            (cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_params, work, [hStream]),
-            (cuLaunchCooperativeKernel_ptsz, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel_ptsz_params, work, [hStream]),
+            (cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, cuLaunchKernel_params, launch_extra, [f, kernelParams, extra, hStream]),
+            (cuLaunchKernel_ptsz, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz, cuLaunchKernel_ptsz_params, launch_extra, [f, kernelParams, extra, hStream]),
+            (cuLaunchKernelEx, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, cuLaunchKernelEx_params, launch_config, [config, f, kernelParams, extra]),
+            (cuLaunchKernelEx_ptsz, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, cuLaunchKernelEx_ptsz_params, launch_config, [config, f, kernelParams, extra]),
+            (cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_params, launch, [f, kernelParams, hStream]),
+            (cuLaunchCooperativeKernel_ptsz, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel_ptsz_params, launch, [f, kernelParams, hStream]),
             (cuLaunchCooperativeKernelMultiDevice, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice, cuLaunchCooperativeKernelMultiDevice_params, work_each, [launchParamsList, numDevices]),
             (cuLaunchGridAsync, CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync, cuLaunchGridAsync_params, work, [hStream]),
             (cuLaunchHostFunc, CUPTI_DRIVER_TRACE_CBID_cuLaunchHostFunc, cuLaunchHostFunc_params, work, [hStream]),
@@ -7324,16 +7937,16 @@ macro_rules! recorded_calls {
             (cuStreamBeginCaptureToGraph_ptsz, CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCaptureToGraph_ptsz, cuStreamBeginCaptureToGraph_ptsz_params, begin_capture, [hStream]),
             (cuStreamEndCapture, CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture, cuStreamEndCapture_params, end_capture, [hStream]),
             (cuStreamEndCapture_ptsz, CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture_ptsz, cuStreamEndCapture_ptsz_params, end_capture, [hStream]),
-            (cuMemcpyAsync, CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync, cuMemcpyAsync_params, work, [hStream]),
-            (cuMemcpyAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz, cuMemcpyAsync_ptsz_params, work, [hStream]),
-            (cuMemcpyPeerAsync, CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync, cuMemcpyPeerAsync_params, work, [hStream]),
-            (cuMemcpyPeerAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync_ptsz, cuMemcpyPeerAsync_ptsz_params, work, [hStream]),
-            (cuMemcpyHtoDAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2_params, work, [hStream]),
-            (cuMemcpyHtoDAsync_v2_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz, cuMemcpyHtoDAsync_v2_ptsz_params, work, [hStream]),
-            (cuMemcpyDtoHAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2_params, work, [hStream]),
-            (cuMemcpyDtoHAsync_v2_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz, cuMemcpyDtoHAsync_v2_ptsz_params, work, [hStream]),
-            (cuMemcpyDtoDAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_params, work, [hStream]),
-            (cuMemcpyDtoDAsync_v2_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz, cuMemcpyDtoDAsync_v2_ptsz_params, work, [hStream]),
+            (cuMemcpyAsync, CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync, cuMemcpyAsync_params, copy, [dst, src, ByteCount, hStream]),
+            (cuMemcpyAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz, cuMemcpyAsync_ptsz_params, copy, [dst, src, ByteCount, hStream]),
+            (cuMemcpyPeerAsync, CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync, cuMemcpyPeerAsync_params, copy, [dstDevice, srcDevice, ByteCount, hStream]),
+            (cuMemcpyPeerAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync_ptsz, cuMemcpyPeerAsync_ptsz_params, copy, [dstDevice, srcDevice, ByteCount, hStream]),
+            (cuMemcpyHtoDAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2_params, copy, [dstDevice, srcHost, ByteCount, hStream]),
+            (cuMemcpyHtoDAsync_v2_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz, cuMemcpyHtoDAsync_v2_ptsz_params, copy, [dstDevice, srcHost, ByteCount, hStream]),
+            (cuMemcpyDtoHAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2_params, copy, [dstHost, srcDevice, ByteCount, hStream]),
+            (cuMemcpyDtoHAsync_v2_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz, cuMemcpyDtoHAsync_v2_ptsz_params, copy, [dstHost, srcDevice, ByteCount, hStream]),
+            (cuMemcpyDtoDAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_params, copy, [dstDevice, srcDevice, ByteCount, hStream]),
+            (cuMemcpyDtoDAsync_v2_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz, cuMemcpyDtoDAsync_v2_ptsz_params, copy, [dstDevice, srcDevice, ByteCount, hStream]),
             (cuMemcpyHtoAAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoAAsync_v2, cuMemcpyHtoAAsync_v2_params, work, [hStream]),
             (cuMemcpyHtoAAsync_v2_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoAAsync_v2_ptsz, cuMemcpyHtoAAsync_v2_ptsz_params, work, [hStream]),
             (cuMemcpyAtoHAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyAtoHAsync_v2, cuMemcpyAtoHAsync_v2_params, work, [hStream]),
@@ -7348,24 +7961,24 @@ macro_rules! recorded_calls {
             (cuMemcpyBatchAsync_v2_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemcpyBatchAsync_v2_ptsz, cuMemcpyBatchAsync_v2_ptsz_params, work, [hStream]),
             (cuMemcpy3DBatchAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_v2, cuMemcpy3DBatchAsync_v2_params, work, [hStream]),
             (cuMemcpy3DBatchAsync_v2_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DBatchAsync_v2_ptsz, cuMemcpy3DBatchAsync_v2_ptsz_params, work, [hStream]),
-            (cuMemsetD8Async, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async, cuMemsetD8Async_params, work, [hStream]),
-            (cuMemsetD8Async_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz, cuMemsetD8Async_ptsz_params, work, [hStream]),
-            (cuMemsetD16Async, CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async, cuMemsetD16Async_params, work, [hStream]),
-            (cuMemsetD16Async_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async_ptsz, cuMemsetD16Async_ptsz_params, work, [hStream]),
-            (cuMemsetD32Async, CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async, cuMemsetD32Async_params, work, [hStream]),
-            (cuMemsetD32Async_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz, cuMemsetD32Async_ptsz_params, work, [hStream]),
+            (cuMemsetD8Async, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async, cuMemsetD8Async_params, fill, [dstDevice, N, hStream]),
+            (cuMemsetD8Async_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz, cuMemsetD8Async_ptsz_params, fill, [dstDevice, N, hStream]),
+            (cuMemsetD16Async, CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async, cuMemsetD16Async_params, fill, [dstDevice, N, hStream]),
+            (cuMemsetD16Async_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async_ptsz, cuMemsetD16Async_ptsz_params, fill, [dstDevice, N, hStream]),
+            (cuMemsetD32Async, CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async, cuMemsetD32Async_params, fill, [dstDevice, N, hStream]),
+            (cuMemsetD32Async_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz, cuMemsetD32Async_ptsz_params, fill, [dstDevice, N, hStream]),
             (cuMemsetD2D8Async, CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async, cuMemsetD2D8Async_params, work, [hStream]),
             (cuMemsetD2D8Async_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async_ptsz, cuMemsetD2D8Async_ptsz_params, work, [hStream]),
             (cuMemsetD2D16Async, CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async, cuMemsetD2D16Async_params, work, [hStream]),
             (cuMemsetD2D16Async_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async_ptsz, cuMemsetD2D16Async_ptsz_params, work, [hStream]),
             (cuMemsetD2D32Async, CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async, cuMemsetD2D32Async_params, work, [hStream]),
             (cuMemsetD2D32Async_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async_ptsz, cuMemsetD2D32Async_ptsz_params, work, [hStream]),
-            (cuMemAllocAsync, CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, cuMemAllocAsync_params, work, [hStream]),
-            (cuMemAllocAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz, cuMemAllocAsync_ptsz_params, work, [hStream]),
-            (cuMemAllocFromPoolAsync, CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_params, work, [hStream]),
-            (cuMemAllocFromPoolAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync_ptsz_params, work, [hStream]),
-            (cuMemFreeAsync, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync, cuMemFreeAsync_params, work, [hStream]),
-            (cuMemFreeAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz, cuMemFreeAsync_ptsz_params, work, [hStream]),
+            (cuMemAllocAsync, CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, cuMemAllocAsync_params, alloc_async, [dptr, bytesize, hStream]),
+            (cuMemAllocAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz, cuMemAllocAsync_ptsz_params, alloc_async, [dptr, bytesize, hStream]),
+            (cuMemAllocFromPoolAsync, CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_params, alloc_async, [dptr, bytesize, hStream]),
+            (cuMemAllocFromPoolAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync_ptsz_params, alloc_async, [dptr, bytesize, hStream]),
+            (cuMemFreeAsync, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync, cuMemFreeAsync_params, free_async, [dptr, hStream]),
+            (cuMemFreeAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz, cuMemFreeAsync_ptsz_params, free_async, [dptr, hStream]),
             (cuMemPrefetchAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemPrefetchAsync_v2, cuMemPrefetchAsync_v2_params, work, [hStream]),
             (cuMemPrefetchAsync_v2_ptsz, CUPTI_DRIVER_TRACE_CBID_cuMemPrefetchAsync_v2_ptsz, cuMemPrefetchAsync_v2_ptsz_params, work, [hStream]),
             (cuMemPrefetchBatchAsync, CUPTI_DRIVER_TRACE_CBID_cuMemPrefetchBatchAsync, cuMemPrefetchBatchAsync_params, work, [hStream]),
@@ -7394,6 +8007,26 @@ macro_rules! recorded_calls {
             (cuSignalExternalSemaphoresAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuSignalExternalSemaphoresAsync_ptsz, cuSignalExternalSemaphoresAsync_ptsz_params, work, [stream]),
             (cuWaitExternalSemaphoresAsync, CUPTI_DRIVER_TRACE_CBID_cuWaitExternalSemaphoresAsync, cuWaitExternalSemaphoresAsync_params, work, [stream]),
             (cuWaitExternalSemaphoresAsync_ptsz, CUPTI_DRIVER_TRACE_CBID_cuWaitExternalSemaphoresAsync_ptsz, cuWaitExternalSemaphoresAsync_ptsz_params, work, [stream]),
+            (cuMemAlloc_v2, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, cuMemAlloc_v2_params, alloc, [dptr, bytesize]),
+            (cuMemAllocManaged, CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged, cuMemAllocManaged_params, alloc, [dptr, bytesize]),
+            (cuMemFree_v2, CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, cuMemFree_v2_params, free, [dptr]),
+            (cuMemAllocHost_v2, CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2, cuMemAllocHost_v2_params, alloc, [pp, bytesize]),
+            (cuMemHostAlloc, CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc, cuMemHostAlloc_params, alloc, [pp, bytesize]),
+            (cuMemFreeHost, CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost, cuMemFreeHost_params, free, [p]),
+            (cuMemcpy, CUPTI_DRIVER_TRACE_CBID_cuMemcpy, cuMemcpy_params, copy_sync, [dst, src, ByteCount]),
+            (cuMemcpy_ptds, CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds, cuMemcpy_ptds_params, copy_sync, [dst, src, ByteCount]),
+            (cuMemcpyHtoD_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_params, copy_sync, [dstDevice, srcHost, ByteCount]),
+            (cuMemcpyHtoD_v2_ptds, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2_ptds, cuMemcpyHtoD_v2_ptds_params, copy_sync, [dstDevice, srcHost, ByteCount]),
+            (cuMemcpyDtoH_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2, cuMemcpyDtoH_v2_params, copy_sync, [dstHost, srcDevice, ByteCount]),
+            (cuMemcpyDtoH_v2_ptds, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds, cuMemcpyDtoH_v2_ptds_params, copy_sync, [dstHost, srcDevice, ByteCount]),
+            (cuMemcpyDtoD_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2, cuMemcpyDtoD_v2_params, copy_sync, [dstDevice, srcDevice, ByteCount]),
+            (cuMemcpyDtoD_v2_ptds, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2_ptds, cuMemcpyDtoD_v2_ptds_params, copy_sync, [dstDevice, srcDevice, ByteCount]),
+            (cuMemsetD8_v2, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2, cuMemsetD8_v2_params, fill_sync, [dstDevice, N]),
+            (cuMemsetD8_v2_ptds, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2_ptds, cuMemsetD8_v2_ptds_params, fill_sync, [dstDevice, N]),
+            (cuMemsetD16_v2, CUPTI_DRIVER_TRACE_CBID_cuMemsetD16_v2, cuMemsetD16_v2_params, fill_sync, [dstDevice, N]),
+            (cuMemsetD16_v2_ptds, CUPTI_DRIVER_TRACE_CBID_cuMemsetD16_v2_ptds, cuMemsetD16_v2_ptds_params, fill_sync, [dstDevice, N]),
+            (cuMemsetD32_v2, CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2, cuMemsetD32_v2_params, fill_sync, [dstDevice, N]),
+            (cuMemsetD32_v2_ptds, CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2_ptds, cuMemsetD32_v2_ptds_params, fill_sync, [dstDevice, N]),
         }
     };
 }
@@ -7404,13 +8037,7 @@ pub(crate) use recorded_calls;
 macro_rules! noted_calls {
     ($callback:ident) => {
         $callback! {
-            (cuMemAlloc_v2, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2),
             (cuMemAllocPitch_v2, CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2),
-            (cuMemAllocManaged, CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged),
-            (cuMemFree_v2, CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2),
-            (cuMemAllocHost_v2, CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2),
-            (cuMemHostAlloc, CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc),
-            (cuMemFreeHost, CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost),
             (cuMemHostRegister_v2, CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2),
             (cuMemHostUnregister, CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister),
             (cuMemCreate, CUPTI_DRIVER_TRACE_CBID_cuMemCreate),
@@ -7421,24 +8048,15 @@ macro_rules! noted_calls {
             (cuMemAddressFree, CUPTI_DRIVER_TRACE_CBID_cuMemAddressFree),
             (cuMemPoolCreate, CUPTI_DRIVER_TRACE_CBID_cuMemPoolCreate),
             (cuMemPoolDestroy, CUPTI_DRIVER_TRACE_CBID_cuMemPoolDestroy),
-            (cuMemcpy, CUPTI_DRIVER_TRACE_CBID_cuMemcpy),
-            (cuMemcpy_ptds, CUPTI_DRIVER_TRACE_CBID_cuMemcpy_ptds),
-            (cuMemcpyHtoD_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2),
-            (cuMemcpyHtoD_v2_ptds, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2_ptds),
-            (cuMemcpyDtoH_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2),
-            (cuMemcpyDtoH_v2_ptds, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds),
-            (cuMemcpyDtoD_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2),
-            (cuMemcpyDtoD_v2_ptds, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoD_v2_ptds),
-            (cuMemsetD8_v2, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2),
-            (cuMemsetD8_v2_ptds, CUPTI_DRIVER_TRACE_CBID_cuMemsetD8_v2_ptds),
-            (cuMemsetD32_v2, CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2),
-            (cuMemsetD32_v2_ptds, CUPTI_DRIVER_TRACE_CBID_cuMemsetD32_v2_ptds),
             (cuCtxSynchronize, CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize),
+            (cuCtxSynchronize_v2, CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize_v2),
             (cuCtxCreate_v4, CUPTI_DRIVER_TRACE_CBID_cuCtxCreate_v4),
             (cuCtxDestroy_v2, CUPTI_DRIVER_TRACE_CBID_cuCtxDestroy_v2),
             (cuDevicePrimaryCtxRetain, CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxRetain),
             (cuDevicePrimaryCtxRelease_v2, CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxRelease_v2),
             (cuDevicePrimaryCtxReset_v2, CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxReset_v2),
+            (cuModuleUnload, CUPTI_DRIVER_TRACE_CBID_cuModuleUnload),
+            (cuLibraryUnload, CUPTI_DRIVER_TRACE_CBID_cuLibraryUnload),
         }
     };
 }

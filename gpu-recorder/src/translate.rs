@@ -1,5 +1,5 @@
 //! The translation of recorded driver calls into trace lines (`Translator`): names for the
-//! default streams, what stream capture hides, failed calls and the end of the process.
+//! default streams, what stream capture hides, memory footprints, failed calls and the end.
 //!
 //! Pure: it sees only [`Call`]s, in the order the recorder serialised them, and writes text.
 //! Rules (the README's "Check your own program" explains them to users):
@@ -11,10 +11,23 @@
 //!   handle may be reused as soon as they return) and a failure is noted after them;
 //! - while a stream captures into a graph, calls on it (and on streams that joined the capture
 //!   by waiting on an event recorded in it) are not executed: comments (`# captured: ...`);
-//! - memory and context calls are comments; after [`Translator::exit`] every call is one.
+//! - footprints: allocations and frees are `mem_alloc`/`mem_free` (frees written when entered,
+//!   with the stream for the stream-ordered forms); copies are `copy` with `r:` the source and
+//!   `w:` the destination, each where it is device memory or inside an allocation seen (pageable
+//!   host memory is left out: its copies are staged by the driver), fills `fill` with `w:`; synchronous ones run on the null stream, and a
+//!   synchronous copy to the host (`cuMemcpyDtoH*`, or a generic `cuMemcpy` from an allocation
+//!   to outside every allocation) is followed by the host's wait for that stream. A launch's
+//!   parameter word that lies inside an allocation seen so far counts as `rw:` of that whole
+//!   allocation (conservative), or of the block of our allocator that holds it. A call recorded without its footprint (0 bytes, no address: the
+//!   fixtures from before footprints) is written as it was: `launch`, or a comment;
+//! - our runtime's allocator, through its plug-ins, reports its blocks (`gpu_recorder_block`):
+//!   `block_alloc`/`block_free`/`block_use` of the allocator `gpurt`;
+//! - a stream created with `CU_STREAM_NON_BLOCKING` is declared so (`stream_kind`);
+//!   `cuCtxSynchronize` is `device_synchronize` of the context's device;
+//! - other memory and context calls are comments; after [`Translator::exit`] every call is one.
 
 use core::fmt::Write as _;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::call::{Call, Kind, Outcome};
 
@@ -24,6 +37,10 @@ const NOT_READY: u32 = 600;
 const STREAM_LEGACY: u64 = 1;
 /// `CU_STREAM_PER_THREAD`: the calling thread's default stream, whatever the function.
 const STREAM_PER_THREAD: u64 = 2;
+/// The allocator the block events of our plug-ins name (our runtime's caching allocator).
+const BLOCK_ALLOCATOR: &str = "gpurt";
+/// `CU_STREAM_NON_BLOCKING`: a created stream that does not synchronise with the legacy one.
+const STREAM_NON_BLOCKING: u32 = 1;
 
 /// A stream as the trace names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -72,12 +89,18 @@ impl core::fmt::Display for StreamKey {
 
 /// Turns calls into trace lines, one call at a time, keeping what the lines depend on: the
 /// default streams declared so far, the streams capturing (each with the stream whose capture
-/// it belongs to) and the events last recorded during a capture.
+/// it belongs to), the events last recorded during a capture and the allocations alive.
 #[derive(Debug, Default)]
 pub struct Translator {
     declared: HashSet<StreamKey>,
     capture_of: HashMap<StreamKey, StreamKey>,
     captured_events: HashMap<u64, StreamKey>,
+    /// The allocations alive: start address to length.
+    allocations: BTreeMap<u64, u64>,
+    /// The blocks our allocator has handed out and not taken back: start address to length.
+    blocks: BTreeMap<u64, u64>,
+    /// The ranges of the launch being written (kept to reuse its memory).
+    ranges: Vec<(u64, u64)>,
     exited: bool,
 }
 
@@ -120,6 +143,15 @@ impl Translator {
                 Some(0) => {}
                 Some(code) => failed(call, code, true, out),
             },
+            // A free with its address is written when entered, before the address can be
+            // handed out again; without one (recorded before footprints) as it was.
+            Kind::Free { address } | Kind::FreeAsync { address, .. } if address != 0 => {
+                match code {
+                    None => self.free(call, address, out),
+                    Some(0) => {}
+                    Some(code) => failed(call, code, true, out),
+                }
+            }
             // Anything else is recorded once it returned.
             _ => match code {
                 None => {}
@@ -142,12 +174,19 @@ impl Translator {
     fn succeeded(&mut self, call: &Call, out: &mut String) {
         let device = call.device.unwrap_or(0);
         match call.kind {
-            Kind::StreamCreate { stream } => {
+            Kind::StreamCreate { stream, flags } => {
                 line(
                     call,
                     format_args!("stream_create {stream:#x} {device}"),
                     out,
                 );
+                if flags & STREAM_NON_BLOCKING != 0 {
+                    line(
+                        call,
+                        format_args!("stream_kind {stream:#x} nonblocking"),
+                        out,
+                    );
+                }
             }
             Kind::EventCreate { event } => {
                 self.captured_events.remove(&event);
@@ -213,9 +252,188 @@ impl Translator {
                     call.function, call.thread
                 );
             }
+            Kind::Launch { stream, .. } => {
+                // The footprint, in a buffer kept between launches (no allocation per launch).
+                let mut ranges = core::mem::take(&mut self.ranges);
+                ranges.clear();
+                for &word in &call.args {
+                    if let Some((start, len)) = self.block_or_allocation_of(word)
+                        && !ranges.iter().any(|&(known, _)| known == start)
+                    {
+                        ranges.push((start, len));
+                    }
+                }
+                let key = StreamKey::of(call, stream);
+                let footprint = Footprint(&ranges);
+                self.on_key(call, key, format_args!("launch {key}{footprint}"), out);
+                self.ranges = ranges;
+            }
+            Kind::Copy {
+                stream,
+                dst,
+                src,
+                bytes,
+            } => {
+                let text = self.copy_text(call, dst, src, bytes);
+                self.on_stream_with(call, stream, &text, out);
+            }
+            Kind::Fill { stream, dst, bytes } => {
+                let text = format!("fill w:{dst:#x}+{bytes}");
+                let text = if bytes == 0 { "launch" } else { &text };
+                self.on_stream_with(call, stream, text, out);
+            }
+            Kind::CopySync { dst, src, bytes } if bytes != 0 => {
+                let text = self.copy_text(call, dst, src, bytes);
+                self.on_stream_with(call, 0, &text, out);
+                // A copy to the host returns once it completed: the host waited for the stream.
+                // The generic `cuMemcpy` is one when it reads an allocation the recorder saw
+                // and writes outside them all (else it is not counted as a wait).
+                let to_host = call.function.starts_with("cuMemcpyDtoH")
+                    || (call.function.starts_with("cuMemcpy_") || call.function == "cuMemcpy")
+                        && self.allocation_of(src).is_some()
+                        && self.allocation_of(dst).is_none();
+                if to_host {
+                    self.on_stream(call, 0, "stream_synchronize", out);
+                }
+            }
+            Kind::FillSync { dst, bytes } if bytes != 0 => {
+                let text = format!("fill w:{dst:#x}+{bytes}");
+                self.on_stream_with(call, 0, &text, out);
+            }
+            Kind::Alloc { address, bytes } if address != 0 && bytes != 0 => {
+                self.allocations.insert(address, bytes);
+                line(call, format_args!("mem_alloc {address:#x}+{bytes}"), out);
+            }
+            Kind::AllocAsync {
+                stream,
+                address,
+                bytes,
+            } => {
+                let key = StreamKey::of(call, stream);
+                if address == 0 || bytes == 0 {
+                    self.on_stream(call, stream, "launch", out);
+                } else if self.capture_of.contains_key(&key) {
+                    captured(
+                        call,
+                        format_args!("mem_alloc {address:#x}+{bytes} {key}"),
+                        out,
+                    );
+                } else {
+                    self.allocations.insert(address, bytes);
+                    self.declare(call, key, out);
+                    line(
+                        call,
+                        format_args!("mem_alloc {address:#x}+{bytes} {key}"),
+                        out,
+                    );
+                }
+            }
+            // Recorded before footprints: as it was.
+            Kind::FreeAsync { stream, .. } => self.on_stream(call, stream, "launch", out),
+            Kind::BlockAlloc {
+                stream,
+                address,
+                bytes,
+            } => {
+                if bytes != 0 {
+                    self.blocks.insert(address, bytes);
+                }
+                let text = format!("block_alloc {BLOCK_ALLOCATOR} {address:#x}+{bytes}");
+                self.block(call, stream, &text, out);
+            }
+            Kind::BlockFree { stream, address } => {
+                self.blocks.remove(&address);
+                let text = format!("block_free {BLOCK_ALLOCATOR} {address:#x}");
+                self.block(call, stream, &text, out);
+            }
+            Kind::BlockUse { stream, address } => {
+                let text = format!("block_use {BLOCK_ALLOCATOR} {address:#x}");
+                self.block(call, stream, &text, out);
+            }
             Kind::StreamDestroy { .. } | Kind::EventDestroy { .. } => {}
-            Kind::Note => {
+            // The host waits for the context's device (`cudaDeviceSynchronize`).
+            Kind::Note if call.function == "cuCtxSynchronize" && call.device.is_some() => {
+                line(call, format_args!("device_synchronize {device}"), out);
+            }
+            Kind::CopySync { .. }
+            | Kind::FillSync { .. }
+            | Kind::Alloc { .. }
+            | Kind::Free { .. }
+            | Kind::Note => {
                 let _ = writeln!(out, "# {call}");
+            }
+        }
+    }
+
+    /// A block event, `text` with its stream after it: a line, or a comment while the stream
+    /// captures.
+    fn block(&mut self, call: &Call, stream: u64, text: &str, out: &mut String) {
+        let key = StreamKey::of(call, stream);
+        self.on_key(call, key, format_args!("{text} {key}"), out);
+    }
+
+    /// A copy's line, less its stream: `copy` with `r:` its source and `w:` its destination,
+    /// each where it is device memory by the function (`HtoD`'s destination, `DtoH`'s source,
+    /// both of `DtoD` and peer copies) or lies inside an allocation seen (pinned host memory, any
+    /// side of a generic `cuMemcpy*`); `launch` with neither (or no length).
+    fn copy_text(&self, call: &Call, dst: u64, src: u64, bytes: u64) -> String {
+        let name = call.function;
+        let both = name.contains("DtoD") || name.contains("Peer");
+        let src_device = both || name.contains("DtoH");
+        let dst_device = both || name.contains("HtoD");
+        let mut text = String::from("launch");
+        if bytes == 0 {
+            return text;
+        }
+        if src_device || self.allocation_of(src).is_some() {
+            let _ = write!(text, " r:{src:#x}+{bytes}");
+        }
+        if dst_device || self.allocation_of(dst).is_some() {
+            let _ = write!(text, " w:{dst:#x}+{bytes}");
+        }
+        if text.len() > "launch".len() {
+            text.replace_range(.."launch".len(), "copy");
+        }
+        text
+    }
+
+    /// An allocation is freed: it, and any block of ours cut from it, are no footprints now.
+    fn forget_allocation(&mut self, address: u64) {
+        if let Some(len) = self.allocations.remove(&address) {
+            let end = address.saturating_add(len);
+            let inside: Vec<u64> = self.blocks.range(address..end).map(|(&at, _)| at).collect();
+            for block in inside {
+                self.blocks.remove(&block);
+            }
+        }
+    }
+
+    /// The allocation alive that holds `address`: its start and length.
+    fn allocation_of(&self, address: u64) -> Option<(u64, u64)> {
+        holding(&self.allocations, address)
+    }
+
+    /// The block handed out that holds `address`, else the allocation alive that does.
+    fn block_or_allocation_of(&self, address: u64) -> Option<(u64, u64)> {
+        holding(&self.blocks, address).or_else(|| self.allocation_of(address))
+    }
+
+    /// A free, when entered: `mem_free ADDR [STREAM]`, or a comment while its stream captures.
+    fn free(&mut self, call: &Call, address: u64, out: &mut String) {
+        match call.kind {
+            Kind::FreeAsync { stream, .. } => {
+                let key = StreamKey::of(call, stream);
+                if self.capture_of.contains_key(&key) {
+                    captured(call, format_args!("mem_free {address:#x} {key}"), out);
+                } else {
+                    self.forget_allocation(address);
+                    self.declare(call, key, out);
+                    line(call, format_args!("mem_free {address:#x} {key}"), out);
+                }
+            }
+            _ => {
+                self.forget_allocation(address);
+                line(call, format_args!("mem_free {address:#x}"), out);
             }
         }
     }
@@ -223,7 +441,25 @@ impl Translator {
     /// A call naming one stream: a line, or a comment while that stream captures.
     fn on_stream(&mut self, call: &Call, stream: u64, verb: &str, out: &mut String) {
         let key = StreamKey::of(call, stream);
-        let text = format_args!("{verb} {key}");
+        self.on_key(call, key, format_args!("{verb} {key}"), out);
+    }
+
+    /// A call naming one stream, its line `VERB STREAM REST` where `text` is `VERB REST`: a
+    /// line, or a comment while that stream captures.
+    fn on_stream_with(&mut self, call: &Call, stream: u64, text: &str, out: &mut String) {
+        let key = StreamKey::of(call, stream);
+        let (verb, rest) = text.split_at(text.find(' ').unwrap_or(text.len()));
+        self.on_key(call, key, format_args!("{verb} {key}{rest}"), out);
+    }
+
+    /// The line `text` of a call on stream `key`: a line, or a comment while it captures.
+    fn on_key(
+        &mut self,
+        call: &Call,
+        key: StreamKey,
+        text: core::fmt::Arguments<'_>,
+        out: &mut String,
+    ) {
         if self.capture_of.contains_key(&key) {
             captured(call, text, out);
         } else {
@@ -255,6 +491,23 @@ impl Translator {
     fn forget_capture(&mut self, key: StreamKey) {
         self.capture_of.remove(&key);
     }
+}
+
+/// A launch's footprint as its line writes it: ` rw:START+LEN` per range.
+struct Footprint<'a>(&'a [(u64, u64)]);
+
+impl core::fmt::Display for Footprint<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.0
+            .iter()
+            .try_for_each(|(start, len)| write!(f, " rw:{start:#x}+{len}"))
+    }
+}
+
+/// The range of `ranges` (start to length) that holds `address`.
+fn holding(ranges: &BTreeMap<u64, u64>, address: u64) -> Option<(u64, u64)> {
+    let (&start, &len) = ranges.range(..=address).next_back()?;
+    (address - start < len).then_some((start, len))
 }
 
 fn is_query(kind: Kind) -> bool {
@@ -300,6 +553,7 @@ mod tests {
             device: Some(1),
             thread: 7,
             outcome: Outcome::Returned(code),
+            args: Vec::new(),
         }
     }
 
@@ -384,7 +638,14 @@ mod tests {
     #[test]
     fn created_streams_and_events_are_named_by_handle_on_the_current_device() {
         let lines = translate(&[
-            call("cuStreamCreate", Kind::StreamCreate { stream: 0x10 }, 0),
+            call(
+                "cuStreamCreate",
+                Kind::StreamCreate {
+                    stream: 0x10,
+                    flags: 0,
+                },
+                0,
+            ),
             call("cuEventCreate", Kind::EventCreate { event: 0x20 }, 0),
             call(
                 "cuEventRecordWithFlags",
@@ -427,7 +688,14 @@ mod tests {
     #[test]
     fn a_failed_call_is_a_comment_and_not_ready_is_a_failure_only_outside_queries() {
         let lines = translate(&[
-            call("cuStreamCreate", Kind::StreamCreate { stream: 0 }, 2),
+            call(
+                "cuStreamCreate",
+                Kind::StreamCreate {
+                    stream: 0,
+                    flags: 0,
+                },
+                2,
+            ),
             call(
                 "cuStreamQuery",
                 Kind::StreamQuery { stream: 0x10 },
@@ -461,9 +729,9 @@ mod tests {
         );
         let event_destroy = call("cuEventDestroy_v2", Kind::EventDestroy { event: 0x20 }, 0);
         let lines = translate(&[
-            entered(destroy),
+            entered(destroy.clone()),
             destroy,
-            entered(event_destroy),
+            entered(event_destroy.clone()),
             Call {
                 outcome: Outcome::Returned(400),
                 ..event_destroy
@@ -485,17 +753,17 @@ mod tests {
         let destroy = call("cuStreamDestroy_v2", Kind::StreamDestroy { stream: 0 }, 0);
         let refused = Call {
             outcome: Outcome::Returned(400),
-            ..destroy
+            ..destroy.clone()
         };
         assert_eq!(
-            translate(&[entered(destroy), refused]),
+            translate(&[entered(destroy.clone()), refused]),
             [
                 "# failed with CUresult 400: cuStreamDestroy_v2 ctx=0xc0 dev=1 tid=7 ret=400 \
               stream=0x0"
             ]
         );
         assert_eq!(
-            translate(&[entered(destroy), destroy]),
+            translate(&[entered(destroy.clone()), destroy]),
             ["stream_default legacy.0xc0 1", "stream_destroy legacy.0xc0"]
         );
     }
@@ -641,5 +909,400 @@ mod tests {
              exit\n\
              # after exit: cuStreamDestroy_v2 ctx=0xc0 dev=1 tid=7 ret=enter stream=0x10\n"
         );
+    }
+
+    /// A `cuMemAlloc_v2` that returned `address`.
+    fn alloc(address: u64, bytes: u64) -> Call {
+        call("cuMemAlloc_v2", Kind::Alloc { address, bytes }, 0)
+    }
+
+    fn launch(stream: u64, args: &[u64]) -> Call {
+        Call {
+            args: args.to_vec(),
+            ..call(
+                "cuLaunchKernel",
+                Kind::Launch {
+                    stream,
+                    function: 0xf1,
+                },
+                0,
+            )
+        }
+    }
+
+    #[test]
+    fn a_launch_parameter_inside_an_allocation_is_read_write_of_the_whole_allocation() {
+        let lines = translate(&[
+            alloc(0x1000, 256),
+            call(
+                "cuMemAllocManaged",
+                Kind::Alloc {
+                    address: 0x2000,
+                    bytes: 16,
+                },
+                0,
+            ),
+            // Inside the first (twice), just past the second, a plain number.
+            launch(0x10, &[0x1080, 0x10ff, 0x2010, 7]),
+            launch(0x10, &[0x2000, 0x1000]),
+            launch(0x10, &[]),
+        ]);
+        assert_eq!(
+            lines,
+            [
+                "mem_alloc 0x1000+256",
+                "mem_alloc 0x2000+16",
+                "launch 0x10 rw:0x1000+256",
+                "launch 0x10 rw:0x2000+16 rw:0x1000+256",
+                "launch 0x10",
+            ]
+        );
+    }
+
+    #[test]
+    fn copies_read_their_source_and_write_their_destination_and_fills_write() {
+        let lines = translate(&[
+            alloc(0x1000, 0x100),
+            // A generic copy: each side inside an allocation seen (here the source).
+            call(
+                "cuMemcpyAsync",
+                Kind::Copy {
+                    stream: 0x10,
+                    dst: 0x2000,
+                    src: 0x1000,
+                    bytes: 64,
+                },
+                0,
+            ),
+            call(
+                "cuMemcpyPeerAsync",
+                Kind::Copy {
+                    stream: 0x10,
+                    dst: 0x2000,
+                    src: 0x1000,
+                    bytes: 64,
+                },
+                0,
+            ),
+            call(
+                "cuMemsetD32Async",
+                Kind::Fill {
+                    stream: 0x10,
+                    dst: 0x1000,
+                    bytes: 16,
+                },
+                0,
+            ),
+            call(
+                "cuMemcpyHtoD_v2",
+                Kind::CopySync {
+                    dst: 0x1000,
+                    src: 0x7fff0000,
+                    bytes: 8,
+                },
+                0,
+            ),
+            // A copy to the host returns once done: the host waited for the null stream.
+            call(
+                "cuMemcpyDtoH_v2_ptds",
+                Kind::CopySync {
+                    dst: 0x7fff0000,
+                    src: 0x1000,
+                    bytes: 8,
+                },
+                0,
+            ),
+            call(
+                "cuMemsetD8_v2",
+                Kind::FillSync {
+                    dst: 0x1000,
+                    bytes: 3,
+                },
+                0,
+            ),
+        ]);
+        assert_eq!(
+            lines,
+            [
+                "mem_alloc 0x1000+256",
+                "copy 0x10 r:0x1000+64",
+                "copy 0x10 r:0x1000+64 w:0x2000+64",
+                "fill 0x10 w:0x1000+16",
+                "stream_default legacy.0xc0 1",
+                "copy legacy.0xc0 w:0x1000+8",
+                "stream_default ptds.0xc0.7 1",
+                "copy ptds.0xc0.7 r:0x1000+8",
+                "stream_synchronize ptds.0xc0.7",
+                "fill legacy.0xc0 w:0x1000+3",
+            ]
+        );
+    }
+
+    #[test]
+    fn frees_are_written_when_entered_with_the_stream_of_the_stream_ordered_forms() {
+        let free = call("cuMemFree_v2", Kind::Free { address: 0x1000 }, 0);
+        let free_async = call(
+            "cuMemFreeAsync",
+            Kind::FreeAsync {
+                stream: 0x10,
+                address: 0x2000,
+            },
+            0,
+        );
+        let lines = translate(&[
+            alloc(0x1000, 256),
+            call(
+                "cuMemAllocAsync",
+                Kind::AllocAsync {
+                    stream: 0x10,
+                    address: 0x2000,
+                    bytes: 64,
+                },
+                0,
+            ),
+            entered(free.clone()),
+            free,
+            entered(free_async.clone()),
+            Call {
+                outcome: Outcome::Returned(1),
+                ..free_async
+            },
+            // Both are gone: their addresses are no longer footprints.
+            launch(0x10, &[0x1000, 0x2000]),
+            // A failed allocation, and a free of nothing, are comments or nothing.
+            call(
+                "cuMemAlloc_v2",
+                Kind::Alloc {
+                    address: 0,
+                    bytes: 256,
+                },
+                2,
+            ),
+            entered(call("cuMemFree_v2", Kind::Free { address: 0 }, 0)),
+        ]);
+        assert_eq!(
+            lines,
+            [
+                "mem_alloc 0x1000+256",
+                "mem_alloc 0x2000+64 0x10",
+                "mem_free 0x1000",
+                "mem_free 0x2000 0x10",
+                "# the call above failed with CUresult 1: cuMemFreeAsync ctx=0xc0 dev=1 tid=7 \
+                 ret=1 stream=0x10 addr=0x2000",
+                "launch 0x10",
+                "# failed with CUresult 2: cuMemAlloc_v2 ctx=0xc0 dev=1 tid=7 ret=2 bytes=256",
+            ]
+        );
+    }
+
+    #[test]
+    fn calls_recorded_without_footprints_are_written_as_before() {
+        let lines = translate(&[
+            call(
+                "cuMemAlloc_v2",
+                Kind::Alloc {
+                    address: 0,
+                    bytes: 0,
+                },
+                0,
+            ),
+            call(
+                "cuMemcpyAsync",
+                Kind::Copy {
+                    stream: 0x10,
+                    dst: 0,
+                    src: 0,
+                    bytes: 0,
+                },
+                0,
+            ),
+            call(
+                "cuMemAllocAsync",
+                Kind::AllocAsync {
+                    stream: 0x10,
+                    address: 0,
+                    bytes: 0,
+                },
+                0,
+            ),
+            call(
+                "cuMemFreeAsync",
+                Kind::FreeAsync {
+                    stream: 0x10,
+                    address: 0,
+                },
+                0,
+            ),
+            call("cuMemFree_v2", Kind::Free { address: 0 }, 0),
+        ]);
+        assert_eq!(
+            lines,
+            [
+                "# cuMemAlloc_v2 ctx=0xc0 dev=1 tid=7 ret=0",
+                "launch 0x10",
+                "launch 0x10",
+                "launch 0x10",
+                "# cuMemFree_v2 ctx=0xc0 dev=1 tid=7 ret=0",
+            ]
+        );
+    }
+
+    #[test]
+    fn memory_calls_on_a_capturing_stream_are_captured() {
+        let lines = translate(&[
+            call(
+                "cuStreamBeginCapture",
+                Kind::BeginCapture { stream: 0x10 },
+                0,
+            ),
+            call(
+                "cuMemAllocAsync",
+                Kind::AllocAsync {
+                    stream: 0x10,
+                    address: 0x3000,
+                    bytes: 8,
+                },
+                0,
+            ),
+            launch(0x10, &[0x3000]),
+            entered(call(
+                "cuMemFreeAsync",
+                Kind::FreeAsync {
+                    stream: 0x10,
+                    address: 0x3000,
+                },
+                0,
+            )),
+        ]);
+        assert_eq!(
+            lines[1..],
+            [
+                "# captured: mem_alloc 0x3000+8 0x10  (cuMemAllocAsync tid=7)",
+                "# captured: launch 0x10  (cuLaunchKernel tid=7)",
+                "# captured: mem_free 0x3000 0x10  (cuMemFreeAsync tid=7)",
+            ]
+        );
+    }
+
+    #[test]
+    fn non_blocking_streams_are_declared_and_a_context_synchronize_waits_for_the_device() {
+        let lines = translate(&[
+            call(
+                "cuStreamCreate",
+                Kind::StreamCreate {
+                    stream: 0x10,
+                    flags: 1,
+                },
+                0,
+            ),
+            call(
+                "cuStreamCreateWithPriority",
+                Kind::StreamCreate {
+                    stream: 0x11,
+                    flags: 0,
+                },
+                0,
+            ),
+            call("cuCtxSynchronize", Kind::Note, 0),
+            call("cuCtxSynchronize", Kind::Note, 1),
+        ]);
+        assert_eq!(
+            lines,
+            [
+                "stream_create 0x10 1",
+                "stream_kind 0x10 nonblocking",
+                "stream_create 0x11 1",
+                "device_synchronize 1",
+                "# failed with CUresult 1: cuCtxSynchronize ctx=0xc0 dev=1 tid=7 ret=1",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_generic_copy_waits_for_the_host_only_from_an_allocation_to_outside_them_all() {
+        let copy = |dst, src| call("cuMemcpy", Kind::CopySync { dst, src, bytes: 4 }, 0);
+        let lines = translate(&[
+            alloc(0x1000, 256),
+            copy(0x1010, 0x1000),
+            copy(0x9000, 0x1000),
+            copy(0x1000, 0x9000),
+        ]);
+        assert_eq!(
+            lines,
+            [
+                "mem_alloc 0x1000+256",
+                "stream_default legacy.0xc0 1",
+                "copy legacy.0xc0 r:0x1000+4 w:0x1010+4",
+                "copy legacy.0xc0 r:0x1000+4",
+                "stream_synchronize legacy.0xc0",
+                "copy legacy.0xc0 w:0x1000+4",
+            ]
+        );
+    }
+
+    #[test]
+    fn block_events_of_our_allocator_name_their_stream_after_the_block() {
+        let lines = translate(&[
+            call(
+                "gpurt_block_alloc",
+                Kind::BlockAlloc {
+                    stream: 0x10,
+                    address: 0x1000,
+                    bytes: 512,
+                },
+                0,
+            ),
+            call(
+                "gpurt_block_use",
+                Kind::BlockUse {
+                    stream: 0,
+                    address: 0x1000,
+                },
+                0,
+            ),
+            call(
+                "gpurt_block_free",
+                Kind::BlockFree {
+                    stream: 0x10,
+                    address: 0x1000,
+                },
+                0,
+            ),
+        ]);
+        assert_eq!(
+            lines,
+            [
+                "block_alloc gpurt 0x1000+512 0x10",
+                "stream_default legacy.0xc0 1",
+                "block_use gpurt 0x1000 legacy.0xc0",
+                "block_free gpurt 0x1000 0x10",
+            ]
+        );
+    }
+
+    #[test]
+    fn freeing_an_allocation_forgets_the_blocks_cut_from_it() {
+        let block = |address| {
+            call(
+                "gpurt_block_alloc",
+                Kind::BlockAlloc {
+                    stream: 0x10,
+                    address,
+                    bytes: 16,
+                },
+                0,
+            )
+        };
+        let lines = translate(&[
+            alloc(0x1000, 0x200),
+            block(0x1000),
+            block(0x1100),
+            launch(0x10, &[0x1104]),
+            entered(call("cuMemFree_v2", Kind::Free { address: 0x1000 }, 0)),
+            alloc(0x1000, 0x400),
+            launch(0x10, &[0x1104]),
+        ]);
+        assert_eq!(lines[3], "launch 0x10 rw:0x1100+16");
+        assert_eq!(lines.last().unwrap(), "launch 0x10 rw:0x1000+1024");
     }
 }

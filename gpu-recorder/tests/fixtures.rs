@@ -2,11 +2,13 @@
 //! (`GPU_RECORDER_CALLS=1`, hw-results/2026-11-24-h100-89ca110-recorder), translated here and
 //! checked with the checker: no defects, the objects alive at exit, default streams declared,
 //! captured calls kept out, and for our own pipeline example the same calls its backend saw.
+//! And footprints: the driver calls of seeded race programs (gpu-recorder/hw/races/, written
+//! by hand as calls files) translate to traces in which the checker finds their races.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use gpu_core::token::{Checker, Finding, TraceObject, parse_trace};
+use gpu_core::token::{Checker, Finding, RaceKind, StreamingChecker, TraceObject, parse_trace};
 use gpu_recorder::{Call, Translator};
 
 fn fixture(name: &str) -> String {
@@ -179,4 +181,142 @@ fn pytorch_eager_and_triton_are_clean_with_pools_alive_at_exit() {
     let triton = translate("triton.calls");
     assert_clean("triton", &triton);
     assert_eq!(alive_at_exit(&triton), (0, 0));
+}
+
+/// The races the checker reports in a translated trace: (kind, earlier line, later line,
+/// first byte both touch), the lines 1-based; fails on any lifetime defect.
+fn races(name: &str, trace: &str) -> Vec<(RaceKind, usize, usize, u64)> {
+    let mut checker = StreamingChecker::new();
+    let (mut races, mut defects) = (Vec::new(), Vec::new());
+    checker
+        .check_text(trace.as_bytes(), &mut |report| match report.finding() {
+            Finding::Race(race) => races.push((
+                race.kind,
+                race.earlier.position,
+                race.later.position,
+                race.range.start,
+            )),
+            Finding::Defect(_) => defects.push(report.to_string()),
+            Finding::AliveAtExit { .. } => {}
+        })
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    checker.finish(&mut |report| {
+        if let Finding::Defect(_) = report.finding() {
+            defects.push(report.to_string());
+        }
+    });
+    assert_eq!(defects, Vec::<String>::new(), "{name}");
+    races
+}
+
+/// The 1-based number of the first line of `trace` starting with `prefix`.
+fn line_of(trace: &str, prefix: &str) -> usize {
+    trace
+        .lines()
+        .position(|line| line.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}` in\n{trace}"))
+        + 1
+}
+
+#[test]
+fn the_seeded_c_pool_bug_recorded_from_driver_calls_is_a_race_on_the_reused_block() {
+    // The driver calls of gpu-recorder/hw/races/seeded.cu's `c_pool_wrong_stream`: a 1 MiB
+    // segment, its first 64 KiB block filled and scaled on stream A, freed into B's pool and
+    // handed out again on B, whose fill races A's kernel. The pool itself makes no driver call.
+    let trace = translate("c_pool_wrong_stream.calls");
+    assert!(trace.contains("mem_alloc 0x7f0000000000+1048576  # cuMemAlloc_v2"));
+    assert!(trace.contains("stream_kind 0xb nonblocking  # cuStreamCreate"));
+    assert!(trace.contains("launch 0xa rw:0x7f0000000000+1048576  # cuLaunchKernel"));
+    assert!(trace.contains("mem_free 0x7f0000000000  # cuMemFree_v2"));
+    let kernel = line_of(&trace, "launch 0xa");
+    let fill = line_of(&trace, "fill 0xb");
+    assert_eq!(
+        races("c_pool_wrong_stream", &trace),
+        [(RaceKind::WriteWrite, kernel, fill, 0x7f00_0000_0000)],
+        "{trace}"
+    );
+    // The fixed program fills another block on B; the kernel's footprint is, conservatively,
+    // the whole segment, so the checker still reports its overlap with B's fill: at B's block,
+    // not at the reused one. (Only a narrowed footprint, or the allocator's own `block_*`
+    // events, would tell the twin clean.)
+    let trace = translate("c_pool_wrong_stream.fixed.calls");
+    let kernel = line_of(&trace, "launch 0xa");
+    let fill = line_of(&trace, "fill 0xb");
+    assert_eq!(
+        races("c_pool_wrong_stream.fixed", &trace),
+        [(RaceKind::WriteWrite, kernel, fill, 0x7f00_0001_0000)],
+        "{trace}"
+    );
+}
+
+#[test]
+fn our_allocators_blocks_without_record_stream_are_a_reuse_race_and_with_it_clean() {
+    // seeded's `runtime_no_foreign_mark` (gpu-recorder/hw/races/torch_seeded.py): PyTorch on our
+    // allocator, x filled on the legacy stream, read by a kernel on a side stream, freed and
+    // handed out again on the legacy stream; the block events come from our plug-in through
+    // the recorder's hook, the kernels' footprints are the blocks their parameters point into.
+    let trace = translate("runtime_no_foreign_mark.calls");
+    assert!(
+        trace.contains(
+            "launch 0x20 rw:0x7f0000400000+4194304 rw:0x7f0000000000+4194304  # cuLaunchKernel"
+        ),
+        "{trace}"
+    );
+    let side_kernel = line_of(&trace, "launch 0x20 rw:");
+    let reuse = trace
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| line.starts_with("block_alloc gpurt 0x7f0000000000+"))
+        .map(|(index, _)| index + 1)
+        .nth(1)
+        .unwrap();
+    assert_eq!(
+        races("runtime_no_foreign_mark", &trace),
+        [(RaceKind::Reuse, side_kernel, reuse, 0x7f00_0000_0000)],
+        "{trace}"
+    );
+    // With record_stream (our `mark_used_on_foreign_stream`): the reuse waits for the side.
+    let trace = translate("runtime_no_foreign_mark.fixed.calls");
+    assert!(trace.contains("block_use gpurt 0x7f0000000000 0x20"));
+    assert_eq!(races("runtime_no_foreign_mark.fixed", &trace), []);
+}
+
+#[test]
+fn a_stream_ordered_free_raced_by_another_streams_kernels_is_found_and_its_fix_is_clean() {
+    // seeded's `async_free_raced`: x from cudaMallocAsync on s1, read by two kernels on s2,
+    // freed on s1 with no event from s2 (the fix records one and waits for it).
+    let trace = translate("async_free_raced.calls");
+    assert!(trace.contains("mem_alloc 0x7f0000200000+65536 0xa  # cuMemAllocAsync"));
+    assert!(trace.contains("mem_free 0x7f0000200000 0xa  # cuMemFreeAsync"));
+    let free = line_of(&trace, "mem_free 0x7f0000200000 0xa");
+    // The last use before the free: the second kernel, which also writes `out`.
+    let consume = line_of(
+        &trace,
+        "launch 0xb rw:0x7f0000200000+65536 rw:0x7f0000100000+65536",
+    );
+    assert_eq!(
+        races("async_free_raced", &trace),
+        [(RaceKind::FreeWhileInUse, consume, free, 0x7f00_0020_0000)],
+        "{trace}"
+    );
+    let trace = translate("async_free_raced.fixed.calls");
+    assert_eq!(races("async_free_raced.fixed", &trace), []);
+}
+
+#[test]
+fn a_launch_missing_its_async_dependency_races_the_one_before_and_the_fix_is_clean() {
+    // seeded's `mlir_missing_async_dependency`: produce on t1, consume on t2 without the event
+    // between them; the result read back with a synchronous copy after both streams' waits.
+    let trace = translate("mlir_missing_async_dependency.calls");
+    assert!(trace.contains("copy legacy.0x5555 r:0x7f000001fffc+4  # cuMemcpyDtoH_v2"));
+    assert!(trace.contains("stream_synchronize legacy.0x5555  # cuMemcpyDtoH_v2"));
+    let produce = line_of(&trace, "launch 0xa");
+    let consume = line_of(&trace, "launch 0xb");
+    assert_eq!(
+        races("mlir_missing_async_dependency", &trace),
+        [(RaceKind::WriteWrite, produce, consume, 0x7f00_0000_0000)],
+        "{trace}"
+    );
+    let trace = translate("mlir_missing_async_dependency.fixed.calls");
+    assert_eq!(races("mlir_missing_async_dependency.fixed", &trace), []);
 }

@@ -1,6 +1,7 @@
 //! Random call sequences through the translator (default streams, per-thread forms, failures,
-//! captures, an early exit): the output is always a trace the checker reads, each default
-//! stream is declared once and before its first use, and nothing but comments follows `exit`.
+//! captures, an early exit, memory calls with footprints, our allocator's blocks): the output
+//! is always a trace the checker reads and checks, each default stream is declared once and
+//! before its first use, and nothing but comments follows `exit`.
 
 use std::collections::HashSet;
 
@@ -10,6 +11,51 @@ use proptest::prelude::*;
 
 const STREAMS: [u64; 5] = [0, 1, 2, 0x10, 0x11];
 const EVENTS: [u64; 2] = [0x20, 0x21];
+const ADDRESSES: [u64; 2] = [0x1000, 0x2000];
+
+/// Memory calls: footprints, allocations, frees and our allocator's blocks.
+fn memory_kind() -> impl Strategy<Value = Kind> {
+    let stream = proptest::sample::select(&STREAMS[..]);
+    let address = proptest::sample::select(&ADDRESSES[..]);
+    let on = (stream.clone(), address.clone());
+    prop_oneof![
+        stream.clone().prop_map(|stream| Kind::Launch {
+            stream,
+            function: 0xf1
+        }),
+        on.clone().prop_map(|(stream, dst)| Kind::Copy {
+            stream,
+            dst,
+            src: dst + 0x100,
+            bytes: 64
+        }),
+        on.clone().prop_map(|(stream, dst)| Kind::Fill {
+            stream,
+            dst,
+            bytes: 16
+        }),
+        on.clone().prop_map(|(stream, address)| Kind::AllocAsync {
+            stream,
+            address,
+            bytes: 0x100
+        }),
+        on.clone()
+            .prop_map(|(stream, address)| Kind::FreeAsync { stream, address }),
+        address.clone().prop_map(|address| Kind::Alloc {
+            address,
+            bytes: 0x100
+        }),
+        address.clone().prop_map(|address| Kind::Free { address }),
+        on.clone().prop_map(|(stream, address)| Kind::BlockAlloc {
+            stream,
+            address,
+            bytes: 0x40
+        }),
+        on.clone()
+            .prop_map(|(stream, address)| Kind::BlockFree { stream, address }),
+        on.prop_map(|(stream, address)| Kind::BlockUse { stream, address }),
+    ]
+}
 
 fn kind() -> impl Strategy<Value = Kind> {
     let stream = proptest::sample::select(&STREAMS[..]);
@@ -37,6 +83,7 @@ fn kind() -> impl Strategy<Value = Kind> {
             .clone()
             .prop_map(|stream| Kind::EndCapture { stream }),
         Just(Kind::Note),
+        memory_kind(),
     ]
 }
 
@@ -55,6 +102,18 @@ fn function(kind: Kind, per_thread: bool) -> &'static str {
         (Kind::BeginCapture { .. }, false) => "cuStreamBeginCapture_v2",
         (Kind::BeginCapture { .. }, true) => "cuStreamBeginCapture_v2_ptsz",
         (Kind::EndCapture { .. }, _) => "cuStreamEndCapture",
+        (Kind::Launch { .. }, false) => "cuLaunchKernel",
+        (Kind::Launch { .. }, true) => "cuLaunchKernelEx_ptsz",
+        (Kind::Copy { .. }, false) => "cuMemcpyAsync",
+        (Kind::Copy { .. }, true) => "cuMemcpyAsync_ptsz",
+        (Kind::Fill { .. }, false) => "cuMemsetD8Async",
+        (Kind::Fill { .. }, true) => "cuMemsetD8Async_ptsz",
+        (Kind::AllocAsync { .. }, _) => "cuMemAllocAsync",
+        (Kind::FreeAsync { .. }, _) => "cuMemFreeAsync",
+        (Kind::Free { .. }, _) => "cuMemFree_v2",
+        (Kind::BlockAlloc { .. }, _) => "gpurt_block_alloc",
+        (Kind::BlockFree { .. }, _) => "gpurt_block_free",
+        (Kind::BlockUse { .. }, _) => "gpurt_block_use",
         _ => "cuMemAlloc_v2",
     }
 }
@@ -77,6 +136,11 @@ fn calls() -> impl Strategy<Value = Vec<(Call, bool)>> {
                     device: Some(context as u32),
                     thread,
                     outcome: Outcome::Returned(code),
+                    // A launch's words: inside each address's allocation or block, and not.
+                    args: match kind {
+                        Kind::Launch { .. } => vec![0x1010, 0x2000, 7],
+                        _ => Vec::new(),
+                    },
                 },
                 exit_after,
             )
@@ -94,10 +158,10 @@ proptest! {
         let mut translator = Translator::new();
         let mut trace = String::new();
         for (handle, function) in [(0x10, "cuStreamCreate"), (0x11, "cuStreamCreate")] {
-            translator.translate(&Call { function, kind: Kind::StreamCreate { stream: handle }, context: 0xc0, device: Some(0), thread: 7, outcome: Outcome::Returned(0) }, &mut trace);
+            translator.translate(&Call { function, kind: Kind::StreamCreate { stream: handle, flags: 0 }, context: 0xc0, device: Some(0), thread: 7, outcome: Outcome::Returned(0), args: Vec::new() }, &mut trace);
         }
         for event in EVENTS {
-            translator.translate(&Call { function: "cuEventCreate", kind: Kind::EventCreate { event }, context: 0xc0, device: Some(0), thread: 7, outcome: Outcome::Returned(0) }, &mut trace);
+            translator.translate(&Call { function: "cuEventCreate", kind: Kind::EventCreate { event }, context: 0xc0, device: Some(0), thread: 7, outcome: Outcome::Returned(0), args: Vec::new() }, &mut trace);
         }
         let mut exited = false;
         for (call, exit_after) in &calls {
@@ -132,6 +196,8 @@ proptest! {
                 }
             }
         }
-        parse_trace(&trace).map_err(|e| TestCaseError::fail(format!("{e}\n{trace}")))?;
+        // Well-formed, and the checkers (lifetimes and races) take it whole.
+        let parsed = parse_trace(&trace).map_err(|e| TestCaseError::fail(format!("{e}\n{trace}")))?;
+        let _ = parsed.check();
     }
 }

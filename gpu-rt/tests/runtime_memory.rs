@@ -1,15 +1,14 @@
 //! Memory through the runtime on the host backend: spans bounded and on their device, a buffer
 //! freed while in use reused only after the use, overlapping copies refused, staged transfers of
-//! pageable memory, fills of 16- and 32-bit elements, and growable segments over the backend's
-//! virtual memory.
+//! pageable memory, and fills of 16- and 32-bit elements.
 
 use std::sync::{Mutex, mpsc};
 
-use gpu_core::allocator::{AllocatorConfig, MemoryKind};
+use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::{FillValue, LaunchDims};
 use gpu_core::{DeviceId, Error};
 use gpu_rt::host::{HostBackend, HostConfig};
-use gpu_rt::runtime::{Arg, Runtime, RuntimeConfig};
+use gpu_rt::runtime::{Arg, Runtime};
 
 const D0: DeviceId = DeviceId(0);
 const D1: DeviceId = DeviceId(1);
@@ -265,54 +264,4 @@ fn a_failed_pinned_upload_returns_only_after_its_copy_read_the_memory() {
     drop(host);
     drop(buffer);
     let _ = rt.shutdown_report();
-}
-
-#[test]
-fn growable_segments_grow_one_reservation_and_a_trim_unmaps_its_free_end() {
-    const MIB: usize = 1 << 20;
-    let config = RuntimeConfig {
-        allocator: AllocatorConfig {
-            growable_segments: true,
-            ..AllocatorConfig::default()
-        },
-        ..RuntimeConfig::default()
-    };
-    let mut devices = HostConfig::with_devices(1);
-    // Small, so that a 32-bit process has room for the reservation's host block.
-    devices.devices[0].memory_capacity = 256 * MIB;
-    let rt = Runtime::with_config(HostBackend::new(devices), config).unwrap();
-    let stats = || rt.allocator_stats(D0, MemoryKind::Device).unwrap();
-    let mut held = Vec::new();
-    for mib in 2..=6 {
-        let buffer = rt.alloc(D0, MemoryKind::Device, mib * MIB).unwrap();
-        let filled = rt.fill(D0, buffer.all(), mib as u8, &mut vec![]).unwrap();
-        rt.wait(filled).unwrap();
-        held.push(buffer);
-    }
-    let grown = stats();
-    assert_eq!((grown.segments, grown.segment_allocations), (1, 1));
-    assert_eq!(
-        grown.mapped,
-        20 * MIB,
-        "2 + 3 + 4 + 5 + 6 MiB in 2 MiB granules"
-    );
-    assert_eq!(grown.reserved, grown.mapped);
-    assert_eq!(
-        grown.reserved_address_space,
-        256 * MIB,
-        "capped at the device's memory"
-    );
-    let last = held.pop().unwrap();
-    drop(last);
-    assert_eq!(rt.trim().unwrap(), 6 * MIB);
-    assert_eq!(stats().mapped, 14 * MIB);
-    // The live buffers kept their memory and contents.
-    let mut back = vec![0u8; 5 * MIB];
-    rt.download(D0, &mut back, held[3].all(), &mut vec![])
-        .unwrap();
-    assert!(back.iter().all(|&byte| byte == 5));
-    drop(held);
-    rt.trim().unwrap();
-    assert_eq!((stats().segments, stats().reserved_address_space), (0, 0));
-    assert_eq!(rt.backend().stats().allocations, 0);
 }

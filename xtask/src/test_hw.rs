@@ -252,11 +252,20 @@ fn build_examples(options: &Options) -> Result<Vec<PathBuf>, String> {
 const TORCH_PACKAGE: &str = "gpu_runtime_torch";
 
 /// The PyTorch workloads (`clients/torch/*.py`, run where torch is installed) and the C
-/// library they plug into PyTorch (gpu-capi's cdylib, release build).
+/// library they plug into PyTorch (gpu-capi's cdylib, release build), and `gpu-alloc-replay`,
+/// which `replay_check.py` runs on the traces the workloads record.
 fn build_torch_client() -> Result<Vec<PathBuf>, String> {
     run(Command::new("cargo")
         .current_dir(root())
         .args(["build", "--release", "-p", "gpu-capi"]))?;
+    run(Command::new("cargo").current_dir(root()).args([
+        "build",
+        "--release",
+        "-p",
+        "gpu-runtime",
+        "--bin",
+        "gpu-alloc-replay",
+    ]))?;
     let scripts = root().join("clients/torch");
     let mut files: Vec<PathBuf> = fs::read_dir(&scripts)
         .map_err(|e| format!("cannot list {}: {e}", scripts.display()))?
@@ -265,6 +274,7 @@ fn build_torch_client() -> Result<Vec<PathBuf>, String> {
         .collect();
     files.sort();
     files.push(release_dir().join("libgpu_capi.so"));
+    files.push(release_dir().join("gpu-alloc-replay"));
     Ok(files)
 }
 

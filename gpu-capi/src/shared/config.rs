@@ -9,15 +9,18 @@
 //!   wait_before_growing`; `0` grows instead of waiting on the host).
 //! - `GPU_RUNTIME_MAX_SPLIT_SIZE=BYTES|none`: blocks of at least this size are never split
 //!   (`AllocatorConfig::max_split_size`; `none`: any block may be split, PyTorch's default).
-//! - `GPU_RUNTIME_GROWABLE_SEGMENTS=0|1`: whether each stream's pools grow one reserved
-//!   address range in granules instead of allocating new segments, where the driver has
-//!   virtual memory (`AllocatorConfig::growable_segments`; PyTorch's `expandable_segments`).
+//! - `GPU_RUNTIME_GROWABLE_SEGMENTS=0|1`: the large pool from growable segments where the
+//!   backend has virtual memory management (`AllocatorConfig::growable_segments`; off by
+//!   default; none of the GPU backends offers it to the allocator yet, so it falls back).
+//! - `GPU_RUNTIME_ALLOC_TRACE=PATH`: records every device-memory allocation, free and use on
+//!   another stream into `PATH` in the allocation trace format (docs/alloc-trace-format.md),
+//!   for `gpu-alloc-replay`; flushed at shutdown (`gpurt_shutdown`).
 //! - `GPU_RUNTIME_PEER_ACCESS=0|1`: whether opening turns peer access on between devices that
 //!   allow it (`RuntimeConfig::peer_access`, on by default; `0` stages copies between devices).
 //!
 //! Unset, each keeps the allocator's default.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 
 use gpu_runtime::allocator::AllocatorConfig;
 use gpu_runtime::runtime::RuntimeConfig;
@@ -33,23 +36,30 @@ pub const MAX_SPLIT_SIZE_VAR: &str = "GPU_RUNTIME_MAX_SPLIT_SIZE";
 /// Environment variable for [`AllocatorConfig::growable_segments`].
 pub const GROWABLE_SEGMENTS_VAR: &str = "GPU_RUNTIME_GROWABLE_SEGMENTS";
 
+/// Each allocator variable and the [`AllocatorConfig::set`] key it sets.
+const ALLOCATOR_VARS: [(&str, &str); 4] = [
+    (RELEASE_BEFORE_GROWING_VAR, "release_before_growing"),
+    (WAIT_BEFORE_GROWING_VAR, "wait_before_growing"),
+    (MAX_SPLIT_SIZE_VAR, "max_split_size"),
+    (GROWABLE_SEGMENTS_VAR, "growable_segments"),
+];
+
+/// Environment variable naming the file the allocation trace is recorded into.
+pub const ALLOC_TRACE_VAR: &str = "GPU_RUNTIME_ALLOC_TRACE";
+
+/// The allocation trace's path, if the environment names one.
+pub fn alloc_trace_path() -> Option<std::path::PathBuf> {
+    std::env::var_os(ALLOC_TRACE_VAR)
+        .filter(|path| !path.is_empty())
+        .map(Into::into)
+}
+
 /// Environment variable for [`RuntimeConfig::peer_access`].
 pub const PEER_ACCESS_VAR: &str = "GPU_RUNTIME_PEER_ACCESS";
 
 /// The runtime's configuration as the environment sets it.
 pub fn from_env() -> Result<RuntimeConfig, CapiError> {
-    let allocator = allocator_config(
-        std::env::var_os(RELEASE_BEFORE_GROWING_VAR).as_deref(),
-        std::env::var_os(WAIT_BEFORE_GROWING_VAR).as_deref(),
-        std::env::var_os(MAX_SPLIT_SIZE_VAR).as_deref(),
-    )?;
-    let allocator = AllocatorConfig {
-        growable_segments: std::env::var_os(GROWABLE_SEGMENTS_VAR)
-            .map(|value| flag(GROWABLE_SEGMENTS_VAR, &value))
-            .transpose()?
-            .unwrap_or(allocator.growable_segments),
-        ..allocator
-    };
+    let allocator = allocator_config(std::env::var_os)?;
     let defaults = RuntimeConfig::default();
     let peer_access = std::env::var_os(PEER_ACCESS_VAR)
         .map(|value| flag(PEER_ACCESS_VAR, &value))
@@ -71,28 +81,25 @@ fn flag(what: &'static str, value: &OsStr) -> Result<bool, CapiError> {
     }
 }
 
-/// The allocator's configuration for the three variables' values (`None`: unset).
+/// The allocator's configuration for the variables' values as `lookup` gives them (`None`:
+/// unset). A bad value is an error naming its variable.
 pub fn allocator_config(
-    release_before_growing: Option<&OsStr>,
-    wait_before_growing: Option<&OsStr>,
-    max_split_size: Option<&OsStr>,
+    lookup: impl Fn(&'static str) -> Option<OsString>,
 ) -> Result<AllocatorConfig, CapiError> {
     let mut config = AllocatorConfig::default();
-    if let Some(value) = release_before_growing {
-        config.release_before_growing = flag(RELEASE_BEFORE_GROWING_VAR, value)?;
-    }
-    if let Some(value) = wait_before_growing {
-        config.wait_before_growing = flag(WAIT_BEFORE_GROWING_VAR, value)?;
-    }
-    if let Some(value) = max_split_size {
-        config.max_split_size = match value.to_str() {
-            Some("none") => usize::MAX,
-            Some(bytes) => match bytes.parse::<usize>() {
-                Ok(bytes) if bytes > 0 => bytes,
-                _ => return Err(invalid(MAX_SPLIT_SIZE_VAR, value, "a byte count or `none`")),
-            },
-            None => return Err(invalid(MAX_SPLIT_SIZE_VAR, value, "a byte count or `none`")),
+    for (variable, key) in ALLOCATOR_VARS {
+        let Some(value) = lookup(variable) else {
+            continue;
         };
+        let text = value
+            .to_str()
+            .ok_or_else(|| invalid(variable, &value, "text"))?;
+        config.set(key, text).map_err(|e| match e {
+            gpu_runtime::error::Error::TraceSyntax { expected, .. } => {
+                invalid(variable, &value, expected)
+            }
+            other => invalid(variable, &value, &other.to_string()),
+        })?;
     }
     Ok(config)
 }
@@ -108,30 +115,39 @@ fn invalid(what: &'static str, value: &OsStr, accepted: &str) -> CapiError {
 mod tests {
     use super::*;
 
+    /// The configuration for `(variable, value)` pairs (the others unset).
+    fn config_of(pairs: &[(&str, &str)]) -> Result<AllocatorConfig, CapiError> {
+        allocator_config(|name| {
+            pairs
+                .iter()
+                .find(|(variable, _)| *variable == name)
+                .map(|(_, value)| OsString::from(value))
+        })
+    }
+
     fn config(release: Option<&str>, split: Option<&str>) -> Result<AllocatorConfig, CapiError> {
-        allocator_config(release.map(OsStr::new), None, split.map(OsStr::new))
+        let mut pairs = Vec::new();
+        pairs.extend(release.map(|v| (RELEASE_BEFORE_GROWING_VAR, v)));
+        pairs.extend(split.map(|v| (MAX_SPLIT_SIZE_VAR, v)));
+        config_of(&pairs)
     }
 
     #[test]
-    fn growable_segments_take_a_flag() {
-        assert_eq!(flag(GROWABLE_SEGMENTS_VAR, OsStr::new("1")), Ok(true));
-        assert_eq!(flag(GROWABLE_SEGMENTS_VAR, OsStr::new("0")), Ok(false));
-        assert!(matches!(
-            flag(GROWABLE_SEGMENTS_VAR, OsStr::new("yes")),
-            Err(CapiError::InvalidArgument { what, .. }) if what == GROWABLE_SEGMENTS_VAR
-        ));
-        assert!(!AllocatorConfig::default().growable_segments);
-    }
-
-    #[test]
-    fn waiting_before_growing_is_set_by_its_own_variable() {
-        let set = |value: &str| allocator_config(None, Some(OsStr::new(value)), None);
-        assert!(!set("0").unwrap().wait_before_growing);
-        assert!(set("1").unwrap().wait_before_growing);
-        assert!(matches!(
-            set("on"),
-            Err(CapiError::InvalidArgument { what, .. }) if what == WAIT_BEFORE_GROWING_VAR
-        ));
+    fn waiting_before_growing_and_growable_segments_are_set_by_their_own_variables() {
+        for (variable, read) in [
+            (
+                WAIT_BEFORE_GROWING_VAR,
+                (|c: &AllocatorConfig| c.wait_before_growing) as fn(&AllocatorConfig) -> bool,
+            ),
+            (GROWABLE_SEGMENTS_VAR, |c| c.growable_segments),
+        ] {
+            assert!(!read(&config_of(&[(variable, "0")]).unwrap()));
+            assert!(read(&config_of(&[(variable, "1")]).unwrap()));
+            assert!(matches!(
+                config_of(&[(variable, "on")]),
+                Err(CapiError::InvalidArgument { what, .. }) if what == variable
+            ));
+        }
     }
 
     #[test]

@@ -38,11 +38,14 @@
 //! - [`handle`], [`status`], [`config`]: handle tables, status codes and errors (with the last
 //!   error and the panic guard), and the tunables read from the environment.
 //! - `args`: null pointers and C strings, checked the same way for every client ABI.
+//! - [`recorder`]: our allocator's block events, into gpu-recorder's trace when it records the
+//!   process.
 
 pub(crate) mod args;
 pub mod config;
 pub mod handle;
 mod process;
+pub mod recorder;
 mod report;
 pub(crate) mod session;
 pub mod status;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use gpu_runtime::backend::Backend;
 use gpu_runtime::host::HostBackend;
-use gpu_runtime::runtime::{RecordingBackend, Runtime};
+use gpu_runtime::runtime::{AllocTrace, RecordingBackend, Runtime};
 use gpu_runtime::token::TraceOp;
 
 use super::config;
@@ -67,6 +67,8 @@ pub struct Session<B: ClientBackend> {
     /// Tells this session's handles from those of earlier sessions.
     generation: Generation,
     trace_path: Option<PathBuf>,
+    /// The allocation trace being recorded (`GPU_RUNTIME_ALLOC_TRACE`), flushed at shutdown.
+    alloc_trace: Option<Arc<AllocTrace>>,
     /// The C API's objects.
     pub capi: ObjectsOf<CapiSlot, B>,
     /// What the MLIR ABI's callers hold (streams, events, modules, allocations).
@@ -78,9 +80,25 @@ impl<B: ClientBackend> Session<B> {
         let generation = Generation::next()?;
         let backend = Arc::new(backend);
         let runtime = Runtime::shared(Arc::clone(&backend), config::from_env()?)?;
+        let alloc_trace = match config::alloc_trace_path() {
+            None => None,
+            Some(path) => {
+                let file =
+                    std::fs::File::create(&path).map_err(|e| CapiError::InvalidArgument {
+                        what: config::ALLOC_TRACE_VAR,
+                        detail: format!("cannot create {}: {e}", path.display()),
+                    })?;
+                let recording = runtime.record_allocations(Box::new(file));
+                Some(recording.map_err(|e| CapiError::InvalidArgument {
+                    what: config::ALLOC_TRACE_VAR,
+                    detail: format!("cannot write {}: {e}", path.display()),
+                })?)
+            }
+        };
         Ok(Self {
             backend,
             runtime,
+            alloc_trace,
             generation,
             mlir: ObjectsOf::<MlirSlot, B>::open(generation, trace_path.as_deref()),
             capi: ObjectsOf::<CapiSlot, B>::open(generation, trace_path.as_deref()),
@@ -114,12 +132,19 @@ impl<B: ClientBackend> Session<B> {
             backend,
             runtime,
             trace_path,
+            alloc_trace,
             ..
         } = *self;
         // Every failure the shutdown met is the caller's to hear of, a lost device's too: the
         // first one is reported, with the whole report.
         let shutdown = runtime.shutdown_report();
         let mut failure = shutdown.errors.first().cloned().map(CapiError::from);
+        if let Some(Err(e)) = alloc_trace.map(|recording| recording.finish()) {
+            failure = failure.or(Some(CapiError::InvalidArgument {
+                what: config::ALLOC_TRACE_VAR,
+                detail: format!("the allocation trace could not be written: {e}"),
+            }));
+        }
         let trace = match (trace_path, backend.recorded_trace()) {
             (Some(path), Some(ops)) => TraceExport::write(path, &ops)
                 .map_err(|e| failure = failure.take().or(Some(e)))

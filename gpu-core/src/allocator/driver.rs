@@ -1,8 +1,7 @@
-//! The narrow driver interface the allocator needs: segments of memory, optional virtual memory
-//! (reserved ranges mapped in pieces), and the few event operations that order reuse across
-//! streams. Backends implement it; tests use a fake.
+//! The narrow driver interface the allocator needs: segments of memory and the few event
+//! operations that order reuse across streams. Backends implement it; tests use a fake.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::id::{DeviceId, EventId, MemoryKind, StreamId};
 
 /// What the allocator asks of a driver. Every method acts on one device; the allocator never
@@ -75,35 +74,34 @@ pub trait SegmentDriver {
     /// the last rung of the out-of-memory ladder calls it.
     fn synchronize(&mut self, device: DeviceId) -> Result<()>;
 
-    /// The granularity of virtual memory for `kind` on `device`: reservations, mapped pieces
-    /// and their addresses are multiples of it (a power of two, at least
-    /// [`super::MIN_ALIGNMENT`]). `None` (the default) when the driver has no virtual memory
-    /// for the kind; the allocator then never calls the other virtual-memory methods for it.
-    /// (CUDA: `cuMemGetAllocationGranularity`.)
-    fn granularity(&mut self, device: DeviceId, kind: MemoryKind) -> Result<Option<usize>> {
+    /// The granularity (a power of two) in which physical memory of `kind` can be mapped into
+    /// reserved address ranges, or `None` (the default) where the driver has no virtual memory
+    /// management: then [`AllocatorConfig::growable_segments`](super::AllocatorConfig) falls
+    /// back to ordinary segments and the calls below are never made. (CUDA:
+    /// `cuMemGetAllocationGranularity`.)
+    fn map_granularity(&mut self, device: DeviceId, kind: MemoryKind) -> Option<usize> {
         let _ = (device, kind);
-        Ok(None)
+        None
     }
 
-    /// Reserves `size` bytes of address space for `kind` (a multiple of the granularity),
-    /// with no memory behind it yet. `Ok(None)` when no such range is left, as
-    /// [`SegmentDriver::allocate`] reports out of memory. (CUDA: `cuMemAddressReserve`.)
-    fn reserve(
+    /// Reserves address space for a growable segment, backed by nothing yet: at most `wanted`
+    /// and at least `needed` bytes (multiples of the granularity), as the driver can; its start
+    /// and size, or `Ok(None)` when not even `needed` is left. (CUDA: `cuMemAddressReserve`.)
+    fn reserve_range(
         &mut self,
         device: DeviceId,
         kind: MemoryKind,
-        size: usize,
-    ) -> Result<Option<usize>> {
-        let _ = (device, kind, size);
-        Err(no_virtual_memory())
+        wanted: usize,
+        needed: usize,
+    ) -> Result<Option<(usize, usize)>> {
+        let _ = (device, kind, wanted, needed);
+        Err(unsupported("reserve_range"))
     }
 
-    /// Maps `size` bytes of new memory of `kind` at `address`, both multiples of the
-    /// granularity, inside one reservation and over no mapped byte: usable at once by the host
-    /// (host kinds) and by every stream of `device`, and by the peers the caller enabled.
-    /// `Ok(false)` when the driver is out of memory for it; nothing is mapped then. The driver
-    /// may map it as several granularity-sized pieces, so that any granularity-aligned part can
-    /// be unmapped later. (CUDA: `cuMemCreate`, `cuMemMap`, `cuMemSetAccess`.)
+    /// Backs `[address, address + size)` (granularity-aligned, inside a reserved range, not
+    /// mapped) with new physical memory that `device` (and the devices it has peer access to)
+    /// may read and write at once; `Ok(false)` when the device is out of memory. (CUDA:
+    /// `cuMemCreate`, `cuMemMap`, `cuMemSetAccess`.)
     fn map(
         &mut self,
         device: DeviceId,
@@ -112,14 +110,12 @@ pub trait SegmentDriver {
         size: usize,
     ) -> Result<bool> {
         let _ = (device, kind, address, size);
-        Err(no_virtual_memory())
+        Err(unsupported("map"))
     }
 
-    /// Unmaps `[address, address + size)` (multiples of the granularity, all mapped by
-    /// [`SegmentDriver::map`]) and releases its memory; the addresses stay reserved. `after` as
-    /// for [`SegmentDriver::free`]: with `Some(stream)` the driver neither releases the memory
-    /// nor maps the addresses again before the work enqueued on `stream` has finished (CUDA:
-    /// synchronise the stream, then `cuMemUnmap` and `cuMemRelease`).
+    /// Unmaps `[address, address + size)` (mapped by [`SegmentDriver::map`], the tail of its
+    /// range's mapped part) and releases its physical memory; `after` as for
+    /// [`SegmentDriver::free`]. (CUDA: `cuMemUnmap`, `cuMemRelease`, after the stream's work.)
     fn unmap(
         &mut self,
         device: DeviceId,
@@ -129,12 +125,12 @@ pub trait SegmentDriver {
         after: Option<StreamId>,
     ) -> Result<()> {
         let _ = (device, kind, address, size, after);
-        Err(no_virtual_memory())
+        Err(unsupported("unmap"))
     }
 
-    /// Returns a reservation obtained from [`SegmentDriver::reserve`], with its exact address
-    /// and size; nothing in it is mapped any more. (CUDA: `cuMemAddressFree`.)
-    fn release_reservation(
+    /// Releases a range from [`SegmentDriver::reserve_range`], nothing of it mapped any more.
+    /// (CUDA: `cuMemAddressFree`.)
+    fn release_range(
         &mut self,
         device: DeviceId,
         kind: MemoryKind,
@@ -142,14 +138,14 @@ pub trait SegmentDriver {
         size: usize,
     ) -> Result<()> {
         let _ = (device, kind, address, size);
-        Err(no_virtual_memory())
+        Err(unsupported("release_range"))
     }
 }
 
-/// What a driver without virtual memory answers the calls that need it.
-fn no_virtual_memory() -> Error {
-    Error::Unsupported {
-        backend: "segment driver",
-        what: "virtual memory (reserved ranges mapped in pieces)",
+/// The error of a virtual-memory call on a driver without virtual memory management.
+fn unsupported(call: &'static str) -> crate::error::Error {
+    crate::error::Error::Unsupported {
+        backend: "segment driver without virtual memory",
+        what: call,
     }
 }

@@ -8,15 +8,15 @@
 //!
 //! [`DeviceAllocator`] is here; one concern a module below it: `request` (what a caller asks
 //! and gets back), `policy` (capabilities, tunables, request shapes), `driver` (what the
-//! allocator asks of a driver), `cache` (the per-kind caching sub-allocator), `stats`.
+//! allocator asks of a driver), `cache` (the per-kind caching sub-allocator), `stats`, and
+//! `replay` (what-if replay of allocation traces through the policy, without a device).
 
 mod cache;
 mod driver;
-#[cfg(test)]
-mod growable_tests;
 #[cfg(feature = "model")]
 pub mod model;
 mod policy;
+pub mod replay;
 mod request;
 mod stats;
 #[cfg(test)]
@@ -29,8 +29,8 @@ pub use crate::id::MemoryKind;
 
 pub use driver::SegmentDriver;
 pub use policy::{
-    AllocatorCapabilities, AllocatorConfig, DEFAULT_GROWABLE_RESERVATION, KindSupport,
-    LARGE_SEGMENT, MIN_ALIGNMENT, ROUNDING, SMALL_REQUEST_LIMIT, SMALL_SEGMENT,
+    AllocatorCapabilities, AllocatorConfig, KindSupport, LARGE_SEGMENT, MIN_ALIGNMENT, ROUNDING,
+    SMALL_REQUEST_LIMIT, SMALL_SEGMENT,
 };
 pub use request::{AllocPath, AllocRequest, Allocation, BlockHandle, Order, Release};
 pub use stats::AllocatorStats;
@@ -68,11 +68,6 @@ impl DeviceAllocator {
     /// The capabilities it decides from.
     pub const fn capabilities(&self) -> &AllocatorCapabilities {
         &self.capabilities
-    }
-
-    /// The tunables it follows.
-    pub const fn config(&self) -> &AllocatorConfig {
-        &self.config
     }
 
     /// Serves a request.
@@ -163,9 +158,8 @@ impl DeviceAllocator {
         }
     }
 
-    /// Returns cached memory to the driver: every segment that is wholly free and the free
-    /// granules at the end of growable segments, after reclaiming frees that have completed.
-    /// Returns the number of bytes released.
+    /// Returns cached memory to the driver: every segment that is wholly free, after reclaiming
+    /// frees that have completed. Returns the number of bytes released.
     pub fn trim<D: SegmentDriver>(&mut self, driver: &mut D) -> Result<usize> {
         let mut released = 0;
         for cache in &mut self.caches {
@@ -185,12 +179,5 @@ impl DeviceAllocator {
         self.caches
             .iter()
             .try_for_each(KindCache::check_consistency)
-    }
-
-    /// Checks the bound a trim leaves: no growable segment keeps a whole free granule at its
-    /// end.
-    #[cfg(any(test, feature = "model"))]
-    pub fn check_trimmed(&self) -> core::result::Result<(), alloc::string::String> {
-        self.caches.iter().try_for_each(KindCache::check_trimmed)
     }
 }

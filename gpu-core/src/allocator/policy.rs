@@ -25,15 +25,14 @@ pub const LARGE_SEGMENT: usize = 20 << 20;
 const LARGE_REQUEST: usize = 10 << 20;
 /// Rounding of dedicated segments.
 const LARGE_ROUNDING: usize = 2 << 20;
+/// Address space a growable segment reserves (at least its first request, rounded up to the
+/// granularity): 1/64 of a 64-bit address space's practical reach, a quarter of a 32-bit one.
+pub(crate) const GROWABLE_RESERVE: usize = if usize::BITS >= 64 { 1 << 36 } else { 1 << 30 };
 /// Default [`AllocatorConfig::max_split_size`]: on the committed mixed trace it brings the
 /// fragmentation figure from 1.49 (no limit) to 1.20, for about twice as many segment calls.
 const DEFAULT_MAX_SPLIT: usize = 64 << 20;
 /// How much bigger than the request an oversize block may be and still serve it.
 const OVERSIZE_SLACK: usize = 20 << 20;
-/// Default [`AllocatorConfig::growable_reservation`]: 64 GiB of address space per growable
-/// segment where pointers have 64 bits (more than any one device's memory today), 256 MiB
-/// where they have fewer.
-pub const DEFAULT_GROWABLE_RESERVATION: usize = if usize::BITS >= 64 { 1 << 36 } else { 1 << 28 };
 
 /// What the driver offers for one memory kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,18 +124,17 @@ pub struct AllocatorConfig {
     /// stream freed them, holds the request (the bound in docs/allocator.md); `false` grows
     /// instead of waiting, and reserved memory can creep in programs with many streams.
     pub wait_before_growing: bool,
-    /// Growable segments (docs/allocator.md), for the kinds whose driver reports a
-    /// virtual-memory granularity ([`super::SegmentDriver::granularity`]): each stream lane
-    /// keeps, per pool, one reserved address range whose memory is mapped in granules at its
-    /// end. A miss that would get a new segment instead maps enough granules there, joined to
-    /// the free block at the end, and trims unmap the free granules at the end. Blocks of such
-    /// segments are split whatever `max_split_size` says (their free tail goes back to the
-    /// driver without moving live blocks). Default `false`.
+    /// Serve the large pool (requests above [`SMALL_REQUEST_LIMIT`]) from growable segments
+    /// where the driver has virtual memory management ([`SegmentDriver::map_granularity`]):
+    /// one reserved address range per stream whose mapped part grows by granularity-sized
+    /// pieces at its end, so that a request the free tail cannot hold extends it instead of
+    /// taking a new segment, and whose free tail is unmapped (returned to the driver) where
+    /// whole segments would be freed. Every block of a growable segment may be split
+    /// (`max_split_size` is not applied). Off by default; without virtual memory, ordinary
+    /// segments.
+    ///
+    /// [`SegmentDriver::map_granularity`]: super::SegmentDriver::map_granularity
     pub growable_segments: bool,
-    /// Bytes of address space each growable segment reserves (rounded up to the granularity;
-    /// a request larger than it reserves what it needs). Default
-    /// [`DEFAULT_GROWABLE_RESERVATION`]; the runtime caps it at the device's memory size.
-    pub growable_reservation: usize,
 }
 
 impl Default for AllocatorConfig {
@@ -147,8 +145,63 @@ impl Default for AllocatorConfig {
             release_before_growing: true,
             wait_before_growing: true,
             growable_segments: false,
-            growable_reservation: DEFAULT_GROWABLE_RESERVATION,
         }
+    }
+}
+
+impl AllocatorConfig {
+    /// The large pool's split limit: `max_split_size`, or none with growable segments.
+    #[inline]
+    pub(crate) const fn split_limit(&self) -> usize {
+        if self.growable_segments {
+            usize::MAX
+        } else {
+            self.max_split_size
+        }
+    }
+
+    /// Sets the tunable named `key` from its text form: `max_split_size` (a byte count above
+    /// zero, or `none`), `release_before_growing`, `wait_before_growing` and
+    /// `growable_segments` (`0` or `1`), `max_streams` (a count above zero). An unknown key or a bad value is an error naming
+    /// what was expected, and changes nothing.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let bad = |expected: &'static str| Error::TraceSyntax {
+            line: 0,
+            expected,
+            found: alloc::format!("{key}={value}"),
+        };
+        let flag = |expected| match value {
+            "0" => Ok(false),
+            "1" => Ok(true),
+            _ => Err(bad(expected)),
+        };
+        let count = |expected| match value.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(bad(expected)),
+        };
+        match key {
+            "max_split_size" if value == "none" => self.max_split_size = usize::MAX,
+            "max_split_size" => {
+                self.max_split_size = count("`max_split_size`: a byte count above zero or `none`")?
+            }
+            "release_before_growing" => {
+                self.release_before_growing = flag("`release_before_growing`: `0` or `1`")?
+            }
+            "wait_before_growing" => {
+                self.wait_before_growing = flag("`wait_before_growing`: `0` or `1`")?
+            }
+            "growable_segments" => {
+                self.growable_segments = flag("`growable_segments`: `0` or `1`")?
+            }
+            "max_streams" => self.max_streams = count("`max_streams`: a count above zero")?,
+            _ => {
+                return Err(bad(
+                    "max_split_size, release_before_growing, wait_before_growing, \
+                     growable_segments or max_streams",
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -225,10 +278,11 @@ pub(crate) fn shape(
         .ok_or_else(|| too_large(size, usize::MAX - alignment))?;
     let segment = segment_size(search).ok_or_else(|| too_large(size, usize::MAX - alignment))?;
     let large = search > SMALL_REQUEST_LIMIT;
+    let split_limit = config.split_limit();
     let max_block = if !large {
         usize::MAX
-    } else if search < config.max_split_size {
-        config.max_split_size - 1
+    } else if search < split_limit {
+        split_limit - 1
     } else {
         search.saturating_add(OVERSIZE_SLACK)
     };
@@ -243,19 +297,17 @@ pub(crate) fn shape(
     })
 }
 
-/// Whether a block of `block_size` bytes in the given pool, serving `used` bytes, is split;
-/// blocks of growable segments are split as small-pool blocks are, whatever their size.
+/// Whether a block of `block_size` bytes in the given pool, serving `used` bytes, is split.
 #[inline]
 pub(crate) fn should_split(
     large: bool,
-    growable: bool,
     block_size: usize,
     used: usize,
     config: &AllocatorConfig,
 ) -> bool {
     let rest = block_size - used;
-    if large && !growable {
-        rest > SMALL_REQUEST_LIMIT && block_size < config.max_split_size
+    if large {
+        rest > SMALL_REQUEST_LIMIT && block_size < config.split_limit()
     } else {
         rest >= ROUNDING
     }
@@ -328,10 +380,9 @@ mod tests {
         assert_eq!(below.max_block, (64 << 20) - 1);
         let above = shape(100 << 20, 1, usize::MAX, &config).unwrap();
         assert_eq!(above.max_block, (100 << 20) + OVERSIZE_SLACK);
-        assert!(!should_split(true, false, 128 << 20, 100 << 20, &config));
-        assert!(should_split(true, true, 128 << 20, 100 << 20, &config));
-        assert!(should_split(true, false, 40 << 20, 30 << 20, &config));
-        assert!(!should_split(false, false, 1024, 768, &config));
-        assert!(should_split(false, false, 1024, 512, &config));
+        assert!(!should_split(true, 128 << 20, 100 << 20, &config));
+        assert!(should_split(true, 40 << 20, 30 << 20, &config));
+        assert!(!should_split(false, 1024, 768, &config));
+        assert!(should_split(false, 1024, 512, &config));
     }
 }

@@ -77,10 +77,9 @@ pub enum AllocPath {
     /// A stream-ordered request for a kind without a stream-ordered form: the host waited for
     /// the request's dependencies, then the driver allocated synchronously.
     Fallback,
-    /// The requester's growable segment grew: the driver mapped new memory at its end
-    /// (usable at once by every stream), joined to the free block there
+    /// A growable segment's mapped part grew to hold it
     /// ([`AllocatorConfig::growable_segments`](super::AllocatorConfig::growable_segments)).
-    Grown,
+    SegmentGrown,
 }
 
 /// A block's slot in its cache (low half) and its generation (high half), in one word that is

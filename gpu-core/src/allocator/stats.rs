@@ -4,7 +4,7 @@
 /// Statistics of one memory kind on one device.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AllocatorStats {
-    /// Bytes held from the driver (all segments; for growable segments, their mapped bytes).
+    /// Bytes held from the driver (all segments).
     pub reserved: usize,
     /// Highest `reserved` seen.
     pub peak_reserved: usize,
@@ -20,28 +20,20 @@ pub struct AllocatorStats {
     pub cached: usize,
     /// Bytes freed but waiting for work on other streams to finish.
     pub pending: usize,
-    /// Segments currently held (growable ones included).
+    /// Segments currently held.
     pub segments: usize,
-    /// Bytes mapped in growable segments (a part of `reserved`).
-    pub mapped: usize,
-    /// Bytes of address space reserved for growable segments, mapped or not.
-    pub reserved_address_space: usize,
     /// Driver calls of every kind (segment allocations and frees, event operations, waits,
     /// synchronisations).
     pub driver_calls: u64,
-    /// Segments obtained from the driver (growable segments' reservations included).
+    /// Segments obtained from the driver.
     pub segment_allocations: u64,
-    /// Segments returned to the driver (growable segments' reservations included).
+    /// Segments returned to the driver.
     pub segment_frees: u64,
-    /// Map calls that grew a growable segment.
-    pub segment_grows: u64,
-    /// Unmap calls that returned the free end of a growable segment.
-    pub segment_shrinks: u64,
     /// Requests served from the cache (same stream, or a block no work can be using).
     pub hits: u64,
     /// Requests served from the cache with a block freed on another stream.
     pub cross_stream_hits: u64,
-    /// Requests that needed a new segment or a segment to grow.
+    /// Requests that needed a new segment.
     pub misses: u64,
     /// Stream-ordered requests served by the wait-then-synchronous fallback.
     pub fallbacks: u64,
@@ -49,6 +41,12 @@ pub struct AllocatorStats {
     pub oom_retries: u64,
     /// Requests that failed with out of memory after the whole ladder.
     pub oom_errors: u64,
+    /// Address space reserved for growable segments (their mapped part counts in `reserved`).
+    pub address_space: usize,
+    /// Pieces of physical memory mapped into growable segments (each a driver allocation).
+    pub maps: u64,
+    /// Pieces unmapped from growable segments' free tails.
+    pub unmaps: u64,
 }
 
 impl AllocatorStats {
@@ -93,36 +91,21 @@ impl AllocatorStats {
         }
     }
 
-    /// A growable segment's reservation of `bytes` of address space made.
-    pub(crate) fn note_reservation(&mut self, bytes: usize) {
-        self.reserved_address_space += bytes;
-        self.segments += 1;
-        self.segment_allocations += 1;
-    }
-
-    /// A growable segment (its reservation still counted until released) given up.
-    pub(crate) fn note_segment_dropped(&mut self) {
-        self.segments -= 1;
-        self.segment_frees += 1;
-    }
-
-    /// `bytes` newly mapped in a growable segment, free.
+    /// `bytes` more mapped into a growable segment (free, cached).
     pub(crate) fn note_mapped(&mut self, bytes: usize) {
-        self.mapped += bytes;
         self.reserved += bytes;
         self.cached += bytes;
-        self.segment_grows += 1;
+        self.maps += 1;
         if self.reserved > self.peak_reserved {
             self.peak_reserved = self.reserved;
         }
     }
 
-    /// `bytes` of free memory unmapped from a growable segment.
+    /// `bytes` of a growable segment's free tail unmapped.
     pub(crate) fn note_unmapped(&mut self, bytes: usize) {
-        self.mapped -= bytes;
         self.reserved -= bytes;
         self.cached -= bytes;
-        self.segment_shrinks += 1;
+        self.unmaps += 1;
     }
 
     #[inline]

@@ -386,6 +386,58 @@ fn pending_frees_are_polled_without_misses_so_their_events_stay_bounded() {
     a.check_consistency().unwrap();
 }
 
+/// An allocator with growable segments over a fake with virtual memory of 2 MiB granules.
+fn growable() -> (DeviceAllocator, FakeDriver) {
+    let config = AllocatorConfig {
+        growable_segments: true,
+        ..AllocatorConfig::default()
+    };
+    let mut d = FakeDriver::new(usize::MAX / 2);
+    d.granularity = Some(2 * MIB);
+    let a = DeviceAllocator::new(DeviceId(0), capabilities([true; 3], true), config);
+    (a, d)
+}
+
+#[test]
+fn a_growing_tensor_extends_its_growable_segment_and_the_free_tail_goes_back() {
+    let (mut a, mut d) = growable();
+    // A buffer freed and asked for again a little larger each step (a batch of growing
+    // sequences): each miss maps only what the free tail lacks.
+    let mut last = None;
+    for size in [8 * MIB, 16 * MIB, 24 * MIB, 40 * MIB] {
+        if let Some(old) = last.take() {
+            a.free(&mut d, old, Release::OnStream(S0)).unwrap();
+        }
+        let grown = a.allocate(&mut d, &on(S0, size)).unwrap();
+        assert_eq!(grown.path, AllocPath::SegmentGrown);
+        last = Some(grown.handle);
+    }
+    let stats = a.stats(MemoryKind::Device);
+    assert_eq!((stats.segments, stats.segment_allocations), (1, 0));
+    assert_eq!(d.reserved_ranges().len(), 1);
+    // 40 MiB mapped in 4 pieces, where segments would have held 8 + 16 + 24 + 40 MiB (or
+    // released and re-allocated them).
+    assert_eq!((stats.peak_reserved, stats.maps), (40 * MIB, 4));
+    a.check_consistency().unwrap();
+    a.free(&mut d, last.unwrap(), Release::OnStream(S0))
+        .unwrap();
+    d.finish_all();
+    assert_eq!(a.trim(&mut d).unwrap(), stats.reserved);
+    let end = a.stats(MemoryKind::Device);
+    assert_eq!((end.reserved, end.segments, end.address_space), (0, 0, 0));
+    assert!(d.reserved_ranges().is_empty() && d.live_segments().is_empty());
+    assert!(d.violations.is_empty(), "{:?}", d.violations);
+}
+
+#[test]
+fn without_virtual_memory_growable_segments_are_ordinary_ones() {
+    let (mut a, mut d) = growable();
+    d.granularity = None;
+    let block = a.allocate(&mut d, &on(S0, 12 * MIB)).unwrap();
+    assert_eq!(block.path, AllocPath::DriverStreamOrdered);
+    assert_eq!(a.stats(MemoryKind::Device).maps, 0);
+}
+
 #[test]
 fn out_of_memory_reclaims_cached_segments_then_reports_the_numbers() {
     let (mut a, mut d) = (allocator(true), FakeDriver::new(24 * MIB));

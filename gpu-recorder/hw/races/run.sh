@@ -6,10 +6,13 @@
 # the traces and tool outputs under $OUT/NAME.VARIANT/. No Rust needed.
 # Beside this script (or named by RECORDER, CHECKER): libgpu_recorder.so, gpu-trace-check.
 # PYTHON (default python3) runs the PyTorch programs, skipped where torch is missing.
-# Until the recorder writes footprints (issue 25, step 4: copies', fills' and launches' ranges,
-# allocations and frees, our plug-ins' block events), the "ours" column of recorded runs finds
-# nothing; the hand-written traces of the same programs (gpu-core/tests/races/) are what the
-# checker is tested on. The compute-sanitizer columns and times stand on their own.
+# The recorder writes footprints (copies', fills' and launches' ranges, allocations and frees,
+# non-blocking streams; our PyTorch plug-in's block events for runtime_no_foreign_mark): the
+# "ours" column is gpu-trace-check's verdict on them. Launches count, conservatively, as
+# read-write of each whole allocation a parameter points into, so a fixed twin whose streams
+# use different parts of one allocation (c_pool_wrong_stream's pool segment) may be reported
+# too. The hand-written traces of the same programs (gpu-core/tests/races/) say what the
+# checker finds with exact footprints. The compute-sanitizer columns and times stand alone.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 recorder=${RECORDER:-$here/libgpu_recorder.so}

@@ -42,10 +42,6 @@ pub struct HostDeviceConfig {
     /// On the link that joins devices for peer access (NVLink on the GPU box): peer access is
     /// possible between two devices that both have it. True by default.
     pub peer_link: bool,
-    /// The virtual-memory granularity the device reports for every kind
-    /// ([`gpu_core::backend::Backend::vm_granularity`]): a power of two of at least 4 KiB, or
-    /// `None` for no virtual memory. 2 MiB by default, as CUDA's.
-    pub vm_granularity: Option<usize>,
 }
 
 impl HostDeviceConfig {
@@ -112,7 +108,6 @@ impl Default for HostDeviceConfig {
             allocator: Self::ALL_CAPABILITIES,
             workgroup: Self::H200_WORKGROUP,
             peer_link: true,
-            vm_granularity: Some(2 << 20),
         }
     }
 }

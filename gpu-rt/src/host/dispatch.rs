@@ -98,19 +98,35 @@ impl Backend for HostBackend {
         Ok(())
     }
 
-    fn vm_granularity(&self, device: DeviceId, _kind: MemoryKind) -> Result<Option<usize>> {
-        Ok(self.device_config(device)?.vm_granularity)
+    /// Modelled for every kind the device has: reserved ranges are host memory the host
+    /// commits when touched, mapped from their start in pieces of [`HOST_VM_GRANULARITY`]
+    /// counted against the device's capacity; accesses beyond the mapped part are refused as
+    /// beyond an allocation.
+    ///
+    /// [`HOST_VM_GRANULARITY`]: super::HOST_VM_GRANULARITY
+    fn vm_granularity(&self, device: DeviceId, kind: MemoryKind) -> Option<usize> {
+        let config = self.device_config(device).ok()?;
+        config
+            .allocator
+            .support(kind)
+            .available
+            .then_some(super::HOST_VM_GRANULARITY)
     }
 
     fn vm_reserve(
         &self,
         device: DeviceId,
         kind: MemoryKind,
-        bytes: usize,
-    ) -> Result<Option<usize>> {
-        let call = self.calls.enter(CallKind::VmReserve)?;
-        let granularity = self.vm_checked(device, kind, call)?;
-        lock(&self.memory).reserve(device, kind, bytes, granularity, call)
+        wanted: usize,
+        needed: usize,
+    ) -> Result<Option<(usize, usize)>> {
+        let call = self.calls.enter(CallKind::Allocate)?;
+        check_device(self, device)?;
+        self.usable(device, call)?;
+        if self.vm_granularity(device, kind).is_none() {
+            return Err(HostErrorCode::NotSupported.error(call));
+        }
+        lock(&self.memory).reserve(device, kind, (wanted, needed))
     }
 
     fn vm_map(
@@ -118,40 +134,47 @@ impl Backend for HostBackend {
         device: DeviceId,
         kind: MemoryKind,
         address: usize,
-        bytes: usize,
+        size: usize,
     ) -> Result<bool> {
-        let call = self.calls.enter(CallKind::VmMap)?;
-        let granularity = self.vm_checked(device, kind, call)?;
-        let range = ByteRange {
-            start: address,
-            len: bytes,
-        };
-        lock(&self.memory).map(device, kind, range, granularity, call)
+        let call = self.calls.enter(CallKind::Allocate)?;
+        check_device(self, device)?;
+        self.usable(device, call)?;
+        lock(&self.memory).map(device, kind, (address, size), call)
     }
 
-    /// The host waits for `after`'s queued work before the bytes are unmapped (as the CUDA
-    /// translation synchronises the stream before `cuMemUnmap`).
+    fn vm_set_access(
+        &self,
+        device: DeviceId,
+        _address: usize,
+        _size: usize,
+        peer: DeviceId,
+    ) -> Result<()> {
+        self.calls.enter(CallKind::Allocate)?;
+        check_device(self, device)?;
+        // Host memory: every simulated device reaches it already.
+        check_device(self, peer)
+    }
+
     fn vm_unmap(
         &self,
         device: DeviceId,
         kind: MemoryKind,
         address: usize,
-        bytes: usize,
+        size: usize,
         after: Option<HostStream>,
     ) -> Result<()> {
-        let call = self.calls.enter(CallKind::VmUnmap)?;
-        let granularity = self.vm_checked(device, kind, call)?;
-        if let Some(stream) = after.map(|s| self.stream(s, call)).transpose()? {
+        let call = self.calls.enter(CallKind::Free)?;
+        check_device(self, device)?;
+        self.current.require(device, call)?;
+        if let Some(stream) = after {
+            // Unmapping is not stream-ordered: the stream's queued work finishes first.
+            let stream = self.stream(stream, call)?;
             if stream.device != device {
                 return Err(HostErrorCode::InvalidHandle.error(call));
             }
             stream.tail().wait()?;
         }
-        let range = ByteRange {
-            start: address,
-            len: bytes,
-        };
-        lock(&self.memory).unmap(device, kind, range, granularity, call)
+        lock(&self.memory).unmap(device, kind, (address, size), call)
     }
 
     fn vm_release(
@@ -159,15 +182,11 @@ impl Backend for HostBackend {
         device: DeviceId,
         kind: MemoryKind,
         address: usize,
-        bytes: usize,
+        size: usize,
     ) -> Result<()> {
-        let call = self.calls.enter(CallKind::VmRelease)?;
-        self.vm_checked(device, kind, call)?;
-        let range = ByteRange {
-            start: address,
-            len: bytes,
-        };
-        lock(&self.memory).release_reservation(device, kind, range, call)
+        let call = self.calls.enter(CallKind::Free)?;
+        check_device(self, device)?;
+        lock(&self.memory).release_range(device, kind, (address, size), call)
     }
 
     /// Recorded, and every later copy, fill and launch argument in that memory is checked

@@ -87,14 +87,6 @@ call_kinds! {
     AllocateOnStream => "allocate_on_stream",
     /// `free`.
     Free => "free",
-    /// `vm_reserve`.
-    VmReserve => "vm_reserve",
-    /// `vm_map`.
-    VmMap => "vm_map",
-    /// `vm_unmap`.
-    VmUnmap => "vm_unmap",
-    /// `vm_release`.
-    VmRelease => "vm_release",
     /// `host_register`.
     HostRegister => "host_register",
     /// `host_unregister`.

@@ -1,7 +1,6 @@
 //! The host backend's memory: device allocations backed by host memory (tracked, capacity
-//! limited, freed only once no queued work holds them), reservations mapped in pieces
-//! (`virtual_memory.rs`), the buffers a runtime carved out of them (every access is checked
-//! against its buffer), and the registered host ranges.
+//! limited, freed only once no queued work holds them), the buffers a runtime carved out of
+//! them (every access is checked against its buffer), and the registered host ranges.
 
 use alloc::collections::BTreeMap;
 use alloc::collections::btree_map::Entry;
@@ -35,6 +34,10 @@ use gpu_core::id::DeviceId;
 /// ```
 pub const HOST_ALLOCATION_ALIGNMENT: usize = 256;
 
+/// The granularity of the host backend's virtual memory model (`Backend::vm_granularity`):
+/// 2 MiB, CUDA's for device memory on current GPUs.
+pub const HOST_VM_GRANULARITY: usize = 2 << 20;
+
 /// One block of host memory standing in for device memory. It is shared (`Arc`) by the
 /// allocation table and by every queued work item that touches it, and returned to the host
 /// allocator when the last holder lets go: a free never pulls memory from under queued work.
@@ -44,8 +47,8 @@ pub(super) struct Block {
     layout: Layout,
     /// The owning device's bytes in use, given back when the block is released.
     usage: Arc<AtomicUsize>,
-    /// The bytes of `usage` this block holds: its size, or a reservation's mapped bytes.
-    pub(super) charged: AtomicUsize,
+    /// The bytes of it counted in `usage`: all of it, or a reserved range's mapped part.
+    charged: AtomicUsize,
 }
 
 // SAFETY: a `Block` owns its memory outright; the pointer is only an address for other
@@ -53,6 +56,16 @@ pub(super) struct Block {
 unsafe impl Send for Block {}
 // SAFETY: as above; `Block` has no interior state behind `&self`.
 unsafe impl Sync for Block {}
+
+impl Block {
+    /// The block's bytes as a range.
+    pub(super) fn range(&self) -> ByteRange {
+        ByteRange {
+            start: self.ptr.as_ptr() as usize,
+            len: self.layout.size(),
+        }
+    }
+}
 
 impl Drop for Block {
     fn drop(&mut self) {
@@ -74,30 +87,30 @@ pub(super) struct Allocation {
     pub(super) stream_ordered: bool,
     /// The memory, shared with queued work that touches it.
     pub(super) block: Arc<Block>,
-    /// The bytes it stands for, inside `block` (all of it but for a reservation's slack).
-    pub(super) span: ByteRange,
     /// The buffers a runtime's allocator carved out of it (start -> length), as it said through
     /// [`gpu_core::backend::Backend::note_buffer`]. Once there is one, an access must lie in
     /// the buffer it starts in; memory between buffers is freed memory.
-    pub(super) buffers: BTreeMap<usize, usize>,
-    /// A reservation ([`gpu_core::backend::Backend::vm_reserve`]): its mapped pieces (start ->
-    /// length); an access must lie in mapped bytes. `None` for an ordinary allocation.
-    pub(super) mapped: Option<BTreeMap<usize, usize>>,
+    buffers: BTreeMap<usize, usize>,
+    /// A reserved address range (`Backend::vm_reserve`): the bytes mapped from its start.
+    mapped: Option<usize>,
 }
 
 impl Allocation {
+    /// The bytes that may be accessed: the block, or a reserved range's mapped part.
+    fn extent(&self) -> ByteRange {
+        let whole = self.block.range();
+        ByteRange {
+            start: whole.start,
+            len: self.mapped.unwrap_or(whole.len),
+        }
+    }
+
     /// The bytes an access that starts at `address` (inside the allocation) may reach: its
     /// buffer's, or the whole allocation's if no buffer was carved out of it. An address
     /// between buffers is [`Error::UnknownAddress`]: no live buffer holds it.
     fn bounds_at(&self, address: usize) -> Result<ByteRange> {
         if self.buffers.is_empty() {
-            return match &self.mapped {
-                None => Ok(self.span),
-                Some(pieces) => mapped_run(pieces, address).ok_or(Error::UnknownAddress {
-                    device: self.device,
-                    address,
-                }),
-            };
+            return Ok(self.extent());
         }
         self.buffers
             .range(..=address)
@@ -153,28 +166,11 @@ impl Region {
 /// Every allocation and registered range of one backend.
 #[derive(Debug)]
 pub(super) struct Memory {
-    pub(super) allocations: BTreeMap<usize, Allocation>,
+    allocations: BTreeMap<usize, Allocation>,
     registered: BTreeMap<usize, usize>,
-    /// Per device: bytes of live blocks (including blocks freed but still held by queued work)
-    /// and of mapped pieces.
-    pub(super) usage: Vec<Arc<AtomicUsize>>,
-    pub(super) capacity: Vec<usize>,
-}
-
-/// The run of adjacent mapped pieces (start -> length) holding `address`, if it is mapped.
-pub(super) fn mapped_run(pieces: &BTreeMap<usize, usize>, address: usize) -> Option<ByteRange> {
-    let (&start, &len) = pieces.range(..=address).next_back()?;
-    if address >= start + len {
-        return None;
-    }
-    let mut end = start + len;
-    while let Some(&next) = pieces.get(&end) {
-        end += next;
-    }
-    Some(ByteRange {
-        start,
-        len: end - start,
-    })
+    /// Per device: bytes of live blocks (including blocks freed but still held by queued work).
+    usage: Vec<Arc<AtomicUsize>>,
+    capacity: Vec<usize>,
 }
 
 /// The entry of `map` (keyed by start) with the highest start at or below `range`'s last
@@ -191,7 +187,7 @@ fn overlapping<V>(
 }
 
 fn allocation_extent(_start: usize, a: &Allocation) -> ByteRange {
-    a.span
+    a.block.range()
 }
 
 fn registered_extent(start: usize, len: &usize) -> ByteRange {
@@ -232,68 +228,182 @@ impl Memory {
                 what: "allocation size",
             });
         }
-        if bytes > self.available(device) {
+        let usage = &self.usage[device.index()];
+        // The table's lock serialises allocations; releases only make room meanwhile.
+        let available = self.capacity[device.index()].saturating_sub(usage.load(Ordering::Acquire));
+        if bytes > available {
             return Ok(None);
         }
-        Ok(self.insert_block(
-            device,
-            bytes,
-            HOST_ALLOCATION_ALIGNMENT,
-            bytes,
-            |block, span| Allocation {
+        let Ok(layout) = Layout::from_size_align(bytes, HOST_ALLOCATION_ALIGNMENT) else {
+            return Ok(None);
+        };
+        let address = self.insert_block((device, kind), layout, stream_ordered, None);
+        if address.is_some() {
+            self.usage[device.index()].fetch_add(bytes, Ordering::AcqRel);
+        }
+        Ok(address)
+    }
+
+    /// Allocates zeroed host memory of `layout` and records it as an allocation of `device`
+    /// and `kind` (a reserved range when `mapped` is `Some`, with nothing charged to the
+    /// device's usage, else charged whole by the caller); its address, or `None` when the host
+    /// has no memory for it.
+    fn insert_block(
+        &mut self,
+        (device, kind): (DeviceId, MemoryKind),
+        layout: Layout,
+        stream_ordered: bool,
+        mapped: Option<usize>,
+    ) -> Option<usize> {
+        // SAFETY: every caller's `layout` has a non-zero size.
+        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })?;
+        let charged = if mapped.is_some() { 0 } else { layout.size() };
+        let block = Arc::new(Block {
+            ptr,
+            layout,
+            usage: self.usage[device.index()].clone(),
+            charged: AtomicUsize::new(charged),
+        });
+        let address = ptr.as_ptr() as usize;
+        self.allocations.insert(
+            address,
+            Allocation {
                 device,
                 kind,
                 stream_ordered,
                 block,
-                span,
                 buffers: BTreeMap::new(),
-                mapped: None,
+                mapped,
             },
-        ))
+        );
+        Some(address)
     }
 
-    /// Bytes `device` may still take.
-    pub(super) fn available(&self, device: DeviceId) -> usize {
-        // The table's lock serialises allocations; releases only make room meanwhile.
-        self.capacity[device.index()]
-            .saturating_sub(self.usage[device.index()].load(Ordering::Acquire))
-    }
-
-    /// `bytes` zeroed bytes aligned to `align`, charging `charged` bytes to `device`, and
-    /// recorded as the allocation `entry` makes of the block and the bytes' range; their
-    /// address, or `None` when the host has no room.
-    ///
-    /// Above [`HOST_ALLOCATION_ALIGNMENT`] (a reservation's granularity) the block is `align`
-    /// bytes larger and aligned only as the C allocator's `calloc` is: zeroed memory aligned
-    /// beyond that is written zero page by page, where `calloc`'s pages stay untouched (and
-    /// unbacked) until used, as a reservation's must.
-    pub(super) fn insert_block(
+    /// Reserves an address range of `device` for `kind`: `wanted` bytes, or what the device's
+    /// capacity allows (at least `needed`), as host memory the host commits only when touched;
+    /// nothing of it mapped, nothing counted in use. `None` when not even `needed` fits.
+    pub(super) fn reserve(
         &mut self,
         device: DeviceId,
-        bytes: usize,
-        align: usize,
-        charged: usize,
-        entry: impl FnOnce(Arc<Block>, ByteRange) -> Allocation,
-    ) -> Option<usize> {
-        let layout = if align > HOST_ALLOCATION_ALIGNMENT {
-            Layout::from_size_align(bytes.checked_add(align)?, 16).ok()?
-        } else {
-            Layout::from_size_align(bytes, align).ok()?
+        kind: MemoryKind,
+        (wanted, needed): (usize, usize),
+    ) -> Result<Option<(usize, usize)>> {
+        let size =
+            wanted.min(self.capacity[device.index()] / HOST_VM_GRANULARITY * HOST_VM_GRANULARITY);
+        if size < needed || size == 0 {
+            return Ok(None);
+        }
+        let Ok(layout) = Layout::from_size_align(size, HOST_VM_GRANULARITY) else {
+            return Ok(None);
         };
-        // SAFETY: `layout` has a non-zero size (the callers refuse zero).
-        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })?;
-        let start = (ptr.as_ptr() as usize).next_multiple_of(align);
-        let usage = &self.usage[device.index()];
-        usage.fetch_add(charged, Ordering::AcqRel);
-        let block = Arc::new(Block {
-            ptr,
-            layout,
-            usage: usage.clone(),
-            charged: AtomicUsize::new(charged),
+        Ok(self
+            .insert_block((device, kind), layout, false, Some(0))
+            .map(|address| (address, size)))
+    }
+
+    /// The reserved range of `device` and `kind` that `[address, address + size)` lies in, the
+    /// piece granularity-aligned: its start and the allocation.
+    fn reserved_range(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        (address, size): (usize, usize),
+        call: &'static str,
+    ) -> Result<&mut Allocation> {
+        let invalid = || HostErrorCode::InvalidValue.error(call);
+        if !address.is_multiple_of(HOST_VM_GRANULARITY) || !size.is_multiple_of(HOST_VM_GRANULARITY)
+        {
+            return Err(invalid());
+        }
+        let (_, allocation) = self
+            .allocations
+            .range_mut(..=address)
+            .next_back()
+            .ok_or_else(invalid)?;
+        let fits = allocation.block.range().contains(&ByteRange {
+            start: address,
+            len: size.max(1),
         });
-        let span = ByteRange { start, len: bytes };
-        self.allocations.insert(start, entry(block, span));
-        Some(start)
+        if allocation.mapped.is_none()
+            || allocation.device != device
+            || allocation.kind != kind
+            || !fits
+        {
+            return Err(invalid());
+        }
+        Ok(allocation)
+    }
+
+    /// Maps `size` bytes at `address`, the end of its reserved range's mapped part; `false`
+    /// when the device's capacity cannot hold them.
+    pub(super) fn map(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        (address, size): (usize, usize),
+        call: &'static str,
+    ) -> Result<bool> {
+        let capacity = self.capacity[device.index()];
+        let allocation = self.reserved_range(device, kind, (address, size), call)?;
+        let end = allocation.extent().start + allocation.extent().len;
+        if address != end || size == 0 {
+            return Err(HostErrorCode::InvalidValue.error(call));
+        }
+        let usage = &allocation.block.usage;
+        if size > capacity.saturating_sub(usage.load(Ordering::Acquire)) {
+            return Ok(false);
+        }
+        usage.fetch_add(size, Ordering::AcqRel);
+        allocation.block.charged.fetch_add(size, Ordering::AcqRel);
+        allocation.mapped = allocation.mapped.map(|mapped| mapped + size);
+        Ok(true)
+    }
+
+    /// Unmaps the last `size` bytes of a reserved range's mapped part, at `address`; a live
+    /// buffer in them is `HOST_INVALID_VALUE`, changing nothing.
+    pub(super) fn unmap(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        (address, size): (usize, usize),
+        call: &'static str,
+    ) -> Result<()> {
+        let allocation = self.reserved_range(device, kind, (address, size), call)?;
+        let piece = ByteRange {
+            start: address,
+            len: size,
+        };
+        let buffer_inside = overlapping(&allocation.buffers, piece, registered_extent).is_some();
+        let end = allocation.extent().start + allocation.extent().len;
+        if address + size != end || size == 0 || buffer_inside {
+            return Err(HostErrorCode::InvalidValue.error(call));
+        }
+        allocation.block.usage.fetch_sub(size, Ordering::AcqRel);
+        allocation.block.charged.fetch_sub(size, Ordering::AcqRel);
+        allocation.mapped = allocation.mapped.map(|mapped| mapped - size);
+        Ok(())
+    }
+
+    /// Releases the reserved range at `address` of `size` bytes, nothing of it mapped.
+    pub(super) fn release_range(
+        &mut self,
+        device: DeviceId,
+        kind: MemoryKind,
+        (address, size): (usize, usize),
+        call: &'static str,
+    ) -> Result<()> {
+        match self.allocations.get(&address) {
+            Some(a)
+                if a.device == device
+                    && a.kind == kind
+                    && a.mapped == Some(0)
+                    && a.block.range().len == size =>
+            {
+                self.allocations.remove(&address);
+                Ok(())
+            }
+            _ => Err(HostErrorCode::InvalidValue.error(call)),
+        }
     }
 
     /// Takes the allocation at `address` out of the table, after checking it is a live
@@ -307,9 +417,7 @@ impl Memory {
         call: &'static str,
     ) -> Result<Arc<Block>> {
         match self.allocations.entry(address) {
-            Entry::Occupied(a)
-                if a.get().device == device && a.get().kind == kind && a.get().mapped.is_none() =>
-            {
+            Entry::Occupied(a) if a.get().device == device && a.get().kind == kind => {
                 Ok(a.remove().block)
             }
             _ => Err(HostErrorCode::InvalidValue.error(call)),
@@ -328,7 +436,7 @@ impl Memory {
     ) -> Result<Option<&Allocation>> {
         match overlapping(&self.allocations, range, allocation_extent) {
             None => Ok(None),
-            Some(a) if a.span.contains(&range) => {
+            Some(a) if a.extent().contains(&range) => {
                 let bounds = a.bounds_at(range.start)?;
                 if bounds.contains(&range) {
                     Ok(Some(a))
@@ -373,10 +481,7 @@ impl Memory {
             .map(|(&start, _)| start)
             .ok_or_else(invalid)?;
         let allocation = self.allocations.get_mut(&start).ok_or_else(invalid)?;
-        let unmapped = allocation.mapped.as_ref().is_some_and(|pieces| {
-            mapped_run(pieces, range.start).is_none_or(|run| !run.contains(&range))
-        });
-        if !allocation.span.contains(&range) || unmapped {
+        if !allocation.extent().contains(&range) {
             return Err(invalid());
         }
         let buffers = &mut allocation.buffers;
@@ -438,20 +543,13 @@ impl Memory {
         self.registered_containing(ptr).or_else(|| {
             overlapping(&self.allocations, byte_at(ptr), allocation_extent)
                 .filter(|a| a.kind == MemoryKind::HostPinned)
-                .map(|a| a.span)
+                .map(Allocation::extent)
         })
     }
 
-    /// Live allocations and their bytes (a reservation's: those mapped).
+    /// Live allocations and their bytes.
     pub(super) fn allocation_totals(&self) -> (usize, usize) {
-        let bytes = self
-            .allocations
-            .values()
-            .map(|a| match &a.mapped {
-                None => a.span.len,
-                Some(pieces) => pieces.values().sum(),
-            })
-            .sum();
+        let bytes = self.allocations.values().map(|a| a.block.range().len).sum();
         (self.allocations.len(), bytes)
     }
 

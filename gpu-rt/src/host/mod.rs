@@ -111,7 +111,6 @@ mod memory;
 mod streams;
 #[cfg(test)]
 mod tests;
-mod virtual_memory;
 
 use alloc::boxed::Box;
 use alloc::format;
@@ -142,7 +141,7 @@ pub use config::{HostConfig, HostDeviceConfig, HostStats};
 pub use faults::{CallCounts, CallKind};
 pub use kernels::{DeviceScalar, DeviceView, HostKernel, KernelContext, KernelFn};
 pub use library::standard_kernels;
-pub use memory::HOST_ALLOCATION_ALIGNMENT;
+pub use memory::{HOST_ALLOCATION_ALIGNMENT, HOST_VM_GRANULARITY};
 pub use streams::{HostEvent, HostGraph, HostStream, WorkOp, WorkOutcome, WorkRecord};
 
 pub use gpu_core::backend::MAX_THREADS_PER_WORKGROUP;
@@ -682,19 +681,6 @@ impl HostBackend {
             return Ok(None);
         }
         lock(&self.memory).allocate(device, kind, bytes, stream_ordered)
-    }
-
-    /// The granularity of `device`'s virtual memory for a call on `kind`, checked as an
-    /// allocation is (current device, not lost, kind available); `HOST_NOT_SUPPORTED` when the
-    /// device has none.
-    fn vm_checked(&self, device: DeviceId, kind: MemoryKind, call: &'static str) -> Result<usize> {
-        check_device(self, device)?;
-        self.usable(device, call)?;
-        let config = self.device_config(device)?;
-        match config.vm_granularity {
-            Some(granularity) if config.allocator.support(kind).available => Ok(granularity),
-            _ => Err(HostErrorCode::NotSupported.error(call)),
-        }
     }
 
     /// Whether `device` was given access to `peer`'s memory.

@@ -242,6 +242,50 @@ impl<B: Backend> Runtime<B> {
         })
     }
 
+    /// Records every device-memory allocation, free and use on another stream from now on
+    /// into `out`, in the allocation trace format that `gpu-alloc-replay` replays
+    /// (docs/alloc-trace-format.md; streams by their runtime numbers). Allocations live before
+    /// the call are left out, with their frees. Returns the recording: [`AllocTrace::finish`]
+    /// flushes it and reports a failed write (a write error stops the recording, never a
+    /// call); dropping the runtime flushes it too. A call while recording starts a new one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    /// use std::sync::{Arc, Mutex};
+    ///
+    /// #[derive(Clone, Default)]
+    /// struct Shared(Arc<Mutex<Vec<u8>>>);
+    /// impl std::io::Write for Shared {
+    ///     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+    ///         self.0.lock().unwrap().write(bytes)
+    ///     }
+    ///     fn flush(&mut self) -> std::io::Result<()> { Ok(()) }
+    /// }
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let text = Shared::default();
+    /// let trace = rt.record_allocations(Box::new(text.clone())).unwrap();
+    /// drop(rt.alloc(DeviceId(0), MemoryKind::Device, 4096)?);
+    /// trace.finish().unwrap();
+    /// let text = String::from_utf8(text.0.lock().unwrap().clone()).unwrap();
+    /// assert_eq!(text, "# gpu-alloc-trace 1\nalloc 1 0 - 4096\nfree 1 -\n");
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn record_allocations(
+        &self,
+        out: Box<dyn std::io::Write + Send>,
+    ) -> std::io::Result<Arc<AllocTrace>> {
+        let shared = AllocTrace::new(out)?;
+        for (index, device) in self.memory.iter().enumerate() {
+            device.lock().trace = Some(DeviceTrace::new(
+                Arc::clone(&shared),
+                DeviceId(index as u32),
+            ));
+        }
+        Ok(shared)
+    }
+
     /// Pins the caller's `memory` for DMA by every device (counted in the lock table: a range
     /// inside one already pinned costs no driver call). Unpinned when the returned guard drops,
     /// after the transfers that used it have finished. The guard owns its lock

@@ -91,33 +91,11 @@ pub(crate) struct Segments<'a, B: Backend> {
     pub(crate) backend: &'a B,
     pub(crate) streams: &'a StreamTable<B::Stream>,
     pub(crate) events: &'a mut AllocatorEvents<B::Event>,
+    /// The devices granted access to every piece mapped into a growable segment.
+    pub(crate) peers: &'a [DeviceId],
 }
 
 impl<B: Backend> Segments<'_, B> {
-    /// The stream of `device` whose order memory of `device` last used on `after` goes back
-    /// in. A stream of another device (the memory's last use was a peer copy there): the
-    /// driver frees in the order of the memory's own device's streams only, so the host waits
-    /// for that stream, and the memory goes back in the order of one of its own device's
-    /// streams (stream-ordered memory goes back to its pool as such: cuMemFree of pool memory
-    /// left compute-sanitizer reporting it leaked), or at once if the device has none.
-    fn release_order(
-        &self,
-        device: DeviceId,
-        after: Option<StreamId>,
-    ) -> Result<Option<B::Stream>> {
-        Ok(
-            match after.map(|stream| self.streams.get(stream)).transpose()? {
-                Some((stream_device, handle)) if stream_device != device => {
-                    with_device(self.backend, stream_device, || {
-                        self.backend.stream_synchronize(handle)
-                    })?;
-                    self.streams.any_on(device)
-                }
-                other => other.map(|(_, handle)| handle),
-            },
-        )
-    }
-
     fn event(&self, event: EventId) -> Result<B::Event> {
         self.events
             .slots
@@ -162,7 +140,21 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
         _size: usize,
         after: Option<StreamId>,
     ) -> Result<()> {
-        let after = self.release_order(device, after)?;
+        let after = match after.map(|stream| self.streams.get(stream)).transpose()? {
+            // A segment whose lane is another device's stream (its last use was a peer copy
+            // there): the driver frees in the order of the memory's own device's streams only,
+            // so the host waits for that stream, and the memory is freed in the order of one
+            // of its own device's streams (stream-ordered memory goes back to its pool as
+            // such: cuMemFree of pool memory left compute-sanitizer reporting it leaked),
+            // or at once if the device has none.
+            Some((stream_device, handle)) if stream_device != device => {
+                with_device(self.backend, stream_device, || {
+                    self.backend.stream_synchronize(handle)
+                })?;
+                self.streams.any_on(device)
+            }
+            other => other.map(|(_, handle)| handle),
+        };
         with_device(self.backend, device, || {
             self.backend.free(device, kind, address, after)
         })
@@ -205,18 +197,25 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
         self.events.release(event);
     }
 
-    fn granularity(&mut self, device: DeviceId, kind: MemoryKind) -> Result<Option<usize>> {
+    fn synchronize(&mut self, device: DeviceId) -> Result<()> {
+        with_device(self.backend, device, || {
+            self.backend.device_synchronize(device)
+        })
+    }
+
+    fn map_granularity(&mut self, device: DeviceId, kind: MemoryKind) -> Option<usize> {
         self.backend.vm_granularity(device, kind)
     }
 
-    fn reserve(
+    fn reserve_range(
         &mut self,
         device: DeviceId,
         kind: MemoryKind,
-        size: usize,
-    ) -> Result<Option<usize>> {
+        wanted: usize,
+        needed: usize,
+    ) -> Result<Option<(usize, usize)>> {
         with_device(self.backend, device, || {
-            self.backend.vm_reserve(device, kind, size)
+            self.backend.vm_reserve(device, kind, wanted, needed)
         })
     }
 
@@ -228,7 +227,21 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
         size: usize,
     ) -> Result<bool> {
         with_device(self.backend, device, || {
-            self.backend.vm_map(device, kind, address, size)
+            if !self.backend.vm_map(device, kind, address, size)? {
+                return Ok(false);
+            }
+            // Peer access is granted per mapping: the peers the runtime enabled get it here.
+            let granted = self
+                .peers
+                .iter()
+                .try_for_each(|&peer| self.backend.vm_set_access(device, address, size, peer));
+            match granted {
+                Ok(()) => Ok(true),
+                Err(error) => {
+                    let _ = self.backend.vm_unmap(device, kind, address, size, None);
+                    Err(error)
+                }
+            }
         })
     }
 
@@ -240,13 +253,14 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
         size: usize,
         after: Option<StreamId>,
     ) -> Result<()> {
-        let after = self.release_order(device, after)?;
+        let after = after.map(|stream| self.streams.get(stream)).transpose()?;
         with_device(self.backend, device, || {
-            self.backend.vm_unmap(device, kind, address, size, after)
+            self.backend
+                .vm_unmap(device, kind, address, size, after.map(|(_, handle)| handle))
         })
     }
 
-    fn release_reservation(
+    fn release_range(
         &mut self,
         device: DeviceId,
         kind: MemoryKind,
@@ -255,12 +269,6 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
     ) -> Result<()> {
         with_device(self.backend, device, || {
             self.backend.vm_release(device, kind, address, size)
-        })
-    }
-
-    fn synchronize(&mut self, device: DeviceId) -> Result<()> {
-        with_device(self.backend, device, || {
-            self.backend.device_synchronize(device)
         })
     }
 }

@@ -7,13 +7,14 @@
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
+use super::alloc_trace::DeviceTrace;
 use super::drivers::{AllocatorEvents, Segments};
 use super::events::EventPool;
 use super::lock::{BackoffGuard, BackoffMutex};
 use super::streams::StreamTable;
 use gpu_core::allocator::{
     AllocRequest, Allocation, AllocatorConfig, AllocatorStats, BlockHandle, DeviceAllocator,
-    MemoryKind, Release,
+    MemoryKind, Order, Release,
 };
 use gpu_core::backend::{Backend, DeviceInfo};
 use gpu_core::error::{ByteRange, Error, Result};
@@ -37,6 +38,11 @@ pub(crate) struct DeviceMemory<B: Backend> {
     /// Live allocations handed out by address (to programs that free by address, such as
     /// PyTorch): address -> (handle, size asked for).
     by_address: hashbrown::HashMap<usize, (BlockHandle, usize)>,
+    /// The allocation trace being recorded (`Runtime::record_allocations`), device memory only.
+    pub(crate) trace: Option<DeviceTrace>,
+    /// The devices with peer access to this one's memory: granted on every piece mapped into
+    /// a growable segment.
+    pub(crate) vm_peers: Vec<DeviceId>,
 }
 
 impl<B: Backend> DeviceMemory<B> {
@@ -67,20 +73,14 @@ impl<B: Backend> DeviceMemory<B> {
         config: AllocatorConfig,
         events: Arc<EventPool<B::Event>>,
     ) -> Self {
-        // A growable segment's range need not be larger than the device's memory.
-        let config = AllocatorConfig {
-            growable_reservation: match info.total_memory {
-                0 => config.growable_reservation,
-                total => config.growable_reservation.min(total),
-            },
-            ..config
-        };
         Self {
             allocator: DeviceAllocator::new(device, info.allocator, config),
             events: AllocatorEvents::new(events),
             deferred_frees: Vec::new(),
             adopted: Vec::new(),
             by_address: hashbrown::HashMap::new(),
+            trace: None,
+            vm_peers: Vec::new(),
         }
     }
 
@@ -88,9 +88,10 @@ impl<B: Backend> DeviceMemory<B> {
     /// freed its segments: nothing is freed again. Its events of other devices (recorded on
     /// their streams, for blocks they used) go back to the pool; its own device's died with it.
     pub(crate) fn reset(&mut self, device: DeviceId, fresh: Self) {
-        core::mem::replace(self, fresh)
-            .events
-            .give_back(Some(device));
+        let mut old = core::mem::replace(self, fresh);
+        self.trace = old.trace.as_ref().map(DeviceTrace::fresh);
+        self.vm_peers = core::mem::take(&mut old.vm_peers);
+        old.events.give_back(Some(device));
     }
 
     /// Forgets `device`'s streams and events after a reset of that device (this memory is
@@ -120,6 +121,7 @@ impl<B: Backend> DeviceMemory<B> {
             backend,
             streams,
             events: &mut self.events,
+            peers: &self.vm_peers,
         };
         (&mut self.allocator, driver)
     }
@@ -139,7 +141,18 @@ impl<B: Backend> DeviceMemory<B> {
         // The backend hears of the buffer (a checking backend bounds accesses by it); one it
         // refuses is given back, so a failed call changes nothing.
         match buffer.map_or(Ok(()), |buffer| backend.note_buffer(device, buffer, true)) {
-            Ok(()) => Ok(allocation),
+            Ok(()) => {
+                if let Some(trace) = &mut self.trace
+                    && request.kind == MemoryKind::Device
+                {
+                    let stream = match request.order {
+                        Order::Stream { stream, .. } => Some(stream),
+                        Order::Synchronous => None,
+                    };
+                    trace.alloc(allocation.handle, stream, request.size);
+                }
+                Ok(allocation)
+            }
             Err(e) => {
                 let _ = allocator.free(&mut driver, allocation.handle, Release::Idle);
                 Err(e)
@@ -162,6 +175,9 @@ impl<B: Backend> DeviceMemory<B> {
         let device = self.allocator.device();
         let noted = ByteRange::new(address, size)
             .map_or(Ok(()), |buffer| backend.note_buffer(device, buffer, false));
+        if let Some(trace) = &mut self.trace {
+            trace.free(handle, uses);
+        }
         self.free_once(backend, streams, handle, uses)
             .inspect_err(|_| self.deferred_frees.push((handle, uses.to_vec())))?;
         noted
@@ -270,7 +286,11 @@ impl<B: Backend> DeviceMemory<B> {
             .by_address
             .get(&address)
             .ok_or_else(|| Error::UnknownAddress { device, address })?;
-        self.allocator.mark_used_on(handle, stream)
+        self.allocator.mark_used_on(handle, stream)?;
+        if let Some(trace) = &mut self.trace {
+            trace.use_on(handle, stream);
+        }
+        Ok(())
     }
 
     /// Whether `address` is a live allocation handed out by address.

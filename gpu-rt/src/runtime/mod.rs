@@ -50,6 +50,7 @@
 //! # Ok::<(), Error>(())
 //! ```
 
+mod alloc_trace;
 mod allocations;
 mod drivers;
 mod events;
@@ -74,6 +75,7 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use std::sync::OnceLock;
 
+use alloc_trace::DeviceTrace;
 use core::ffi::{CStr, c_void};
 use drivers::HostPins;
 use events::EventPool;
@@ -91,6 +93,7 @@ use peers::Peers;
 use state::{HostWait, State};
 use streams::StreamTable;
 
+pub use alloc_trace::AllocTrace;
 pub use graphs::{Graph, GraphRecorder};
 pub use guard::{DeviceGuard, restore_failures, with_device};
 use handles::UseList;
@@ -476,9 +479,17 @@ impl<B: Backend> Runtime<B> {
         let health = Arc::new(Health::new(count, B::DEVICE_LOSS_ENDS_THE_PROCESS));
         let streams = Arc::new(StreamTable::new());
         let events = Arc::new(EventPool::new(count));
+        let memory = DeviceMemory::for_devices(&infos, config.allocator, &events);
+        for (index, device) in memory.iter().enumerate() {
+            let owner = DeviceId(index as u32);
+            device.lock().vm_peers = (0..count as u32)
+                .map(DeviceId)
+                .filter(|&peer| peer != owner && peers.reaches(peer, owner))
+                .collect();
+        }
         Ok(Self {
             backend,
-            memory: DeviceMemory::for_devices(&infos, config.allocator, &events),
+            memory,
             state: BackoffMutex::new(State::new(
                 &infos,
                 Arc::clone(&health),

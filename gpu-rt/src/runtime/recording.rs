@@ -516,6 +516,75 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.inner.note_buffer(device, range, live)
     }
 
+    fn vm_granularity(&self, device: DeviceId, kind: MemoryKind) -> Option<usize> {
+        self.inner.vm_granularity(device, kind)
+    }
+
+    /// A reserved range counts as a driver allocation until it is released.
+    fn vm_reserve(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        wanted: usize,
+        needed: usize,
+    ) -> Result<Option<(usize, usize)>> {
+        self.enter("vm_reserve")?;
+        let result = self.inner.vm_reserve(device, kind, wanted, needed);
+        if let Ok(Some((address, _))) = result {
+            self.log().held.allocations.push((address, Some(device)));
+        }
+        result
+    }
+
+    fn vm_map(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<bool> {
+        self.enter("vm_map")?;
+        self.inner.vm_map(device, kind, address, size)
+    }
+
+    fn vm_set_access(
+        &self,
+        device: DeviceId,
+        address: usize,
+        size: usize,
+        peer: DeviceId,
+    ) -> Result<()> {
+        self.enter("vm_set_access")?;
+        self.inner.vm_set_access(device, address, size, peer)
+    }
+
+    fn vm_unmap(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+        after: Option<B::Stream>,
+    ) -> Result<()> {
+        self.enter("vm_unmap")?;
+        self.inner.vm_unmap(device, kind, address, size, after)
+    }
+
+    fn vm_release(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<()> {
+        self.enter("vm_release")?;
+        let result = self.inner.vm_release(device, kind, address, size);
+        if result.is_ok() {
+            forget(&mut self.log().held.allocations, &address);
+        }
+        result
+    }
+
     fn host_register(&self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {
         self.enter("host_register")?;
         let result = self.inner.host_register(range, device_ptrs);
@@ -877,67 +946,5 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     fn graph_destroy(&self, graph: B::Graph) -> Result<()> {
         self.enter("graph_destroy")?;
         self.inner.graph_destroy(graph)
-    }
-
-    /// Forwarded, neither counted nor failed: a property of the device, not a driver object.
-    fn vm_granularity(&self, device: DeviceId, kind: MemoryKind) -> Result<Option<usize>> {
-        self.inner.vm_granularity(device, kind)
-    }
-
-    /// Counted as an allocation until released.
-    fn vm_reserve(
-        &self,
-        device: DeviceId,
-        kind: MemoryKind,
-        bytes: usize,
-    ) -> Result<Option<usize>> {
-        self.enter("vm_reserve")?;
-        let result = self.inner.vm_reserve(device, kind, bytes);
-        if let Ok(Some(address)) = result {
-            self.log().held.allocations.push((address, Some(device)));
-        }
-        result
-    }
-
-    fn vm_map(
-        &self,
-        device: DeviceId,
-        kind: MemoryKind,
-        address: usize,
-        bytes: usize,
-    ) -> Result<bool> {
-        self.enter("vm_map")?;
-        self.inner.vm_map(device, kind, address, bytes)
-    }
-
-    fn vm_unmap(
-        &self,
-        device: DeviceId,
-        kind: MemoryKind,
-        address: usize,
-        bytes: usize,
-        after: Option<B::Stream>,
-    ) -> Result<()> {
-        self.enter("vm_unmap")?;
-        let result = self.inner.vm_unmap(device, kind, address, bytes, after);
-        if let Some(stream) = after {
-            self.launch_on(&result, stream);
-        }
-        result
-    }
-
-    fn vm_release(
-        &self,
-        device: DeviceId,
-        kind: MemoryKind,
-        address: usize,
-        bytes: usize,
-    ) -> Result<()> {
-        self.enter("vm_release")?;
-        let result = self.inner.vm_release(device, kind, address, bytes);
-        if result.is_ok() {
-            forget(&mut self.log().held.allocations, &address);
-        }
-        result
     }
 }

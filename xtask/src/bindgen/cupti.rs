@@ -41,6 +41,10 @@ const FUNCTIONS: &[&str] = &[
     "cuptiGetResultString",
 ];
 
+/// The driver functions the recorder looks up in the loaded libcuda (the parameter sizes of a
+/// launched kernel).
+const DRIVER_FUNCTIONS: &[&str] = &["cuFuncGetParamInfo", "cuKernelGetParamInfo"];
+
 /// Types the callback receives or the functions take as plain integers.
 const TYPES: &[&str] = &[
     "CUpti_CallbackData",
@@ -58,18 +62,32 @@ const CBID_PREFIX: &str = "CUPTI_DRIVER_TRACE_CBID_";
 /// The driver calls the recorder subscribes to, by the name CUPTI gives their callback (the
 /// ABI-versioned symbol: `cuStreamDestroy_v2`, `cuLaunchKernel_ptsz`), what kind of call each
 /// is, and the fields of its `<name>_params` struct that hold its stream and event handles, in
-/// the order the kind takes them. Kinds: `stream_create` / `event_create` (a pointer the new
-/// handle is written to), `stream_destroy`, `event_destroy`, `event_record` (event, stream),
+/// the order the kind takes them. Kinds: `stream_create` (a pointer the new handle is written
+/// to, and the creation flags), `event_create` (a pointer the new handle is written to), `stream_destroy`, `event_destroy`, `event_record` (event, stream),
 /// `stream_wait_event` (stream, event), `stream_synchronize`, `stream_query`,
-/// `event_synchronize`, `event_query`, `work` (stream-ordered work on a stream), `work_config`
-/// (a `CUlaunchConfig` pointer naming the stream), `work_each` (a `CUDA_LAUNCH_PARAMS` array and
+/// `event_synchronize`, `event_query`, `work` (stream-ordered work on a stream), `work_each` (a `CUDA_LAUNCH_PARAMS` array and
 /// its length: one launch per entry), `begin_capture`, `end_capture`, and `note` (memory and
-/// context calls the trace keeps as comments; no fields).
+/// context calls the trace keeps as comments; no fields). The calls with a memory footprint
+/// also name the fields holding it: `launch` (function, parameter array, stream),
+/// `launch_extra` (function, parameter array, `extra` array, stream), `launch_config` (a
+/// `CUlaunchConfig` pointer, function, parameter array, `extra` array), `copy` (destination,
+/// source, bytes, stream) and `copy_sync` (the same on the null stream), `fill` (destination,
+/// element count, stream; the element size is in the name: `D8`, `D16`, `D32`) and `fill_sync`,
+/// `alloc` (a pointer the new address is written to, bytes), `alloc_async` (the same, stream),
+/// `free` (address) and `free_async` (address, stream).
 const RECORDED_CALLS: &[(&str, &str, &[&str])] = &[
     // Streams.
-    ("cuStreamCreate", "stream_create", &["phStream"]),
-    ("cuStreamCreateWithPriority", "stream_create", &["phStream"]),
-    ("cuGreenCtxStreamCreate", "stream_create", &["phStream"]),
+    ("cuStreamCreate", "stream_create", &["phStream", "Flags"]),
+    (
+        "cuStreamCreateWithPriority",
+        "stream_create",
+        &["phStream", "flags"],
+    ),
+    (
+        "cuGreenCtxStreamCreate",
+        "stream_create",
+        &["phStream", "flags"],
+    ),
     ("cuStreamDestroy", "stream_destroy", &["hStream"]),
     ("cuStreamDestroy_v2", "stream_destroy", &["hStream"]),
     ("cuStreamSynchronize", "stream_synchronize", &["hStream"]),
@@ -110,12 +128,36 @@ const RECORDED_CALLS: &[(&str, &str, &[&str])] = &[
     ("cuEventSynchronize", "event_synchronize", &["hEvent"]),
     ("cuEventQuery", "event_query", &["hEvent"]),
     // Kernel launches.
-    ("cuLaunchKernel", "work", &["hStream"]),
-    ("cuLaunchKernel_ptsz", "work", &["hStream"]),
-    ("cuLaunchKernelEx", "work_config", &["config"]),
-    ("cuLaunchKernelEx_ptsz", "work_config", &["config"]),
-    ("cuLaunchCooperativeKernel", "work", &["hStream"]),
-    ("cuLaunchCooperativeKernel_ptsz", "work", &["hStream"]),
+    (
+        "cuLaunchKernel",
+        "launch_extra",
+        &["f", "kernelParams", "extra", "hStream"],
+    ),
+    (
+        "cuLaunchKernel_ptsz",
+        "launch_extra",
+        &["f", "kernelParams", "extra", "hStream"],
+    ),
+    (
+        "cuLaunchKernelEx",
+        "launch_config",
+        &["config", "f", "kernelParams", "extra"],
+    ),
+    (
+        "cuLaunchKernelEx_ptsz",
+        "launch_config",
+        &["config", "f", "kernelParams", "extra"],
+    ),
+    (
+        "cuLaunchCooperativeKernel",
+        "launch",
+        &["f", "kernelParams", "hStream"],
+    ),
+    (
+        "cuLaunchCooperativeKernel_ptsz",
+        "launch",
+        &["f", "kernelParams", "hStream"],
+    ),
     (
         "cuLaunchCooperativeKernelMultiDevice",
         "work_each",
@@ -148,16 +190,56 @@ const RECORDED_CALLS: &[(&str, &str, &[&str])] = &[
     ("cuStreamEndCapture", "end_capture", &["hStream"]),
     ("cuStreamEndCapture_ptsz", "end_capture", &["hStream"]),
     // Asynchronous copies, fills and stream-ordered memory.
-    ("cuMemcpyAsync", "work", &["hStream"]),
-    ("cuMemcpyAsync_ptsz", "work", &["hStream"]),
-    ("cuMemcpyPeerAsync", "work", &["hStream"]),
-    ("cuMemcpyPeerAsync_ptsz", "work", &["hStream"]),
-    ("cuMemcpyHtoDAsync_v2", "work", &["hStream"]),
-    ("cuMemcpyHtoDAsync_v2_ptsz", "work", &["hStream"]),
-    ("cuMemcpyDtoHAsync_v2", "work", &["hStream"]),
-    ("cuMemcpyDtoHAsync_v2_ptsz", "work", &["hStream"]),
-    ("cuMemcpyDtoDAsync_v2", "work", &["hStream"]),
-    ("cuMemcpyDtoDAsync_v2_ptsz", "work", &["hStream"]),
+    (
+        "cuMemcpyAsync",
+        "copy",
+        &["dst", "src", "ByteCount", "hStream"],
+    ),
+    (
+        "cuMemcpyAsync_ptsz",
+        "copy",
+        &["dst", "src", "ByteCount", "hStream"],
+    ),
+    (
+        "cuMemcpyPeerAsync",
+        "copy",
+        &["dstDevice", "srcDevice", "ByteCount", "hStream"],
+    ),
+    (
+        "cuMemcpyPeerAsync_ptsz",
+        "copy",
+        &["dstDevice", "srcDevice", "ByteCount", "hStream"],
+    ),
+    (
+        "cuMemcpyHtoDAsync_v2",
+        "copy",
+        &["dstDevice", "srcHost", "ByteCount", "hStream"],
+    ),
+    (
+        "cuMemcpyHtoDAsync_v2_ptsz",
+        "copy",
+        &["dstDevice", "srcHost", "ByteCount", "hStream"],
+    ),
+    (
+        "cuMemcpyDtoHAsync_v2",
+        "copy",
+        &["dstHost", "srcDevice", "ByteCount", "hStream"],
+    ),
+    (
+        "cuMemcpyDtoHAsync_v2_ptsz",
+        "copy",
+        &["dstHost", "srcDevice", "ByteCount", "hStream"],
+    ),
+    (
+        "cuMemcpyDtoDAsync_v2",
+        "copy",
+        &["dstDevice", "srcDevice", "ByteCount", "hStream"],
+    ),
+    (
+        "cuMemcpyDtoDAsync_v2_ptsz",
+        "copy",
+        &["dstDevice", "srcDevice", "ByteCount", "hStream"],
+    ),
     ("cuMemcpyHtoAAsync_v2", "work", &["hStream"]),
     ("cuMemcpyHtoAAsync_v2_ptsz", "work", &["hStream"]),
     ("cuMemcpyAtoHAsync_v2", "work", &["hStream"]),
@@ -172,24 +254,52 @@ const RECORDED_CALLS: &[(&str, &str, &[&str])] = &[
     ("cuMemcpyBatchAsync_v2_ptsz", "work", &["hStream"]),
     ("cuMemcpy3DBatchAsync_v2", "work", &["hStream"]),
     ("cuMemcpy3DBatchAsync_v2_ptsz", "work", &["hStream"]),
-    ("cuMemsetD8Async", "work", &["hStream"]),
-    ("cuMemsetD8Async_ptsz", "work", &["hStream"]),
-    ("cuMemsetD16Async", "work", &["hStream"]),
-    ("cuMemsetD16Async_ptsz", "work", &["hStream"]),
-    ("cuMemsetD32Async", "work", &["hStream"]),
-    ("cuMemsetD32Async_ptsz", "work", &["hStream"]),
+    ("cuMemsetD8Async", "fill", &["dstDevice", "N", "hStream"]),
+    (
+        "cuMemsetD8Async_ptsz",
+        "fill",
+        &["dstDevice", "N", "hStream"],
+    ),
+    ("cuMemsetD16Async", "fill", &["dstDevice", "N", "hStream"]),
+    (
+        "cuMemsetD16Async_ptsz",
+        "fill",
+        &["dstDevice", "N", "hStream"],
+    ),
+    ("cuMemsetD32Async", "fill", &["dstDevice", "N", "hStream"]),
+    (
+        "cuMemsetD32Async_ptsz",
+        "fill",
+        &["dstDevice", "N", "hStream"],
+    ),
     ("cuMemsetD2D8Async", "work", &["hStream"]),
     ("cuMemsetD2D8Async_ptsz", "work", &["hStream"]),
     ("cuMemsetD2D16Async", "work", &["hStream"]),
     ("cuMemsetD2D16Async_ptsz", "work", &["hStream"]),
     ("cuMemsetD2D32Async", "work", &["hStream"]),
     ("cuMemsetD2D32Async_ptsz", "work", &["hStream"]),
-    ("cuMemAllocAsync", "work", &["hStream"]),
-    ("cuMemAllocAsync_ptsz", "work", &["hStream"]),
-    ("cuMemAllocFromPoolAsync", "work", &["hStream"]),
-    ("cuMemAllocFromPoolAsync_ptsz", "work", &["hStream"]),
-    ("cuMemFreeAsync", "work", &["hStream"]),
-    ("cuMemFreeAsync_ptsz", "work", &["hStream"]),
+    (
+        "cuMemAllocAsync",
+        "alloc_async",
+        &["dptr", "bytesize", "hStream"],
+    ),
+    (
+        "cuMemAllocAsync_ptsz",
+        "alloc_async",
+        &["dptr", "bytesize", "hStream"],
+    ),
+    (
+        "cuMemAllocFromPoolAsync",
+        "alloc_async",
+        &["dptr", "bytesize", "hStream"],
+    ),
+    (
+        "cuMemAllocFromPoolAsync_ptsz",
+        "alloc_async",
+        &["dptr", "bytesize", "hStream"],
+    ),
+    ("cuMemFreeAsync", "free_async", &["dptr", "hStream"]),
+    ("cuMemFreeAsync_ptsz", "free_async", &["dptr", "hStream"]),
     ("cuMemPrefetchAsync_v2", "work", &["hStream"]),
     ("cuMemPrefetchAsync_v2_ptsz", "work", &["hStream"]),
     ("cuMemPrefetchBatchAsync", "work", &["hStream"]),
@@ -223,14 +333,15 @@ const RECORDED_CALLS: &[(&str, &str, &[&str])] = &[
     ("cuSignalExternalSemaphoresAsync_ptsz", "work", &["stream"]),
     ("cuWaitExternalSemaphoresAsync", "work", &["stream"]),
     ("cuWaitExternalSemaphoresAsync_ptsz", "work", &["stream"]),
-    // Memory and contexts: comments in the trace.
-    ("cuMemAlloc_v2", "note", &[]),
+    // Synchronous memory calls (footprints on the null stream), then memory and context calls
+    // the trace keeps as comments.
+    ("cuMemAlloc_v2", "alloc", &["dptr", "bytesize"]),
     ("cuMemAllocPitch_v2", "note", &[]),
-    ("cuMemAllocManaged", "note", &[]),
-    ("cuMemFree_v2", "note", &[]),
-    ("cuMemAllocHost_v2", "note", &[]),
-    ("cuMemHostAlloc", "note", &[]),
-    ("cuMemFreeHost", "note", &[]),
+    ("cuMemAllocManaged", "alloc", &["dptr", "bytesize"]),
+    ("cuMemFree_v2", "free", &["dptr"]),
+    ("cuMemAllocHost_v2", "alloc", &["pp", "bytesize"]),
+    ("cuMemHostAlloc", "alloc", &["pp", "bytesize"]),
+    ("cuMemFreeHost", "free", &["p"]),
     ("cuMemHostRegister_v2", "note", &[]),
     ("cuMemHostUnregister", "note", &[]),
     ("cuMemCreate", "note", &[]),
@@ -241,24 +352,54 @@ const RECORDED_CALLS: &[(&str, &str, &[&str])] = &[
     ("cuMemAddressFree", "note", &[]),
     ("cuMemPoolCreate", "note", &[]),
     ("cuMemPoolDestroy", "note", &[]),
-    ("cuMemcpy", "note", &[]),
-    ("cuMemcpy_ptds", "note", &[]),
-    ("cuMemcpyHtoD_v2", "note", &[]),
-    ("cuMemcpyHtoD_v2_ptds", "note", &[]),
-    ("cuMemcpyDtoH_v2", "note", &[]),
-    ("cuMemcpyDtoH_v2_ptds", "note", &[]),
-    ("cuMemcpyDtoD_v2", "note", &[]),
-    ("cuMemcpyDtoD_v2_ptds", "note", &[]),
-    ("cuMemsetD8_v2", "note", &[]),
-    ("cuMemsetD8_v2_ptds", "note", &[]),
-    ("cuMemsetD32_v2", "note", &[]),
-    ("cuMemsetD32_v2_ptds", "note", &[]),
+    ("cuMemcpy", "copy_sync", &["dst", "src", "ByteCount"]),
+    ("cuMemcpy_ptds", "copy_sync", &["dst", "src", "ByteCount"]),
+    (
+        "cuMemcpyHtoD_v2",
+        "copy_sync",
+        &["dstDevice", "srcHost", "ByteCount"],
+    ),
+    (
+        "cuMemcpyHtoD_v2_ptds",
+        "copy_sync",
+        &["dstDevice", "srcHost", "ByteCount"],
+    ),
+    (
+        "cuMemcpyDtoH_v2",
+        "copy_sync",
+        &["dstHost", "srcDevice", "ByteCount"],
+    ),
+    (
+        "cuMemcpyDtoH_v2_ptds",
+        "copy_sync",
+        &["dstHost", "srcDevice", "ByteCount"],
+    ),
+    (
+        "cuMemcpyDtoD_v2",
+        "copy_sync",
+        &["dstDevice", "srcDevice", "ByteCount"],
+    ),
+    (
+        "cuMemcpyDtoD_v2_ptds",
+        "copy_sync",
+        &["dstDevice", "srcDevice", "ByteCount"],
+    ),
+    ("cuMemsetD8_v2", "fill_sync", &["dstDevice", "N"]),
+    ("cuMemsetD8_v2_ptds", "fill_sync", &["dstDevice", "N"]),
+    ("cuMemsetD16_v2", "fill_sync", &["dstDevice", "N"]),
+    ("cuMemsetD16_v2_ptds", "fill_sync", &["dstDevice", "N"]),
+    ("cuMemsetD32_v2", "fill_sync", &["dstDevice", "N"]),
+    ("cuMemsetD32_v2_ptds", "fill_sync", &["dstDevice", "N"]),
     ("cuCtxSynchronize", "note", &[]),
+    ("cuCtxSynchronize_v2", "note", &[]),
     ("cuCtxCreate_v4", "note", &[]),
     ("cuCtxDestroy_v2", "note", &[]),
     ("cuDevicePrimaryCtxRetain", "note", &[]),
     ("cuDevicePrimaryCtxRelease_v2", "note", &[]),
     ("cuDevicePrimaryCtxReset_v2", "note", &[]),
+    // Unloading code: the recorder forgets the parameter sizes of the functions it knew.
+    ("cuModuleUnload", "note", &[]),
+    ("cuLibraryUnload", "note", &[]),
 ];
 
 /// Fetches the pinned headers and generates the bindings' text.
@@ -285,7 +426,7 @@ fn generate_from(include_dirs: &[&Path]) -> Result<String, String> {
     for include_dir in include_dirs {
         builder = builder.clang_arg(format!("-I{}", include_dir.display()));
     }
-    for function in FUNCTIONS {
+    for function in FUNCTIONS.iter().chain(DRIVER_FUNCTIONS) {
         builder = builder.allowlist_function(function);
     }
     for ty in TYPES {
@@ -356,14 +497,16 @@ fn keep_recorded(bindgen_items: Vec<syn::Item>) -> Result<Vec<syn::Item>, String
             ));
         }
     }
-    for name in FUNCTIONS {
-        let function = functions
-            .iter()
-            .find(|f| f.sig.ident == name)
-            .ok_or_else(|| format!("the CUPTI headers do not declare {name}"))?;
-        let doc =
-            format!("`{name}` as the CUPTI headers declare it, found by this name in libcupti.");
-        items.push(pointer_type(name, function, &doc)?);
+    for (names, library) in [(FUNCTIONS, "libcupti"), (DRIVER_FUNCTIONS, "libcuda")] {
+        for name in names {
+            let function = functions
+                .iter()
+                .find(|f| f.sig.ident == name)
+                .ok_or_else(|| format!("the headers do not declare {name}"))?;
+            let doc =
+                format!("`{name}` as the headers declare it, found by this name in {library}.");
+            items.push(pointer_type(name, function, &doc)?);
+        }
     }
     Ok(items)
 }
@@ -378,6 +521,14 @@ fn tables() -> String {
         let _ = writeln!(text, "            ({name}, c\"{name}\", PFN_{name}),");
     }
     text.push_str("        }\n    };\n}\npub(crate) use cupti_functions;\n\n");
+    text.push_str(
+        "/// Calls `$callback!` with one `(name, c\"name\", PFN_name)` row per driver function above.\n\
+         macro_rules! driver_functions {\n    ($callback:ident) => {\n        $callback! {\n",
+    );
+    for name in DRIVER_FUNCTIONS {
+        let _ = writeln!(text, "            ({name}, c\"{name}\", PFN_{name}),");
+    }
+    text.push_str("        }\n    };\n}\npub(crate) use driver_functions;\n\n");
     text.push_str(
         "/// Calls `$callback!` with one `(name, callback_id, params, kind, [fields])` row per recorded\n\
          /// driver call but the notes: the fields of `params` hold its stream and event handles\n\
@@ -417,7 +568,10 @@ mod tests {
             );
             let expected = match *kind {
                 "note" => 0,
-                "event_record" | "stream_wait_event" | "work_each" => 2,
+                "stream_create" | "event_record" | "stream_wait_event" | "work_each"
+                | "fill_sync" | "alloc" | "free_async" => 2,
+                "launch" | "copy_sync" | "fill" | "alloc_async" => 3,
+                "copy" | "launch_extra" | "launch_config" => 4,
                 _ => 1,
             };
             assert_eq!(fields.len(), expected, "{name} ({kind})");
@@ -430,12 +584,19 @@ mod tests {
         assert!(text.contains("(cuptiSubscribe, c\"cuptiSubscribe\", PFN_cuptiSubscribe),"));
         assert!(text.contains(
             "(cuLaunchKernelEx_ptsz, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, \
-             cuLaunchKernelEx_ptsz_params, work_config, [config]),"
+             cuLaunchKernelEx_ptsz_params, launch_config, [config, f, kernelParams, extra]),"
         ));
-        assert!(text.contains("(cuMemAlloc_v2, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2),"));
+        assert!(text.contains(
+            "(cuMemAlloc_v2, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, cuMemAlloc_v2_params, alloc, \
+             [dptr, bytesize]),"
+        ));
+        assert!(text.contains("(cuCtxSynchronize, CUPTI_DRIVER_TRACE_CBID_cuCtxSynchronize),"));
+        assert!(
+            text.contains("(cuFuncGetParamInfo, c\"cuFuncGetParamInfo\", PFN_cuFuncGetParamInfo),")
+        );
         assert_eq!(
             text.matches("),\n").count(),
-            FUNCTIONS.len() + RECORDED_CALLS.len()
+            FUNCTIONS.len() + DRIVER_FUNCTIONS.len() + RECORDED_CALLS.len()
         );
     }
 }

@@ -58,31 +58,13 @@ pub(crate) struct Block {
 
 pub(super) struct Segment {
     pub(super) addr: usize,
-    /// Bytes (for a growable segment, those mapped from `addr` on).
+    /// Bytes held: the whole segment, or a growable segment's mapped part.
     pub(super) size: usize,
     /// The lowest block.
     pub(super) first: u32,
     pub(super) held: bool,
-    /// Growable segments: the bytes of address space reserved from `addr` on; 0 otherwise.
-    pub(super) reservation: usize,
-    /// Growable segments: the lane that grows it.
-    pub(super) owner: u32,
-}
-
-impl Segment {
-    /// An unused record.
-    pub(super) const EMPTY: Self = Self {
-        addr: 0,
-        size: 0,
-        first: NIL,
-        held: false,
-        reservation: 0,
-        owner: NIL,
-    };
-
-    pub(super) const fn growable(&self) -> bool {
-        self.reservation != 0
-    }
+    /// A growable segment's reserved address space (0: an ordinary segment).
+    pub(super) reserve: usize,
 }
 
 /// A block freed while other streams may still use it.

@@ -59,7 +59,6 @@ impl KindCache {
         }
         if should_split(
             large,
-            self.in_growable(block),
             self.blocks[block as usize].size,
             shape.rounded,
             config,
@@ -99,13 +98,7 @@ impl KindCache {
             && b.size >= shape.rounded
             && b.size <= shape.max_block
             && b.addr & (shape.alignment - 1) == 0
-            && !should_split(
-                b.large,
-                self.in_growable(parked),
-                b.size,
-                shape.rounded,
-                config,
-            );
+            && !should_split(b.large, b.size, shape.rounded, config);
         fits.then_some(parked)
     }
 
@@ -132,12 +125,6 @@ impl KindCache {
                 self.insert_free(parked, lane, self.blocks[parked as usize].seq);
             }
         }
-    }
-
-    /// Whether `block` lies in a growable segment.
-    #[inline]
-    pub(super) fn in_growable(&self, block: u32) -> bool {
-        self.segments[self.blocks[block as usize].segment as usize].growable()
     }
 
     /// Splits `block` at `offset`; the upper part becomes a new free block in the same lane

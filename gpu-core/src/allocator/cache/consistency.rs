@@ -14,21 +14,19 @@ impl KindCache {
         let (mut reserved, mut segments) = (0, 0);
         let (mut allocated, mut requested, mut cached, mut pending) = (0, 0, 0, 0);
         let mut free_per_bins = alloc::vec![[0usize; 2]; self.lanes.len()];
-        let (mut mapped, mut address_space) = (0, self.orphans.iter().map(|o| o.1).sum::<usize>());
+        for (lane, state) in self.lanes.iter().enumerate() {
+            let growable = self.segments.get(state.growable as usize);
+            if state.growable != NIL && !growable.is_some_and(|s| s.held && s.reserve > 0) {
+                return Err(format!(
+                    "lane {lane} names a growable segment it does not hold"
+                ));
+            }
+        }
         for (index, segment) in self.segments.iter().enumerate().filter(|(_, s)| s.held) {
             reserved += segment.size;
             segments += 1;
-            if segment.growable() {
-                mapped += segment.size;
-                address_space += segment.reservation;
-                let granularity = self.granularity.flatten().unwrap_or(usize::MAX);
-                if segment.size == 0
-                    || segment.size > segment.reservation
-                    || !segment.size.is_multiple_of(granularity)
-                    || segment.owner as usize >= self.lanes.len()
-                {
-                    return Err(format!("growable segment {index} is out of shape"));
-                }
+            if segment.reserve > 0 && segment.size > segment.reserve {
+                return Err(format!("growable segment {index} maps beyond its range"));
             }
             let (mut cursor, mut expected_addr, mut previous) = (segment.first, segment.addr, NIL);
             while cursor != NIL {
@@ -84,18 +82,7 @@ impl KindCache {
                 return Err(format!("segment {index}: blocks do not cover it"));
             }
         }
-        for (number, lane) in self.lanes.iter().enumerate() {
-            for segment in lane.growable.into_iter().filter(|&s| s != NIL) {
-                let owned = self
-                    .segments
-                    .get(segment as usize)
-                    .is_some_and(|s| s.held && s.growable() && s.owner as usize == number);
-                if !owned {
-                    return Err(format!(
-                        "lane {number} grows segment {segment}, not its own"
-                    ));
-                }
-            }
+        for lane in &self.lanes {
             let parked = self.blocks.get(lane.parked as usize).map(|b| b.state);
             if lane.parked != NIL && parked != Some(State::Parked) {
                 return Err(format!(
@@ -135,39 +122,6 @@ impl KindCache {
             return Err(format!(
                 "stats {recorded:?} but blocks say {counted:?} (reserved, segments, allocated, requested, cached, pending)"
             ));
-        }
-        if (mapped, address_space) != (s.mapped, s.reserved_address_space) {
-            return Err(format!(
-                "stats say {} mapped in {} reserved but the segments {mapped} in {address_space}",
-                s.mapped, s.reserved_address_space
-            ));
-        }
-        Ok(())
-    }
-
-    /// Checks that no growable segment keeps a whole free granule at its end (what a trim
-    /// leaves).
-    pub(crate) fn check_trimmed(&self) -> core::result::Result<(), alloc::string::String> {
-        let Some(granularity) = self.granularity.flatten() else {
-            return Ok(());
-        };
-        for (index, segment) in self.segments.iter().enumerate() {
-            if !segment.held || !segment.growable() {
-                continue;
-            }
-            let mut last = segment.first;
-            while self.blocks[last as usize].next != NIL {
-                last = self.blocks[last as usize].next;
-            }
-            let b = &self.blocks[last as usize];
-            if b.state == State::Free
-                && b.addr.next_multiple_of(granularity) < segment.addr + segment.size
-            {
-                return Err(alloc::format!(
-                    "growable segment {index} keeps {} free bytes at its end after a trim",
-                    b.size
-                ));
-            }
         }
         Ok(())
     }

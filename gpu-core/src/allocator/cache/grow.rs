@@ -1,190 +1,32 @@
-//! Growable segments: per lane and pool, a reserved address range mapped in granules at its
-//! end, grown on a miss instead of a new segment, and its free end unmapped on a trim.
+//! Growable segments: one reserved address range per lane whose mapped part grows at its end
+//! for a miss, and whose free tail is unmapped where whole segments would be returned.
 //!
-//! A growable segment is a [`Segment`] whose `size` is the bytes mapped from its start; its
-//! blocks cover them as any segment's do. Growing maps whole granules at the end and joins
-//! them to the free block there when that block belongs to the growing lane (or to the idle
-//! lane); trimming unmaps the granules wholly inside the free block at the end, so live and
-//! pending blocks never move and never lose their memory.
+//! A growable segment's blocks cover its mapped part, as an ordinary segment's cover it whole,
+//! so carving, merging and runs treat both alike; only growing and shrinking are here.
 
 use super::KindCache;
 use super::block::{IDLE, NIL, Segment, Served, State};
-use super::reclaim::Miss;
 use crate::allocator::driver::SegmentDriver;
-use crate::allocator::policy::{AllocatorConfig, Shape};
-use crate::allocator::request::AllocPath;
+use crate::allocator::policy::{AllocatorConfig, GRANULE, GROWABLE_RESERVE, Shape};
+use crate::allocator::request::{AllocPath, Order};
 use crate::error::Result;
 
-/// What an attempt to grow gave.
-pub(super) enum Grown {
-    /// The request, served from the grown segment.
-    Served(Served),
-    /// The driver is out of memory for the granules.
-    OutOfMemory,
-    /// Growable segments do not apply (off, no virtual memory for the kind, or no address
-    /// space left to reserve): get an ordinary segment.
-    NotGrowable,
-}
-
 impl KindCache {
-    /// The kind's virtual-memory granularity when growable segments are on and the driver has
-    /// virtual memory for the kind (asked once).
-    fn growth_granularity<D: SegmentDriver>(
-        &mut self,
-        driver: &mut D,
-        config: &AllocatorConfig,
-    ) -> Result<Option<usize>> {
-        if !config.growable_segments {
-            return Ok(None);
-        }
-        if self.granularity.is_none() {
-            self.stats.driver_calls += 1;
-            let granularity = driver.granularity(self.device, self.kind)?;
-            // A granularity the blocks cannot be cut in is no virtual memory for us.
-            let usable = granularity
-                .filter(|g| g.is_power_of_two() && *g >= crate::allocator::policy::GRANULE);
-            self.granularity = Some(usable);
-        }
-        Ok(self.granularity.flatten())
+    /// A segment slot for a new segment (reusing an unused one).
+    pub(super) fn segment_slot(&mut self) -> u32 {
+        self.unused_segments.pop().unwrap_or_else(|| {
+            self.segments.push(Segment {
+                addr: 0,
+                size: 0,
+                first: NIL,
+                held: false,
+                reserve: 0,
+            });
+            (self.segments.len() - 1) as u32
+        })
     }
 
-    /// Serves a miss by growing the requesting lane's growable segment of the request's pool
-    /// (or a new one when it has none or it is full), after ordering the request's
-    /// dependencies. Nothing else changes when it fails or does not apply.
-    pub(super) fn grow<D: SegmentDriver>(
-        &mut self,
-        driver: &mut D,
-        miss: &Miss<'_>,
-        dependencies_done: &mut bool,
-    ) -> Result<Grown> {
-        let Miss {
-            shape,
-            order,
-            own_lane: lane,
-            config,
-            ..
-        } = *miss;
-        let Some(granularity) = self.growth_granularity(driver, config)? else {
-            return Ok(Grown::NotGrowable);
-        };
-        // The new memory is usable by every stream at once: the stream only follows its
-        // dependencies, as for a cached block.
-        self.order_dependencies(driver, order, dependencies_done)?;
-        let pool = usize::from(shape.large);
-        let current = self.lanes[lane as usize].growable[pool];
-        let (tail, joinable) = match current {
-            NIL => (NIL, 0),
-            segment => self.joinable_end(segment, lane),
-        };
-        if joinable >= shape.search {
-            // Too big for the bins' oversize rule, but a growable segment's block is split.
-            self.stats.hits += 1;
-            return Ok(Grown::Served(self.hand_out(
-                tail,
-                shape,
-                config,
-                AllocPath::Cached,
-            )));
-        }
-        let Some(grow) = (shape.search - joinable).checked_next_multiple_of(granularity) else {
-            return Ok(Grown::NotGrowable);
-        };
-        let room = current != NIL && {
-            let s = &self.segments[current as usize];
-            s.size
-                .checked_add(grow)
-                .is_some_and(|end| end <= s.reservation)
-        };
-        if room {
-            let end = {
-                let s = &self.segments[current as usize];
-                s.addr + s.size
-            };
-            self.stats.driver_calls += 1;
-            if !driver.map(self.device, self.kind, end, grow)? {
-                return Ok(Grown::OutOfMemory);
-            }
-            let last = self.last_block(current);
-            let block = self.new_block(end, grow, current, lane, shape.large);
-            self.blocks[block as usize].prev = last;
-            self.blocks[last as usize].next = block;
-            self.segments[current as usize].size += grow;
-            return Ok(Grown::Served(
-                self.serve_grown(block, grow, lane, shape, config),
-            ));
-        }
-        let Some(grow) = shape.search.checked_next_multiple_of(granularity) else {
-            return Ok(Grown::NotGrowable);
-        };
-        let Some(reservation) = config
-            .growable_reservation
-            .max(grow)
-            .checked_next_multiple_of(granularity)
-        else {
-            return Ok(Grown::NotGrowable);
-        };
-        self.stats.driver_calls += 1;
-        let Some(base) = driver.reserve(self.device, self.kind, reservation)? else {
-            return Ok(Grown::NotGrowable);
-        };
-        self.stats.driver_calls += 1;
-        let mapped = driver.map(self.device, self.kind, base, grow);
-        if !matches!(mapped, Ok(true)) {
-            self.stats.driver_calls += 1;
-            if driver
-                .release_reservation(self.device, self.kind, base, reservation)
-                .is_err()
-            {
-                // Kept, to be released by the next trim.
-                self.stats.reserved_address_space += reservation;
-                self.orphans.push((base, reservation));
-            }
-            mapped?;
-            return Ok(Grown::OutOfMemory);
-        }
-        let segment = self.new_segment_slot();
-        let block = self.new_block(base, grow, segment, lane, shape.large);
-        self.segments[segment as usize] = Segment {
-            addr: base,
-            size: grow,
-            first: block,
-            held: true,
-            reservation,
-            owner: lane,
-        };
-        self.lanes[lane as usize].growable[pool] = segment;
-        self.stats.note_reservation(reservation);
-        Ok(Grown::Served(
-            self.serve_grown(block, grow, lane, shape, config),
-        ))
-    }
-
-    /// Frees newly mapped `block` into `lane` (joining the free block before it) and serves
-    /// the request from the joined block.
-    fn serve_grown(
-        &mut self,
-        block: u32,
-        grow: usize,
-        lane: u32,
-        shape: &Shape,
-        config: &AllocatorConfig,
-    ) -> Served {
-        self.stats.note_mapped(grow);
-        self.stats.misses += 1;
-        self.release_to_lane(block, lane);
-        self.hand_out(block, shape, config, AllocPath::Grown)
-    }
-
-    /// The last block of `segment` and, when it is free in `lane` or the idle lane (so new
-    /// granules join it), its bytes; else 0.
-    fn joinable_end(&self, segment: u32, lane: u32) -> (u32, usize) {
-        let last = self.last_block(segment);
-        let b = &self.blocks[last as usize];
-        let joins = b.state == State::Free && (b.lane == lane || b.lane == IDLE);
-        (last, if joins { b.size } else { 0 })
-    }
-
-    /// The block at the end of `segment`.
+    /// The highest block of `segment`.
     fn last_block(&self, segment: u32) -> u32 {
         let mut cursor = self.segments[segment as usize].first;
         while self.blocks[cursor as usize].next != NIL {
@@ -193,87 +35,205 @@ impl KindCache {
         cursor
     }
 
-    /// Unmaps the free granules at the end of every growable segment (after the work of the
-    /// lanes that freed them) and releases the reservations left with nothing mapped. The
-    /// bytes unmapped.
-    pub(super) fn shrink_growable<D: SegmentDriver>(&mut self, driver: &mut D) -> Result<usize> {
-        self.release_orphans(driver)?;
-        let Some(granularity) = self.granularity.flatten() else {
-            return Ok(0);
-        };
-        let mut released = 0;
-        for segment in 0..self.segments.len() as u32 {
-            // Free blocks of several lanes may end the segment: one after the other.
-            while let Some(bytes) = self.shrink_end(driver, segment, granularity)? {
-                released += bytes;
-            }
-        }
-        Ok(released)
+    /// The driver's mapping granularity for this kind, if it has virtual memory.
+    fn granularity<D: SegmentDriver>(&self, driver: &mut D) -> Option<usize> {
+        driver
+            .map_granularity(self.device, self.kind)
+            .filter(|g| g.is_power_of_two() && *g >= GRANULE)
     }
 
-    /// Unmaps the free granules of the last block of `segment`, if it is a held growable
-    /// segment whose last block is free and holds whole granules; the bytes unmapped.
-    fn shrink_end<D: SegmentDriver>(
+    /// Serves a miss of the large pool by growing the requesting lane's growable segment (made
+    /// on its first miss) by what its free tail lacks, rounded up to the granularity. `Ok(None)`
+    /// when the driver has no virtual memory, the range is full, or the device is out of
+    /// memory: the miss goes on as without growable segments.
+    pub(super) fn grow_segment<D: SegmentDriver>(
+        &mut self,
+        driver: &mut D,
+        shape: &Shape,
+        (order, own_lane): (Order<'_>, u32),
+        config: &AllocatorConfig,
+        dependencies_done: &mut bool,
+    ) -> Result<Option<Served>> {
+        let Some(granularity) = self.granularity(driver) else {
+            return Ok(None);
+        };
+        let lane = match order {
+            Order::Synchronous => IDLE,
+            Order::Stream { .. } => own_lane,
+        };
+        let segment = self.lanes[lane as usize].growable;
+        let (tail, tail_free) = match segment {
+            NIL => (NIL, 0),
+            _ => {
+                let tail = self.last_block(segment);
+                let b = &self.blocks[tail as usize];
+                let free = b.state == State::Free && (b.lane == lane || b.lane == IDLE);
+                (tail, if free { b.size } else { 0 })
+            }
+        };
+        let Some(extra) = shape
+            .search
+            .checked_sub(tail_free)
+            .filter(|&lacking| lacking > 0)
+            .and_then(|lacking| lacking.checked_next_multiple_of(granularity))
+        else {
+            return Ok(None);
+        };
+        let block = if segment == NIL {
+            match self.new_growable(driver, lane, extra, granularity)? {
+                Some(block) => block,
+                None => return Ok(None),
+            }
+        } else {
+            let Segment {
+                addr,
+                size,
+                reserve,
+                ..
+            } = self.segments[segment as usize];
+            if extra > reserve - size {
+                return Ok(None);
+            }
+            self.stats.driver_calls += 1;
+            if !driver.map(self.device, self.kind, addr + size, extra)? {
+                return Ok(None);
+            }
+            let block = self.new_block(addr + size, extra, segment, lane, true);
+            self.blocks[block as usize].prev = tail;
+            self.blocks[tail as usize].next = block;
+            self.segments[segment as usize].size += extra;
+            block
+        };
+        self.stats.note_mapped(extra);
+        self.stats.misses += 1;
+        self.release_to_lane(block, lane);
+        self.order_dependencies(driver, order, dependencies_done)?;
+        Ok(self
+            .best_of_own_and_idle(own_lane, shape)
+            .map(|block| self.hand_out(block, shape, config, AllocPath::SegmentGrown)))
+    }
+
+    /// Reserves a growable segment for `lane` and maps its first `extra` bytes: its one block
+    /// (in no bins), or `None` when no address space or memory is left (nothing kept).
+    fn new_growable<D: SegmentDriver>(
+        &mut self,
+        driver: &mut D,
+        lane: u32,
+        extra: usize,
+        granularity: usize,
+    ) -> Result<Option<u32>> {
+        let Some(wanted) = GROWABLE_RESERVE
+            .max(extra)
+            .checked_next_multiple_of(granularity)
+        else {
+            return Ok(None);
+        };
+        self.stats.driver_calls += 1;
+        let reserved = driver.reserve_range(self.device, self.kind, wanted, extra)?;
+        let Some((base, reserve)) = reserved.filter(|&(base, size)| {
+            size >= extra && base.is_multiple_of(granularity) && size.is_multiple_of(granularity)
+        }) else {
+            return Ok(None);
+        };
+        self.stats.driver_calls += 1;
+        let mapped = driver.map(self.device, self.kind, base, extra);
+        if !matches!(mapped, Ok(true)) {
+            self.stats.address_space += reserve;
+            self.loose_ranges.push((base, reserve));
+            self.release_loose_ranges(driver);
+            return mapped.map(|_| None);
+        }
+        let slot = self.segment_slot();
+        let block = self.new_block(base, extra, slot, lane, true);
+        self.segments[slot as usize] = Segment {
+            addr: base,
+            size: extra,
+            first: block,
+            held: true,
+            reserve,
+        };
+        self.lanes[lane as usize].growable = slot;
+        self.stats.address_space += reserve;
+        self.stats.segments += 1;
+        Ok(Some(block))
+    }
+
+    /// Unmaps the free tail of growable `segment` from the first granularity boundary in it;
+    /// releases the range once nothing of it is mapped. The bytes returned.
+    pub(super) fn shrink_growable<D: SegmentDriver>(
         &mut self,
         driver: &mut D,
         segment: u32,
-        granularity: usize,
-    ) -> Result<Option<usize>> {
-        let s = &self.segments[segment as usize];
-        if !s.held || !s.growable() {
-            return Ok(None);
+    ) -> Result<usize> {
+        let Some(granularity) = self.granularity(driver) else {
+            return Ok(0);
+        };
+        let Segment {
+            addr,
+            size,
+            reserve,
+            ..
+        } = self.segments[segment as usize];
+        let tail = self.last_block(segment);
+        let (offset, lane, large, prev) = {
+            let b = &self.blocks[tail as usize];
+            if b.state != State::Free {
+                return Ok(0);
+            }
+            (b.addr - addr, b.lane, b.large, b.prev)
+        };
+        let keep = offset.next_multiple_of(granularity);
+        if keep >= size {
+            return Ok(0);
         }
-        let (addr, end) = (s.addr, s.addr + s.size);
-        let last = self.last_block(segment);
-        let b = &self.blocks[last as usize];
-        let cut = b.addr.next_multiple_of(granularity);
-        if b.state != State::Free || cut >= end {
-            return Ok(None);
-        }
-        let (lane, large, block_addr, prev) = (b.lane, b.large, b.addr, b.prev);
+        let bytes = size - keep;
         let after = self.lanes[lane as usize].stream;
         self.stats.driver_calls += 1;
-        driver.unmap(self.device, self.kind, cut, end - cut, after)?;
+        driver.unmap(self.device, self.kind, addr + keep, bytes, after)?;
         self.lanes[lane as usize]
             .bins_mut(large)
-            .remove(&mut self.blocks, last);
-        self.stats.note_unmapped(end - cut);
-        if cut > block_addr {
-            self.blocks[last as usize].size = cut - block_addr;
+            .remove(&mut self.blocks, tail);
+        if keep == offset {
+            if prev != NIL {
+                self.blocks[prev as usize].next = NIL;
+            }
+            self.drop_block(tail);
+        } else {
+            self.blocks[tail as usize].size = keep - offset;
             self.lanes[lane as usize]
                 .bins_mut(large)
-                .insert(&mut self.blocks, last);
-            self.segments[segment as usize].size = cut - addr;
-            return Ok(Some(end - cut));
+                .insert(&mut self.blocks, tail);
         }
-        self.drop_block(last);
-        if prev != NIL {
-            self.blocks[prev as usize].next = NIL;
-            self.segments[segment as usize].size = cut - addr;
-            return Ok(Some(end - cut));
+        self.segments[segment as usize].size = keep;
+        self.stats.note_unmapped(bytes);
+        if keep == 0 {
+            self.segments[segment as usize].held = false;
+            self.unused_segments.push(segment);
+            self.stats.segments -= 1;
+            for lane in &mut self.lanes {
+                if lane.growable == segment {
+                    lane.growable = NIL;
+                }
+            }
+            self.loose_ranges.push((addr, reserve));
+            self.release_loose_ranges(driver);
         }
-        // Nothing mapped any more: the reservation goes too.
-        let s = core::mem::replace(&mut self.segments[segment as usize], Segment::EMPTY);
-        let pool = usize::from(large);
-        if self.lanes[s.owner as usize].growable[pool] == segment {
-            self.lanes[s.owner as usize].growable[pool] = NIL;
-        }
-        self.unused_segments.push(segment);
-        self.stats.note_segment_dropped();
-        self.orphans.push((s.addr, s.reservation));
-        self.release_orphans(driver)?;
-        Ok(Some(end - cut))
+        Ok(bytes)
     }
 
-    /// Releases the reservations of growable segments given up (kept when a release failed,
-    /// to be tried again).
-    fn release_orphans<D: SegmentDriver>(&mut self, driver: &mut D) -> Result<()> {
-        while let Some(&(addr, size)) = self.orphans.last() {
+    /// Releases the address ranges of growable segments that are gone; a range the driver
+    /// fails to release stays for the next try.
+    pub(super) fn release_loose_ranges<D: SegmentDriver>(&mut self, driver: &mut D) {
+        let mut index = 0;
+        while let Some(&(address, reserve)) = self.loose_ranges.get(index) {
             self.stats.driver_calls += 1;
-            driver.release_reservation(self.device, self.kind, addr, size)?;
-            self.orphans.pop();
-            self.stats.reserved_address_space -= size;
+            match driver.release_range(self.device, self.kind, address, reserve) {
+                Ok(()) => {
+                    self.loose_ranges.swap_remove(index);
+                    self.stats.address_space -= reserve;
+                }
+                Err(_) => index += 1,
+            }
         }
-        Ok(())
     }
 }

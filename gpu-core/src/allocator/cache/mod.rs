@@ -4,9 +4,9 @@
 //! [`KindCache`] and its calls (serve, free, mark used on, retire) are here; one concern a
 //! file below: `block` and `lane` (the data), `bins` (size classes), `carve` (split, park and
 //! coalesce), `streams` (fences and reuse across streams), `reclaim` (the miss path, the
-//! out-of-memory ladder and trim), `grow` (growable segments: grown on a miss, their free end
-//! unmapped on a trim), `runs` (free runs across lanes merged before growing),
-//! `consistency` (the models' self-check).
+//! out-of-memory ladder and trim), `runs` (free runs across lanes merged before growing),
+//! `grow` (growable segments: mapped parts that grow and shrink at their end), `consistency`
+//! (the models' self-check).
 //!
 //! Free blocks live in *lanes*: lane 0 ("idle") holds blocks no work can still be using; every
 //! other lane belongs to one stream and holds blocks freed on it, stamped with a per-lane
@@ -60,12 +60,11 @@ pub(crate) struct KindCache {
     /// left after the last poll, at least [`PENDING_POLL_MIN`]), so their events stay bounded
     /// by the frees still in flight even when no miss or trim comes to poll them.
     poll_at: usize,
+    /// Growable segments' address ranges whose release the driver failed: retried by the next
+    /// release of free segments (so nothing reserved is forgotten).
+    loose_ranges: Vec<(usize, usize)>,
     /// (live block, another stream whose work uses it); rare, so kept out of the blocks.
     other_uses: Vec<(u32, StreamId)>,
-    /// The driver's virtual-memory granularity for the kind, once asked (`Some(None)`: none).
-    granularity: Option<Option<usize>>,
-    /// Reservations of growable segments given up whose release failed: (address, size).
-    orphans: Vec<(usize, usize)>,
     stats: AllocatorStats,
 }
 
@@ -83,9 +82,8 @@ impl KindCache {
             lanes,
             pending: Vec::new(),
             poll_at: PENDING_POLL_MIN,
+            loose_ranges: Vec::new(),
             other_uses: Vec::new(),
-            granularity: None,
-            orphans: Vec::new(),
             stats: AllocatorStats::default(),
         }
     }

@@ -4,7 +4,6 @@
 use super::KindCache;
 use super::Served;
 use super::block::{IDLE, NIL, Segment, State};
-use super::grow::Grown;
 use crate::allocator::driver::SegmentDriver;
 use crate::allocator::policy::{AllocatorConfig, GRANULE, Shape};
 use crate::allocator::request::{AllocPath, Order};
@@ -12,12 +11,12 @@ use crate::error::{Error, Result};
 use crate::id::StreamId;
 
 /// A request on the miss path, as a new segment serves it.
-pub(super) struct Miss<'a> {
-    pub(super) shape: &'a Shape,
-    pub(super) order: Order<'a>,
-    pub(super) own_lane: u32,
-    pub(super) stream_ordered: bool,
-    pub(super) config: &'a AllocatorConfig,
+struct Miss<'a> {
+    shape: &'a Shape,
+    order: Order<'a>,
+    own_lane: u32,
+    stream_ordered: bool,
+    config: &'a AllocatorConfig,
 }
 
 impl KindCache {
@@ -66,6 +65,18 @@ impl KindCache {
             if rung > 1 {
                 self.stats.oom_retries += 1;
             }
+            if config.growable_segments
+                && shape.large
+                && let Some(served) = self.grow_segment(
+                    driver,
+                    shape,
+                    (order, own_lane),
+                    config,
+                    &mut dependencies_done,
+                )?
+            {
+                return Ok(served);
+            }
             if let Some(served) = self.new_segment(driver, &miss, &mut dependencies_done)? {
                 return Ok(served);
             }
@@ -95,19 +106,14 @@ impl KindCache {
         Ok(())
     }
 
-    /// Gets a segment from the driver for a miss (or grows a growable one) and serves the
-    /// request from it. `Ok(None)` when the driver is out of memory.
+    /// Gets a segment from the driver for a miss and serves the request from it. `Ok(None)`
+    /// when the driver is out of memory.
     fn new_segment<D: SegmentDriver>(
         &mut self,
         driver: &mut D,
         miss: &Miss<'_>,
         dependencies_done: &mut bool,
     ) -> Result<Option<Served>> {
-        match self.grow(driver, miss, dependencies_done)? {
-            Grown::Served(served) => return Ok(Some(served)),
-            Grown::OutOfMemory => return Ok(None),
-            Grown::NotGrowable => {}
-        }
         let Miss {
             shape,
             order,
@@ -153,14 +159,14 @@ impl KindCache {
                 required: GRANULE,
             });
         }
-        let segment = self.new_segment_slot();
+        let segment = self.segment_slot();
         let block = self.new_block(address, shape.segment, segment, lane, shape.large);
         self.segments[segment as usize] = Segment {
             addr: address,
             size: shape.segment,
             first: block,
             held: true,
-            ..Segment::EMPTY
+            reserve: 0,
         };
         self.stats.note_reserved(shape.segment);
         self.stats.misses += 1;
@@ -170,14 +176,6 @@ impl KindCache {
         // Stamped like a free, so another stream orders after the stream-ordered allocation.
         self.release_to_lane(block, lane);
         Ok(Some(self.hand_out(block, shape, config, path)))
-    }
-
-    /// A segment record to fill, reusing an unused one.
-    pub(super) fn new_segment_slot(&mut self) -> u32 {
-        self.unused_segments.pop().unwrap_or_else(|| {
-            self.segments.push(Segment::EMPTY);
-            (self.segments.len() - 1) as u32
-        })
     }
 
     fn driver_allocate<D: SegmentDriver>(
@@ -199,10 +197,9 @@ impl KindCache {
     /// where they merge across streams; if still nothing fits, merge the smallest run of free
     /// blocks that would, waiting on the host for its lanes' frees
     /// ([`AllocatorConfig::wait_before_growing`]); if still nothing fits, return wholly free
-    /// segments to the driver ([`AllocatorConfig::release_before_growing`]; growable ones
-    /// stay, to grow). Then the out-of-memory ladder: 2, return wholly free segments and the
-    /// free ends of growable ones to the driver; 3, synchronise the device and return
-    /// everything cached.
+    /// segments to the driver ([`AllocatorConfig::release_before_growing`]). Then the
+    /// out-of-memory ladder: 2, return wholly free segments to the driver; 3, synchronise the
+    /// device and return everything cached.
     fn reclaim<D: SegmentDriver>(
         &mut self,
         driver: &mut D,
@@ -229,12 +226,12 @@ impl KindCache {
                 Ok(true)
             }
             1 => Ok(false),
-            2 => Ok(self.release_all_free(driver)? > 0),
+            2 => Ok(self.release_free_segments(driver)? > 0),
             _ => {
                 self.stats.driver_calls += 1;
                 driver.synchronize(self.device)?;
                 self.complete_everything(driver);
-                self.release_all_free(driver)?;
+                self.release_free_segments(driver)?;
                 Ok(true)
             }
         }
@@ -271,14 +268,10 @@ impl KindCache {
         self.move_completed_to_idle();
     }
 
-    /// Returns every wholly free segment and the free ends of growable ones to the driver;
+    /// Returns every wholly free segment to the driver, and every growable segment's free tail;
     /// the bytes released.
-    fn release_all_free<D: SegmentDriver>(&mut self, driver: &mut D) -> Result<usize> {
-        Ok(self.release_free_segments(driver)? + self.shrink_growable(driver)?)
-    }
-
-    /// Returns every wholly free segment but growable ones to the driver; the bytes released.
     fn release_free_segments<D: SegmentDriver>(&mut self, driver: &mut D) -> Result<usize> {
+        self.release_loose_ranges(driver);
         let mut released = 0;
         for segment in 0..self.segments.len() {
             let Segment {
@@ -286,10 +279,20 @@ impl KindCache {
                 size,
                 first,
                 held,
-                reservation,
-                ..
+                reserve,
             } = self.segments[segment];
-            if !held || reservation != 0 {
+            if !held {
+                continue;
+            }
+            if reserve > 0 {
+                // Block by block from the end: free blocks of different lanes stay apart.
+                loop {
+                    let unmapped = self.shrink_growable(driver, segment as u32)?;
+                    released += unmapped;
+                    if unmapped == 0 || !self.segments[segment].held {
+                        break;
+                    }
+                }
                 continue;
             }
             let b = &self.blocks[first as usize];
@@ -326,6 +329,6 @@ impl KindCache {
         self.unpark_all();
         self.poll_pending(driver);
         self.settle_completed(driver);
-        self.release_all_free(driver)
+        self.release_free_segments(driver)
     }
 }

@@ -1,6 +1,5 @@
-//! The fake driver: segments and reservations (mapped in pieces) handed out in a bounded address
-//! range, and streams, events and waits modelled so that a use of memory before its free has
-//! completed is seen.
+//! The fake driver: segments handed out in a bounded address range, and streams, events and
+//! waits modelled so that a use of memory before its free has completed is seen.
 
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -48,11 +47,10 @@ pub(super) struct ModelEvent {
     owned_by_allocator: bool,
 }
 
-/// A fake [`SegmentDriver`]: hands out non-overlapping address ranges (segments and
-/// reservations) from the top of the address space down, reusing a returned range once no
-/// pending work touches it, maps and unmaps pieces inside reservations when given a
-/// granularity, models streams, events and the progress of work on them, can fail its Nth
-/// call, and records every misuse it sees.
+/// A fake [`SegmentDriver`]: hands out non-overlapping address ranges from the top of the
+/// address space down, reusing a returned range once no pending work touches it, models
+/// streams, events and the progress of work on them, can fail its Nth call, and records every
+/// misuse it sees.
 #[derive(Clone, Debug)]
 pub struct FakeDriver {
     /// Calls made so far.
@@ -69,18 +67,12 @@ pub struct FakeDriver {
     pub synchronous_allocations: u64,
     /// Segments obtained by stream-ordered calls.
     pub stream_ordered_allocations: u64,
-    /// The virtual-memory granularity it reports for every kind; `None` (the default): no
-    /// virtual memory.
+    /// The mapping granularity the fake offers (`None`: no virtual memory management).
     pub granularity: Option<usize>,
-    /// Reservations made.
-    pub reservations_made: u64,
-    /// Successful map calls.
-    pub maps: u64,
+    /// Segments, and the mapped pieces of reserved ranges (adjacent pieces joined).
     segments: BTreeMap<usize, (usize, MemoryKind)>,
-    /// Reserved ranges: start -> (size, kind).
+    /// Reserved address ranges: start -> (size, kind).
     reservations: BTreeMap<usize, (usize, MemoryKind)>,
-    /// Mapped pieces inside reservations: start -> (size, kind); never overlapping.
-    mapped: BTreeMap<usize, (usize, MemoryKind)>,
     in_use: usize,
     streams: BTreeMap<u32, ModelStream>,
     pub(super) events: BTreeMap<u32, ModelEvent>,
@@ -98,11 +90,8 @@ impl FakeDriver {
             synchronous_allocations: 0,
             stream_ordered_allocations: 0,
             granularity: None,
-            reservations_made: 0,
-            maps: 0,
             segments: BTreeMap::new(),
             reservations: BTreeMap::new(),
-            mapped: BTreeMap::new(),
             in_use: 0,
             streams: BTreeMap::new(),
             events: BTreeMap::new(),
@@ -115,29 +104,18 @@ impl FakeDriver {
         &self.segments
     }
 
-    /// Reservations made and not released: start -> (size, kind).
-    pub fn live_reservations(&self) -> &BTreeMap<usize, (usize, MemoryKind)> {
+    /// Address ranges reserved and not released: start -> (size, kind).
+    pub fn reserved_ranges(&self) -> &BTreeMap<usize, (usize, MemoryKind)> {
         &self.reservations
     }
 
-    /// Bytes of `kind` handed out and not returned: segments and mapped pieces.
+    /// Bytes of `kind` handed out and not returned.
     pub fn live_bytes(&self, kind: MemoryKind) -> usize {
         self.segments
             .values()
-            .chain(self.mapped.values())
             .filter(|(_, k)| *k == kind)
             .map(|(size, _)| size)
             .sum()
-    }
-
-    /// Bytes of `kind` mapped inside reservations.
-    pub fn mapped_bytes(&self, kind: MemoryKind) -> usize {
-        sum_of(&self.mapped, kind)
-    }
-
-    /// Bytes of address space of `kind` reserved.
-    pub fn reserved_address_space(&self, kind: MemoryKind) -> usize {
-        sum_of(&self.reservations, kind)
     }
 
     /// Events the allocator recorded and has not released.
@@ -148,44 +126,12 @@ impl FakeDriver {
             .count()
     }
 
-    /// Whether `[start, start + len)` lies inside one live segment of `kind`, or wholly in
-    /// mapped pieces of `kind`.
+    /// Whether `[start, start + len)` lies inside one live segment of `kind`.
     pub fn inside_segment(&self, kind: MemoryKind, start: usize, len: usize) -> bool {
-        let in_segment = self
-            .segments
+        self.segments
             .range(..=start)
             .next_back()
-            .is_some_and(|(&base, &(size, k))| k == kind && start + len <= base + size);
-        in_segment || self.all_mapped(Some(kind), start, start + len)
-    }
-
-    /// Whether every byte of `[start, end)` is mapped (in pieces of `kind`, if given).
-    fn all_mapped(&self, kind: Option<MemoryKind>, start: usize, end: usize) -> bool {
-        let mut covered = start;
-        let first = self.mapped.range(..=start).next_back().map(|(&a, _)| a);
-        for (&base, &(size, k)) in self.mapped.range(first.unwrap_or(start)..) {
-            if covered >= end || base > covered || kind.is_some_and(|kind| kind != k) {
-                break;
-            }
-            covered = covered.max(base + size);
-        }
-        covered >= end
-    }
-
-    /// Whether any byte of `[start, end)` is mapped.
-    fn any_mapped(&self, start: usize, end: usize) -> bool {
-        let below = self.mapped.range(..start).next_back();
-        below.is_some_and(|(&base, &(size, _))| base + size > start)
-            || self.mapped.range(start..end).next().is_some()
-    }
-
-    /// The reservation holding all of `[start, end)`.
-    fn reservation_of(&self, start: usize, end: usize) -> Option<(usize, MemoryKind)> {
-        self.reservations
-            .range(..=start)
-            .next_back()
-            .filter(|&(&base, &(size, _))| end <= base + size)
-            .map(|(&base, &(_, kind))| (base, kind))
+            .is_some_and(|(&base, &(size, k))| k == kind && start + len <= base + size)
     }
 
     /// Enqueues work touching `[start, start + len)` on `stream`.
@@ -349,76 +295,65 @@ impl FakeDriver {
         Ok(())
     }
 
-    /// The highest free place for `size` bytes between `FAKE_FLOOR` and `FAKE_TOP`, a gap below
-    /// each live segment (so no two are adjacent) and touched by no pending work (an earlier segment's, freed in
-    /// stream order); `None` when the capacity or the address space has no room.
+    /// The highest free place for `size` bytes of `kind` between `FAKE_FLOOR` and `FAKE_TOP`
+    /// (see [`FakeDriver::place`]), handed out; `None` when the capacity or the address space
+    /// has no room.
     fn hand_out(&mut self, kind: MemoryKind, size: usize) -> Option<usize> {
         if self.capacity - self.in_use < size {
             return None;
         }
-        let address = self.place(size, FAKE_ALIGNMENT)?;
+        let address = self.place(size)?;
         self.in_use += size;
         self.segments.insert(address, (size, kind));
         Some(address)
     }
 
-    /// The highest free place, aligned to `align` (a multiple of the fake's alignment), for a
-    /// range of `size` bytes (a segment's or a reservation's), as [`FakeDriver::hand_out`]
-    /// describes.
-    fn place(&self, size: usize, align: usize) -> Option<usize> {
+    /// The highest free place for `size` bytes between `FAKE_FLOOR` and `FAKE_TOP`, a gap below
+    /// each live segment and reserved range (so no two are adjacent) and touched by no pending
+    /// work (an earlier segment's, freed in stream order).
+    fn place(&self, size: usize) -> Option<usize> {
         let span = size.checked_next_multiple_of(FAKE_ALIGNMENT)?;
+        let reserved = |start: usize| {
+            self.reservations
+                .range(..=start)
+                .next_back()
+                .is_some_and(|(&base, &(len, _))| start < base + len)
+        };
+        let taken: BTreeMap<usize, usize> = self
+            .segments
+            .iter()
+            .filter(|&(&start, _)| !reserved(start))
+            .chain(&self.reservations)
+            .map(|(&start, &(len, _))| (start, len))
+            .collect();
         let mut ceiling = FAKE_TOP;
-        let mut taken: BTreeMap<usize, (usize, MemoryKind)> = self.segments.clone();
-        taken.extend(self.reservations.iter().map(|(&a, &r)| (a, r)));
         let mut below = taken.iter().rev().peekable();
-        let address = loop {
-            let floor = below.peek().map_or(FAKE_FLOOR, |&(&start, &(len, _))| {
+        loop {
+            let floor = below.peek().map_or(FAKE_FLOOR, |&(&start, &len)| {
                 start + len.next_multiple_of(FAKE_ALIGNMENT)
             });
-            let Some(address) = ceiling
-                .checked_sub(span)
-                .map(|a| a - a % align)
-                .filter(|&a| a >= floor)
-            else {
+            let Some(address) = ceiling.checked_sub(span).filter(|&a| a >= floor) else {
                 ceiling = below.next()?.0 - FAKE_ALIGNMENT;
                 continue;
             };
             match self.pending_touching(address, address + span, None) {
-                None => break address,
+                None => return Some(address),
                 Some((stream, position)) => {
                     let busy = self.streams[&stream].work[position].range.0;
                     ceiling = busy - busy % FAKE_ALIGNMENT;
                 }
             }
-        };
-        Some(address)
-    }
-
-    /// Records a misuse if work not ordered before `after`'s next work may still touch
-    /// `[start, end)`, which is being given back (`what`).
-    fn check_unused(&mut self, what: &str, start: usize, end: usize, after: Option<StreamId>) {
-        if let Some((stream, position)) = self.pending_touching(start, end, after) {
-            self.violations.push(format!(
-                "{start:#x} {what} after {after:?} while work {position} of stream {stream} may use it"
-            ));
         }
     }
 
-    /// Checks a virtual-memory call's range against the granularity; the misuse, if any.
-    fn misaligned(&self, call: &str, address: usize, size: usize) -> Option<String> {
-        let granularity = self.granularity?;
-        (size == 0 || !address.is_multiple_of(granularity) || !size.is_multiple_of(granularity))
-            .then(|| format!("{call} of {address:#x} ({size} bytes) is not in whole granules"))
+    /// The reserved range holding `[address, address + size)`, with its kind.
+    fn reservation_of(&self, address: usize, size: usize) -> Option<(usize, usize, MemoryKind)> {
+        self.reservations
+            .range(..=address)
+            .next_back()
+            .filter(|&(&base, &(len, _))| address + size <= base + len)
+            .map(|(&base, &(len, kind))| (base, len, kind))
     }
-}
-
-/// Bytes of `kind` in `ranges`.
-fn sum_of(ranges: &BTreeMap<usize, (usize, MemoryKind)>, kind: MemoryKind) -> usize {
-    ranges
-        .values()
-        .filter(|(_, k)| *k == kind)
-        .map(|(size, _)| size)
-        .sum()
 }
 
 impl SegmentDriver for FakeDriver {
@@ -462,7 +397,11 @@ impl SegmentDriver for FakeDriver {
             ));
             return Ok(());
         }
-        self.check_unused("segment freed", address, address + size, after);
+        if let Some((stream, position)) = self.pending_touching(address, address + size, after) {
+            self.violations.push(format!(
+                "segment {address:#x} freed after {after:?} while work {position} of stream {stream} may use it"
+            ));
+        }
         self.segments.remove(&address);
         self.in_use -= size;
         Ok(())
@@ -521,31 +460,28 @@ impl SegmentDriver for FakeDriver {
         Ok(())
     }
 
-    fn granularity(&mut self, _device: DeviceId, _kind: MemoryKind) -> Result<Option<usize>> {
-        Ok(self.granularity)
+    fn map_granularity(&mut self, _device: DeviceId, _kind: MemoryKind) -> Option<usize> {
+        self.granularity
     }
 
-    fn reserve(
+    fn reserve_range(
         &mut self,
         _device: DeviceId,
         kind: MemoryKind,
         size: usize,
-    ) -> Result<Option<usize>> {
-        self.call("reserve")?;
-        if let Some(misuse) = self.misaligned("reserve", 0, size) {
-            self.violations.push(misuse);
-            return Ok(None);
+        _needed: usize,
+    ) -> Result<Option<(usize, usize)>> {
+        self.call("reserve_range")?;
+        // Aligned to the granularity, as a driver's reservations are.
+        let alignment = self.granularity.unwrap_or(FAKE_ALIGNMENT);
+        let address = size
+            .checked_add(alignment)
+            .and_then(|span| self.place(span))
+            .map(|address| address.next_multiple_of(alignment));
+        if let Some(address) = address {
+            self.reservations.insert(address, (size, kind));
         }
-        let align = self
-            .granularity
-            .unwrap_or(FAKE_ALIGNMENT)
-            .max(FAKE_ALIGNMENT);
-        let Some(address) = self.place(size, align) else {
-            return Ok(None);
-        };
-        self.reservations.insert(address, (size, kind));
-        self.reservations_made += 1;
-        Ok(Some(address))
+        Ok(address.map(|address| (address, size)))
     }
 
     fn map(
@@ -556,30 +492,37 @@ impl SegmentDriver for FakeDriver {
         size: usize,
     ) -> Result<bool> {
         self.call("map")?;
-        let end = address.saturating_add(size);
-        let misuse = self.misaligned("map", address, size).or_else(|| {
-            match self.reservation_of(address, end) {
-                Some((_, k)) if k == kind => None,
-                _ => Some(format!(
-                    "map of {address:#x} ({size} bytes, {kind}) is not inside one {kind} reservation"
-                )),
-            }
-        });
-        let misuse = misuse.or_else(|| {
-            self.any_mapped(address, end)
-                .then(|| format!("map of {address:#x} ({size} bytes) over mapped bytes"))
-        });
-        if let Some(misuse) = misuse {
-            self.violations.push(misuse);
+        let inside = self.reservation_of(address, size);
+        let granular = self
+            .granularity
+            .is_some_and(|g| address.is_multiple_of(g) && size.is_multiple_of(g));
+        let mapped_already = self
+            .segments
+            .range(..address + size)
+            .next_back()
+            .is_some_and(|(&start, &(len, _))| address < start + len);
+        if !inside.is_some_and(|(_, _, k)| k == kind) || !granular || mapped_already {
+            self.violations.push(format!(
+                "map of {address:#x} ({size} bytes, {kind}) outside a reserved range, not \
+                 granular or over a mapped piece"
+            ));
             return Ok(false);
         }
         if self.capacity - self.in_use < size {
             return Ok(false);
         }
-        self.check_unused("mapped", address, end, None);
         self.in_use += size;
-        self.mapped.insert(address, (size, kind));
-        self.maps += 1;
+        // Joined to the piece it extends, so a block across two maps lies in one piece.
+        let joined = self
+            .segments
+            .range(..address)
+            .next_back()
+            .filter(|&(&start, &(len, _))| start + len == address)
+            .map(|(&start, &(len, _))| (start, len));
+        match joined {
+            Some((start, len)) => self.segments.insert(start, (len + size, kind)),
+            None => self.segments.insert(address, (size, kind)),
+        };
         Ok(true)
     }
 
@@ -592,55 +535,53 @@ impl SegmentDriver for FakeDriver {
         after: Option<StreamId>,
     ) -> Result<()> {
         self.call("unmap")?;
-        let end = address.saturating_add(size);
-        let misuse = self.misaligned("unmap", address, size).or_else(|| {
-            (!self.all_mapped(Some(kind), address, end)).then(|| {
-                format!("unmap of {address:#x} ({size} bytes, {kind}) covers unmapped bytes")
-            })
-        });
-        if let Some(misuse) = misuse {
-            self.violations.push(misuse);
+        let piece = self
+            .segments
+            .range(..=address)
+            .next_back()
+            .map(|(&start, &(len, k))| (start, len, k));
+        let Some((start, len, _)) =
+            piece.filter(|&(start, len, k)| k == kind && address + size == start + len)
+        else {
+            self.violations.push(format!(
+                "unmap of {address:#x} ({size} bytes) is not the tail of a mapped piece"
+            ));
             return Ok(());
+        };
+        if let Some((stream, position)) = self.pending_touching(address, address + size, after) {
+            self.violations.push(format!(
+                "{address:#x} unmapped after {after:?} while work {position} of stream {stream} may use it"
+            ));
         }
-        self.check_unused("unmapped", address, end, after);
-        // The driver waits for `after`'s work before the memory goes: model it as done.
-        self.finish_touching(address, size);
-        // Cut the pieces at both ends, then drop those inside.
-        for cut in [address, end] {
-            if let Some((&base, &(len, k))) = self.mapped.range(..cut).next_back()
-                && base + len > cut
-            {
-                self.mapped.insert(base, (cut - base, k));
-                self.mapped.insert(cut, (base + len - cut, k));
-            }
-        }
-        let inside: Vec<usize> = self.mapped.range(address..end).map(|(&a, _)| a).collect();
-        for piece in inside {
-            self.mapped.remove(&piece);
+        if address == start {
+            self.segments.remove(&start);
+        } else {
+            self.segments.insert(start, (len - size, kind));
         }
         self.in_use -= size;
         Ok(())
     }
 
-    fn release_reservation(
+    fn release_range(
         &mut self,
         _device: DeviceId,
         kind: MemoryKind,
         address: usize,
         size: usize,
     ) -> Result<()> {
-        self.call("release_reservation")?;
-        if self.reservations.get(&address) != Some(&(size, kind)) {
+        self.call("release_range")?;
+        let still_mapped = self
+            .segments
+            .range(address..address + size)
+            .next()
+            .is_some();
+        if self.reservations.get(&address) != Some(&(size, kind)) || still_mapped {
             self.violations.push(format!(
-                "release of {address:#x} ({size} bytes, {kind}) matches no reservation"
+                "release of range {address:#x} ({size} bytes): not reserved, or still mapped"
             ));
-        } else if self.any_mapped(address, address + size) {
-            self.violations.push(format!(
-                "reservation {address:#x} released with bytes still mapped"
-            ));
-        } else {
-            self.reservations.remove(&address);
+            return Ok(());
         }
+        self.reservations.remove(&address);
         Ok(())
     }
 }

@@ -29,11 +29,11 @@ use hashbrown::HashMap;
 
 pub use report::{Namer, Race, RaceCall, RaceKind, RaceNames, RaceOp};
 
-use self::clock::Clocks;
-use self::heap::{Block, Heap};
-use self::shadow::{Conflict, Shadow, Stamp};
 use crate::id::{DeviceId, StreamId};
 use crate::token::trace::{AddressRange, SiteId, StreamKind, TraceOp};
+use clock::Clocks;
+use heap::{Block, Heap};
+use shadow::{Conflict, Shadow, Stamp};
 
 /// Checks a trace for races one operation at a time ([`step`](RaceChecker::step)).
 ///

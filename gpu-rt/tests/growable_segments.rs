@@ -1,0 +1,93 @@
+//! Growable segments through the runtime on the host backend's virtual memory model: larger
+//! and larger buffers come from one mapped range (no segment allocated), their bytes are usable
+//! by work on both devices (the peer granted access), accesses beyond the mapped part are
+//! refused, and trim and shutdown give every mapped piece and reserved range back.
+
+use std::sync::Arc;
+
+use gpu_core::allocator::AllocatorConfig;
+use gpu_rt::prelude::*;
+
+const MIB: usize = 1 << 20;
+
+/// A runtime with growable segments on two host devices, and its backend.
+fn runtime() -> (Runtime<HostBackend>, Arc<HostBackend>) {
+    let config = RuntimeConfig {
+        allocator: AllocatorConfig {
+            growable_segments: true,
+            ..AllocatorConfig::default()
+        },
+        ..RuntimeConfig::default()
+    };
+    let backend = Arc::new(HostBackend::new(HostConfig::with_devices(2)));
+    (
+        Runtime::shared(Arc::clone(&backend), config).unwrap(),
+        backend,
+    )
+}
+
+#[test]
+fn growing_buffers_come_from_one_mapped_range_and_are_usable_on_both_devices() {
+    let (rt, backend) = runtime();
+    let (d0, d1) = (DeviceId(0), DeviceId(1));
+    for size in [4 * MIB, 6 * MIB, 12 * MIB] {
+        let buffer = rt.alloc(d0, MemoryKind::Device, size).unwrap();
+        rt.wait(rt.fill(d0, buffer.all(), 5, &mut vec![]).unwrap())
+            .unwrap();
+        // Device 1 reads the whole buffer through peer access to the mapped pieces.
+        let copy = rt.alloc(d1, MemoryKind::Device, size).unwrap();
+        rt.wait(rt.copy(d1, copy.all(), buffer.all(), &mut vec![]).unwrap())
+            .unwrap();
+        let mut out = vec![0u8; size];
+        rt.download(d1, &mut out, copy.all(), &mut vec![]).unwrap();
+        assert!(out.iter().all(|&b| b == 5), "{size} bytes not copied whole");
+    }
+    let stats = rt.allocator_stats(d0, MemoryKind::Device).unwrap();
+    assert_eq!((stats.segments, stats.segment_allocations), (1, 0));
+    assert!(
+        stats.maps >= 2 && stats.address_space >= 12 * MIB,
+        "{stats:?}"
+    );
+    // Shutdown waits for all work and gives every mapped piece and reserved range back.
+    let report = rt.shutdown().unwrap();
+    assert!(report.errors.is_empty() && report.left.reserved_bytes == 0);
+    assert!(report.trimmed_bytes >= 12 * MIB);
+    assert_eq!(backend.stats().allocations, 0);
+}
+
+#[test]
+fn the_host_model_refuses_accesses_beyond_the_mapped_part_and_misuse_of_ranges() {
+    let backend = HostBackend::new(HostConfig::with_devices(1));
+    let d0 = DeviceId(0);
+    backend.set_current_device(Some(d0)).unwrap();
+    let g = backend.vm_granularity(d0, MemoryKind::Device).unwrap();
+    let (base, size) = backend
+        .vm_reserve(d0, MemoryKind::Device, 64 * g, g)
+        .unwrap()
+        .unwrap();
+    assert!(size >= g && base % g == 0);
+    // Only at the end of the mapped part, in whole granules.
+    assert!(backend.vm_map(d0, MemoryKind::Device, base + g, g).is_err());
+    assert!(backend.vm_map(d0, MemoryKind::Device, base, g / 2).is_err());
+    assert!(backend.vm_map(d0, MemoryKind::Device, base, g).unwrap());
+    let stream = backend.stream_create(d0).unwrap();
+    // SAFETY: the fill stays in the mapped granule.
+    unsafe { backend.fill(stream, base, 7, g) }.unwrap();
+    // SAFETY: the fill runs past the mapped granule; the backend refuses it.
+    assert!(unsafe { backend.fill(stream, base, 7, 2 * g) }.is_err());
+    backend.stream_synchronize(stream).unwrap();
+    assert!(
+        backend
+            .vm_release(d0, MemoryKind::Device, base, size)
+            .is_err(),
+        "still mapped"
+    );
+    backend
+        .vm_unmap(d0, MemoryKind::Device, base, g, Some(stream))
+        .unwrap();
+    backend
+        .vm_release(d0, MemoryKind::Device, base, size)
+        .unwrap();
+    backend.stream_destroy(stream).unwrap();
+    assert_eq!(backend.stats().allocations, 0);
+}
