@@ -43,9 +43,10 @@ impl KindCache {
     }
 
     /// Serves a miss of the large pool by growing the requesting lane's growable segment (made
-    /// on its first miss) by what its free tail lacks, rounded up to the granularity. `Ok(None)`
-    /// when the driver has no virtual memory, the range is full, or the device is out of
-    /// memory: the miss goes on as without growable segments.
+    /// on its first miss, and again when the last one is full) by what its free tail lacks,
+    /// rounded up to the granularity. `Ok(None)` when the driver has no virtual memory,
+    /// no address space is left, or the device is out of memory: the miss goes on as without
+    /// growable segments.
     pub(super) fn grow_segment<D: SegmentDriver>(
         &mut self,
         driver: &mut D,
@@ -61,24 +62,36 @@ impl KindCache {
             Order::Synchronous => IDLE,
             Order::Stream { .. } => own_lane,
         };
-        let segment = self.lanes[lane as usize].growable;
-        let (tail, tail_free) = match segment {
-            NIL => (NIL, 0),
-            _ => {
-                let tail = self.last_block(segment);
-                let b = &self.blocks[tail as usize];
-                let free = b.state == State::Free && (b.lane == lane || b.lane == IDLE);
-                (tail, if free { b.size } else { 0 })
+        let mut segment = self.lanes[lane as usize].growable;
+        let (mut tail, mut tail_free) = (NIL, 0);
+        if segment != NIL {
+            tail = self.last_block(segment);
+            let b = &self.blocks[tail as usize];
+            if b.state == State::Free && (b.lane == lane || b.lane == IDLE) {
+                tail_free = b.size;
             }
+        }
+        let lacking = |tail_free: usize| {
+            shape
+                .search
+                .checked_sub(tail_free)
+                .filter(|&lacking| lacking > 0)
+                .and_then(|lacking| lacking.checked_next_multiple_of(granularity))
         };
-        let Some(extra) = shape
-            .search
-            .checked_sub(tail_free)
-            .filter(|&lacking| lacking > 0)
-            .and_then(|lacking| lacking.checked_next_multiple_of(granularity))
-        else {
+        let Some(mut extra) = lacking(tail_free) else {
             return Ok(None);
         };
+        if segment != NIL && {
+            let s = &self.segments[segment as usize];
+            extra > s.reserve - s.size
+        } {
+            // The range is full: it stays as it is, and the lane starts another.
+            segment = NIL;
+            let Some(whole) = lacking(0) else {
+                return Ok(None);
+            };
+            extra = whole;
+        }
         let block = if segment == NIL {
             match self.new_growable(driver, lane, extra, granularity)? {
                 Some(block) => block,
