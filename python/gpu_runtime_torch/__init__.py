@@ -88,8 +88,8 @@ def settings(release_before_growing=_UNSET, wait_before_growing=_UNSET, max_spli
       with True, reserved memory stays bounded without any empty_cache()).
     - max_split_size (int bytes > 0, or None for no limit; default None): blocks of at least
       this size are never split (None: any block may be, PyTorch's default).
-    - growable_segments (bool, default False): whether the large pool grows one reserved
-      address range per stream in granules instead of allocating new segments, where the driver
+    - growable_segments (bool, default False): whether each stream's pools grow one
+      reserved address range each in granules instead of allocating new segments, where the driver
       has virtual memory (PyTorch's expandable_segments).
     - peer_access (bool, default True): whether devices that can reach each other's memory do.
     - trace (path or None, default None): record the stream/event calls into this file, written

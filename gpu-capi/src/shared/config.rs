@@ -9,7 +9,7 @@
 //!   wait_before_growing`; `0` grows instead of waiting on the host).
 //! - `GPU_RUNTIME_MAX_SPLIT_SIZE=BYTES|none`: blocks of at least this size are never split
 //!   (`AllocatorConfig::max_split_size`; `none`: any block may be split, PyTorch's default).
-//! - `GPU_RUNTIME_GROWABLE_SEGMENTS=0|1`: the large pool from growable segments where the
+//! - `GPU_RUNTIME_GROWABLE_SEGMENTS=0|1`: both pools from growable segments where the
 //!   backend has virtual memory management (`AllocatorConfig::growable_segments`; off by
 //!   default; none of the GPU backends offers it to the allocator yet, so it falls back).
 //! - `GPU_RUNTIME_ALLOC_TRACE=PATH`: records every device-memory allocation, free and use on

@@ -124,10 +124,10 @@ pub struct AllocatorConfig {
     /// stream freed them, holds the request (the bound in docs/allocator.md); `false` grows
     /// instead of waiting, and reserved memory can creep in programs with many streams.
     pub wait_before_growing: bool,
-    /// Serve the large pool (requests above [`SMALL_REQUEST_LIMIT`]) from growable segments
-    /// where the driver has virtual memory management ([`SegmentDriver::map_granularity`]):
-    /// one reserved address range per stream whose mapped part grows by granularity-sized
-    /// pieces at its end, so that a request the free tail cannot hold extends it instead of
+    /// Serve both pools (small and large requests) from growable segments where the driver
+    /// has virtual memory management ([`SegmentDriver::map_granularity`]): one reserved
+    /// address range per stream and pool whose mapped part grows by granularity-sized pieces
+    /// at its end, so that a request the free tail cannot hold extends it instead of
     /// taking a new segment (a full range stays as it is and the stream starts another), and
     /// whose free tail is unmapped (returned to the driver) where whole segments would be
     /// freed. Every block of a growable segment may be split
