@@ -298,14 +298,23 @@ fn build_recorder() -> Result<Vec<PathBuf>, String> {
     ])
 }
 
-/// Copies the files of `from` (scripts and sources, not stripped) into `to`.
+/// Copies the files of `from` (scripts and sources, not stripped) into `to`, folders whole.
 fn copy_programs(from: &Path, to: &Path) -> Result<(), String> {
     let entries = fs::read_dir(from).map_err(|e| format!("cannot list {}: {e}", from.display()))?;
     for entry in entries {
         let path = entry
             .map_err(|e| format!("cannot list {}: {e}", from.display()))?
             .path();
-        if let Some(name) = path.file_name() {
+        let Some(name) = path.file_name() else {
+            continue;
+        };
+        if path.is_dir() {
+            // A folder of programs (the seeded races, `recorder/races/`) travels whole.
+            let folder = to.join(name);
+            fs::create_dir_all(&folder)
+                .map_err(|e| format!("cannot create {}: {e}", folder.display()))?;
+            copy_programs(&path, &folder)?;
+        } else {
             fs::copy(&path, to.join(name))
                 .map_err(|e| format!("cannot copy {}: {e}", path.display()))?;
         }
