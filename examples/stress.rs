@@ -15,12 +15,15 @@
 //! every N driver calls. Exits non-zero on a wrong byte, an unexpected error or a leak.
 //!
 //! Run: `cargo run --release --example stress [-- --seconds S --threads N --seed X
-//! --largest BYTES --scaling SECONDS --faults N --sample-ms MS --trims 0|1]`
+//! --largest BYTES --scaling SECONDS --faults N --sample-ms MS --trims 0|1 --growable 0|1]`
+//! (`--growable 1`: the soak's runtime has growable segments on, where the backend has virtual
+//! memory).
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gpu_runtime::allocator::AllocatorConfig;
 use gpu_runtime::backend::KernelArg;
 use gpu_runtime::prelude::*;
 use gpu_runtime::runtime::{LiveObjects, with_device};
@@ -32,6 +35,8 @@ struct Options {
     soak: StressConfig,
     /// Seconds per scaling measurement (0: no scaling run).
     scaling: f64,
+    /// The soak runtime's allocator tunables.
+    allocator: AllocatorConfig,
 }
 
 fn parse() -> std::result::Result<Options, String> {
@@ -42,6 +47,7 @@ fn parse() -> std::result::Result<Options, String> {
             ..StressConfig::default()
         },
         scaling: 2.0,
+        allocator: AllocatorConfig::default(),
     };
     let mut args = std::env::args_os().skip(1);
     while let Some(arg) = args.next() {
@@ -63,6 +69,7 @@ fn parse() -> std::result::Result<Options, String> {
             }
             "--scaling" => options.scaling = number(&value)?,
             "--trims" => soak.trims = number(&value)? != 0.0,
+            "--growable" => options.allocator.growable_segments = number(&value)? != 0.0,
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -78,7 +85,7 @@ fn main() -> ExitCode {
         }
     };
     let result = if options.soak.fault_every.is_some() {
-        faults_on_host(&options.soak)
+        faults_on_host(&options.soak, options.allocator)
     } else {
         with_best_backend(Stress(options))
     };
@@ -117,25 +124,36 @@ impl WithBackend for Stress {
             what: "backend still shared after the benchmarks",
         })?;
         let recorder = Arc::new(RecordingBackend::counting(backend));
-        soak(&recorder, &*recorder, &options.soak)
+        soak(&recorder, &*recorder, &options.soak, options.allocator)
     }
 }
 
 /// The soak with faults, on the host backend (the backend with fault injection).
-fn faults_on_host(config: &StressConfig) -> Result<()> {
+fn faults_on_host(config: &StressConfig, allocator: AllocatorConfig) -> Result<()> {
     let backend = Arc::new(HostBackend::new(HostConfig::with_devices(2)));
     println!(
         "stress: host backend, 2 devices, seed {}, a fault about every {} driver calls",
         config.seed,
         config.fault_every.unwrap_or(0)
     );
-    soak(&backend, &*backend, config)
+    soak(&backend, &*backend, config, allocator)
 }
 
 /// Runs the mix on one shared runtime, prints the counts, the footprint samples and what
 /// shutdown left, and fails on any failure or leak.
-fn soak<B: Backend>(backend: &Arc<B>, probe: &dyn Probe, config: &StressConfig) -> Result<()> {
-    let runtime = Runtime::shared(Arc::clone(backend), RuntimeConfig::default())?;
+fn soak<B: Backend>(
+    backend: &Arc<B>,
+    probe: &dyn Probe,
+    config: &StressConfig,
+    allocator: AllocatorConfig,
+) -> Result<()> {
+    let runtime = Runtime::shared(
+        Arc::clone(backend),
+        RuntimeConfig {
+            allocator,
+            ..RuntimeConfig::default()
+        },
+    )?;
     let report = stress::run(std::slice::from_ref(&runtime), probe, config)?;
     let shutdown = runtime.shutdown()?;
     let live = probe.live();

@@ -1,7 +1,8 @@
 //! Growable segments through the runtime on the host backend's virtual memory model: larger
 //! and larger buffers come from one mapped range (no segment allocated), their bytes are usable
 //! by work on both devices (the peer granted access), accesses beyond the mapped part are
-//! refused, and trim and shutdown give every mapped piece and reserved range back.
+//! refused, trim and shutdown give every mapped piece and reserved range back, also a tail the
+//! peer device used last.
 
 use std::sync::Arc;
 
@@ -89,5 +90,24 @@ fn the_host_model_refuses_accesses_beyond_the_mapped_part_and_misuse_of_ranges()
         .vm_release(d0, MemoryKind::Device, base, size)
         .unwrap();
     backend.stream_destroy(stream).unwrap();
+    assert_eq!(backend.stats().allocations, 0);
+}
+
+#[test]
+fn a_free_tail_last_used_by_the_peer_is_unmapped_after_the_peers_stream() {
+    let (rt, backend) = runtime();
+    let (d0, d1) = (DeviceId(0), DeviceId(1));
+    let buffer = rt.alloc(d0, MemoryKind::Device, 8 * MIB).unwrap();
+    let copy = rt.alloc(d1, MemoryKind::Device, 8 * MIB).unwrap();
+    // Device 1's stream uses the buffer last: its free follows that stream's work.
+    let copied = rt.copy(d1, copy.all(), buffer.all(), &mut vec![]).unwrap();
+    drop(buffer);
+    rt.wait(copied).unwrap();
+    // Its tail goes back in the order of a stream of device 0, the device whose memory it is.
+    assert!(rt.trim().unwrap() >= 8 * MIB);
+    let stats = rt.allocator_stats(d0, MemoryKind::Device).unwrap();
+    assert_eq!((stats.reserved, stats.address_space), (0, 0), "{stats:?}");
+    drop(copy);
+    rt.shutdown().unwrap();
     assert_eq!(backend.stats().allocations, 0);
 }

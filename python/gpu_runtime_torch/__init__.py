@@ -26,6 +26,7 @@ __all__ = [
 RELEASE_BEFORE_GROWING = "GPU_RUNTIME_RELEASE_BEFORE_GROWING"
 WAIT_BEFORE_GROWING = "GPU_RUNTIME_WAIT_BEFORE_GROWING"
 MAX_SPLIT_SIZE = "GPU_RUNTIME_MAX_SPLIT_SIZE"
+GROWABLE_SEGMENTS = "GPU_RUNTIME_GROWABLE_SEGMENTS"
 PEER_ACCESS = "GPU_RUNTIME_PEER_ACCESS"
 TRACE = "GPU_RUNTIME_TRACE"
 
@@ -75,7 +76,7 @@ def _flag(name, value):
 
 
 def settings(release_before_growing=_UNSET, wait_before_growing=_UNSET, max_split_size=_UNSET,
-             peer_access=_UNSET, trace=_UNSET):
+             peer_access=_UNSET, trace=_UNSET, growable_segments=_UNSET):
     """The GPU_RUNTIME_* settings for these options, as a dict (nothing is changed). An option
     not given keeps the environment's value if it is set, else takes the default for PyTorch:
 
@@ -87,6 +88,9 @@ def settings(release_before_growing=_UNSET, wait_before_growing=_UNSET, max_spli
       with True, reserved memory stays bounded without any empty_cache()).
     - max_split_size (int bytes > 0, or None for no limit; default None): blocks of at least
       this size are never split (None: any block may be, PyTorch's default).
+    - growable_segments (bool, default False): whether each stream's pools grow one
+      reserved address range each in granules instead of allocating new segments, where the driver
+      has virtual memory (PyTorch's expandable_segments).
     - peer_access (bool, default True): whether devices that can reach each other's memory do.
     - trace (path or None, default None): record the stream/event calls into this file, written
       and checked at `shutdown()`.
@@ -109,12 +113,14 @@ def settings(release_before_growing=_UNSET, wait_before_growing=_UNSET, max_spli
             chosen[MAX_SPLIT_SIZE] = str(max_split_size)
     if peer_access is not _UNSET:
         chosen[PEER_ACCESS] = _flag("peer_access", peer_access)
+    if growable_segments is not _UNSET:
+        chosen[GROWABLE_SEGMENTS] = _flag("growable_segments", growable_segments)
     if trace is not _UNSET and trace is not None:
         if not isinstance(trace, (str, os.PathLike)):
             raise TypeError(f"trace must be a path or None, not {trace!r}")
         chosen[TRACE] = os.fspath(trace)
     defaults = {RELEASE_BEFORE_GROWING: "0", WAIT_BEFORE_GROWING: "1", MAX_SPLIT_SIZE: "none",
-                PEER_ACCESS: "1"}
+                PEER_ACCESS: "1", GROWABLE_SEGMENTS: "0"}
     result = {name: os.environ.get(name, value) for name, value in defaults.items()}
     if TRACE in os.environ:
         result[TRACE] = os.environ[TRACE]

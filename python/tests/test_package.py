@@ -14,7 +14,7 @@ from unittest import mock
 import gpu_runtime_torch as gt
 
 VARIABLES = (gt.RELEASE_BEFORE_GROWING, gt.WAIT_BEFORE_GROWING, gt.MAX_SPLIT_SIZE, gt.PEER_ACCESS,
-             gt.TRACE)
+             gt.TRACE, gt.GROWABLE_SEGMENTS)
 
 
 def fake_torch(initialised):
@@ -51,12 +51,14 @@ class Settings(CleanEnvironment):
     def test_defaults_are_pytorchs_and_each_option_sets_its_variable(self):
         self.assertEqual(gt.settings(), {
             gt.RELEASE_BEFORE_GROWING: "0", gt.WAIT_BEFORE_GROWING: "1",
-            gt.MAX_SPLIT_SIZE: "none", gt.PEER_ACCESS: "1"})
+            gt.MAX_SPLIT_SIZE: "none", gt.PEER_ACCESS: "1", gt.GROWABLE_SEGMENTS: "0"})
         chosen = gt.settings(release_before_growing=True, wait_before_growing=False,
-                             max_split_size=64 << 20, peer_access=False, trace="run.trace")
+                             max_split_size=64 << 20, peer_access=False, trace="run.trace",
+                             growable_segments=True)
         self.assertEqual(chosen, {
             gt.RELEASE_BEFORE_GROWING: "1", gt.WAIT_BEFORE_GROWING: "0",
-            gt.MAX_SPLIT_SIZE: str(64 << 20), gt.PEER_ACCESS: "0", gt.TRACE: "run.trace"})
+            gt.MAX_SPLIT_SIZE: str(64 << 20), gt.PEER_ACCESS: "0", gt.TRACE: "run.trace",
+            gt.GROWABLE_SEGMENTS: "1"})
         self.assertEqual(gt.settings(max_split_size=None)[gt.MAX_SPLIT_SIZE], "none")
 
     def test_the_environment_wins_over_defaults_and_options_over_the_environment(self):
@@ -70,6 +72,7 @@ class Settings(CleanEnvironment):
         for options, error, name in [
             ({"release_before_growing": 1}, TypeError, "release_before_growing"),
             ({"wait_before_growing": "no"}, TypeError, "wait_before_growing"),
+            ({"growable_segments": 1}, TypeError, "growable_segments"),
             ({"peer_access": "yes"}, TypeError, "peer_access"),
             ({"max_split_size": "64MiB"}, TypeError, "max_split_size"),
             ({"max_split_size": True}, TypeError, "max_split_size"),

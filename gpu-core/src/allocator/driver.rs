@@ -115,7 +115,9 @@ pub trait SegmentDriver {
 
     /// Unmaps `[address, address + size)` (mapped by [`SegmentDriver::map`], the tail of its
     /// range's mapped part) and releases its physical memory; `after` as for
-    /// [`SegmentDriver::free`]. (CUDA: `cuMemUnmap`, `cuMemRelease`, after the stream's work.)
+    /// [`SegmentDriver::free`], except that the driver waits for that work before it returns:
+    /// the addresses may be mapped again at once. (CUDA: `cuMemUnmap`, `cuMemRelease`, after
+    /// synchronising the stream.)
     fn unmap(
         &mut self,
         device: DeviceId,

@@ -128,8 +128,9 @@ pub struct AllocatorConfig {
     /// has virtual memory management ([`SegmentDriver::map_granularity`]): one reserved
     /// address range per stream and pool whose mapped part grows by granularity-sized pieces
     /// at its end, so that a request the free tail cannot hold extends it instead of
-    /// taking a new segment, and whose free tail is unmapped (returned to the driver) where
-    /// whole segments would be freed. Every block of a growable segment may be split
+    /// taking a new segment (a full range stays as it is and the stream starts another), and
+    /// whose free tail is unmapped (returned to the driver) where whole segments would be
+    /// freed. Every block of a growable segment may be split
     /// (`max_split_size` is not applied). Off by default; without virtual memory, ordinary
     /// segments.
     ///

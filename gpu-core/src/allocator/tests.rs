@@ -430,6 +430,43 @@ fn a_growing_tensor_extends_its_growable_segment_and_the_free_tail_goes_back() {
 }
 
 #[test]
+fn small_requests_held_together_grow_one_range_of_the_small_pool() {
+    let (mut a, mut d) = growable();
+    let held: Vec<_> = (0..16)
+        .map(|_| a.allocate(&mut d, &on(S0, 512 << 10)).unwrap())
+        .collect();
+    // Each block follows the one before it in one range, mapped 2 MiB at a time.
+    for pair in held.windows(2) {
+        assert_eq!(pair[0].address + pair[0].size, pair[1].address);
+    }
+    let stats = a.stats(MemoryKind::Device);
+    assert_eq!((stats.segments, stats.segment_allocations), (1, 0));
+    assert_eq!((stats.reserved, stats.maps), (8 * MIB, 4));
+    // The large pool has a range of its own.
+    a.allocate(&mut d, &on(S0, 3 * MIB)).unwrap();
+    assert_eq!(d.reserved_ranges().len(), 2);
+    a.check_consistency().unwrap();
+    assert!(d.violations.is_empty(), "{:?}", d.violations);
+}
+
+#[test]
+fn a_full_range_stays_and_the_lane_grows_another() {
+    let (mut a, mut d) = growable();
+    d.max_reservation = Some(8 * MIB);
+    let first = a.allocate(&mut d, &on(S0, 6 * MIB)).unwrap();
+    let second = a.allocate(&mut d, &on(S0, 4 * MIB)).unwrap();
+    assert_eq!(second.path, AllocPath::SegmentGrown);
+    assert_eq!(d.reserved_ranges().len(), 2);
+    // The new range is the lane's now: it grows, the full one keeps its block.
+    let third = a.allocate(&mut d, &on(S0, 4 * MIB)).unwrap();
+    assert_eq!(third.address, second.address + 4 * MIB);
+    assert_eq!(d.reserved_ranges().len(), 2);
+    assert!(d.inside_segment(MemoryKind::Device, first.address, first.size));
+    a.check_consistency().unwrap();
+    assert!(d.violations.is_empty(), "{:?}", d.violations);
+}
+
+#[test]
 fn without_virtual_memory_growable_segments_are_ordinary_ones() {
     let (mut a, mut d) = growable();
     d.granularity = None;

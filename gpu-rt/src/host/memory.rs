@@ -49,6 +49,8 @@ pub(super) struct Block {
     usage: Arc<AtomicUsize>,
     /// The bytes of it counted in `usage`: all of it, or a reserved range's mapped part.
     charged: AtomicUsize,
+    /// The bytes it stands for: all of it, or a reserved range's aligned part.
+    bytes: ByteRange,
 }
 
 // SAFETY: a `Block` owns its memory outright; the pointer is only an address for other
@@ -60,10 +62,7 @@ unsafe impl Sync for Block {}
 impl Block {
     /// The block's bytes as a range.
     pub(super) fn range(&self) -> ByteRange {
-        ByteRange {
-            start: self.ptr.as_ptr() as usize,
-            len: self.layout.size(),
-        }
+        self.bytes
     }
 }
 
@@ -255,16 +254,33 @@ impl Memory {
         stream_ordered: bool,
         mapped: Option<usize>,
     ) -> Option<usize> {
+        // Zeroed memory aligned beyond what `calloc` gives is written zero page by page (a
+        // reserved range's whole size at each reservation); a range of `calloc`'s, `align`
+        // bytes larger, stays untouched (and unbacked) until used.
+        let (held, over) = if layout.align() > HOST_ALLOCATION_ALIGNMENT {
+            let held = Layout::from_size_align(layout.size().checked_add(layout.align())?, 16);
+            (held.ok()?, true)
+        } else {
+            (layout, false)
+        };
         // SAFETY: every caller's `layout` has a non-zero size.
-        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })?;
+        let ptr = NonNull::new(unsafe { alloc_zeroed(held) })?;
+        let address = if over {
+            (ptr.as_ptr() as usize).next_multiple_of(layout.align())
+        } else {
+            ptr.as_ptr() as usize
+        };
         let charged = if mapped.is_some() { 0 } else { layout.size() };
         let block = Arc::new(Block {
             ptr,
-            layout,
+            layout: held,
             usage: self.usage[device.index()].clone(),
             charged: AtomicUsize::new(charged),
+            bytes: ByteRange {
+                start: address,
+                len: layout.size(),
+            },
         });
-        let address = ptr.as_ptr() as usize;
         self.allocations.insert(
             address,
             Allocation {

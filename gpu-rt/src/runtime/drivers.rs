@@ -96,6 +96,30 @@ pub(crate) struct Segments<'a, B: Backend> {
 }
 
 impl<B: Backend> Segments<'_, B> {
+    /// The stream of `device` in whose order memory of `device` last used on `after` goes
+    /// back. A stream of another device (the memory's last use was a peer copy there): the
+    /// driver frees in the order of the memory's own device's streams only, so the host waits
+    /// for that stream, and the memory goes back in the order of one of its own device's
+    /// streams (stream-ordered memory goes back to its pool as such: cuMemFree of pool memory
+    /// left compute-sanitizer reporting it leaked), or at once if the device has none.
+    fn release_order(
+        &self,
+        device: DeviceId,
+        after: Option<StreamId>,
+    ) -> Result<Option<B::Stream>> {
+        Ok(
+            match after.map(|stream| self.streams.get(stream)).transpose()? {
+                Some((stream_device, handle)) if stream_device != device => {
+                    with_device(self.backend, stream_device, || {
+                        self.backend.stream_synchronize(handle)
+                    })?;
+                    self.streams.any_on(device)
+                }
+                other => other.map(|(_, handle)| handle),
+            },
+        )
+    }
+
     fn event(&self, event: EventId) -> Result<B::Event> {
         self.events
             .slots
@@ -140,21 +164,7 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
         _size: usize,
         after: Option<StreamId>,
     ) -> Result<()> {
-        let after = match after.map(|stream| self.streams.get(stream)).transpose()? {
-            // A segment whose lane is another device's stream (its last use was a peer copy
-            // there): the driver frees in the order of the memory's own device's streams only,
-            // so the host waits for that stream, and the memory is freed in the order of one
-            // of its own device's streams (stream-ordered memory goes back to its pool as
-            // such: cuMemFree of pool memory left compute-sanitizer reporting it leaked),
-            // or at once if the device has none.
-            Some((stream_device, handle)) if stream_device != device => {
-                with_device(self.backend, stream_device, || {
-                    self.backend.stream_synchronize(handle)
-                })?;
-                self.streams.any_on(device)
-            }
-            other => other.map(|(_, handle)| handle),
-        };
+        let after = self.release_order(device, after)?;
         with_device(self.backend, device, || {
             self.backend.free(device, kind, address, after)
         })
@@ -253,10 +263,11 @@ impl<B: Backend> SegmentDriver for Segments<'_, B> {
         size: usize,
         after: Option<StreamId>,
     ) -> Result<()> {
-        let after = after.map(|stream| self.streams.get(stream)).transpose()?;
+        // As for a free: the tail of a growable segment last used by a peer copy on another
+        // device's stream (the driver takes only the memory's own device's streams).
+        let after = self.release_order(device, after)?;
         with_device(self.backend, device, || {
-            self.backend
-                .vm_unmap(device, kind, address, size, after.map(|(_, handle)| handle))
+            self.backend.vm_unmap(device, kind, address, size, after)
         })
     }
 

@@ -15,11 +15,15 @@ impl KindCache {
         let (mut allocated, mut requested, mut cached, mut pending) = (0, 0, 0, 0);
         let mut free_per_bins = alloc::vec![[0usize; 2]; self.lanes.len()];
         for (lane, state) in self.lanes.iter().enumerate() {
-            let growable = self.segments.get(state.growable as usize);
-            if state.growable != NIL && !growable.is_some_and(|s| s.held && s.reserve > 0) {
-                return Err(format!(
-                    "lane {lane} names a growable segment it does not hold"
-                ));
+            for (pool, &segment) in state.growable.iter().enumerate() {
+                let growable = self.segments.get(segment as usize).filter(|s| {
+                    s.held && s.reserve > 0 && self.blocks[s.first as usize].large == (pool == 1)
+                });
+                if segment != NIL && growable.is_none() {
+                    return Err(format!(
+                        "lane {lane} names a growable segment of its pool {pool} it does not hold"
+                    ));
+                }
             }
         }
         for (index, segment) in self.segments.iter().enumerate().filter(|(_, s)| s.held) {

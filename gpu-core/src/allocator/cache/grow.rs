@@ -1,5 +1,5 @@
-//! Growable segments: one reserved address range per lane whose mapped part grows at its end
-//! for a miss, and whose free tail is unmapped where whole segments would be returned.
+//! Growable segments: one reserved address range per lane and pool whose mapped part grows at
+//! its end for a miss, and whose free tail is unmapped where whole segments would be returned.
 //!
 //! A growable segment's blocks cover its mapped part, as an ordinary segment's cover it whole,
 //! so carving, merging and runs treat both alike; only growing and shrinking are here.
@@ -42,10 +42,11 @@ impl KindCache {
             .filter(|g| g.is_power_of_two() && *g >= GRANULE)
     }
 
-    /// Serves a miss of the large pool by growing the requesting lane's growable segment (made
-    /// on its first miss) by what its free tail lacks, rounded up to the granularity. `Ok(None)`
-    /// when the driver has no virtual memory, the range is full, or the device is out of
-    /// memory: the miss goes on as without growable segments.
+    /// Serves a miss by growing the requesting lane's growable segment of the request's pool
+    /// (made on its first miss, and again when the last one is full) by what its free tail
+    /// lacks, rounded up to the granularity. `Ok(None)` when the driver has no virtual memory,
+    /// no address space is left, or the device is out of memory: the miss goes on as without
+    /// growable segments.
     pub(super) fn grow_segment<D: SegmentDriver>(
         &mut self,
         driver: &mut D,
@@ -61,26 +62,39 @@ impl KindCache {
             Order::Synchronous => IDLE,
             Order::Stream { .. } => own_lane,
         };
-        let segment = self.lanes[lane as usize].growable;
-        let (tail, tail_free) = match segment {
-            NIL => (NIL, 0),
-            _ => {
-                let tail = self.last_block(segment);
-                let b = &self.blocks[tail as usize];
-                let free = b.state == State::Free && (b.lane == lane || b.lane == IDLE);
-                (tail, if free { b.size } else { 0 })
+        let pool = usize::from(shape.large);
+        let mut segment = self.lanes[lane as usize].growable[pool];
+        let (mut tail, mut tail_free) = (NIL, 0);
+        if segment != NIL {
+            tail = self.last_block(segment);
+            let b = &self.blocks[tail as usize];
+            if b.state == State::Free && (b.lane == lane || b.lane == IDLE) {
+                tail_free = b.size;
             }
+        }
+        let lacking = |tail_free: usize| {
+            shape
+                .search
+                .checked_sub(tail_free)
+                .filter(|&lacking| lacking > 0)
+                .and_then(|lacking| lacking.checked_next_multiple_of(granularity))
         };
-        let Some(extra) = shape
-            .search
-            .checked_sub(tail_free)
-            .filter(|&lacking| lacking > 0)
-            .and_then(|lacking| lacking.checked_next_multiple_of(granularity))
-        else {
+        let Some(mut extra) = lacking(tail_free) else {
             return Ok(None);
         };
+        if segment != NIL && {
+            let s = &self.segments[segment as usize];
+            extra > s.reserve - s.size
+        } {
+            // The range is full: it stays as it is, and the lane starts another.
+            segment = NIL;
+            let Some(whole) = lacking(0) else {
+                return Ok(None);
+            };
+            extra = whole;
+        }
         let block = if segment == NIL {
-            match self.new_growable(driver, lane, extra, granularity)? {
+            match self.new_growable(driver, (lane, shape.large), extra, granularity)? {
                 Some(block) => block,
                 None => return Ok(None),
             }
@@ -98,7 +112,7 @@ impl KindCache {
             if !driver.map(self.device, self.kind, addr + size, extra)? {
                 return Ok(None);
             }
-            let block = self.new_block(addr + size, extra, segment, lane, true);
+            let block = self.new_block(addr + size, extra, segment, lane, shape.large);
             self.blocks[block as usize].prev = tail;
             self.blocks[tail as usize].next = block;
             self.segments[segment as usize].size += extra;
@@ -113,12 +127,13 @@ impl KindCache {
             .map(|block| self.hand_out(block, shape, config, AllocPath::SegmentGrown)))
     }
 
-    /// Reserves a growable segment for `lane` and maps its first `extra` bytes: its one block
-    /// (in no bins), or `None` when no address space or memory is left (nothing kept).
+    /// Reserves a growable segment for `lane`'s pool (`large`) and maps its first `extra`
+    /// bytes: its one block (in no bins), or `None` when no address space or memory is left
+    /// (nothing kept).
     fn new_growable<D: SegmentDriver>(
         &mut self,
         driver: &mut D,
-        lane: u32,
+        (lane, large): (u32, bool),
         extra: usize,
         granularity: usize,
     ) -> Result<Option<u32>> {
@@ -144,7 +159,7 @@ impl KindCache {
             return mapped.map(|_| None);
         }
         let slot = self.segment_slot();
-        let block = self.new_block(base, extra, slot, lane, true);
+        let block = self.new_block(base, extra, slot, lane, large);
         self.segments[slot as usize] = Segment {
             addr: base,
             size: extra,
@@ -152,7 +167,7 @@ impl KindCache {
             held: true,
             reserve,
         };
-        self.lanes[lane as usize].growable = slot;
+        self.lanes[lane as usize].growable[usize::from(large)] = slot;
         self.stats.address_space += reserve;
         self.stats.segments += 1;
         Ok(Some(block))
@@ -211,8 +226,10 @@ impl KindCache {
             self.unused_segments.push(segment);
             self.stats.segments -= 1;
             for lane in &mut self.lanes {
-                if lane.growable == segment {
-                    lane.growable = NIL;
+                for growable in &mut lane.growable {
+                    if *growable == segment {
+                        *growable = NIL;
+                    }
                 }
             }
             self.loose_ranges.push((addr, reserve));

@@ -26,8 +26,8 @@ pub(super) struct Lane {
     pub(super) fences: VecDeque<Fence>,
     /// The parked block, or `NIL`.
     pub(super) parked: u32,
-    /// The lane's growable segment, or `NIL`.
-    pub(super) growable: u32,
+    /// The lane's growable segment of each pool (small, large), or `NIL`.
+    pub(super) growable: [u32; 2],
 }
 
 impl Lane {
@@ -40,7 +40,7 @@ impl Lane {
             completed_seq: 0,
             fences: VecDeque::new(),
             parked: NIL,
-            growable: NIL,
+            growable: [NIL; 2],
         }
     }
 

@@ -66,7 +66,6 @@ impl KindCache {
                 self.stats.oom_retries += 1;
             }
             if config.growable_segments
-                && shape.large
                 && let Some(served) = self.grow_segment(
                     driver,
                     shape,

@@ -69,6 +69,9 @@ pub struct FakeDriver {
     pub stream_ordered_allocations: u64,
     /// The mapping granularity the fake offers (`None`: no virtual memory management).
     pub granularity: Option<usize>,
+    /// The largest range `reserve_range` gives (`None`: what is asked for), as a driver short
+    /// of address space would.
+    pub max_reservation: Option<usize>,
     /// Segments, and the mapped pieces of reserved ranges (adjacent pieces joined).
     segments: BTreeMap<usize, (usize, MemoryKind)>,
     /// Reserved address ranges: start -> (size, kind).
@@ -90,6 +93,7 @@ impl FakeDriver {
             synchronous_allocations: 0,
             stream_ordered_allocations: 0,
             granularity: None,
+            max_reservation: None,
             segments: BTreeMap::new(),
             reservations: BTreeMap::new(),
             in_use: 0,
@@ -469,9 +473,14 @@ impl SegmentDriver for FakeDriver {
         _device: DeviceId,
         kind: MemoryKind,
         size: usize,
-        _needed: usize,
+        needed: usize,
     ) -> Result<Option<(usize, usize)>> {
         self.call("reserve_range")?;
+        let size = match self.max_reservation {
+            Some(most) if most < needed => return Ok(None),
+            Some(most) => size.min(most),
+            None => size,
+        };
         // Aligned to the granularity, as a driver's reservations are.
         let alignment = self.granularity.unwrap_or(FAKE_ALIGNMENT);
         let address = size
@@ -553,6 +562,9 @@ impl SegmentDriver for FakeDriver {
                 "{address:#x} unmapped after {after:?} while work {position} of stream {stream} may use it"
             ));
         }
+        // The driver waits for `after`'s work before unmapping, so the addresses may be mapped
+        // again at once: model that work as done.
+        self.finish_touching(address, size);
         if address == start {
             self.segments.remove(&start);
         } else {

@@ -86,7 +86,8 @@ struct Live {
 }
 
 /// Drives a [`DeviceAllocator`] over a [`FakeDriver`] and checks after every step: no two
-/// live blocks overlap; each lies inside a segment the driver handed out; no block is handed
+/// live blocks overlap; each lies inside a segment the driver handed out (or in mapped memory,
+/// still, after every step); no block is handed
 /// to a stream (or the host) while work not ordered before it may use it; driver paths match
 /// the capabilities; the allocator's invariants and statistics hold, also after injected
 /// failures; and at the end, after freeing everything and trimming, the driver got back
@@ -332,6 +333,14 @@ impl Harness {
         self.allocator.check_consistency()?;
         if let Some(violation) = self.driver.violations.first() {
             return Err(violation.clone());
+        }
+        // A trim or a miss may unmap a growable segment's free tail, never a live block.
+        if let Some(lost) = self
+            .live
+            .iter()
+            .find(|l| !self.driver.inside_segment(l.kind, l.address, l.size))
+        {
+            return Err(format!("the live {lost:?} lost its memory"));
         }
         for kind in ALL_KINDS {
             let stats = self.allocator.stats(kind);
