@@ -33,9 +33,11 @@ use crate::translate::Translator;
 /// The buffer between the translator and the trace file.
 const WRITE_BUFFER_BYTES: usize = 1 << 20;
 
-/// The most 8-byte words read from one kernel parameter (a struct of pointers, as PyTorch's
-/// elementwise kernels pass, is read up to this).
-pub(crate) const MAX_WORDS_PER_PARAM: usize = 64;
+/// The most 8-byte words read from one kernel parameter: 4 KiB, CUDA's limit on a launch's
+/// parameters before 12.1, so that a struct of pointers is read whole (PyTorch's reduction
+/// kernels pass their tensors' pointers beyond the first 512 bytes of one such struct: a cap of
+/// 64 words missed the read of a `sum` on a side stream on an H200).
+pub(crate) const MAX_WORDS_PER_PARAM: usize = 512;
 
 /// The most parameters asked of `cuFuncGetParamInfo` for one function.
 const MAX_PARAMS: usize = 4096;
@@ -886,6 +888,22 @@ mod tests {
         // Fewer sizes than pointers: only those are read.
         // SAFETY: as above.
         assert_eq!(unsafe { param_words(params.as_mut_ptr(), &[8]) }, [pointer]);
+    }
+
+    #[test]
+    fn a_large_struct_parameter_is_read_up_to_the_cap() {
+        // A reduction's parameter struct of 1 KiB with its tensor's pointer at byte 720, and
+        // one of 5 KiB whose last pointer lies past the 4 KiB cap.
+        let mut reduction = [0u64; 128];
+        reduction[90] = 0x7f00_0000_4000;
+        let mut huge = [0u64; 640];
+        huge[600] = 0x7f00_0000_5000;
+        huge[3] = 0x7f00_0000_6000;
+        let mut params: [*mut c_void; 2] =
+            [reduction.as_mut_ptr().cast(), huge.as_mut_ptr().cast()];
+        // SAFETY: each pointer has as many bytes as its size says.
+        let words = unsafe { param_words(params.as_mut_ptr(), &[1024, 5120]) };
+        assert_eq!(words, [0x7f00_0000_4000, 0x7f00_0000_6000]);
     }
 
     #[test]
