@@ -99,9 +99,31 @@ fn an_unknown_option_a_bad_config_or_no_file_is_refused_with_the_usage_line() {
 }
 
 #[test]
-fn a_malformed_line_is_named_by_file_and_line() {
-    let output = run_with(&["-"], b"# gpu-alloc-trace 1\nalloc 1 0 0 64\nfree one\n");
+fn lines_not_in_the_format_are_named_by_file_and_line_up_to_max_errors() {
+    let trace =
+        "# gpu-alloc-trace 1\nalloc 1 0 0 64\nfree one\n\u{feff}alloc 2 0 0 64\nfree 1\nuse\n";
+    let output = run_with(&["-"], trace.as_bytes());
     assert_eq!(output.status.code(), Some(2));
+    assert!(
+        output.stdout.is_empty(),
+        "no report for a trace with errors"
+    );
     let stderr = text(output.stderr);
-    assert!(stderr.starts_with("gpu-alloc-replay: -:3: "), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(
+        lines[0].starts_with("gpu-alloc-replay: -:3: expected "),
+        "{stderr}"
+    );
+    // The byte-order mark is shown, not printed invisibly.
+    assert!(
+        lines[1].starts_with("gpu-alloc-replay: -:4: ")
+            && lines[1].contains("`\\xef\\xbb\\xbfalloc`"),
+        "{stderr}"
+    );
+    assert!(lines[2].starts_with("gpu-alloc-replay: -:6: "), "{stderr}");
+    assert!(lines[3].contains("3 line(s) not in the format"), "{stderr}");
+    // Two at most: the reading stops at the second.
+    let two = text(run_with(&["--max-errors", "2", "-"], trace.as_bytes()).stderr);
+    assert_eq!(two.lines().count(), 3, "{two}");
+    assert!(two.contains("2 line(s) not in the format"), "{two}");
 }

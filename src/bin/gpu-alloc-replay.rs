@@ -19,12 +19,13 @@ use std::time::Instant;
 
 use gpu_runtime::allocator::AllocatorConfig;
 use gpu_runtime::allocator::replay::{Replay, ReplayConfig, ReplayReport};
-use gpu_runtime::cli::{LineReader, Stop, Tool, USAGE_ERROR, lexopt};
+use gpu_runtime::cli::{ErrorBudget, LineReader, Located, Stop, Tool, USAGE_ERROR, lexopt};
 use gpu_runtime::error::Error;
 
 const TOOL: Tool = Tool {
     name: "gpu-alloc-replay",
-    usage: "gpu-alloc-replay [--config NAME[:KEY=VALUE,...]]... [--cap BYTES] [--json] FILE",
+    usage: "gpu-alloc-replay [--config NAME[:KEY=VALUE,...]]... [--cap BYTES] [--json] \
+            [--max-errors N] FILE",
     help: "\
 Replays FILE, an allocation trace (docs/alloc-trace-format.md; `-` reads standard input),
 through the allocator policy under each configuration, without a GPU, and reports peak
@@ -37,6 +38,8 @@ options:
                                  wait_before_growing, growable_segments (0/1), max_streams
   --cap BYTES                    report the first request that would fail above BYTES reserved
   --json                         print the reports as JSON
+  --max-errors N                 report up to N lines not in the format, then stop (default
+                                 20); a trace with such lines gets no report
   -h, --help                     print this help
   -V, --version                  print the version
 
@@ -53,6 +56,7 @@ struct Options {
     configs: Vec<ReplayConfig>,
     cap: Option<usize>,
     json: bool,
+    max_errors: u64,
     file: OsString,
 }
 
@@ -75,6 +79,7 @@ fn parse_args() -> Result<Options, Stop> {
     use lexopt::prelude::*;
     let mut parser = lexopt::Parser::from_env();
     let (mut configs, mut cap, mut json, mut file) = (Vec::new(), None, false, None);
+    let mut max_errors = ErrorBudget::DEFAULT;
     while let Some(arg) = parser.next()? {
         match arg {
             Long("config") => {
@@ -83,6 +88,7 @@ fn parse_args() -> Result<Options, Stop> {
             }
             Long("cap") => cap = Some(parser.value()?.parse::<usize>()?),
             Long("json") => json = true,
+            Long("max-errors") => max_errors = parser.value()?.parse()?,
             Value(value) if file.is_none() => file = Some(value),
             other => return Err(TOOL.common(other)),
         }
@@ -92,6 +98,7 @@ fn parse_args() -> Result<Options, Stop> {
         configs,
         cap,
         json,
+        max_errors,
         file,
     })
 }
@@ -131,20 +138,41 @@ fn run(options: &Options) -> Result<(), String> {
     let mut reader = LineReader::new(input, MAX_LINE);
     let mut replay = Replay::new(options.configs.clone(), options.cap);
     let started = Instant::now();
+    let mut budget = ErrorBudget::new(options.max_errors);
+    let mut err = io::stderr().lock();
     loop {
         let line = match reader.next_line() {
             Ok(Some(line)) => line,
             Ok(None) => break,
             Err(e) => return Err(format!("{path}:{}: {e}", replay.lines() + 1)),
         };
-        replay.feed_line(line.text).map_err(|e| match e {
-            Error::TraceSyntax {
-                line,
-                expected,
-                found,
-            } => format!("{path}:{line}: expected {expected}, found `{found}`"),
-            other => format!("{path}:{}: {other}", replay.lines()),
-        })?;
+        // A line not in the format changes nothing: the next ones are read for more errors.
+        let message = match replay.feed_line(line.text) {
+            Ok(()) => continue,
+            Err(Error::TraceSyntax {
+                expected, found, ..
+            // The parser already shows the field's bytes visibly (`\xNN`), shortened.
+            }) => format!("expected {expected}, found `{found}`"),
+            Err(other) => other.to_string(),
+        };
+        if budget.take() {
+            let at = Located {
+                file: &path,
+                line: replay.lines() as u64,
+                message,
+            };
+            // A closed standard error leaves nothing to report to.
+            let _ = writeln!(err, "{}: {at}", TOOL.name);
+        }
+        if budget.spent() {
+            break;
+        }
+    }
+    if budget.reported() > 0 {
+        return Err(format!(
+            "{path}: {} line(s) not in the format: no report",
+            budget.reported()
+        ));
     }
     let seconds = started.elapsed().as_secs_f64();
     let events = replay.events();
