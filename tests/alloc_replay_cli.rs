@@ -1,25 +1,13 @@
 //! The `gpu-alloc-replay` program on the format guide's example and on malformed traces, and
 //! its command line (the shared conventions of `gpu_runtime::cli`): messages and exit status.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+mod common;
+
+use std::process::Output;
 
 /// The program run with `args`, `input` written to its standard input.
 fn run_with(args: &[&str], input: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpu-alloc-replay"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the program starts");
-    child
-        .stdin
-        .take()
-        .expect("stdin is piped")
-        .write_all(input)
-        .expect("the input is written");
-    child.wait_with_output().expect("the program ends")
+    common::run_with(env!("CARGO_BIN_EXE_gpu-alloc-replay"), args, input)
 }
 
 /// The example trace of the format guide (docs/alloc-trace-format.md), read from the guide.

@@ -1,8 +1,9 @@
 //! The `gpu-trace-check` program on the trace format guide's example and on clean, defective and
 //! malformed traces, and its command line: its messages and exit status.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+mod common;
+
+use std::process::{Command, Output};
 
 fn run_on(trace: &str) -> Output {
     run_with(&["-"], trace.as_bytes())
@@ -10,20 +11,7 @@ fn run_on(trace: &str) -> Output {
 
 /// The program run with `args`, `input` written to its standard input.
 fn run_with(args: &[&str], input: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gpu-trace-check"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the program starts");
-    child
-        .stdin
-        .take()
-        .expect("stdin is piped")
-        .write_all(input)
-        .expect("the input is written");
-    child.wait_with_output().expect("the program ends")
+    common::run_with(env!("CARGO_BIN_EXE_gpu-trace-check"), args, input)
 }
 
 /// The example trace of the trace format guide (docs/trace-format.md), read from the guide.
