@@ -160,14 +160,16 @@ fn begin<B: ClientBackend>(s: &'static Session<B>, device: u32) -> Result<GpurtG
 fn end<B: ClientBackend>(s: &Session<B>, handle: GpurtGraph) -> Result<(), CapiError> {
     let object = graph(s, handle)?;
     let mut phase = object.phase();
-    let Phase::Recording(_) = &*phase else {
-        return Err(phase_error("a graph that was ended (gpurt_graph_end)"));
-    };
-    let Phase::Recording(recorder) = core::mem::replace(&mut *phase, Phase::Gone) else {
-        unreachable!("matched above, under the same lock")
-    };
-    *phase = Phase::Ready(recorder.instantiate()?);
-    Ok(())
+    match core::mem::replace(&mut *phase, Phase::Gone) {
+        Phase::Recording(recorder) => {
+            *phase = Phase::Ready(recorder.instantiate()?);
+            Ok(())
+        }
+        other => {
+            *phase = other;
+            Err(phase_error("a graph that was ended (gpurt_graph_end)"))
+        }
+    }
 }
 
 fn launch<B: ClientBackend>(
