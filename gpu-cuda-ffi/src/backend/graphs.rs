@@ -108,10 +108,7 @@ impl CudaBackend {
         let (stream, state) = (self.streams.get(stream.key)?, self.graphs.get(graph.key)?);
         let _modules = state
             .0
-            .modules()
-            .iter()
-            .map(|module| self.modules.get_as(*module, "kernel"))
-            .collect::<Result<Vec<_>>>()?;
+            .hold_modules(|module| self.modules.get_as(module, "kernel"))?;
         let _scope = self.enter(stream.device)?;
         state.0.serialized(|| {
             // SAFETY: a live instantiation (held, its calls serialised) and a live stream of

@@ -104,6 +104,13 @@ impl<G: Copy, E: Copy, N: Copy, M: Copy + PartialEq> LiveGraph<G, E, N, M> {
         &self.modules
     }
 
+    /// Holds every module of the launch nodes' kernels for the length of a call (`hold` takes
+    /// one: a live-handle guard), so that no unload frees a kernel a replay is launching; the
+    /// first module that cannot be held is the call's error.
+    pub fn hold_modules<H>(&self, hold: impl FnMut(M) -> Result<H>) -> Result<Vec<H>> {
+        self.modules.iter().copied().map(hold).collect()
+    }
+
     /// The driver handle of `node`, to be given `op`: [`Error::UnknownGraphNode`] for a node
     /// the graph does not have, [`Error::GraphNodeKind`] for an operation of another kind than
     /// the node was built with (the driver's in-place updates keep a node's kind).

@@ -694,6 +694,18 @@ fn a_graph_is_built_node_by_node_with_the_driver_nodes_of_its_edges() {
     assert_eq!((graph.graph(), graph.exec()), ("graph", ("graph", "exec")));
     assert_eq!((graph.len(), graph.is_empty()), (3, false));
     assert_eq!(graph.modules(), [7]);
+    // Held for a call: the one module, and a module that cannot be held is the call's error.
+    assert_eq!(graph.hold_modules(|module| Ok(module * 2)).unwrap(), [14]);
+    let unloaded = Error::UnknownKernel {
+        backend: "test",
+        name: alloc::string::String::from("unloaded"),
+    };
+    assert_eq!(
+        graph
+            .hold_modules(|_| Err::<(), _>(unloaded.clone()))
+            .unwrap_err(),
+        unloaded
+    );
     use crate::backend::graph::{NodeId, NodeOp};
     let fill = NodeOp::<u32>::Fill {
         dst: 0,
