@@ -462,3 +462,65 @@ fn replays_are_one_stream_operation_each_in_a_clean_trace() {
     rt.shutdown().unwrap();
     assert!(backend.defects().is_empty(), "{:?}", backend.defects());
 }
+
+/// A buffer a replay still writes (three nodes on it, noted once per replay) is not handed to
+/// another stream before the replay has finished, though the graph and the buffer were dropped:
+/// as a plain launch's buffer (`runtime_memory.rs`). The buffer fills a segment of its own, so
+/// the only block the allocator could hand out without growing is the one still in use.
+#[test]
+fn a_buffer_a_replay_still_uses_is_reused_only_after_the_replay() {
+    const BLOCK: usize = 20 << 20;
+    let backend = HostBackend::new(HostConfig::with_devices(1));
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let release_rx = std::sync::Mutex::new(release_rx);
+    backend.register_kernel("gated_write", move |ctx, _| {
+        release_rx.lock().unwrap().recv().ok();
+        ctx.view::<u32>(ctx.arg_ptr(0)?, 1)?.set(0, 0xdead)
+    });
+    let rt = Runtime::new(backend).unwrap();
+    let first = rt.alloc(D0, MemoryKind::Device, BLOCK).unwrap();
+    let address = first.address();
+    let gated = rt.kernel(D0, "gated_write").unwrap();
+    let mut recorder = rt.record_graph(D0).unwrap();
+    let a = recorder.fill(first.all(), FillValue::U8(1), &[]).unwrap();
+    let b = recorder.fill(first.all(), FillValue::U8(2), &[a]).unwrap();
+    // SAFETY: the kernel touches only the first word of the span it is given.
+    unsafe {
+        recorder.launch(
+            &gated,
+            LaunchDims::linear(1, 1),
+            &[Arg::Span(first.all())],
+            &[b],
+        )
+    }
+    .unwrap();
+    let graph = recorder.instantiate().unwrap();
+    let replay = graph.launch(&mut vec![]).unwrap();
+    drop(graph);
+    drop(first); // freed while the replay's kernel still waits for its gate
+    let (second, ready) = rt
+        .alloc_after(D0, MemoryKind::Device, BLOCK, &mut vec![])
+        .unwrap();
+    let filled = rt.fill(D0, second.all(), 7, &mut vec![ready]).unwrap();
+    release_tx.send(()).unwrap();
+    rt.wait(replay).unwrap();
+    let mut back = vec![0u8; BLOCK];
+    rt.download(D0, &mut back, second.all(), &mut vec![filled])
+        .unwrap();
+    if second.address() == address {
+        assert!(
+            back.iter().all(|&b| b == 7),
+            "the reused block was overwritten by the replay"
+        );
+    } else {
+        let stats = rt.stats().allocator;
+        let device = stats
+            .iter()
+            .find(|(_, kind, _)| *kind == MemoryKind::Device)
+            .unwrap();
+        assert!(
+            device.2.misses >= 2,
+            "not reused, so a second segment was allocated"
+        );
+    }
+}

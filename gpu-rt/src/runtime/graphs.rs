@@ -118,6 +118,11 @@ impl<'a, B: Backend> GraphRecorder<'a, B> {
             device,
             epoch,
             graph: self.graph,
+            uses: {
+                let mut uses = NotedUses::default();
+                self.spans.iter().for_each(|spans| uses.add(spans));
+                uses
+            },
             spans: self.spans,
             exec,
             live: true,
@@ -146,6 +151,9 @@ pub struct Graph<'a, B: Backend> {
     epoch: u32,
     graph: GraphDesc<B::Kernel>,
     spans: Vec<Vec<Span<'a>>>,
+    /// The use lists of the buffers those spans lie in (and lay in before an update), each
+    /// once: a chain of 1,000 launches on one buffer notes it once per replay, not 1,000 times.
+    uses: NotedUses<'a>,
     exec: B::Graph,
     /// Until destroyed.
     live: bool,
@@ -159,12 +167,7 @@ impl<'a, B: Backend> Graph<'a, B> {
         let runtime = self.runtime;
         self.check_epoch()?;
         let state = runtime.state()?;
-        let note = |stream| {
-            self.spans
-                .iter()
-                .flatten()
-                .for_each(|span| span.note_use(stream))
-        };
+        let note = |stream| self.uses.list.iter().for_each(|uses| uses.note(stream));
         let exec = self.exec;
         runtime.run_planned(state, self.device, after, &note, |backend, stream| {
             // SAFETY: every node's spans are memory the runtime owns or borrows for as long as
@@ -233,6 +236,9 @@ impl<'a, B: Backend> Graph<'a, B> {
             .and_then(|op| with_device(backend, device, || backend.graph_set_node(exec, node, op)));
         match changed {
             Ok(()) => {
+                // The replaced spans' buffers stay noted: harmless (the graph borrows them
+                // anyway), and an update costs no pass over the whole graph.
+                self.uses.add(&spans);
                 self.spans[node.index()] = spans;
                 Ok(())
             }
@@ -274,6 +280,26 @@ impl<B: Backend> Drop for Graph<'_, B> {
     fn drop(&mut self) {
         // Errors cannot be reported from a drop; `Graph::destroy` reports them.
         let _ = self.release();
+    }
+}
+
+/// The use lists a replay notes its stream on, each once (spans of pinned host memory have
+/// none: their unpinning waits for the work that used them).
+#[derive(Default)]
+struct NotedUses<'a> {
+    list: Vec<&'a UseList>,
+    /// The lists' addresses, for the test of membership.
+    known: hashbrown::HashSet<usize>,
+}
+
+impl<'a> NotedUses<'a> {
+    /// Adds the use lists of `spans` not yet noted.
+    fn add(&mut self, spans: &[Span<'a>]) {
+        for uses in spans.iter().filter_map(|span| span.uses) {
+            if self.known.insert(core::ptr::from_ref(uses) as usize) {
+                self.list.push(uses);
+            }
+        }
     }
 }
 
