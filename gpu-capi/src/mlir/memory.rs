@@ -3,14 +3,16 @@
 
 use std::ffi::{c_char, c_void};
 
-use gpu_runtime::Error;
 use gpu_runtime::allocator::MemoryKind;
 use gpu_runtime::backend::FillValue;
+use gpu_runtime::backend::graph::NodeOp;
 use gpu_runtime::runtime::Span;
+use gpu_runtime::{DeviceId, Error};
 
 use crate::shared::args::non_null;
 use crate::shared::{CapiError, ClientBackend, Session};
 
+use super::graphs::{self, Deferral};
 use super::objects::{Allocations, Objects};
 use super::session::{device, on_session};
 use super::streams::{check_stream, on_stream};
@@ -127,6 +129,21 @@ fn mem_free<B: ClientBackend>(
     ptr: usize,
     stream: u64,
 ) -> Result<(), CapiError> {
+    if stream == 0 {
+        // Freed at once: the deferred work that may use it is issued first.
+        graphs::flush(session)?;
+    } else if let Deferral::Done(done) = graphs::defer_free(session, ptr, stream, not_allocated) {
+        return done;
+    }
+    mem_free_now(session, ptr, stream)
+}
+
+/// [`mem_free`] without the graph mode (which issues a deferred free through it).
+pub(super) fn mem_free_now<B: ClientBackend>(
+    session: &'static Session<B>,
+    ptr: usize,
+    stream: u64,
+) -> Result<(), CapiError> {
     let runtime = session.runtime();
     let mut objects = session.mlir.lock();
     let Objects {
@@ -170,23 +187,40 @@ fn memcpy<B: ClientBackend>(
     bytes: u64,
     stream: u64,
 ) -> Result<(), CapiError> {
-    let runtime = session.runtime();
     let bytes = byte_count(bytes, src)?;
     if bytes == 0 {
         return check_stream(session, stream);
     }
+    let check = |buffers: &Allocations<B>| {
+        check_range(buffers, dst, bytes, "copy destination")?;
+        check_range(buffers, src, bytes, "copy source")
+    };
+    if stream == 0 {
+        graphs::flush(session)?;
+    } else if let Deferral::Done(done) =
+        graphs::defer_work(session, stream, NodeOp::Copy { dst, src, bytes }, check)
+    {
+        return done;
+    }
+    copy_on(session, device(), stream, (dst, src, bytes), check)
+}
+
+/// Copies `bytes` from `src` to `dst` on `device` in `stream`'s order, once `check` accepts
+/// the ranges (the graph mode issues a deferred copy through it, checked at its call).
+pub(super) fn copy_on<B: ClientBackend>(
+    session: &'static Session<B>,
+    device: DeviceId,
+    stream: u64,
+    (dst, src, bytes): (usize, usize, usize),
+    check: impl FnOnce(&Allocations<B>) -> Result<(), CapiError>,
+) -> Result<(), CapiError> {
+    let runtime = session.runtime();
     // SAFETY: the program's own pointers, valid until the copy completes (the ABI's contract:
     // MLIR orders its frees after the stream); the ranges are checked before the copy runs.
     let (to, from) = unsafe { (Span::from_raw(dst, bytes), Span::from_raw(src, bytes)) };
-    on_stream(
-        session,
-        stream,
-        |buffers| {
-            check_range(buffers, dst, bytes, "copy destination")?;
-            check_range(buffers, src, bytes, "copy source")
-        },
-        |_, after| Ok((runtime.copy(device(), to, from, after)?, ())),
-    )
+    on_stream(session, stream, check, |_, after| {
+        Ok((runtime.copy(device, to, from, after)?, ()))
+    })
 }
 
 fn memset<B: ClientBackend>(
@@ -196,7 +230,6 @@ fn memset<B: ClientBackend>(
     count: u64,
     stream: u64,
 ) -> Result<(), CapiError> {
-    let runtime = session.runtime();
     let bytes = usize::try_from(count)
         .ok()
         .and_then(|count| count.checked_mul(value.width()));
@@ -210,14 +243,33 @@ fn memset<B: ClientBackend>(
     if bytes == 0 {
         return check_stream(session, stream);
     }
-    // SAFETY: as in `memcpy`.
-    let to = unsafe { Span::from_raw(dst, bytes) };
-    on_stream(
-        session,
-        stream,
-        |buffers| check_range(buffers, dst, bytes, "memset destination"),
-        |_, after| Ok((runtime.fill_elements(device(), to, value, after)?, ())),
-    )
+    let check = |buffers: &Allocations<B>| check_range(buffers, dst, bytes, "memset destination");
+    let count = bytes / value.width();
+    if stream == 0 {
+        graphs::flush(session)?;
+    } else if let Deferral::Done(done) =
+        graphs::defer_work(session, stream, NodeOp::Fill { dst, value, count }, check)
+    {
+        return done;
+    }
+    fill_on(session, device(), stream, (dst, value, count), check)
+}
+
+/// Sets `count` elements at `dst` to `value` on `device` in `stream`'s order, once `check`
+/// accepts the range (the graph mode issues a deferred memset through it).
+pub(super) fn fill_on<B: ClientBackend>(
+    session: &'static Session<B>,
+    device: DeviceId,
+    stream: u64,
+    (dst, value, count): (usize, FillValue, usize),
+    check: impl FnOnce(&Allocations<B>) -> Result<(), CapiError>,
+) -> Result<(), CapiError> {
+    let runtime = session.runtime();
+    // SAFETY: as in `copy_on`.
+    let to = unsafe { Span::from_raw(dst, count * value.width()) };
+    on_stream(session, stream, check, |_, after| {
+        Ok((runtime.fill_elements(device, to, value, after)?, ()))
+    })
 }
 
 /// MLIR's ranked memref descriptor as the register functions receive it: rank 1's layout,
@@ -292,6 +344,7 @@ fn host_register<B: ClientBackend>(
     start: usize,
     bytes: usize,
 ) -> Result<(), CapiError> {
+    graphs::flush(session)?;
     session.runtime().lock_range(start, bytes)?;
     Ok(())
 }
@@ -300,6 +353,7 @@ fn host_unregister<B: ClientBackend>(
     session: &'static Session<B>,
     start: usize,
 ) -> Result<(), CapiError> {
+    graphs::flush(session)?;
     session.runtime().unlock_range(start)?;
     Ok(())
 }

@@ -38,11 +38,17 @@
 //! reaches the runtime, the exit hook), `streams` (streams and events), `memory` (allocations,
 //! copies, memsets, host registration) and `modules` (modules, functions, launches); each
 //! concern adds its methods to the objects. This module only declares them and re-exports the
-//! public items. `forkjoin` (the calls of one iteration of `clients/mlir/forkjoin.mlir`) serves
+//! public items. `graphs` (the opt-in graph mode's deferral log, `GPU_RUNTIME_MLIR_GRAPHS=1`)
+//! and `graph_replay` (how a deferred sequence is replayed as a graph or issued) sit beside
+//! them. `forkjoin` (the calls of one iteration of `clients/mlir/forkjoin.mlir`) serves
 //! the tests and the bench only.
 
 #[cfg(test)]
 mod forkjoin;
+mod graph_replay;
+#[cfg(test)]
+mod graph_tests;
+mod graphs;
 mod memory;
 mod modules;
 mod objects;
@@ -51,6 +57,7 @@ mod streams;
 #[cfg(test)]
 mod tests;
 
+pub use graphs::GraphStats;
 pub use memory::{
     MemRefDescriptor, mgpuMemAlloc, mgpuMemFree, mgpuMemHostRegister, mgpuMemHostRegisterMemRef,
     mgpuMemHostUnregister, mgpuMemHostUnregisterMemRef, mgpuMemcpy, mgpuMemset16, mgpuMemset32,

@@ -64,6 +64,8 @@ pub(super) struct Objects<B: ClientBackend> {
     pub(super) buffers: Allocations<B>,
     /// The program's own stream/event calls and where to write them, when asked for.
     pub(super) trace: Option<(PathBuf, Vec<TraceOp>)>,
+    /// The deferral log of the graph mode (`GPU_RUNTIME_MLIR_GRAPHS=1`; none when off).
+    pub(super) graphs: Option<Box<super::graphs::Deferred<B>>>,
     /// An empty `Vec` whose room each operation uses for its dependencies or a fork's branches
     /// and leaves empty, so no call allocates one.
     pub(super) spare: Vec<Token>,
@@ -94,6 +96,9 @@ impl<B: ClientBackend> ClientObjects<B> for MlirObjects<B> {
                 function_names: HashMap::new(),
                 kernels: HashMap::new(),
                 buffers: BTreeMap::new(),
+                graphs: crate::shared::config::mlir_graphs(std::env::var_os)
+                    .unwrap_or(false)
+                    .then(|| Box::new(super::graphs::Deferred::new())),
                 spare: Vec::new(),
             }),
         }
@@ -105,6 +110,11 @@ impl<B: ClientBackend> ClientObjects<B> for MlirObjects<B> {
         let mut objects = self.lock();
         let runtime = session.runtime();
         let left = objects.streams.len();
+        if let Some(log) = objects.graphs.take()
+            && let Err(error) = (*log).release(runtime)
+        {
+            eprintln!("gpu-runtime (mlir): releasing the graph mode's staging: {error}");
+        }
         for stream in objects.streams.drain() {
             for token in stream.tail.into_iter().chain(stream.waits) {
                 let _ = runtime.wait(token);

@@ -11,6 +11,7 @@ use gpu_runtime::token::{Token, TraceOp};
 
 use crate::shared::{CapiError, ClientBackend, Session};
 
+use super::graphs::{self, Deferral, Op};
 use super::objects::{Allocations, Objects, Stream};
 use super::session::{device, on_session};
 
@@ -127,11 +128,12 @@ impl<B: ClientBackend> Objects<B> {
 pub(super) const IDLE_UNASKED: usize = 16;
 
 /// A handle's name in the program's trace (the low bits of its serial number).
-fn stream_id(handle: u64) -> StreamId {
+pub(super) fn stream_id(handle: u64) -> StreamId {
     StreamId(handle as u32)
 }
 
-fn event_id(handle: u64) -> EventId {
+/// An event handle's name in the program's trace.
+pub(super) fn event_id(handle: u64) -> EventId {
     EventId(handle as u32)
 }
 
@@ -231,10 +233,18 @@ fn stream_create<B: ClientBackend>(session: &'static Session<B>) -> Result<u64, 
     Ok(handle)
 }
 
+fn stream_destroy<B: ClientBackend>(
+    session: &'static Session<B>,
+    stream: u64,
+) -> Result<(), CapiError> {
+    let flushed = graphs::flush(session);
+    stream_destroy_now(session, stream).and(flushed)
+}
+
 /// Destroys `stream`; its pending work goes on (CUDA allows destroying a busy stream) and its
 /// tokens are released without a wait, as the program chose not to wait for them. A failure
 /// to release one is reported; the stream is destroyed all the same.
-fn stream_destroy<B: ClientBackend>(
+pub(super) fn stream_destroy_now<B: ClientBackend>(
     session: &'static Session<B>,
     stream: u64,
 ) -> Result<(), CapiError> {
@@ -250,9 +260,17 @@ fn stream_destroy<B: ClientBackend>(
     })
 }
 
+fn stream_synchronize<B: ClientBackend>(
+    session: &'static Session<B>,
+    stream: u64,
+) -> Result<(), CapiError> {
+    let flushed = graphs::flush(session);
+    stream_synchronize_now(session, stream).and(flushed)
+}
+
 /// Waits for everything on `stream` (nothing for the null stream); every token is waited for,
 /// and the first failure reported.
-fn stream_synchronize<B: ClientBackend>(
+pub(super) fn stream_synchronize_now<B: ClientBackend>(
     session: &'static Session<B>,
     stream: u64,
 ) -> Result<(), CapiError> {
@@ -282,6 +300,17 @@ fn stream_synchronize<B: ClientBackend>(
 }
 
 fn stream_wait_event<B: ClientBackend>(
+    session: &'static Session<B>,
+    stream: u64,
+    event: u64,
+) -> Result<(), CapiError> {
+    match graphs::defer_event_op(session, Op::Wait { stream, event }) {
+        Deferral::Done(done) => done,
+        Deferral::Off => stream_wait_event_now(session, stream, event),
+    }
+}
+
+pub(super) fn stream_wait_event_now<B: ClientBackend>(
     session: &'static Session<B>,
     stream: u64,
     event: u64,
@@ -328,9 +357,19 @@ fn event_create<B: ClientBackend>(session: &'static Session<B>) -> Result<u64, C
     Ok(handle)
 }
 
+fn event_destroy<B: ClientBackend>(
+    session: &'static Session<B>,
+    event: u64,
+) -> Result<(), CapiError> {
+    match graphs::defer_event_op(session, Op::DestroyEvent { event }) {
+        Deferral::Done(done) => done,
+        Deferral::Off => event_destroy_now(session, event),
+    }
+}
+
 /// Destroys `event`, releasing its branch; a failure to release it is reported, the event is
 /// destroyed all the same.
-fn event_destroy<B: ClientBackend>(
+pub(super) fn event_destroy_now<B: ClientBackend>(
     session: &'static Session<B>,
     event: u64,
 ) -> Result<(), CapiError> {
@@ -350,6 +389,14 @@ fn event_synchronize<B: ClientBackend>(
     session: &'static Session<B>,
     event: u64,
 ) -> Result<(), CapiError> {
+    let flushed = graphs::flush(session);
+    event_synchronize_now(session, event).and(flushed)
+}
+
+pub(super) fn event_synchronize_now<B: ClientBackend>(
+    session: &'static Session<B>,
+    event: u64,
+) -> Result<(), CapiError> {
     let token = {
         let mut objects = session.mlir.lock();
         let token = objects.events.get_mut(event)?.take();
@@ -362,10 +409,21 @@ fn event_synchronize<B: ClientBackend>(
     end_all(token, |token| runtime.wait(token))
 }
 
+fn event_record<B: ClientBackend>(
+    session: &'static Session<B>,
+    event: u64,
+    stream: u64,
+) -> Result<(), CapiError> {
+    match graphs::defer_event_op(session, Op::Record { event, stream }) {
+        Deferral::Done(done) => done,
+        Deferral::Off => event_record_now(session, event, stream),
+    }
+}
+
 /// Records `event` at `stream`'s tail. A refusal by the runtime gives the stream its
 /// dependencies back; the event's previous record is released last, once the new one is in
 /// place (a failure to release it is reported, the record stands).
-fn event_record<B: ClientBackend>(
+pub(super) fn event_record_now<B: ClientBackend>(
     session: &'static Session<B>,
     event: u64,
     stream: u64,

@@ -19,7 +19,7 @@ use crate::shared::{
 const NULL: *mut c_void = core::ptr::null_mut();
 
 /// Opens the host backend and makes device 0 this thread's default.
-fn open_host() {
+pub(super) fn open_host() {
     shared::open_host();
     mgpuSetDefaultDevice(0);
 }
@@ -251,7 +251,7 @@ fn memsets_and_copies_past_an_allocations_end_are_refused_with_nothing_enqueued(
 }
 
 /// Runs `check` on the session's MLIR objects and runtime.
-fn inspect<T>(
+pub(super) fn inspect<T>(
     check: impl FnOnce(
         &Objects<gpu_runtime::host::HostBackend>,
         &Session<gpu_runtime::host::HostBackend>,

@@ -17,6 +17,9 @@
 //!   for `gpu-alloc-replay`; flushed at shutdown (`gpurt_shutdown`).
 //! - `GPU_RUNTIME_PEER_ACCESS=0|1`: whether opening turns peer access on between devices that
 //!   allow it (`RuntimeConfig::peer_access`, on by default; `0` stages copies between devices).
+//! - `GPU_RUNTIME_MLIR_GRAPHS=0|1`: the MLIR drop-in's graph mode (off by default): the
+//!   asynchronous `mgpu*` calls between two host synchronisations are deferred, and a sequence
+//!   that repeats is replayed as one instantiated graph (`crate::mlir::graphs`).
 //!
 //! Unset, each keeps the allocator's default.
 
@@ -57,9 +60,23 @@ pub fn alloc_trace_path() -> Option<std::path::PathBuf> {
 /// Environment variable for [`RuntimeConfig::peer_access`].
 pub const PEER_ACCESS_VAR: &str = "GPU_RUNTIME_PEER_ACCESS";
 
-/// The runtime's configuration as the environment sets it.
+/// Environment variable for the MLIR drop-in's graph mode.
+pub const MLIR_GRAPHS_VAR: &str = "GPU_RUNTIME_MLIR_GRAPHS";
+
+/// Whether the MLIR drop-in's graph mode is on, as `lookup` gives [`MLIR_GRAPHS_VAR`] (unset:
+/// off). A value other than `0` or `1` is an error naming the variable.
+pub fn mlir_graphs(lookup: impl Fn(&'static str) -> Option<OsString>) -> Result<bool, CapiError> {
+    lookup(MLIR_GRAPHS_VAR)
+        .map(|value| flag(MLIR_GRAPHS_VAR, &value))
+        .transpose()
+        .map(|on| on.unwrap_or(false))
+}
+
+/// The runtime's configuration as the environment sets it (and the MLIR graph mode's switch
+/// checked, so a bad value fails the opening).
 pub fn from_env() -> Result<RuntimeConfig, CapiError> {
     let allocator = allocator_config(std::env::var_os)?;
+    mlir_graphs(std::env::var_os)?;
     let defaults = RuntimeConfig::default();
     let peer_access = std::env::var_os(PEER_ACCESS_VAR)
         .map(|value| flag(PEER_ACCESS_VAR, &value))
@@ -172,6 +189,23 @@ mod tests {
                 Err(CapiError::InvalidArgument { what, .. }) if what == PEER_ACCESS_VAR
             ));
         }
+    }
+
+    #[test]
+    fn the_mlir_graph_mode_is_off_unless_set_to_one() {
+        let of = |value: Option<&str>| {
+            mlir_graphs(|name| {
+                assert_eq!(name, MLIR_GRAPHS_VAR);
+                value.map(OsString::from)
+            })
+        };
+        assert_eq!(of(None), Ok(false));
+        assert_eq!(of(Some("0")), Ok(false));
+        assert_eq!(of(Some("1")), Ok(true));
+        assert!(matches!(
+            of(Some("on")),
+            Err(CapiError::InvalidArgument { what, .. }) if what == MLIR_GRAPHS_VAR
+        ));
     }
 
     #[test]

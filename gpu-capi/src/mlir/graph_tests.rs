@@ -1,0 +1,430 @@
+//! Tests of the graph mode (`mlir::graphs`) on the host backend: the same call sequences give
+//! the same results with the mode off and on, repeats are replayed as graphs, host memory is
+//! read at the call and written by the synchronisation, and mismatches and failures fall back.
+
+use std::ffi::c_void;
+
+use proptest::prelude::*;
+
+use gpu_runtime::host::CallKind;
+use gpu_runtime::token::UnwaitedKind;
+
+use super::forkjoin::{WORDS, forkjoin_iteration};
+use super::graphs::{GraphStats, set_mode};
+use super::tests::{inspect, open_host};
+use super::*;
+use crate::shared::status::last_error;
+use crate::shared::{self, process_test_lock};
+
+const NULL: *mut c_void = core::ptr::null_mut();
+const BYTES: u64 = WORDS as u64 * 4;
+
+/// Turns the graph mode on or off for the open session (on any backend: a traced session's
+/// too).
+fn mode(on: bool) {
+    shared::with_session(|session| {
+        crate::shared::session::dispatch!(session, s => {
+            set_mode(&mut s.mlir.lock(), on);
+            Ok(())
+        })
+    })
+    .unwrap();
+}
+
+/// The graph mode's counts (all zero when it is off).
+fn stats() -> GraphStats {
+    inspect(|objects, _| {
+        objects
+            .graphs
+            .as_ref()
+            .map(|log| log.stats)
+            .unwrap_or_default()
+    })
+}
+
+/// How many driver calls of `kind` the host backend has seen.
+fn calls_of(kind: CallKind) -> u64 {
+    inspect(|_, s| s.runtime().backend().calls().of(kind))
+}
+
+/// A fork/join iteration repeated is replayed as one graph from its second occurrence, with
+/// the same results and far fewer driver calls; nothing is left at shutdown.
+#[test]
+fn a_repeated_forkjoin_iteration_is_replayed_as_a_graph() {
+    let _serial = process_test_lock();
+    open_host();
+    mode(true);
+    let input = [3u32; WORDS];
+    for iteration in 0..6 {
+        let before = inspect(|_, s| s.runtime().backend().calls());
+        let mut out = [0u32; WORDS];
+        forkjoin_iteration(&input, &mut out);
+        assert!(out.iter().all(|&word| word == 8), "iteration {iteration}");
+        if iteration >= 2 {
+            // One replay and the synchronisation (without the mode: 3 fills, 2 copies, 2
+            // event records and the synchronisation); the allocations come back at the same
+            // addresses, so no node is updated.
+            let made = inspect(|_, s| s.runtime().backend().calls()).since(&before);
+            assert_eq!(made.of(CallKind::GraphLaunch), 1, "iteration {iteration}");
+            assert_eq!(made.total, 2, "iteration {iteration}: {made:?}");
+        }
+    }
+    let seen = stats();
+    assert_eq!(seen.issued, 1, "the first occurrence is issued: {seen:?}");
+    assert_eq!(seen.instantiated, 1, "{seen:?}");
+    assert_eq!((seen.replays, seen.updates), (5, 0), "{seen:?}");
+    assert_eq!(calls_of(CallKind::GraphLaunch), 5);
+    assert_eq!(inspect(|_, s| s.runtime().backend().stats().graphs), 1);
+    let report = shared::shutdown().unwrap();
+    assert_eq!(report.shutdown.program.unwaited, vec![]);
+}
+
+/// A host source changed right after its copy was called does not change what is copied; a
+/// copy into host memory is there once the stream is synchronised; both as graph replays.
+#[test]
+fn host_memory_is_read_at_the_call_and_written_by_the_synchronisation() {
+    let _serial = process_test_lock();
+    open_host();
+    mode(true);
+    let stream = mgpuStreamCreate();
+    let device = mgpuMemAlloc(BYTES, stream, false);
+    for round in 0..4u32 {
+        let mut source = [round + 10; WORDS];
+        let mut out = [0u32; WORDS];
+        mgpuMemcpy(device, source.as_mut_ptr().cast(), BYTES, stream);
+        source.fill(99); // after the call: the copy must not see it
+        mgpuMemcpy(out.as_mut_ptr().cast(), device, BYTES, stream);
+        mgpuStreamSynchronize(stream);
+        assert!(
+            out.iter().all(|&w| w == round + 10),
+            "round {round}: {out:?}"
+        );
+    }
+    assert!(stats().replays >= 2, "{:?}", stats());
+    mgpuMemFree(device, stream);
+    mgpuStreamSynchronize(stream);
+    mgpuStreamDestroy(stream);
+    let report = shared::shutdown().unwrap();
+    assert_eq!(report.shutdown.program.unwaited, vec![]);
+}
+
+/// Runs one round of memsets on one stream (all words 0, then the first `words` `value`),
+/// copied out and checked.
+fn memset_round(stream: *mut c_void, device: *mut c_void, words: usize, value: u32) {
+    let mut out = vec![0u32; WORDS];
+    mgpuMemset32(device, 0, WORDS as u64, stream);
+    mgpuMemset32(device, value, words as u64, stream);
+    mgpuMemcpy(out.as_mut_ptr().cast(), device, BYTES, stream);
+    mgpuStreamSynchronize(stream);
+    let (set, kept) = out.split_at(words);
+    assert!(set.iter().all(|&w| w == value), "{out:?}");
+    assert!(kept.iter().all(|&w| w == 0), "{out:?}");
+}
+
+/// Opens a session in graph mode and runs `rounds` memset rounds of 8 words on one stream
+/// (the first issued, the others replayed); returns the stream and its allocation.
+fn replaying_memset_rounds(rounds: u32) -> (*mut c_void, *mut c_void) {
+    open_host();
+    mode(true);
+    let stream = mgpuStreamCreate();
+    let device = mgpuMemAlloc(BYTES, stream, false);
+    mgpuStreamSynchronize(stream);
+    for value in 1..=rounds {
+        memset_round(stream, device, 8, value);
+    }
+    (stream, device)
+}
+
+/// A sequence of another shape (here a memset of another length) is not replayed by the
+/// cached graph: it is issued, with the right results, and the cached one still serves its own.
+#[test]
+fn a_changed_shape_is_issued_and_the_cached_graph_still_serves_its_own() {
+    let _serial = process_test_lock();
+    let (stream, device) = replaying_memset_rounds(3);
+    let cached = stats();
+    assert_eq!((cached.issued, cached.replays), (1, 2), "{cached:?}");
+    memset_round(stream, device, 16, 7);
+    let changed = stats();
+    assert_eq!(changed.issued, 2, "the new shape is issued: {changed:?}");
+    assert_eq!(changed.replays, 2);
+    memset_round(stream, device, 8, 5);
+    assert_eq!(stats().replays, 3, "the first shape replays again");
+    assert!(
+        stats().updates >= 1,
+        "its memset value was updated in place"
+    );
+    mgpuMemFree(device, stream);
+    mgpuStreamSynchronize(stream);
+    mgpuStreamDestroy(stream);
+    shared::shutdown().unwrap();
+}
+
+/// A refused call in the middle of a sequence is reported at the call (as without the mode)
+/// and logs nothing; a graph launch that fails is issued call by call instead, with the same
+/// results; a kernel launch ends the sequence.
+#[test]
+fn refusals_are_reported_at_the_call_and_failed_replays_fall_back() {
+    let _serial = process_test_lock();
+    let (stream, device) = replaying_memset_rounds(2);
+    let deferred = stats().deferred;
+    mgpuMemset32(device, 1, WORDS as u64 + 1, stream);
+    assert!(last_error().contains("past the end"), "{}", last_error());
+    assert_eq!(
+        stats().deferred,
+        deferred,
+        "the refused memset was not logged"
+    );
+    inspect(|_, s| s.runtime().backend().fail_nth(CallKind::GraphLaunch, 1));
+    memset_round(stream, device, 8, 6);
+    let failed = stats();
+    assert_eq!(failed.failures, 1, "{failed:?}");
+    assert_eq!(failed.issued, 2, "the failed replay was issued: {failed:?}");
+    memset_round(stream, device, 8, 9);
+    assert_eq!(
+        stats().replays,
+        failed.replays + 1,
+        "and the next one replays"
+    );
+    // A kernel launch ends the sequence before it (the host backend refuses packed launches).
+    mgpuMemset32(device, 4, 8, stream);
+    // SAFETY: a null function is refused before the parameters are read.
+    unsafe { mgpuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, stream, NULL.cast(), NULL.cast()) };
+    assert!(last_error().contains("function"), "{}", last_error());
+    let logged = inspect(|objects, _| objects.graphs.as_ref().map(|l| l.pending()));
+    assert_eq!(logged, Some(0), "the launch flushed the memset before it");
+    mgpuMemFree(device, stream);
+    mgpuStreamSynchronize(stream);
+    mgpuStreamDestroy(stream);
+    let report = shared::shutdown().unwrap();
+    let unwaited = &report.shutdown.program.unwaited;
+    assert!(
+        unwaited.len() == 1 && unwaited[0].kind == UnwaitedKind::Discarded,
+        "only the failed replay's token, discarded as any failed operation's: {unwaited:?}"
+    );
+}
+
+/// One call of a random sequence; buffers and host slots are indices, and the runner orders
+/// every access after the last one to the same memory (through an event when the streams
+/// differ), so no sequence races and both modes must give the same bytes.
+#[derive(Clone, Debug)]
+enum Step {
+    Fill {
+        stream: usize,
+        buffer: usize,
+        value: u32,
+        words: u64,
+        wide: bool,
+    },
+    Upload {
+        stream: usize,
+        buffer: usize,
+        value: u32,
+    },
+    Download {
+        stream: usize,
+        buffer: usize,
+        slot: usize,
+    },
+    DeviceCopy {
+        stream: usize,
+        dst: usize,
+        src: usize,
+    },
+    Sync {
+        stream: usize,
+    },
+}
+
+const STREAMS: usize = 3;
+const BUFFERS: usize = 3;
+const SLOTS: usize = 2;
+
+fn step() -> impl Strategy<Value = Step> {
+    let s = 0..STREAMS;
+    let b = 0..BUFFERS;
+    prop_oneof![
+        (
+            s.clone(),
+            b.clone(),
+            any::<u32>(),
+            1..=WORDS as u64,
+            any::<bool>()
+        )
+            .prop_map(|(stream, buffer, value, words, wide)| Step::Fill {
+                stream,
+                buffer,
+                value,
+                words,
+                wide
+            }),
+        (s.clone(), b.clone(), any::<u32>()).prop_map(|(stream, buffer, value)| Step::Upload {
+            stream,
+            buffer,
+            value
+        }),
+        (s.clone(), b.clone(), 0..SLOTS).prop_map(|(stream, buffer, slot)| Step::Download {
+            stream,
+            buffer,
+            slot
+        }),
+        (s.clone(), b.clone(), b).prop_map(|(stream, dst, src)| Step::DeviceCopy {
+            stream,
+            dst,
+            src
+        }),
+        s.prop_map(|stream| Step::Sync { stream }),
+    ]
+}
+
+/// Runs `steps` three times over (with the same handles' kinds of work each time: repeats) in
+/// a fresh session with the mode `on`; returns every host slot and buffer after each round.
+fn run(steps: &[Step], on: bool) -> (Vec<Vec<u32>>, GraphStats) {
+    open_host();
+    mode(on);
+    let streams: Vec<_> = (0..STREAMS).map(|_| mgpuStreamCreate()).collect();
+    let buffers: Vec<_> = (0..BUFFERS)
+        .map(|_| mgpuMemAlloc(BYTES, NULL, false))
+        .collect();
+    let mut slots = vec![[0u32; WORDS]; SLOTS];
+    let mut seen = Vec::new();
+    for round in 0..3u32 {
+        let mut sources: Vec<Vec<u32>> = Vec::new();
+        // The stream that last touched each buffer, then each slot.
+        let mut last: Vec<Option<usize>> = vec![None; BUFFERS + SLOTS];
+        let order = |stream: usize, memory: &[usize], last: &mut Vec<Option<usize>>| {
+            for &m in memory {
+                if let Some(previous) = last[m].filter(|&p| p != stream) {
+                    let event = mgpuEventCreate();
+                    mgpuEventRecord(event, streams[previous]);
+                    mgpuStreamWaitEvent(streams[stream], event);
+                    mgpuEventDestroy(event);
+                }
+                last[m] = Some(stream);
+            }
+        };
+        for step in steps {
+            match *step {
+                Step::Fill {
+                    stream,
+                    buffer,
+                    value,
+                    words,
+                    wide,
+                } => {
+                    order(stream, &[buffer], &mut last);
+                    let value = value ^ round;
+                    if wide {
+                        mgpuMemset32(buffers[buffer], value, words, streams[stream]);
+                    } else {
+                        mgpuMemset16(buffers[buffer], value as u16, words, streams[stream]);
+                    }
+                }
+                Step::Upload {
+                    stream,
+                    buffer,
+                    value,
+                } => {
+                    order(stream, &[buffer], &mut last);
+                    // Kept as it is until the round's end: without the mode the host backend
+                    // reads a source when the copy runs.
+                    sources.push(vec![value ^ round; WORDS]);
+                    let source = sources.last_mut().map_or(NULL, |s| s.as_mut_ptr().cast());
+                    mgpuMemcpy(buffers[buffer], source, BYTES, streams[stream]);
+                }
+                Step::Download {
+                    stream,
+                    buffer,
+                    slot,
+                } => {
+                    order(stream, &[buffer, BUFFERS + slot], &mut last);
+                    mgpuMemcpy(
+                        slots[slot].as_mut_ptr().cast(),
+                        buffers[buffer],
+                        BYTES,
+                        streams[stream],
+                    );
+                }
+                Step::DeviceCopy { stream, dst, src } if dst != src => {
+                    order(stream, &[dst, src], &mut last);
+                    mgpuMemcpy(buffers[dst], buffers[src], BYTES, streams[stream]);
+                }
+                Step::DeviceCopy { .. } => {}
+                Step::Sync { stream } => mgpuStreamSynchronize(streams[stream]),
+            }
+        }
+        for &stream in &streams {
+            mgpuStreamSynchronize(stream);
+        }
+        seen.extend(slots.iter().map(|slot| slot.to_vec()));
+        for &buffer in &buffers {
+            let mut out = vec![0u32; WORDS];
+            mgpuMemcpy(out.as_mut_ptr().cast(), buffer, BYTES, NULL);
+            seen.push(out);
+        }
+    }
+    let counts = stats();
+    for buffer in buffers {
+        mgpuMemFree(buffer, NULL);
+    }
+    for stream in streams {
+        mgpuStreamDestroy(stream);
+    }
+    let report = shared::shutdown().unwrap();
+    assert_eq!(report.shutdown.program.unwaited, vec![]);
+    (seen, counts)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Random sequences of memsets, copies in every direction, event edges and
+    /// synchronisations give the same bytes with the mode off and on.
+    #[test]
+    fn the_mode_changes_no_result(steps in proptest::collection::vec(step(), 1..14)) {
+        let _serial = process_test_lock();
+        let (off, _) = run(&steps, false);
+        let (on, counts) = run(&steps, true);
+        prop_assert_eq!(off, on, "{:?}", counts);
+    }
+}
+
+/// With a trace asked for, the program's own calls are noted where they are made in both
+/// modes (the same number of calls, the same verdict), and the backend's trace of replays is
+/// clean.
+#[test]
+fn the_programs_trace_is_the_same_with_the_mode() {
+    let _serial = process_test_lock();
+    let mut seen = Vec::new();
+    for on in [false, true] {
+        let path =
+            std::env::temp_dir().join(format!("mlir-graphs-{}-{on}.txt", std::process::id()));
+        shared::open(shared::OpenOptions {
+            backend: shared::BackendChoice::Host,
+            trace: Some(path.clone()),
+        })
+        .unwrap();
+        mgpuSetDefaultDevice(0);
+        mode(on);
+        for _ in 0..3 {
+            let mut out = [0u32; WORDS];
+            forkjoin_iteration(&[1; WORDS], &mut out);
+        }
+        let report = shared::shutdown().unwrap();
+        assert_eq!(
+            report.trace.unwrap().defects,
+            Vec::<String>::new(),
+            "mode {on}"
+        );
+        let program = path.with_extension("txt.mlir");
+        let text = std::fs::read_to_string(&program).unwrap();
+        let parsed = gpu_runtime::token::parse_trace(&text).unwrap();
+        seen.push((text.lines().count(), parsed.check().len()));
+        for file in [path, program] {
+            let _ = std::fs::remove_file(file);
+        }
+    }
+    assert_eq!(
+        seen[0], seen[1],
+        "(calls, defects) without and with the mode"
+    );
+}

@@ -1,0 +1,694 @@
+//! The graph mode of the MLIR drop-in (`GPU_RUNTIME_MLIR_GRAPHS=1`, off by default): the
+//! asynchronous calls between two host synchronisations, deferred, and replayed as one graph.
+//!
+//! While the mode is on, the session's objects hold a [`Deferred`] log. The stream-ordered
+//! copies and memsets, event records, event waits, event destructions and frees on a stream are
+//! checked at the call exactly as without the mode (a refusal is reported there and logs
+//! nothing), then appended to the log instead of being issued. Anything that makes the host
+//! wait for or observe the device, or that the log cannot hold, ends the sequence first (a
+//! *flush*): stream and event synchronisation, stream destruction, work on the null stream (it
+//! is synchronous), frees on the null stream, host (un)registration, module loading and
+//! unloading, and kernel launches (see below). Allocations are not deferred: `mgpuMemAlloc`
+//! returns its pointer at the call, as the kernels' arguments carry it, allocated in the
+//! stream's order after the work issued so far (the deferred work on the stream runs after it).
+//!
+//! What the mode keeps of the driver's semantics:
+//! - A host source (memory outside every allocation of `mgpuMemAlloc`) is read at the call: it
+//!   is copied into pinned staging the log owns (one buffer per position in the sequence, kept
+//!   across sequences, so a replayed graph finds the same addresses). Before staging is written
+//!   again, the work that last used it is waited for.
+//! - A copy into host memory is, in a replayed graph, a copy into staging, copied out to the
+//!   program's memory at the synchronisation that ends the sequence (the program can only
+//!   observe it after one); a later copy in the same sequence that reads those bytes ends the
+//!   sequence first.
+//! - A freed allocation leaves the allocation map at the call (a later call naming it is
+//!   refused as without the mode) but is freed only after the sequence's work.
+//!
+//! At a flush the sequence's *key* is computed: each operation's kind, stream and event (by
+//! order of first appearance in the sequence), device, byte count or element width and count,
+//! and whether each end of a copy is host memory; the key fixes the graph's nodes and edges
+//! (an operation runs after its stream's previous one and the records its stream waited for).
+//! A key seen for the first time is remembered (a bounded list of [`SEEN_KEYS`]) and its
+//! sequence issued call by call, through the same code as without the mode; a key seen before
+//! is replayed as a graph: instantiated the second time it occurs, kept in a bounded cache of
+//! [`CACHED_GRAPHS`] (the least recently used goes), and on later occurrences launched again
+//! after updating in place ([`Graph::set_copy`], [`Graph::set_fill`]) only the nodes whose
+//! addresses or values changed. The replay runs after everything the sequence's streams and
+//! waited-for events were ordered after, and becomes the tail of each of its streams and the
+//! record of each event recorded in it (coarser than the calls' own order, never looser). The
+//! trace sees a replay as one stream operation.
+//!
+//! A sequence without copies or memsets, one on several devices, and any failure to record,
+//! update or launch its graph, is issued call by call instead (a failure to launch waits for
+//! the replay's dependencies first, so nothing is reordered). Errors of the issued calls are
+//! printed with the call's name and the first is reported by the synchronisation that ended
+//! the sequence. Kernel launches end a sequence and are issued as without the mode: a launch
+//! node needs the value of every parameter copied at the call, and no backend reports its
+//! kernels' parameter sizes yet. Deferred work never synchronised is dropped at shutdown
+//! (nothing could observe it); staging, cached graphs and held allocations are released then.
+
+use std::collections::VecDeque;
+
+use hashbrown::HashMap;
+
+use gpu_runtime::DeviceId;
+use gpu_runtime::allocator::MemoryKind;
+use gpu_runtime::backend::FillValue;
+use gpu_runtime::backend::graph::{NodeId, NodeOp};
+use gpu_runtime::runtime::{Buffer, Graph, Runtime};
+use gpu_runtime::token::{Token, TraceOp};
+
+use crate::shared::{CapiError, ClientBackend, HandleError, HandleKind, Session};
+
+use super::graph_replay::{after_issue, issue, replay};
+use super::objects::{Allocations, Objects};
+use super::streams::{event_id, stream_id};
+
+/// How many instantiated graphs a session keeps.
+pub(super) const CACHED_GRAPHS: usize = 8;
+/// How many keys seen once a session remembers.
+pub(super) const SEEN_KEYS: usize = 32;
+
+/// One deferred call, with the addresses it will use.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Op {
+    /// `mgpuMemcpy`.
+    Copy {
+        device: DeviceId,
+        stream: u64,
+        copy: Transfer,
+    },
+    /// `mgpuMemset32` / `mgpuMemset16`.
+    Fill {
+        device: DeviceId,
+        stream: u64,
+        dst: usize,
+        value: FillValue,
+        count: usize,
+    },
+    /// `mgpuEventRecord`.
+    Record { event: u64, stream: u64 },
+    /// `mgpuStreamWaitEvent`.
+    Wait { stream: u64, event: u64 },
+    /// `mgpuEventDestroy`.
+    DestroyEvent { event: u64 },
+    /// `mgpuMemFree` on a stream (the allocation is held in [`Deferred::freed`]).
+    Free { stream: u64, ptr: usize },
+}
+
+/// A deferred copy's ends: `src` already redirected to staging when it was pageable.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Transfer {
+    /// The program's destination.
+    pub(super) dst: usize,
+    /// The source (staging for a pageable one).
+    pub(super) src: usize,
+    /// Bytes copied.
+    pub(super) bytes: usize,
+    /// Whether `src` is staging (the program's source was pageable).
+    pub(super) host_src: bool,
+    /// The staging the copy writes for a pageable destination, copied out at the sequence's
+    /// end.
+    pub(super) staged_dst: Option<usize>,
+}
+
+impl Transfer {
+    /// Where the copy writes: the staging of a pageable destination, or the destination.
+    pub(super) fn target(&self) -> usize {
+        self.staged_dst.unwrap_or(self.dst)
+    }
+}
+
+/// One operation of a sequence's key: what fixes its graph's nodes and edges.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) enum KeyOp {
+    Copy {
+        stream: u32,
+        bytes: usize,
+        host_dst: bool,
+        host_src: bool,
+    },
+    Fill {
+        stream: u32,
+        width: usize,
+        count: usize,
+    },
+    Record {
+        event: u32,
+        stream: u32,
+    },
+    Wait {
+        stream: u32,
+        event: u32,
+    },
+}
+
+/// A sequence's key: its device and operations.
+pub(super) type Key = (DeviceId, Vec<KeyOp>);
+
+/// A node's addresses and values in one replay (never a launch: launches end a sequence).
+pub(super) type NodeParams = NodeOp<()>;
+
+/// A node of a sequence's graph and the nodes it runs after.
+pub(super) type Node = (NodeParams, Vec<NodeId>);
+
+/// An instantiated graph and the parameters of its nodes as they are now.
+pub(super) struct Cached<B: ClientBackend> {
+    key: Key,
+    graph: Graph<'static, B>,
+    nodes: Vec<NodeParams>,
+}
+
+/// How the graph mode has served a session's sequences (for the tests and reports).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GraphStats {
+    /// Calls deferred.
+    pub deferred: u64,
+    /// Sequences issued call by call (first seen, not expressible, or after a failure).
+    pub issued: u64,
+    /// Graphs instantiated.
+    pub instantiated: u64,
+    /// Sequences replayed as a graph.
+    pub replays: u64,
+    /// Nodes updated in place before a replay.
+    pub updates: u64,
+    /// Graph recordings, updates or launches that failed (their sequence was issued instead).
+    pub failures: u64,
+}
+
+/// The deferral log of a session in graph mode.
+pub(super) struct Deferred<B: ClientBackend> {
+    /// The current sequence.
+    ops: Vec<Op>,
+    /// Allocations freed in the current sequence, by address.
+    freed: Vec<(usize, Buffer<'static, B>)>,
+    /// Events destroyed in the current sequence (their handles are refused from then on).
+    doomed: Vec<u64>,
+    /// Pinned staging, one buffer per position in a sequence.
+    staging: Vec<Buffer<'static, B>>,
+    /// Staging buffers the current sequence uses.
+    staged: usize,
+    /// Work that may still read or write the staging.
+    busy: Vec<Token>,
+    /// Keys seen once, oldest first.
+    seen: VecDeque<Key>,
+    /// Instantiated graphs, least recently used first.
+    cache: Vec<Cached<B>>,
+    /// How sequences were served.
+    pub(super) stats: GraphStats,
+}
+
+impl<B: ClientBackend> Deferred<B> {
+    /// An empty log.
+    pub(super) fn new() -> Self {
+        Self {
+            ops: Vec::new(),
+            freed: Vec::new(),
+            doomed: Vec::new(),
+            staging: Vec::new(),
+            staged: 0,
+            busy: Vec::new(),
+            seen: VecDeque::new(),
+            cache: Vec::new(),
+            stats: GraphStats::default(),
+        }
+    }
+
+    /// How many calls the current sequence holds.
+    #[cfg(test)]
+    pub(super) fn pending(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Refuses an event this sequence destroyed, as a destroyed event is refused.
+    pub(super) fn check_event(&self, event: u64) -> Result<(), CapiError> {
+        if self.doomed.contains(&event) {
+            return Err(HandleError::Stale {
+                kind: HandleKind::Event,
+                handle: event,
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Releases everything at shutdown: the work that used staging is waited for, then the
+    /// graphs, the staging and the held allocations go; the unsynchronised sequence is
+    /// dropped. Returns the first failure.
+    pub(super) fn release(mut self, runtime: &Runtime<B>) -> Result<(), CapiError> {
+        let mut first = Ok(());
+        for token in self.busy.drain(..) {
+            let waited = runtime.wait(token);
+            if first.is_ok() {
+                first = waited;
+            }
+        }
+        for cached in self.cache.drain(..) {
+            let destroyed = cached.graph.destroy();
+            if first.is_ok() {
+                first = destroyed;
+            }
+        }
+        self.ops.clear();
+        Ok(first?)
+    }
+}
+
+/// Whether `[address, address + len)` is pageable host memory: in no allocation of
+/// `mgpuMemAlloc` and not registered (pinned) for `device`.
+fn pageable<B: ClientBackend>(
+    runtime: &Runtime<B>,
+    buffers: &Allocations<B>,
+    (address, len): (usize, usize),
+    device: DeviceId,
+) -> bool {
+    let allocated = buffers
+        .range(..=address)
+        .next_back()
+        .is_some_and(|(&start, buffer)| address - start < buffer.size());
+    !allocated && !matches!(runtime.pinned_address(address, len, device), Ok(Some(_)))
+}
+
+/// Whether `[a, a + a_len)` and `[b, b + b_len)` share a byte.
+fn overlap(a: usize, a_len: usize, b: usize, b_len: usize) -> bool {
+    a < b.saturating_add(b_len) && b < a.saturating_add(a_len)
+}
+
+/// What a deferring call found.
+pub(super) enum Deferral {
+    /// The mode is off: the caller issues the call itself.
+    Off,
+    /// Logged (or refused, with the error the call reports).
+    Done(Result<(), CapiError>),
+}
+
+/// Refuses a stream the log would name that is not live (the null stream never reaches here).
+fn live_stream<B: ClientBackend>(objects: &Objects<B>, stream: u64) -> Result<(), CapiError> {
+    Ok(objects.streams.get(stream).map(drop)?)
+}
+
+/// Refuses an event that is not live, or that this sequence destroyed.
+fn live_event<B: ClientBackend>(
+    objects: &Objects<B>,
+    log: &Deferred<B>,
+    event: u64,
+) -> Result<(), CapiError> {
+    objects.events.get(event)?;
+    log.check_event(event)
+}
+
+/// How the program's trace notes a deferred call (as the call notes itself without the mode;
+/// a free is not noted).
+fn traced(op: &Op) -> Option<TraceOp> {
+    let device = Some(super::session::device());
+    Some(match *op {
+        Op::Copy { stream, .. } | Op::Fill { stream, .. } => TraceOp::Launch {
+            stream: stream_id(stream),
+            device,
+        },
+        Op::Record { event, stream } => TraceOp::Record {
+            event: event_id(event),
+            stream: stream_id(stream),
+        },
+        Op::Wait { stream, event } => TraceOp::Wait {
+            stream: stream_id(stream),
+            event: event_id(event),
+        },
+        Op::DestroyEvent { event } => TraceOp::DestroyEvent {
+            event: event_id(event),
+        },
+        Op::Free { .. } => return None,
+    })
+}
+
+/// What a deferring call's body decided.
+enum Logged {
+    /// The call is in the log.
+    Yes,
+    /// The call cannot join the sequence: it ends (flushed), and the caller issues the call.
+    EndsSequence,
+}
+
+/// Runs `body` on the objects and the log, when the mode is on; `stream` is checked first
+/// (live). A refusal is the call's; [`Logged::EndsSequence`] flushes and hands the call back.
+fn with_log<B: ClientBackend>(
+    session: &'static Session<B>,
+    stream: Option<u64>,
+    body: impl FnOnce(&mut Objects<B>, &mut Deferred<B>) -> Result<Logged, CapiError>,
+) -> Deferral {
+    let mut objects = session.mlir.lock();
+    let Some(mut log) = objects.graphs.take() else {
+        return Deferral::Off;
+    };
+    let logged = log.ops.len();
+    let done = stream
+        .map_or(Ok(()), |stream| live_stream(&objects, stream))
+        .and_then(|()| body(&mut objects, &mut log));
+    if let Some(op) = log.ops.get(logged) {
+        log.stats.deferred += 1;
+        // The program's trace notes the call where it was made, as without the mode.
+        if let Some(traced) = traced(op) {
+            objects.note(|| traced);
+        }
+    }
+    objects.graphs = Some(log);
+    drop(objects);
+    match done {
+        Ok(Logged::Yes) => Deferral::Done(Ok(())),
+        Ok(Logged::EndsSequence) => match flush(session) {
+            Ok(()) => Deferral::Off,
+            Err(error) => Deferral::Done(Err(error)),
+        },
+        Err(error) => Deferral::Done(Err(error)),
+    }
+}
+
+/// Logs an event record, wait or destruction (`op`) after checking its handles.
+pub(super) fn defer_event_op<B: ClientBackend>(session: &'static Session<B>, op: Op) -> Deferral {
+    let stream = match op {
+        Op::Record { stream, .. } | Op::Wait { stream, .. } => Some(stream),
+        _ => None,
+    };
+    with_log(session, stream, |objects, log| {
+        if let Op::Record { event, .. } | Op::Wait { event, .. } | Op::DestroyEvent { event } = op {
+            live_event(objects, log, event)?;
+        }
+        if let Op::DestroyEvent { event } = op {
+            log.doomed.push(event);
+        }
+        log.ops.push(op);
+        Ok(Logged::Yes)
+    })
+}
+
+/// Logs a free of `ptr` on `stream` after checking both: the allocation leaves the map now
+/// and is freed after the sequence's work.
+pub(super) fn defer_free<B: ClientBackend>(
+    session: &'static Session<B>,
+    ptr: usize,
+    stream: u64,
+    not_allocated: impl FnOnce(&Allocations<B>, usize) -> CapiError,
+) -> Deferral {
+    with_log(session, Some(stream), |objects, log| {
+        if ptr == 0 {
+            return Ok(Logged::Yes); // as upstream: freeing null does nothing
+        }
+        let buffer = objects
+            .buffers
+            .remove(&ptr)
+            .ok_or_else(|| not_allocated(&objects.buffers, ptr))?;
+        log.freed.push((ptr, buffer));
+        log.ops.push(Op::Free { stream, ptr });
+        Ok(Logged::Yes)
+    })
+}
+
+/// Logs a copy or memset (`work`; a launch ends the sequence instead) on `stream` once
+/// `check` accepts its ranges (the call's own checks). A memset of pageable memory ends the
+/// sequence too (a later copy would read its source at the call, before the memset ran).
+pub(super) fn defer_work<B: ClientBackend>(
+    session: &'static Session<B>,
+    stream: u64,
+    work: NodeOp<()>,
+    check: impl FnOnce(&Allocations<B>) -> Result<(), CapiError>,
+) -> Deferral {
+    let (runtime, device) = (session.runtime(), super::session::device());
+    with_log(session, Some(stream), |objects, log| {
+        check(&objects.buffers)?;
+        match work {
+            NodeOp::Copy { dst, src, bytes } => {
+                log_copy(objects, log, (runtime, device), stream, (dst, src, bytes))
+            }
+            NodeOp::Fill { dst, value, count } => {
+                let bytes = count * value.width();
+                if pageable(runtime, &objects.buffers, (dst, bytes), device) {
+                    return Ok(Logged::EndsSequence);
+                }
+                let fill = Op::Fill {
+                    device,
+                    stream,
+                    dst,
+                    value,
+                    count,
+                };
+                log.ops.push(fill);
+                Ok(Logged::Yes)
+            }
+            NodeOp::Launch { .. } => Ok(Logged::EndsSequence),
+        }
+    })
+}
+
+/// Logs a copy of `bytes` from `src` to `dst`: a pageable source is copied into staging now;
+/// a pageable destination gets staging, copied out when the sequence ends. A pageable source
+/// that an earlier copy of the sequence writes ends the sequence instead.
+fn log_copy<B: ClientBackend>(
+    objects: &Objects<B>,
+    log: &mut Deferred<B>,
+    (runtime, device): (&'static Runtime<B>, DeviceId),
+    stream: u64,
+    (dst, src, bytes): (usize, usize, usize),
+) -> Result<Logged, CapiError> {
+    let host_src = pageable(runtime, &objects.buffers, (src, bytes), device);
+    let written = |op: &Op| {
+        matches!(op, Op::Copy { copy, .. }
+            if copy.staged_dst.is_some() && overlap(copy.dst, copy.bytes, src, bytes))
+    };
+    if host_src && log.ops.iter().any(written) {
+        return Ok(Logged::EndsSequence);
+    }
+    let host_dst = pageable(runtime, &objects.buffers, (dst, bytes), device);
+    let src = match host_src {
+        true => {
+            let staging = log.stage(runtime, device, bytes)?;
+            // SAFETY: `src` is the program's host memory of `bytes` bytes (the ABI's
+            // contract for a copy's source, read at the call as the driver reads pageable
+            // memory); the staging is pinned host memory of at least `bytes` bytes that no
+            // work uses now (`stage` waited for it).
+            unsafe { core::ptr::copy_nonoverlapping(src as *const u8, staging as *mut u8, bytes) };
+            staging
+        }
+        false => src,
+    };
+    let staged_dst = match host_dst {
+        true => Some(log.stage(runtime, device, bytes)?),
+        false => None,
+    };
+    let copy = Transfer {
+        dst,
+        src,
+        bytes,
+        host_src,
+        staged_dst,
+    };
+    log.ops.push(Op::Copy {
+        device,
+        stream,
+        copy,
+    });
+    Ok(Logged::Yes)
+}
+
+impl<B: ClientBackend> Deferred<B> {
+    /// The next staging buffer of the sequence, of at least `bytes` bytes, once no work uses
+    /// any staging; returns its address.
+    fn stage(
+        &mut self,
+        runtime: &'static Runtime<B>,
+        device: DeviceId,
+        bytes: usize,
+    ) -> Result<usize, CapiError> {
+        for token in self.busy.drain(..) {
+            runtime.wait(token)?;
+        }
+        let position = self.staged;
+        if self.staging.get(position).is_none_or(|b| b.size() < bytes) {
+            let buffer = runtime.alloc(device, MemoryKind::HostPinned, bytes)?;
+            match self.staging.get_mut(position) {
+                Some(old) => *old = buffer,
+                None => self.staging.push(buffer),
+            }
+        }
+        self.staged += 1;
+        Ok(self.staging[position].address())
+    }
+}
+
+/// The key of `ops` and their graph's nodes with the nodes each runs after; `None` when the
+/// sequence has no copy or memset, or spans several devices.
+fn graph_of(ops: &[Op]) -> Option<(Key, Vec<Node>)> {
+    let mut streams: HashMap<u64, u32> = HashMap::new();
+    let mut events: HashMap<u64, u32> = HashMap::new();
+    let local = |map: &mut HashMap<u64, u32>, handle: u64| {
+        let next = map.len() as u32;
+        *map.entry(handle).or_insert(next)
+    };
+    let mut frontier: HashMap<u64, Vec<NodeId>> = HashMap::new();
+    let mut recorded: HashMap<u64, Vec<NodeId>> = HashMap::new();
+    let (mut key, mut nodes, mut device) = (Vec::new(), Vec::new(), None);
+    for op in ops {
+        if let Op::Copy { device: d, .. } | Op::Fill { device: d, .. } = *op
+            && *device.get_or_insert(d) != d
+        {
+            return None;
+        }
+        let (node, stream) = match *op {
+            Op::Copy { stream, copy, .. } => {
+                key.push(KeyOp::Copy {
+                    stream: local(&mut streams, stream),
+                    bytes: copy.bytes,
+                    host_dst: copy.staged_dst.is_some(),
+                    host_src: copy.host_src,
+                });
+                let (dst, src, bytes) = (copy.target(), copy.src, copy.bytes);
+                (NodeOp::Copy { dst, src, bytes }, stream)
+            }
+            Op::Fill {
+                stream,
+                dst,
+                value,
+                count,
+                ..
+            } => {
+                let width = value.width();
+                key.push(KeyOp::Fill {
+                    stream: local(&mut streams, stream),
+                    width,
+                    count,
+                });
+                (NodeOp::Fill { dst, value, count }, stream)
+            }
+            Op::Record { event, stream } => {
+                key.push(KeyOp::Record {
+                    event: local(&mut events, event),
+                    stream: local(&mut streams, stream),
+                });
+                let at = frontier.get(&stream).cloned().unwrap_or_default();
+                recorded.insert(event, at);
+                continue;
+            }
+            Op::Wait { stream, event } => {
+                key.push(KeyOp::Wait {
+                    stream: local(&mut streams, stream),
+                    event: local(&mut events, event),
+                });
+                if let Some(at) = recorded.get(&event) {
+                    frontier.entry(stream).or_default().extend(at);
+                }
+                continue;
+            }
+            Op::DestroyEvent { .. } | Op::Free { .. } => continue,
+        };
+        let after = frontier.remove(&stream).unwrap_or_default();
+        frontier.insert(stream, vec![NodeId(nodes.len() as u32)]);
+        nodes.push((node, after));
+    }
+    Some((device?, key)).zip(Some(nodes))
+}
+
+/// Ends the current sequence: replays it as a graph when its key was seen before, else
+/// issues its calls in order. Returns the first failure of the issued calls.
+pub(super) fn flush<B: ClientBackend>(session: &'static Session<B>) -> Result<(), CapiError> {
+    let mut objects = session.mlir.lock();
+    let Some(log) = objects.graphs.as_mut() else {
+        return Ok(());
+    };
+    if log.ops.is_empty() {
+        return Ok(());
+    }
+    let ops = core::mem::take(&mut log.ops);
+    let freed = core::mem::take(&mut log.freed);
+    log.doomed.clear();
+    log.staged = 0;
+    let planned = graph_of(&ops);
+    let mut freed = Some(freed);
+    if let Some((key, nodes)) = planned
+        && let Ok(replayed) = replay(session, &mut objects, &ops, key, &nodes, &mut freed)
+    {
+        return replayed;
+    }
+    let freed = freed.unwrap_or_default();
+    if let Some(log) = objects.graphs.as_mut() {
+        log.stats.issued += 1;
+    }
+    // The calls are issued through the code that serves them without the mode, unlocked; the
+    // program's trace already noted them at their calls.
+    for (ptr, buffer) in freed {
+        objects.buffers.insert(ptr, buffer);
+    }
+    let trace = objects.trace.take();
+    drop(objects);
+    let issued = issue(session, &ops);
+    let mut objects = session.mlir.lock();
+    objects.trace = trace;
+    let copied_out = after_issue(session.runtime(), &mut objects, &ops);
+    issued.and(copied_out)
+}
+
+/// Whether the mode is on (for tests).
+#[cfg(test)]
+pub(super) fn set_mode<B: ClientBackend>(objects: &mut Objects<B>, on: bool) {
+    match (on, objects.graphs.is_some()) {
+        (true, false) => objects.graphs = Some(Box::new(Deferred::new())),
+        (false, true) => objects.graphs = None,
+        _ => {}
+    }
+}
+
+impl<B: ClientBackend> Deferred<B> {
+    /// The cached graph of `key`, moved to the most recently used end.
+    pub(super) fn lookup(&mut self, key: &Key) -> Option<&mut Cached<B>> {
+        let index = self.cache.iter().position(|c| &c.key == key)?;
+        let hit = self.cache.remove(index);
+        self.cache.push(hit);
+        self.cache.last_mut()
+    }
+
+    /// Whether `key` was seen before; remembers it otherwise (forgetting the oldest past
+    /// [`SEEN_KEYS`]).
+    pub(super) fn seen_before(&mut self, key: &Key) -> bool {
+        if let Some(index) = self.seen.iter().position(|k| k == key) {
+            self.seen.remove(index);
+            return true;
+        }
+        if self.seen.len() == SEEN_KEYS {
+            self.seen.pop_front();
+        }
+        self.seen.push_back(key.clone());
+        false
+    }
+
+    /// Caches a new graph (the least recently used goes past [`CACHED_GRAPHS`]).
+    pub(super) fn insert(&mut self, key: Key, graph: Graph<'static, B>, nodes: Vec<NodeParams>) {
+        if self.cache.len() == CACHED_GRAPHS {
+            // Replays already enqueued still run.
+            let _ = self.cache.remove(0).graph.destroy();
+        }
+        self.cache.push(Cached { key, graph, nodes });
+    }
+
+    /// Drops the most recently used graph (one whose update failed halfway).
+    pub(super) fn evict_last(&mut self) {
+        if let Some(cached) = self.cache.pop() {
+            let _ = cached.graph.destroy();
+        }
+    }
+
+    /// The most recently used graph (the one [`Deferred::lookup`] or [`Deferred::insert`] made
+    /// ready).
+    pub(super) fn last(&self) -> Option<&Graph<'static, B>> {
+        self.cache.last().map(|cached| &cached.graph)
+    }
+
+    /// Work that may still read or write staging.
+    pub(super) fn busy(&mut self) -> &mut Vec<Token> {
+        &mut self.busy
+    }
+}
+
+impl<B: ClientBackend> Cached<B> {
+    /// The graph and its nodes' parameters.
+    pub(super) fn parts(&mut self) -> (&mut Graph<'static, B>, &mut Vec<NodeParams>) {
+        (&mut self.graph, &mut self.nodes)
+    }
+}
