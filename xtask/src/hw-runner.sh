@@ -108,6 +108,43 @@ else
   say "mlir: skipped: no MLIR programs in the bundle (LLVM 22 was not installed where it was built)"
 fi
 
+# The MLIR graph mode (issue 24): forkjoin and chain per iteration, interleaved over rounds,
+# against our library without the mode ("ours"), with it ("graphs", GPU_RUNTIME_MLIR_GRAPHS=1),
+# upstream's wrappers ("upstream", where UPSTREAM names a folder holding upstream's
+# libmlir_cuda_runtime.so, built from LLVM 22's CudaRuntimeWrappers.cpp) and, for forkjoin, the
+# same work written by hand ("raw", mlir-baseline/forkjoin_raw.cu, built where nvcc is).
+# MLIR_ROUNDS rounds (default 3; 0 skips it).
+if [ -x "$here/mlir/forkjoin" ] && [ "${MLIR_ROUNDS:-3}" -gt 0 ]; then
+  raw=""
+  if command -v nvcc >/dev/null 2>&1 && [ -f "$here/mlir-baseline/forkjoin_raw.cu" ]; then
+    raw="$out/forkjoin_raw"
+    nvcc -O2 -o "$raw" "$here/mlir-baseline/forkjoin_raw.cu" >"$out/forkjoin_raw.nvcc.out" 2>&1 || raw=""
+  fi
+  upstream=""
+  if [ -n "${UPSTREAM:-}" ] && [ -f "$UPSTREAM/libmlir_cuda_runtime.so" ]; then upstream=$UPSTREAM; fi
+  # side program iterations [elements]: the lines with the time per iteration, or what failed.
+  mlir_side() {
+    local side=$1 program=$2; shift 2
+    case $side in
+      ours) GPU_RUNTIME_BACKEND=cuda bounded "$here/mlir/$program" "$@" ;;
+      graphs) GPU_RUNTIME_BACKEND=cuda GPU_RUNTIME_MLIR_GRAPHS=1 bounded "$here/mlir/$program" "$@" ;;
+      upstream) LD_LIBRARY_PATH="$upstream" bounded "$here/mlir/$program" "$@" ;;
+      raw) bounded "$raw" "$@" ;;
+    esac 2>&1 | grep -E "us per iteration|FAILED" | paste -sd ' '
+  }
+  sides="ours graphs${upstream:+ upstream}"
+  for round in $(seq 1 "${MLIR_ROUNDS:-3}"); do
+    for side in $sides${raw:+ raw}; do
+      say "mlir-graphs forkjoin 4096 round $round $side: $(mlir_side "$side" forkjoin 1000 4096)"
+    done
+    for side in $sides; do
+      say "mlir-graphs chain round $round $side: $(mlir_side "$side" chain 20)"
+    done
+  done
+  [ -n "$upstream" ] || say "mlir-graphs: no upstream column (set UPSTREAM=DIR holding upstream's libmlir_cuda_runtime.so)"
+  [ -n "$raw" ] || say "mlir-graphs: no raw column (nvcc not found, or the floor did not build)"
+fi
+
 if [ -n "$sanitizer" ] && [ -z "${NO_SANITIZER:-}" ]; then
   for test in "$here"/tests/*; do
     name=$(basename "$test")

@@ -36,6 +36,9 @@ const HIP_EXAMPLES: &str = "pipeline";
 /// The recorder's programs (gpu-recorder/hw): copied into the bundle's `recorder/` folder
 /// beside the injection library and the checker, and run by its `run.sh`.
 const RECORDER_PROGRAMS: &str = "gpu-recorder/hw";
+/// The bundle's folder for `clients/mlir/baseline` (the fork/join written by hand), which the
+/// runner's MLIR comparison builds with nvcc.
+const MLIR_BASELINE: &str = "mlir-baseline";
 
 struct Options {
     bundle: PathBuf,
@@ -131,12 +134,19 @@ pub(crate) fn test_hw(args: &[String]) -> Result<(), String> {
     fs::copy(&module, package.join("__init__.py"))
         .map_err(|e| format!("cannot copy {}: {e}", module.display()))?;
     let mlir = match crate::mlir::llvm_bindir() {
-        Ok(bindir) => crate::mlir::build_programs(
-            &bindir,
-            &release_dir().join("libgpu_capi.so"),
-            &options.bundle.join("mlir"),
-        )?
-        .len(),
+        Ok(bindir) => {
+            let programs = crate::mlir::build_programs(
+                &bindir,
+                &release_dir().join("libgpu_capi.so"),
+                &options.bundle.join("mlir"),
+            )?;
+            // The hand-written fork/join floor, built by the runner with nvcc where it has it.
+            let baseline = options.bundle.join(MLIR_BASELINE);
+            fs::create_dir_all(&baseline)
+                .map_err(|e| format!("cannot create {}: {e}", baseline.display()))?;
+            copy_programs(&root().join("clients/mlir/baseline"), &baseline)?;
+            programs.len()
+        }
         Err(why) => {
             println!("test-hw: no MLIR programs in the bundle: {why}");
             0

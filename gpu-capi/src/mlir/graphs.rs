@@ -13,20 +13,24 @@
 //! stream's order after the work issued so far (the deferred work on the stream runs after it).
 //!
 //! What the mode keeps of the driver's semantics:
-//! - A host source (memory outside every allocation of `mgpuMemAlloc`) is read at the call: it
-//!   is copied into pinned staging the log owns (one buffer per position in the sequence, kept
-//!   across sequences, so a replayed graph finds the same addresses). Before staging is written
-//!   again, the work that last used it is waited for.
-//! - A copy into host memory is, in a replayed graph, a copy into staging, copied out to the
-//!   program's memory at the synchronisation that ends the sequence (the program can only
-//!   observe it after one); a later copy in the same sequence that reads those bytes ends the
-//!   sequence first.
+//! - A pageable source (memory outside every allocation of `mgpuMemAlloc`, not registered) is
+//!   read at the call, as the driver reads pageable memory: it is copied into pinned staging the
+//!   log owns (one buffer per position in the sequence, kept across sequences, so a replayed
+//!   graph finds the same addresses). Before staging is written again, the work that last used
+//!   it is waited for. Registered memory is used in place.
+//! - A copy into pageable memory is a copy into staging, copied out to the program's memory
+//!   when the sequence ends, before the synchronisation that ended it returns (the program can
+//!   only observe it after one); a later copy of the sequence that reads those bytes, and a
+//!   memset of pageable memory, end the sequence first.
 //! - A freed allocation leaves the allocation map at the call (a later call naming it is
-//!   refused as without the mode) but is freed only after the sequence's work.
+//!   refused as without the mode) but is freed only after the sequence's work (outside the
+//!   graph, which borrows memory allocated before it). After a replay whose destinations were
+//!   copied out, the frees are made in reverse order, so the allocator's cache hands the next
+//!   occurrence the same blocks and its graph needs no update.
 //!
 //! At a flush the sequence's *key* is computed: each operation's kind, stream and event (by
 //! order of first appearance in the sequence), device, byte count or element width and count,
-//! and whether each end of a copy is host memory; the key fixes the graph's nodes and edges
+//! and whether each end of a copy is staged; the key fixes the graph's nodes and edges
 //! (an operation runs after its stream's previous one and the records its stream waited for).
 //! A key seen for the first time is remembered (a bounded list of [`SEEN_KEYS`]) and its
 //! sequence issued call by call, through the same code as without the mode; a key seen before
