@@ -6,6 +6,7 @@ use std::ffi::c_void;
 
 use proptest::prelude::*;
 
+use gpu_runtime::allocator::MemoryKind;
 use gpu_runtime::host::CallKind;
 use gpu_runtime::token::UnwaitedKind;
 
@@ -24,8 +25,7 @@ const BYTES: u64 = WORDS as u64 * 4;
 fn mode(on: bool) {
     shared::with_session(|session| {
         crate::shared::session::dispatch!(session, s => {
-            set_mode(&mut s.mlir.lock(), on);
-            Ok(())
+            set_mode(&mut s.mlir.lock(), s.runtime(), on)
         })
     })
     .unwrap();
@@ -101,6 +101,19 @@ fn host_memory_is_read_at_the_call_and_written_by_the_synchronisation() {
         );
     }
     assert!(stats().replays >= 2, "{:?}", stats());
+    let pinned = || {
+        inspect(|_, s| {
+            let stats = s.runtime().stats();
+            let kinds = stats.allocator.iter();
+            kinds
+                .filter(|(_, kind, _)| *kind == MemoryKind::HostPinned)
+                .map(|(_, _, stats)| stats.allocated)
+                .sum::<usize>()
+        })
+    };
+    assert!(pinned() > 0, "the staging is pinned memory");
+    mode(false); // releases the log as shutdown does
+    assert_eq!(pinned(), 0, "the staging is given back");
     mgpuMemFree(device, stream);
     mgpuStreamSynchronize(stream);
     mgpuStreamDestroy(stream);
@@ -201,6 +214,63 @@ fn refusals_are_reported_at_the_call_and_failed_replays_fall_back() {
         unwaited.len() == 1 && unwaited[0].kind == UnwaitedKind::Discarded,
         "only the failed replay's token, discarded as any failed operation's: {unwaited:?}"
     );
+}
+
+/// Registered host memory is used in place (no staging); a memset of pageable memory ends the
+/// sequence before it and is issued at once, with the same result.
+#[test]
+fn registered_memory_is_used_in_place_and_a_pageable_memset_ends_the_sequence() {
+    let _serial = process_test_lock();
+    let (stream, device) = replaying_memset_rounds(0);
+    let mut pinned = vec![0u32; WORDS];
+    mgpuMemHostRegister(pinned.as_mut_ptr().cast(), BYTES);
+    for round in 1..4u32 {
+        mgpuMemset32(device, round, WORDS as u64, stream);
+        mgpuMemcpy(pinned.as_mut_ptr().cast(), device, BYTES, stream);
+        mgpuStreamSynchronize(stream);
+        assert!(pinned.iter().all(|&w| w == round), "round {round}");
+    }
+    let staging = inspect(|objects, _| objects.graphs.as_ref().map(|l| l.staging_buffers()));
+    assert_eq!(staging, Some(0), "registered memory needs no staging");
+    assert_eq!(stats().replays, 2);
+    let mut host = vec![7u32; WORDS];
+    mgpuMemset32(device, 5, 4, stream);
+    mgpuMemset32(host.as_mut_ptr().cast(), 9, WORDS as u64, stream);
+    let pending = inspect(|objects, _| objects.graphs.as_ref().map(|l| l.pending()));
+    assert_eq!(
+        pending,
+        Some(0),
+        "the sequence ended before the pageable memset"
+    );
+    mgpuStreamSynchronize(stream);
+    assert!(host.iter().all(|&w| w == 9), "{host:?}");
+    mgpuMemHostUnregister(pinned.as_mut_ptr().cast());
+    mgpuMemFree(device, stream);
+    mgpuStreamSynchronize(stream);
+    mgpuStreamDestroy(stream);
+    let report = shared::shutdown().unwrap();
+    assert_eq!(report.shutdown.program.unwaited, vec![]);
+}
+
+/// Past `CACHED_GRAPHS` shapes, the least recently used graph is destroyed: the backend
+/// holds no more than that many, and none once the log is released.
+#[test]
+fn the_graph_cache_is_bounded() {
+    let _serial = process_test_lock();
+    let (stream, device) = replaying_memset_rounds(0);
+    let shapes = super::graphs::CACHED_GRAPHS + 4;
+    for words in 1..=shapes {
+        memset_round(stream, device, words, 1);
+        memset_round(stream, device, words, 2);
+    }
+    assert_eq!(stats().instantiated, shapes as u64);
+    let live = || inspect(|_, s| s.runtime().backend().stats().graphs);
+    assert_eq!(live(), super::graphs::CACHED_GRAPHS);
+    mode(false); // releases the log as shutdown does
+    assert_eq!(live(), 0, "its graphs are destroyed");
+    mgpuMemFree(device, stream);
+    mgpuStreamDestroy(stream);
+    shared::shutdown().unwrap();
 }
 
 /// One call of a random sequence; buffers and host slots are indices, and the runner orders

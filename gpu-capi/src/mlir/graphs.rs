@@ -218,6 +218,12 @@ impl<B: ClientBackend> Deferred<B> {
         }
     }
 
+    /// How many staging buffers the log holds.
+    #[cfg(test)]
+    pub(super) fn staging_buffers(&self) -> usize {
+        self.staging.len()
+    }
+
     /// How many calls the current sequence holds.
     #[cfg(test)]
     pub(super) fn pending(&self) -> usize {
@@ -367,18 +373,25 @@ fn with_log<B: ClientBackend>(
     }
 }
 
-/// Logs an event record, wait or destruction (`op`) after checking its handles.
+/// Logs an event record, wait or destruction (`op`) after checking its handles in the order
+/// the call checks them without the mode (a record: the event, then the stream; a wait: the
+/// stream, then the event).
 pub(super) fn defer_event_op<B: ClientBackend>(session: &'static Session<B>, op: Op) -> Deferral {
-    let stream = match op {
-        Op::Record { stream, .. } | Op::Wait { stream, .. } => Some(stream),
-        _ => None,
-    };
-    with_log(session, stream, |objects, log| {
-        if let Op::Record { event, .. } | Op::Wait { event, .. } | Op::DestroyEvent { event } = op {
-            live_event(objects, log, event)?;
-        }
-        if let Op::DestroyEvent { event } = op {
-            log.doomed.push(event);
+    with_log(session, None, |objects, log| {
+        match op {
+            Op::Record { event, stream } => {
+                live_event(objects, log, event)?;
+                live_stream(objects, stream)?;
+            }
+            Op::Wait { stream, event } => {
+                live_stream(objects, stream)?;
+                live_event(objects, log, event)?;
+            }
+            Op::DestroyEvent { event } => {
+                live_event(objects, log, event)?;
+                log.doomed.push(event);
+            }
+            _ => {}
         }
         log.ops.push(op);
         Ok(Logged::Yes)
@@ -629,13 +642,21 @@ pub(super) fn flush<B: ClientBackend>(session: &'static Session<B>) -> Result<()
     issued.and(copied_out)
 }
 
-/// Whether the mode is on (for tests).
+/// Turns the mode on or off (for tests); turning it off releases the log as shutdown does
+/// (the unsynchronised sequence dropped).
 #[cfg(test)]
-pub(super) fn set_mode<B: ClientBackend>(objects: &mut Objects<B>, on: bool) {
-    match (on, objects.graphs.is_some()) {
-        (true, false) => objects.graphs = Some(Box::new(Deferred::new())),
-        (false, true) => objects.graphs = None,
-        _ => {}
+pub(super) fn set_mode<B: ClientBackend>(
+    objects: &mut Objects<B>,
+    runtime: &Runtime<B>,
+    on: bool,
+) -> Result<(), CapiError> {
+    match (on, objects.graphs.take()) {
+        (true, log) => {
+            objects.graphs = Some(log.unwrap_or_else(|| Box::new(Deferred::new())));
+            Ok(())
+        }
+        (false, Some(log)) => (*log).release(runtime),
+        (false, None) => Ok(()),
     }
 }
 
