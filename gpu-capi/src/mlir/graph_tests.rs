@@ -166,6 +166,17 @@ fn a_changed_shape_is_issued_and_the_cached_graph_still_serves_its_own() {
         stats().updates >= 1,
         "its memset value was updated in place"
     );
+    let before = stats();
+    for value in 0..3 {
+        mgpuMemset32(device, value, 8, stream);
+        mgpuStreamSynchronize(stream);
+    }
+    let single = stats();
+    assert_eq!(
+        single.replays, before.replays,
+        "one memset is never replayed"
+    );
+    assert_eq!(single.issued, before.issued + 3);
     mgpuMemFree(device, stream);
     mgpuStreamSynchronize(stream);
     mgpuStreamDestroy(stream);

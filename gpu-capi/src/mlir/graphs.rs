@@ -42,9 +42,10 @@
 //! record of each event recorded in it (coarser than the calls' own order, never looser). The
 //! trace sees a replay as one stream operation.
 //!
-//! A sequence without copies or memsets, one on several devices, and any failure to record,
-//! update or launch its graph, is issued call by call instead (a failure to launch waits for
-//! the replay's dependencies first, so nothing is reordered). Errors of the issued calls are
+//! A sequence of fewer than two copies and memsets (a replay of one node saves nothing), one on
+//! several devices, and any failure to record, update or launch its graph, is issued call by
+//! call instead (a failure to launch waits for the replay's dependencies first, so nothing is
+//! reordered). Errors of the issued calls are
 //! printed with the call's name and the first is reported by the synchronisation that ended
 //! the sequence. Kernel launches end a sequence and are issued as without the mode: a launch
 //! node needs the value of every parameter copied at the call, and no backend reports its
@@ -70,6 +71,8 @@ use super::streams::{event_id, stream_id};
 
 /// How many instantiated graphs a session keeps.
 pub(super) const CACHED_GRAPHS: usize = 8;
+/// The fewest copies and memsets a sequence replayed as a graph has (a single one is issued).
+pub(super) const MIN_NODES: usize = 2;
 /// How many keys seen once a session remembers.
 pub(super) const SEEN_KEYS: usize = 32;
 
@@ -532,7 +535,7 @@ impl<B: ClientBackend> Deferred<B> {
 }
 
 /// The key of `ops` and their graph's nodes with the nodes each runs after; `None` when the
-/// sequence has no copy or memset, or spans several devices.
+/// sequence has fewer than [`MIN_NODES`] copies and memsets, or spans several devices.
 fn graph_of(ops: &[Op]) -> Option<(Key, Vec<Node>)> {
     let mut streams: HashMap<u64, u32> = HashMap::new();
     let mut events: HashMap<u64, u32> = HashMap::new();
@@ -599,6 +602,10 @@ fn graph_of(ops: &[Op]) -> Option<(Key, Vec<Node>)> {
         let after = frontier.remove(&stream).unwrap_or_default();
         frontier.insert(stream, vec![NodeId(nodes.len() as u32)]);
         nodes.push((node, after));
+    }
+    // One node replayed is one call still, and no cheaper than the call itself.
+    if nodes.len() < MIN_NODES {
+        return None;
     }
     Some((device?, key)).zip(Some(nodes))
 }
