@@ -4,12 +4,14 @@
 use gpu_runtime::DeviceId;
 use gpu_runtime::backend::FillValue;
 use gpu_runtime::backend::graph::{NodeId, NodeOp};
-use gpu_runtime::runtime::{Buffer, Graph, Runtime, Span};
+use std::ffi::c_void;
+
+use gpu_runtime::runtime::{Arg, Buffer, Graph, Runtime, Span};
 use gpu_runtime::token::Token;
 
 use crate::shared::{CapiError, ClientBackend, Session};
 
-use super::graphs::{Key, Node, Op};
+use super::graphs::{Key, Launch, Node, Op};
 use super::objects::Objects;
 
 /// The sequence cannot be replayed as a graph: it is issued call by call (nothing of it ran,
@@ -24,6 +26,7 @@ fn stream_of(op: &Op) -> Option<u64> {
     match *op {
         Op::Copy { stream, .. }
         | Op::Fill { stream, .. }
+        | Op::Launch { stream, .. }
         | Op::Record { stream, .. }
         | Op::Wait { stream, .. }
         | Op::Free { stream, .. } => Some(stream),
@@ -40,22 +43,30 @@ fn raw(address: usize, len: usize) -> Span<'static> {
     unsafe { Span::from_raw(address, len) }
 }
 
-/// Records and instantiates the graph of `nodes` on `device`, with the nodes' parameters.
+/// Records and instantiates the graph of `nodes` on `device`, with the nodes' parameters
+/// (a launch's kernel and arguments in `launches`).
 fn record<B: ClientBackend>(
     runtime: &'static Runtime<B>,
     device: DeviceId,
     nodes: &[Node],
+    launches: &[Launch<B>],
 ) -> Result<Graph<'static, B>, Fallback> {
     let mut recorder = runtime.record_graph(device).map_err(|_| Fallback)?;
-    for (node, after) in nodes {
-        let added = match *node {
-            NodeOp::Copy { dst, src, bytes } => {
+    for (node, after, launch) in nodes {
+        let added = match (node, launch.and_then(|index| launches.get(index))) {
+            (&NodeOp::Copy { dst, src, bytes }, _) => {
                 recorder.copy(raw(dst, bytes), raw(src, bytes), after)
             }
-            NodeOp::Fill { dst, value, count } => {
+            (&NodeOp::Fill { dst, value, count }, _) => {
                 recorder.fill(raw(dst, count * value.width()), value, after)
             }
-            NodeOp::Launch { .. } => return Err(Fallback),
+            // SAFETY: the program's launch as it made it (`mgpuLaunchKernel`'s contract: the
+            // memory the kernel reaches stays valid until it has run; the sequence's frees
+            // are ordered after the replay).
+            (&NodeOp::Launch { dims, .. }, Some((kernel, args))) => unsafe {
+                recorder.launch(kernel, dims, args, after)
+            },
+            (NodeOp::Launch { .. }, None) => return Err(Fallback),
         };
         added.map_err(|_| Fallback)?;
     }
@@ -68,26 +79,30 @@ fn ready<B: ClientBackend>(
     runtime: &'static Runtime<B>,
     objects: &mut Objects<B>,
     key: Key,
-    nodes: &[Node],
+    (nodes, launches): (&[Node], &[Launch<B>]),
 ) -> Result<(), Fallback> {
     let log = objects.graphs.as_mut().ok_or(Fallback)?;
     if let Some(cached) = log.lookup(&key) {
         let (graph, params) = cached.parts();
         let mut updated = 0;
         let mut failed = false;
-        for (index, ((node, _), now)) in nodes.iter().zip(params.iter_mut()).enumerate() {
+        for (index, ((node, _, launch), now)) in nodes.iter().zip(params.iter_mut()).enumerate() {
             if node == now {
                 continue;
             }
             let id = NodeId(index as u32);
-            let set = match *node {
-                NodeOp::Copy { dst, src, bytes } => {
+            let set = match (node, launch.and_then(|index| launches.get(index))) {
+                (&NodeOp::Copy { dst, src, bytes }, _) => {
                     graph.set_copy(id, raw(dst, bytes), raw(src, bytes))
                 }
-                NodeOp::Fill { dst, value, count } => {
+                (&NodeOp::Fill { dst, value, count }, _) => {
                     graph.set_fill(id, raw(dst, count * value.width()), value)
                 }
-                NodeOp::Launch { .. } => Err(gpu_runtime::Error::GraphNodeKind {
+                // SAFETY: as in `record`.
+                (&NodeOp::Launch { dims, .. }, Some((kernel, args))) => unsafe {
+                    graph.set_launch(id, kernel, dims, args)
+                },
+                (NodeOp::Launch { .. }, None) => Err(gpu_runtime::Error::GraphNodeKind {
                     node: id.0,
                     recorded: now.kind(),
                     given: "launch",
@@ -111,13 +126,13 @@ fn ready<B: ClientBackend>(
     if !log.seen_before(&key) {
         return Err(Fallback);
     }
-    match record(runtime, key.0, nodes) {
+    match record(runtime, key.0, nodes, launches) {
         Ok(graph) => {
             log.stats.instantiated += 1;
             log.insert(
                 key,
                 graph,
-                nodes.iter().map(|(node, _)| node.clone()).collect(),
+                nodes.iter().map(|(node, ..)| node.clone()).collect(),
             );
             Ok(())
         }
@@ -147,13 +162,13 @@ fn wait_all<B: ClientBackend>(runtime: &Runtime<B>, tokens: &mut Vec<Token>) {
 pub(super) fn replay<B: ClientBackend>(
     session: &'static Session<B>,
     objects: &mut Objects<B>,
-    ops: &[Op],
+    (ops, launches): (&[Op], &[Launch<B>]),
     key: Key,
     nodes: &[Node],
     freed: &mut Option<Freed<B>>,
 ) -> Result<Result<(), CapiError>, Fallback> {
     let runtime = session.runtime();
-    ready(runtime, objects, key, nodes)?;
+    ready(runtime, objects, key, (nodes, launches))?;
     let mut touched: Vec<u64> = Vec::new();
     for stream in ops.iter().filter_map(stream_of) {
         if !touched.contains(&stream) {
@@ -329,6 +344,18 @@ fn copy_out(ops: &[Op]) {
     }
 }
 
+/// A launch argument's value as the program passed it: its bytes first in an 8-byte slot.
+fn packed(arg: &Arg<'_>) -> [u8; 8] {
+    let mut slot = [0u8; 8];
+    match *arg {
+        Arg::U32(value) => slot[..4].copy_from_slice(&value.to_ne_bytes()),
+        Arg::F32(value) => slot[..4].copy_from_slice(&value.to_ne_bytes()),
+        Arg::U64(value) => slot = value.to_ne_bytes(),
+        Arg::Span(span) => slot = (span.address() as u64).to_ne_bytes(),
+    }
+    slot
+}
+
 /// The name of the call an operation came from, for its failures.
 fn call_name(op: &Op) -> &'static str {
     match op {
@@ -338,6 +365,7 @@ fn call_name(op: &Op) -> &'static str {
             ..
         } => "mgpuMemset16",
         Op::Fill { .. } => "mgpuMemset32",
+        Op::Launch { .. } => "mgpuLaunchKernel",
         Op::Record { .. } => "mgpuEventRecord",
         Op::Wait { .. } => "mgpuStreamWaitEvent",
         Op::DestroyEvent { .. } => "mgpuEventDestroy",
@@ -350,6 +378,7 @@ fn call_name(op: &Op) -> &'static str {
 pub(super) fn issue<B: ClientBackend>(
     session: &'static Session<B>,
     ops: &[Op],
+    launches: &[Launch<B>],
 ) -> Result<(), CapiError> {
     let mut first = Ok(());
     for op in ops {
@@ -369,6 +398,33 @@ pub(super) fn issue<B: ClientBackend>(
                 value,
                 count,
             } => super::memory::fill_on(session, device, stream, (dst, value, count), |_| Ok(())),
+            Op::Launch {
+                stream,
+                dims,
+                index,
+                ..
+            } => match launches.get(index) {
+                Some((kernel, args)) => {
+                    // The program's parameter array again, from the values copied at the call.
+                    let mut values: Vec<[u8; 8]> = args.iter().map(packed).collect();
+                    let mut params: Vec<*mut c_void> =
+                        values.iter_mut().map(|v| v.as_mut_ptr().cast()).collect();
+                    super::streams::on_stream(
+                        session,
+                        stream,
+                        |_| Ok(()),
+                        |_, after| {
+                            let params = params.as_mut_ptr();
+                            // SAFETY: one pointer per parameter, each to its value as the
+                            // program passed it (copied at the call), alive across the call;
+                            // the memory the kernel reaches is `mgpuLaunchKernel`'s contract.
+                            let launched = unsafe { kernel.launch_packed(dims, params, after) };
+                            Ok((launched?, ()))
+                        },
+                    )
+                }
+                None => Ok(()),
+            },
             Op::Record { event, stream } => {
                 super::streams::event_record_now(session, event, stream)
             }

@@ -6,16 +6,18 @@ use std::ffi::c_void;
 
 use proptest::prelude::*;
 
+use gpu_runtime::DeviceId;
 use gpu_runtime::allocator::MemoryKind;
 use gpu_runtime::host::CallKind;
 use gpu_runtime::token::UnwaitedKind;
 
 use super::forkjoin::{WORDS, forkjoin_iteration};
+use super::graph_launches::set_params;
 use super::graphs::{GraphStats, set_mode};
 use super::tests::{inspect, open_host};
 use super::*;
 use crate::shared::status::last_error;
-use crate::shared::{self, process_test_lock};
+use crate::shared::{self, HandleKind, HandleMap, process_test_lock};
 
 const NULL: *mut c_void = core::ptr::null_mut();
 const BYTES: u64 = WORDS as u64 * 4;
@@ -219,11 +221,17 @@ fn refusals_are_reported_at_the_call_and_failed_replays_fall_back() {
     mgpuMemFree(device, stream);
     mgpuStreamSynchronize(stream);
     mgpuStreamDestroy(stream);
+    shuts_down_with_one_failed_operation();
+}
+
+/// Shuts down and checks that the only token left unwaited is one failed operation's
+/// (discarded, as any failed operation's is, with or without the mode).
+fn shuts_down_with_one_failed_operation() {
     let report = shared::shutdown().unwrap();
     let unwaited = &report.shutdown.program.unwaited;
     assert!(
         unwaited.len() == 1 && unwaited[0].kind == UnwaitedKind::Discarded,
-        "only the failed replay's token, discarded as any failed operation's: {unwaited:?}"
+        "{unwaited:?}"
     );
 }
 
@@ -282,6 +290,91 @@ fn the_graph_cache_is_bounded() {
     mgpuMemFree(device, stream);
     mgpuStreamDestroy(stream);
     shared::shutdown().unwrap();
+}
+
+/// A launch whose parameter sizes are known is deferred with its values copied at the call
+/// and replayed as a launch node. On the host backend (which loads no module image and refuses
+/// packed launches) a library kernel stands under a function handle with its sizes noted.
+#[test]
+fn launches_of_known_parameter_sizes_are_replayed_as_launch_nodes() {
+    let _serial = process_test_lock();
+    let (stream, device) = replaying_memset_rounds(0);
+    let function = shared::with_session(|session| match session {
+        shared::AnySession::Host(s) => {
+            let mut handles = HandleMap::new(HandleKind::Function, s.generation());
+            let handle = handles.insert(()).unwrap();
+            let kernel = s.runtime().kernel(DeviceId(0), "fill_u32").unwrap();
+            let mut objects = s.mlir.lock();
+            objects.kernels.insert((handle, 0), kernel);
+            set_params(&mut objects, handle, &[8, 4, 8]); // fill_u32(dst, value, count)
+            Ok(handle)
+        }
+        _ => panic!("the tests open the host backend"),
+    })
+    .unwrap();
+    let launches = || calls_of(CallKind::Launch);
+    for round in 1..5u32 {
+        let before = launches();
+        let mut out = [0u32; WORDS];
+        let (mut dst, mut value, mut count) = (device as u64, round, WORDS as u64 / 2);
+        let mut params: [*mut c_void; 3] = [
+            (&raw mut dst).cast(),
+            (&raw mut value).cast(),
+            (&raw mut count).cast(),
+        ];
+        mgpuMemset32(device, 0, WORDS as u64, stream);
+        // SAFETY: one pointer per parameter of fill_u32, each to a value of its type; the
+        // words it writes lie in `device`, which outlives the launch.
+        unsafe {
+            mgpuLaunchKernel(
+                function as *mut c_void,
+                1,
+                1,
+                1,
+                32,
+                1,
+                1,
+                0,
+                stream,
+                params.as_mut_ptr(),
+                NULL.cast(),
+            )
+        };
+        value = 99; // after the call: the launch took its value then
+        mgpuMemcpy(out.as_mut_ptr().cast(), device, BYTES, stream);
+        mgpuStreamSynchronize(stream);
+        if round == 1 {
+            // Issued call by call, through the program's parameter array again: the host
+            // backend refuses packed launches (as without the mode), reported by the
+            // synchronisation.
+            assert!(last_error().contains("host"), "{}", last_error());
+            continue;
+        }
+        let (set, kept) = out.split_at(WORDS / 2);
+        assert!(
+            set.iter().all(|&w| w == round),
+            "round {round}: {out:?} ({value})"
+        );
+        assert!(kept.iter().all(|&w| w == 0), "round {round}: {out:?}");
+        assert_eq!(
+            launches(),
+            before,
+            "round {round}: a replay launches no kernel"
+        );
+    }
+    let seen = stats();
+    assert_eq!(
+        (seen.issued, seen.instantiated, seen.replays),
+        (1, 1, 3),
+        "{seen:?}"
+    );
+    assert!(
+        seen.updates >= 2,
+        "the launch's value was updated in place: {seen:?}"
+    );
+    mgpuMemFree(device, stream);
+    mgpuStreamDestroy(stream);
+    shuts_down_with_one_failed_operation(); // the refused packed launch of round 1
 }
 
 /// One call of a random sequence; buffers and host slots are indices, and the runner orders

@@ -2,15 +2,26 @@
 //! asynchronous calls between two host synchronisations, deferred, and replayed as one graph.
 //!
 //! While the mode is on, the session's objects hold a [`Deferred`] log. The stream-ordered
-//! copies and memsets, event records, event waits, event destructions and frees on a stream are
-//! checked at the call exactly as without the mode (a refusal is reported there and logs
-//! nothing), then appended to the log instead of being issued. Anything that makes the host
-//! wait for or observe the device, or that the log cannot hold, ends the sequence first (a
-//! *flush*): stream and event synchronisation, stream destruction, work on the null stream (it
-//! is synchronous), frees on the null stream, host (un)registration, module loading and
-//! unloading, and kernel launches (see below). Allocations are not deferred: `mgpuMemAlloc`
-//! returns its pointer at the call, as the kernels' arguments carry it, allocated in the
-//! stream's order after the work issued so far (the deferred work on the stream runs after it).
+//! copies, memsets and kernel launches, event records, event waits, event destructions and
+//! frees on a stream are checked at the call exactly as without the mode (a refusal is reported
+//! there and logs nothing), then appended to the log instead of being issued. Anything that
+//! makes the host wait for or observe the device, or that the log cannot hold, ends the
+//! sequence first (a *flush*): stream and event synchronisation, stream destruction, work on
+//! the null stream (it is synchronous), frees on the null stream, host (un)registration, module
+//! loading and unloading, and the launches the log cannot hold (see below). Allocations are not
+//! deferred: `mgpuMemAlloc` returns its pointer at the call, as the kernels' arguments carry
+//! it, allocated in the stream's order after the work issued so far (the deferred work on the
+//! stream runs after it).
+//!
+//! A launch is logged with the value of each parameter copied at the call, which needs their
+//! sizes: `mgpuModuleLoad` reads them from the module's PTX `.entry` declarations (`ptx`; MLIR's
+//! lowering hands it PTX). A value of 8 bytes that lies in an allocation of `mgpuMemAlloc` is
+//! passed as a span of it, other ones as plain 4- or 8-byte values. A launch of a function
+//! whose sizes are unknown (a binary module), with a parameter of another size, whose kernel is
+//! not resolved on the device yet, or asking for dynamic workgroup memory above the default
+//! 48 KiB (opted in, or refused, at the call) ends the sequence and is issued as without the
+//! mode. A launch the runtime refuses when it is issued or recorded is reported at the
+//! synchronisation.
 //!
 //! What the mode keeps of the driver's semantics:
 //! - A pageable source (memory outside every allocation of `mgpuMemAlloc`, not registered) is
@@ -30,14 +41,14 @@
 //!
 //! At a flush the sequence's *key* is computed: each operation's kind, stream and event (by
 //! order of first appearance in the sequence), device, byte count or element width and count,
-//! and whether each end of a copy is staged; the key fixes the graph's nodes and edges
+//! whether each end of a copy is staged, and a launch's function and shape; the key fixes the graph's nodes and edges
 //! (an operation runs after its stream's previous one and the records its stream waited for).
 //! A key seen for the first time is remembered (a bounded list of [`SEEN_KEYS`]) and its
 //! sequence issued call by call, through the same code as without the mode; a key seen before
 //! is replayed as a graph: instantiated the second time it occurs, kept in a bounded cache of
 //! [`CACHED_GRAPHS`] (the least recently used goes), and on later occurrences launched again
-//! after updating in place ([`Graph::set_copy`], [`Graph::set_fill`]) only the nodes whose
-//! addresses or values changed. The replay runs after everything the sequence's streams and
+//! after updating in place ([`Graph::set_copy`], [`Graph::set_fill`], [`Graph::set_launch`])
+//! only the nodes whose addresses or values changed. The replay runs after everything the sequence's streams and
 //! waited-for events were ordered after, and becomes the tail of each of its streams and the
 //! record of each event recorded in it (coarser than the calls' own order, never looser). The
 //! trace sees a replay as one stream operation.
@@ -47,24 +58,24 @@
 //! call instead (a failure to launch waits for the replay's dependencies first, so nothing is
 //! reordered). Errors of the issued calls are
 //! printed with the call's name and the first is reported by the synchronisation that ended
-//! the sequence. Kernel launches end a sequence and are issued as without the mode: a launch
-//! node needs the value of every parameter copied at the call, and no backend reports its
-//! kernels' parameter sizes yet. Deferred work never synchronised is dropped at shutdown
-//! (nothing could observe it); staging, cached graphs and held allocations are released then.
+//! the sequence. Deferred work never synchronised is dropped at shutdown (nothing could
+//! observe it); staging, cached graphs and held allocations are released then.
 
 use std::collections::VecDeque;
+use std::ffi::CString;
 
 use hashbrown::HashMap;
 
 use gpu_runtime::DeviceId;
 use gpu_runtime::allocator::MemoryKind;
-use gpu_runtime::backend::FillValue;
 use gpu_runtime::backend::graph::{NodeId, NodeOp};
-use gpu_runtime::runtime::{Buffer, Graph, Runtime};
+use gpu_runtime::backend::{FillValue, LaunchDims};
+use gpu_runtime::runtime::{Arg, Buffer, Graph, Kernel, ModuleId, Runtime};
 use gpu_runtime::token::{Token, TraceOp};
 
 use crate::shared::{CapiError, ClientBackend, HandleError, HandleKind, Session};
 
+use super::graph_launches::arg_value;
 use super::graph_replay::{after_issue, issue, replay};
 use super::objects::{Allocations, Objects};
 use super::streams::{event_id, stream_id};
@@ -99,6 +110,15 @@ pub(super) enum Op {
     Wait { stream: u64, event: u64 },
     /// `mgpuEventDestroy`.
     DestroyEvent { event: u64 },
+    /// `mgpuLaunchKernel` of `function` with `dims`; its kernel and argument values are
+    /// [`Deferred::launches`]`[index]`.
+    Launch {
+        device: DeviceId,
+        stream: u64,
+        function: u64,
+        dims: LaunchDims,
+        index: usize,
+    },
     /// `mgpuMemFree` on a stream (the allocation is held in [`Deferred::freed`]).
     Free { stream: u64, ptr: usize },
 }
@@ -140,6 +160,13 @@ pub(super) enum KeyOp {
         width: usize,
         count: usize,
     },
+    Launch {
+        stream: u32,
+        function: u64,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared: u32,
+    },
     Record {
         event: u32,
         stream: u32,
@@ -156,8 +183,12 @@ pub(super) type Key = (DeviceId, Vec<KeyOp>);
 /// A node's addresses and values in one replay (never a launch: launches end a sequence).
 pub(super) type NodeParams = NodeOp<()>;
 
-/// A node of a sequence's graph and the nodes it runs after.
-pub(super) type Node = (NodeParams, Vec<NodeId>);
+/// A node of a sequence's graph, the nodes it runs after, and for a launch its index in
+/// [`Deferred::launches`].
+pub(super) type Node = (NodeParams, Vec<NodeId>, Option<usize>);
+
+/// A deferred launch: the kernel and its arguments' values, copied at the call.
+pub(super) type Launch<B> = (Kernel<'static, B>, Vec<Arg<'static>>);
 
 /// An instantiated graph and the parameters of its nodes as they are now.
 pub(super) struct Cached<B: ClientBackend> {
@@ -186,9 +217,15 @@ pub struct GraphStats {
 /// The deferral log of a session in graph mode.
 pub(super) struct Deferred<B: ClientBackend> {
     /// The current sequence.
-    ops: Vec<Op>,
+    pub(super) ops: Vec<Op>,
     /// Allocations freed in the current sequence, by address.
     freed: Vec<(usize, Buffer<'static, B>)>,
+    /// The current sequence's launches.
+    pub(super) launches: Vec<Launch<B>>,
+    /// The parameter sizes of each function whose module declares them (PTX), by handle.
+    pub(super) params: HashMap<u64, Vec<usize>>,
+    /// The parameter sizes of each kernel of each module loaded as PTX.
+    pub(super) modules: HashMap<ModuleId, HashMap<CString, Vec<usize>>>,
     /// Events destroyed in the current sequence (their handles are refused from then on).
     doomed: Vec<u64>,
     /// Pinned staging, one buffer per position in a sequence.
@@ -211,6 +248,9 @@ impl<B: ClientBackend> Deferred<B> {
         Self {
             ops: Vec::new(),
             freed: Vec::new(),
+            launches: Vec::new(),
+            params: HashMap::new(),
+            modules: HashMap::new(),
             doomed: Vec::new(),
             staging: Vec::new(),
             staged: 0,
@@ -315,10 +355,12 @@ fn live_event<B: ClientBackend>(
 fn traced(op: &Op) -> Option<TraceOp> {
     let device = Some(super::session::device());
     Some(match *op {
-        Op::Copy { stream, .. } | Op::Fill { stream, .. } => TraceOp::Launch {
-            stream: stream_id(stream),
-            device,
-        },
+        Op::Copy { stream, .. } | Op::Fill { stream, .. } | Op::Launch { stream, .. } => {
+            TraceOp::Launch {
+                stream: stream_id(stream),
+                device,
+            }
+        }
         Op::Record { event, stream } => TraceOp::Record {
             event: event_id(event),
             stream: stream_id(stream),
@@ -335,7 +377,7 @@ fn traced(op: &Op) -> Option<TraceOp> {
 }
 
 /// What a deferring call's body decided.
-enum Logged {
+pub(super) enum Logged {
     /// The call is in the log.
     Yes,
     /// The call cannot join the sequence: it ends (flushed), and the caller issues the call.
@@ -344,7 +386,7 @@ enum Logged {
 
 /// Runs `body` on the objects and the log, when the mode is on; `stream` is checked first
 /// (live). A refusal is the call's; [`Logged::EndsSequence`] flushes and hands the call back.
-fn with_log<B: ClientBackend>(
+pub(super) fn with_log<B: ClientBackend>(
     session: &'static Session<B>,
     stream: Option<u64>,
     body: impl FnOnce(&mut Objects<B>, &mut Deferred<B>) -> Result<Logged, CapiError>,
@@ -536,7 +578,7 @@ impl<B: ClientBackend> Deferred<B> {
 
 /// The key of `ops` and their graph's nodes with the nodes each runs after; `None` when the
 /// sequence has fewer than [`MIN_NODES`] copies and memsets, or spans several devices.
-fn graph_of(ops: &[Op]) -> Option<(Key, Vec<Node>)> {
+fn graph_of<B: ClientBackend>(ops: &[Op], launches: &[Launch<B>]) -> Option<(Key, Vec<Node>)> {
     let mut streams: HashMap<u64, u32> = HashMap::new();
     let mut events: HashMap<u64, u32> = HashMap::new();
     let local = |map: &mut HashMap<u64, u32>, handle: u64| {
@@ -547,7 +589,10 @@ fn graph_of(ops: &[Op]) -> Option<(Key, Vec<Node>)> {
     let mut recorded: HashMap<u64, Vec<NodeId>> = HashMap::new();
     let (mut key, mut nodes, mut device) = (Vec::new(), Vec::new(), None);
     for op in ops {
-        if let Op::Copy { device: d, .. } | Op::Fill { device: d, .. } = *op
+        let mut launch = None;
+        if let Op::Copy { device: d, .. }
+        | Op::Fill { device: d, .. }
+        | Op::Launch { device: d, .. } = *op
             && *device.get_or_insert(d) != d
         {
             return None;
@@ -578,6 +623,29 @@ fn graph_of(ops: &[Op]) -> Option<(Key, Vec<Node>)> {
                 });
                 (NodeOp::Fill { dst, value, count }, stream)
             }
+            Op::Launch {
+                stream,
+                function,
+                dims,
+                index,
+                ..
+            } => {
+                key.push(KeyOp::Launch {
+                    stream: local(&mut streams, stream),
+                    function,
+                    grid: dims.grid,
+                    block: dims.block,
+                    shared: dims.dynamic_workgroup_bytes,
+                });
+                let args = launches.get(index)?.1.iter().map(arg_value).collect();
+                launch = Some(index);
+                let node = NodeOp::Launch {
+                    kernel: (),
+                    dims,
+                    args,
+                };
+                (node, stream)
+            }
             Op::Record { event, stream } => {
                 key.push(KeyOp::Record {
                     event: local(&mut events, event),
@@ -601,7 +669,7 @@ fn graph_of(ops: &[Op]) -> Option<(Key, Vec<Node>)> {
         };
         let after = frontier.remove(&stream).unwrap_or_default();
         frontier.insert(stream, vec![NodeId(nodes.len() as u32)]);
-        nodes.push((node, after));
+        nodes.push((node, after, launch));
     }
     // One node replayed is one call still, and no cheaper than the call itself.
     if nodes.len() < MIN_NODES {
@@ -624,10 +692,18 @@ pub(super) fn flush<B: ClientBackend>(session: &'static Session<B>) -> Result<()
     let freed = core::mem::take(&mut log.freed);
     log.doomed.clear();
     log.staged = 0;
-    let planned = graph_of(&ops);
+    let launches = core::mem::take(&mut log.launches);
+    let planned = graph_of(&ops, &launches);
     let mut freed = Some(freed);
     if let Some((key, nodes)) = planned
-        && let Ok(replayed) = replay(session, &mut objects, &ops, key, &nodes, &mut freed)
+        && let Ok(replayed) = replay(
+            session,
+            &mut objects,
+            (&ops, &launches),
+            key,
+            &nodes,
+            &mut freed,
+        )
     {
         return replayed;
     }
@@ -642,7 +718,7 @@ pub(super) fn flush<B: ClientBackend>(session: &'static Session<B>) -> Result<()
     }
     let trace = objects.trace.take();
     drop(objects);
-    let issued = issue(session, &ops);
+    let issued = issue(session, &ops, &launches);
     let mut objects = session.mlir.lock();
     objects.trace = trace;
     let copied_out = after_issue(session.runtime(), &mut objects, &ops);

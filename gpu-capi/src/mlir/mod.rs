@@ -38,13 +38,14 @@
 //! reaches the runtime, the exit hook), `streams` (streams and events), `memory` (allocations,
 //! copies, memsets, host registration) and `modules` (modules, functions, launches); each
 //! concern adds its methods to the objects. This module only declares them and re-exports the
-//! public items. `graphs` (the opt-in graph mode's deferral log, `GPU_RUNTIME_MLIR_GRAPHS=1`)
-//! and `graph_replay` (how a deferred sequence is replayed as a graph or issued) sit beside
-//! them. `forkjoin` (the calls of one iteration of `clients/mlir/forkjoin.mlir`) serves
+//! public items. `graphs` (the opt-in graph mode's deferral log, `GPU_RUNTIME_MLIR_GRAPHS=1`),
+//! `graph_launches` (its launches), `graph_replay` (how a deferred sequence is replayed as a
+//! graph or issued) and `ptx` (kernels' parameter sizes from a PTX image) sit beside them. `forkjoin` (the calls of one iteration of `clients/mlir/forkjoin.mlir`) serves
 //! the tests and the bench only.
 
 #[cfg(test)]
 mod forkjoin;
+mod graph_launches;
 mod graph_replay;
 #[cfg(test)]
 mod graph_tests;
@@ -52,6 +53,7 @@ mod graphs;
 mod memory;
 mod modules;
 mod objects;
+mod ptx;
 mod session;
 mod streams;
 #[cfg(test)]

@@ -24,7 +24,11 @@ unsafe fn module_load<B: ClientBackend>(
     // SAFETY: this function's contract: `image` (not null: checked above) is a module image the
     // driver can read until the module is unloaded, as `load_module` needs.
     let module = unsafe { runtime.load_module(device(), image) }?;
-    let inserted = session.mlir.lock().modules.insert(module);
+    let mut objects = session.mlir.lock();
+    // SAFETY: as above: a module image the driver reads.
+    unsafe { super::graph_launches::note_module(&mut objects, module, image) };
+    let inserted = objects.modules.insert(module);
+    drop(objects);
     if inserted.is_err() {
         // No handle for it: it is unloaded again, and the call refused.
         let _ = runtime.unload_module(module);
@@ -82,6 +86,7 @@ unsafe fn module_get_function<B: ClientBackend>(
         name: name.to_owned(),
     })?;
     objects.kernels.insert((handle, device().0), kernel);
+    super::graph_launches::note_function(&mut objects, handle, (id, name));
     objects
         .function_names
         .entry(id)
@@ -126,7 +131,14 @@ unsafe fn launch_kernel<B: ClientBackend>(
             }
         })?,
     };
-    // A launch ends a graph mode's sequence (its parameters are not copied at the call).
+    // In the graph mode, a launch whose parameter sizes are known is deferred, its values
+    // copied now; any other ends the sequence and is issued.
+    // SAFETY: the caller's promise for `params`.
+    let deferred =
+        unsafe { super::graph_launches::defer_launch(session, function, dims, stream, params) };
+    if let super::graphs::Deferral::Done(done) = deferred {
+        return done;
+    }
     super::graphs::flush(session)?;
     let device = device();
     let mut objects = session.mlir.lock();
