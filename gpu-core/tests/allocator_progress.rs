@@ -46,8 +46,7 @@ type Served = (AllocPath, usize, usize);
 /// Runs `ops` on one stream, each block's work enqueued before its free; what each request
 /// got, in order, and the final statistics.
 fn run(ops: &[Op], progress: Progress, config: &AllocatorConfig) -> (Vec<Served>, AllocatorStats) {
-    let mut allocator =
-        DeviceAllocator::new(DeviceId(0), capabilities([true; 3], true), config.clone());
+    let mut allocator = DeviceAllocator::new(DeviceId(0), capabilities([true; 3], true), *config);
     let mut driver = FakeDriver::new(usize::MAX / 2);
     let mut live: Vec<(BlockHandle, usize, usize)> = Vec::new();
     let mut served = Vec::new();
