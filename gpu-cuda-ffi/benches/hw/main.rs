@@ -57,6 +57,7 @@ mod copies;
 mod graphs;
 mod launches;
 mod memory;
+mod mlp;
 mod ordering;
 mod threads;
 
@@ -64,6 +65,7 @@ use copies::copies;
 use graphs::{fork_join, graphs};
 use launches::kernel_launch;
 use memory::{device_alloc_free, host_pinned_alloc_free, pinned_lookup};
+use mlp::mlp;
 use ordering::{k_way_join, stream_event_pools};
 use threads::threads;
 
@@ -197,7 +199,7 @@ fn no_driver_or_device(error: &Error) -> bool {
 /// A case: its title and the function that measures it.
 type Case = (&'static str, fn(&Bench<'_>, &mut Report) -> Outcome<()>);
 
-const CASES: [Case; 10] = [
+const CASES: [Case; 11] = [
     ("device alloc+free cache hit", device_alloc_free),
     ("pinned host alloc+free cache hit", host_pinned_alloc_free),
     ("pinned lookup with 4,096 locked regions", pinned_lookup),
@@ -211,6 +213,7 @@ const CASES: [Case; 10] = [
     ),
     ("graphs: 1,000-kernel chain and in-place updates", graphs),
     ("graphs: the fork/join program's work", fork_join),
+    ("graphs: a small MLP's forward step", mlp),
 ];
 
 fn run(backend: CudaBackend, plan: Plan) -> Outcome<bool> {
