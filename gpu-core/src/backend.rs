@@ -598,7 +598,10 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Builds the driver's graph of `graph`'s nodes, with its edges, and instantiates it on
     /// `device` (made current by the caller), ready to replay. Nothing reaches memory until a
-    /// replay runs. [`Error::Unsupported`] for a backend without graphs (the default).
+    /// replay runs. A launch node of a library kernel has its arguments checked against the
+    /// kernel's parameters; one of a module's kernel passes them as given, the graph's
+    /// recorder having promised that the kernel's parameters have the values' types.
+    /// [`Error::Unsupported`] for a backend without graphs (the default).
     fn graph_instantiate(
         &self,
         device: DeviceId,

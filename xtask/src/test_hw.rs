@@ -252,9 +252,8 @@ fn build_examples(options: &Options) -> Result<Vec<PathBuf>, String> {
 const TORCH_PACKAGE: &str = "gpu_runtime_torch";
 
 /// The PyTorch workloads (`clients/torch/*.py`, run where torch is installed) and the C
-/// library they plug into PyTorch (gpu-capi's cdylib, release build), `gpu-alloc-replay`,
-/// which `replay_check.py` runs on the traces the workloads record, and the MLP kernels that
-/// `mlp_graph.py` and the hardware bench's case 11 compile on the GPU machine.
+/// library they plug into PyTorch (gpu-capi's cdylib, release build), and `gpu-alloc-replay`,
+/// which `replay_check.py` runs on the traces the workloads record.
 fn build_torch_client() -> Result<Vec<PathBuf>, String> {
     run(Command::new("cargo")
         .current_dir(root())
@@ -276,7 +275,6 @@ fn build_torch_client() -> Result<Vec<PathBuf>, String> {
     files.sort();
     files.push(release_dir().join("libgpu_capi.so"));
     files.push(release_dir().join("gpu-alloc-replay"));
-    files.push(root().join("gpu-cuda-ffi/benches/hw/mlp.cu"));
     Ok(files)
 }
 

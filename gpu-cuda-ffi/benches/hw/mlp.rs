@@ -3,8 +3,6 @@
 //! (the case is skipped without it); `clients/torch/mlp_graph.py` replays the same kernels, and
 //! PyTorch's own layers, as `torch.cuda.graphs` captures, for the comparison with PyTorch.
 
-use std::ffi::CString;
-
 use super::*;
 
 use gpu_core::backend::graph::NodeId;
@@ -75,40 +73,13 @@ fn shape(outputs: u32) -> result::module::LaunchShape {
     }
 }
 
-/// One layer's eight arguments to linear_f32 as cuLaunchKernel takes them: the source,
-/// weights, biases and destination addresses, then rows, inputs, outputs and the ReLU flag.
-struct RawLayer {
-    addresses: [u64; 4],
-    sizes: [u32; 4],
-}
-
-impl RawLayer {
-    /// A pointer to each argument, valid while `self` is.
-    fn params(&self) -> [*mut c_void; 8] {
-        let address = |i: usize| ptr::from_ref(&self.addresses[i]).cast_mut().cast();
-        let size = |i: usize| ptr::from_ref(&self.sizes[i]).cast_mut().cast();
-        [
-            address(0),
-            address(1),
-            address(2),
-            address(3),
-            size(0),
-            size(1),
-            size(2),
-            size(3),
-        ]
-    }
-}
-
 /// Case 11: see the module's documentation.
 pub(super) fn mlp(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
-    let Ok(path) = std::env::var("GPU_BENCH_MLP_PTX") else {
+    let Some(ptx) = ptx_from_env("GPU_BENCH_MLP_PTX")? else {
         println!("case 11 skipped: GPU_BENCH_MLP_PTX names no PTX of mlp.cu");
         return Ok(());
     };
     let (rt, driver, plan) = (bench.rt, bench.driver, bench.plan);
-    let text = std::fs::read(&path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    let ptx = CString::new(text).map_err(|_| format!("{path} holds a NUL byte"))?;
     // SAFETY: a complete PTX image, alive until the end of the case (after the runtime's
     // last use of the module: the graph is destroyed and the module unloaded below).
     let module = unsafe { rt.load_module(D0, ptx.as_ptr().cast()) }?;
@@ -193,11 +164,9 @@ pub(super) fn mlp(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
 
     // The peer in this process: the same kernels, launched on a stream with cuLaunchKernel.
     let stream = RawStream::new(driver)?;
-    // SAFETY: the PTX image above, loaded into the current context, unloaded at the end.
-    let raw_module = unsafe { result::module::load_data(driver, ptx.as_ptr().cast()) }?;
-    // SAFETY: the module just loaded.
-    let function = unsafe { result::module::function(driver, raw_module, c"linear_f32") }?;
-    let raw_layers: Vec<RawLayer> = (0..LAYERS)
+    let raw_module = RawModule::new(driver, &ptx)?;
+    let function = raw_module.function(c"linear_f32")?;
+    let mut raw_layers: Vec<RawLaunch> = (0..LAYERS)
         .map(|layer| {
             let (inputs, outputs) = layer_shape(layer);
             let source = if layer == 0 {
@@ -205,33 +174,26 @@ pub(super) fn mlp(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
             } else {
                 &activations[layer - 1]
             };
-            RawLayer {
-                addresses: [
-                    source.address() as u64,
-                    params[layer].0.address() as u64,
-                    params[layer].1.address() as u64,
-                    activations[layer].address() as u64,
-                ],
-                sizes: [BATCH, inputs, outputs, u32::from(layer + 1 < LAYERS)],
-            }
+            let args = [
+                KernelArg::Ptr(source.address()),
+                KernelArg::Ptr(params[layer].0.address()),
+                KernelArg::Ptr(params[layer].1.address()),
+                KernelArg::Ptr(activations[layer].address()),
+                KernelArg::U32(BATCH),
+                KernelArg::U32(inputs),
+                KernelArg::U32(outputs),
+                KernelArg::U32(u32::from(layer + 1 < LAYERS)),
+            ];
+            RawLaunch::new(function, shape(outputs), &args)
         })
         .collect();
-    let stream_side = |calls: usize| -> Outcome<Duration> {
+    let mut stream_side = |calls: usize| -> Outcome<Duration> {
         let start = Instant::now();
         for _ in 0..calls {
-            for layer in &raw_layers {
-                let mut params = layer.params();
+            for layer in &mut raw_layers {
                 // SAFETY: linear_f32 of the live module with its eight parameters, on a live
                 // stream of the current context, over the live buffers sized for it.
-                unsafe {
-                    result::module::launch(
-                        driver,
-                        function,
-                        shape(layer.sizes[2]),
-                        stream.raw,
-                        params.as_mut_ptr(),
-                    )
-                }?;
+                unsafe { layer.launch(driver, stream.raw) }?;
             }
             stream.synchronize()?;
         }
@@ -261,9 +223,7 @@ pub(super) fn mlp(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
     // The figure mlp_graph.py compares PyTorch's captured graphs with.
     println!("mlp-graph-replay-ns {ours:.0}");
     graph.destroy()?;
-    // SAFETY: the module loaded above; the stream's launches have completed.
-    unsafe { result::module::unload(driver, raw_module) }?;
-    drop((x, params, activations));
+    drop((raw_module, x, params, activations));
     rt.unload_module(module)?;
     Ok(())
 }

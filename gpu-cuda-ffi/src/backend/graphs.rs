@@ -11,7 +11,7 @@
 
 use super::*;
 use gpu_core::backend::graph::{GraphDesc, NodeId, NodeOp};
-use gpu_core::backend::live::{LiveGraph, fill_element};
+use gpu_core::backend::live::{LiveGraph, fill_element, node_arguments};
 
 use crate::result::graph as driver_graph;
 
@@ -54,8 +54,9 @@ impl CudaBackend {
     /// `Backend::graph_instantiate`: cuGraphCreate, one cuGraphAdd*Node per node after its
     /// dependencies' nodes (copies and fills in the device's primary context, kernels in their
     /// module's), cuGraphInstantiateWithFlags (flags 0); a failure anywhere destroys the graph
-    /// built so far. Each launch node's kernel must be live, of `device`, and a library
-    /// kernel whose arguments match its parameters, as for `launch`.
+    /// built so far. Each launch node's kernel must be live and of `device`; a library
+    /// kernel's arguments must match its parameters, as for `launch`, and a module's kernel
+    /// takes them as given (a graph node is the one typed way to launch one).
     pub(super) fn instantiate_graph(
         &self,
         device: DeviceId,
@@ -169,8 +170,9 @@ impl CudaBackend {
 
     /// Builds `op`'s driver parameters for a graph of `device` and passes them to `call`: a
     /// launch node's kernel must be of `device` ([`Error::WrongDevice`]) and live (held for
-    /// the call), and its arguments match the library kernel's parameters
-    /// ([`Error::KernelArgumentMismatch`]; a module's kernel has no table and is refused).
+    /// the call), and a library kernel's arguments match its parameters
+    /// ([`Error::KernelArgumentMismatch`]); a module's kernel takes its arguments as given
+    /// (`node_arguments`).
     fn with_node_params<R>(
         &self,
         device: DeviceId,
@@ -195,7 +197,7 @@ impl CudaBackend {
             NodeOp::Launch { kernel, dims, args } => {
                 check_same_device(device, kernel.device)?;
                 let _module = self.live_kernel(*kernel)?;
-                let mut values = library_arguments(kernel.library_index, args)?;
+                let mut values = node_arguments(kernel.library_index, args)?;
                 let mut pointers = values.pointers();
                 let shape = LaunchShape {
                     grid: dims.grid,

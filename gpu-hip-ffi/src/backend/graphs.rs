@@ -13,7 +13,7 @@ use core::ffi::c_void;
 
 use gpu_core::backend::check_same_device;
 use gpu_core::backend::graph::{GraphDesc, NodeId, NodeOp};
-use gpu_core::backend::live::{HandleKey, LiveGraph, fill_element, library_arguments};
+use gpu_core::backend::live::{HandleKey, LiveGraph, fill_element, node_arguments};
 use gpu_core::{DeviceId, Result};
 
 use super::{HipBackend, HipKernel, HipModule, HipStream};
@@ -178,8 +178,9 @@ impl HipBackend {
     }
 
     /// Builds `op`'s HIP parameters for a graph of `device` and passes them to `call`: a
-    /// launch node's kernel must be of `device` and live (held for the call), and its
-    /// arguments match the library kernel's parameters (a module's kernel is refused).
+    /// launch node's kernel must be of `device` and live (held for the call), and a library
+    /// kernel's arguments match its parameters; a module's kernel takes its arguments as given
+    /// (`node_arguments`).
     fn with_node_params<R>(
         &self,
         device: DeviceId,
@@ -204,7 +205,7 @@ impl HipBackend {
             NodeOp::Launch { kernel, dims, args } => {
                 check_same_device(device, kernel.device)?;
                 let _module = self.modules.get_as(kernel.module, "kernel")?;
-                let mut values = library_arguments(kernel.library_index, args)?;
+                let mut values = node_arguments(kernel.library_index, args)?;
                 let mut pointers = values.pointers();
                 let shape = LaunchShape {
                     grid: dims.grid,

@@ -47,7 +47,8 @@ pub use graphs::{LiveGraph, fill_element};
 #[cfg(target_has_atomic = "64")]
 pub use handles::{HandleKey, Live, LiveHandles};
 pub use kernels::{
-    MODULE_KERNEL, kernel_name, library_arguments, library_functions, workgroup_bytes_attribute,
+    MODULE_KERNEL, kernel_name, library_arguments, library_functions, node_arguments,
+    workgroup_bytes_attribute,
 };
 pub use memory::{
     FreeStep, check_allocation, check_stream_allocation, enable_peer_access, none_on_code,
