@@ -196,10 +196,12 @@ impl ResolveEntryPoint for FakeDriver {
             b"cuMemHostGetDevicePointer" => {
                 host_device_pointer as sys::PFN_cuMemHostGetDevicePointer as *mut c_void
             }
-            graph_call => match graphs::fake_entry_point(graph_call) {
-                Some(address) => address,
-                None => return Ok(None),
-            },
+            other => {
+                match graphs::fake_entry_point(other).or_else(|| vm::fake_entry_point(other)) {
+                    Some(address) => address,
+                    None => return Ok(None),
+                }
+            }
         };
         Ok(NonNull::new(address))
     }
@@ -237,6 +239,7 @@ fn fake_backend() -> CudaBackend {
         pool: AtomicPtr::new(ptr::null_mut()),
         info,
         library: Mutex::new(None),
+        vm_granularity: None,
     };
     CudaBackend::with_devices(fake_driver(), vec![device])
 }
@@ -502,3 +505,4 @@ fn out_of_memory_is_none_and_other_codes_are_driver_errors() {
 }
 
 mod graphs;
+mod vm;

@@ -136,6 +136,16 @@ const FUNCTIONS: &[&str] = &[
     "cuGraphExecKernelNodeSetParams",
     "cuGraphExecMemcpyNodeSetParams",
     "cuGraphExecMemsetNodeSetParams",
+    // Virtual memory management (the allocator's growable segments): address ranges reserved,
+    // physical memory created and mapped into them piece by piece, access granted per device.
+    "cuMemGetAllocationGranularity",
+    "cuMemAddressReserve",
+    "cuMemAddressFree",
+    "cuMemCreate",
+    "cuMemRelease",
+    "cuMemMap",
+    "cuMemUnmap",
+    "cuMemSetAccess",
 ];
 
 /// Types the functions take as plain integers (flags, attribute selectors), so the recursive
@@ -154,6 +164,9 @@ const TYPES: &[&str] = &[
     "CUmemAttach_flags",
     "CUmemLocationType",
     "CUmemAccess_flags",
+    "CUmemAllocationType",
+    "CUmemAllocationHandleType",
+    "CUmemAllocationGranularity_flags",
     "CUdriverProcAddress_flags",
     "CUdriverProcAddressQueryResult",
     "PFN_cuGetProcAddress_v11030",
