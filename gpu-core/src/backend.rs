@@ -555,6 +555,18 @@ pub trait Backend: Send + Sync + 'static {
     /// The kernel called `name` from the backend's kernel library, loaded on `device`.
     fn kernel(&self, device: DeviceId, name: &str) -> Result<Self::Kernel>;
 
+    /// The size in bytes of each of `kernel`'s parameters, in order, as the driver knows them
+    /// (CUDA: `cuFuncGetParamInfo`, drivers of CUDA 12.4 and later): what a caller needs to
+    /// copy the values of a raw parameter array ([`Backend::launch_packed`]'s) to launch them
+    /// later. [`Error::Unsupported`] where the driver cannot tell (the default).
+    fn kernel_param_sizes(&self, kernel: Self::Kernel) -> Result<alloc::vec::Vec<usize>> {
+        let _ = kernel;
+        Err(Error::Unsupported {
+            backend: self.name(),
+            what: "asking a kernel's parameter sizes",
+        })
+    }
+
     /// The workgroup memory `kernel` declares statically (CUDA: cuFuncGetAttribute
     /// SHARED_SIZE_BYTES). It counts against the same per-workgroup limit as the dynamic bytes,
     /// so a kernel may be allowed at most the device's opt-in limit less this.

@@ -1485,6 +1485,13 @@ pub type PFN_cuFuncGetAttribute = unsafe extern "C" fn(
     attrib: CUfunction_attribute,
     hfunc: CUfunction,
 ) -> CUresult;
+/// `cuFuncGetParamInfo` as cuda.h declares it: cuGetProcAddress("cuFuncGetParamInfo", 12040).
+pub type PFN_cuFuncGetParamInfo = unsafe extern "C" fn(
+    func: CUfunction,
+    paramIndex: usize,
+    paramOffset: *mut usize,
+    paramSize: *mut usize,
+) -> CUresult;
 /// `cuLaunchKernel` as cuda.h declares it: cuGetProcAddress("cuLaunchKernel", 4000).
 pub type PFN_cuLaunchKernel = unsafe extern "C" fn(
     f: CUfunction,
@@ -1827,6 +1834,7 @@ macro_rules! cuda_entry_points {
             (cuModuleGetFunction, c"cuModuleGetFunction", cuModuleGetFunction, 2000, PFN_cuModuleGetFunction),
             (cuFuncSetAttribute, c"cuFuncSetAttribute", cuFuncSetAttribute, 9000, PFN_cuFuncSetAttribute),
             (cuFuncGetAttribute, c"cuFuncGetAttribute", cuFuncGetAttribute, 2020, PFN_cuFuncGetAttribute),
+            (cuFuncGetParamInfo, c"cuFuncGetParamInfo", cuFuncGetParamInfo, 12040, PFN_cuFuncGetParamInfo),
             (cuLaunchKernel, c"cuLaunchKernel", cuLaunchKernel, 4000, PFN_cuLaunchKernel),
             (cuLibraryLoadData, c"cuLibraryLoadData", cuLibraryLoadData, 12000, PFN_cuLibraryLoadData),
             (cuLibraryUnload, c"cuLibraryUnload", cuLibraryUnload, 12000, PFN_cuLibraryUnload),

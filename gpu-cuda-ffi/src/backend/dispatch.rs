@@ -645,6 +645,22 @@ impl Backend for CudaBackend {
     }
 
     /// cuModuleGetFunction; a name the module lacks is the driver's `CUDA_ERROR_NOT_FOUND`.
+    /// cuFuncGetParamInfo for each parameter until the driver says there is none more.
+    fn kernel_param_sizes(&self, kernel: CudaKernel) -> Result<Vec<usize>> {
+        let _module = self.live_kernel(kernel)?;
+        let mut sizes = Vec::new();
+        loop {
+            // SAFETY: a function of a live module (held).
+            let info =
+                unsafe { result::module::param_info(self.driver, kernel.function, sizes.len()) }?;
+            match info {
+                Some((_, size)) => sizes.push(size),
+                None => break,
+            }
+        }
+        Ok(sizes)
+    }
+
     fn module_kernel(&self, module: CudaModule, name: &CStr) -> Result<CudaKernel> {
         let module = self.modules.get(module.key)?;
         let _scope = self.enter(module.device)?;

@@ -116,6 +116,9 @@ const FUNCTIONS: &[&str] = &[
     "cuModuleGetFunction",
     "cuFuncSetAttribute",
     "cuFuncGetAttribute",
+    // A kernel's parameters (offset and size of each): the MLIR graph mode copies a launch's
+    // argument values with them.
+    "cuFuncGetParamInfo",
     "cuLaunchKernel",
     // Context-independent libraries: a CUkernel launched on a stream runs in the stream's
     // context, so a launch needs no current context.
