@@ -193,29 +193,21 @@ pub extern "C" fn InitializeInjection() -> c_int {
 }
 
 /// A sub-allocator's block event, from the recorded program itself (our runtime's PyTorch
-/// plug-in calls it when this library is loaded, found with `dlsym`): `op` 0 handed out `bytes`
-/// at `address` for `stream` (a `CUstream`: 0 is the legacy default stream, 2 the per-thread
-/// one), 1 took the block at `address` back into `stream`'s pool, 2 marked it used on `stream`
-/// too. Written as `block_alloc` / `block_free` / `block_use` of the allocator `gpurt`, with
-/// the context of the calling thread's last driver call. Does nothing while nothing is recorded
-/// or for another `op`; never unwinds.
+/// plug-in, the recorder's PyTorch tracker shim and its NVTX injection call it, found with
+/// `dlsym`): `op`'s low byte 0 handed out `bytes` at `address` for `stream` (a `CUstream`: 0 is
+/// the legacy default stream, 2 the per-thread one), 1 took the block at `address` back into
+/// `stream`'s pool, 2 marked it used on `stream` too; its second byte names the allocator (0
+/// our runtime's `gpurt`, 1 PyTorch's caching allocator `torch`, 2 NVTX memory regions
+/// `nvtx`). Written as `block_alloc` / `block_free` / `block_use` of that allocator, with the
+/// context of the calling thread's last driver call. Does nothing while nothing is recorded or
+/// for another `op`; never unwinds.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpu_recorder_block(op: u32, address: u64, bytes: u64, stream: u64) {
     let _ = std::panic::catch_unwind(|| {
         let Some(recorder) = RECORDER.get() else {
             return;
         };
-        let kind = match op {
-            0 => Kind::BlockAlloc {
-                stream,
-                address,
-                bytes,
-            },
-            1 => Kind::BlockFree { stream, address },
-            2 => Kind::BlockUse { stream, address },
-            _ => return,
-        };
-        let Some(&(function, _)) = BLOCK_FUNCTIONS.get(op as usize) else {
+        let Some((function, kind)) = block_event(op, address, bytes, stream) else {
             return;
         };
         let (context, device) = LAST_CONTEXT.get();
@@ -230,6 +222,25 @@ pub extern "C" fn gpu_recorder_block(op: u32, address: u64, bytes: u64, stream: 
         };
         recorder.output().write(&call);
     });
+}
+
+/// What `gpu_recorder_block`'s arguments report: the event's function name (which names the
+/// allocator) and its kind; `None` for an unknown event or allocator.
+fn block_event(op: u32, address: u64, bytes: u64, stream: u64) -> Option<(&'static str, Kind)> {
+    let (event, allocator) = (op & 0xff, op >> 8);
+    let kind = match event {
+        0 => Kind::BlockAlloc {
+            stream,
+            address,
+            bytes,
+        },
+        1 => Kind::BlockFree { stream, address },
+        2 => Kind::BlockUse { stream, address },
+        _ => return None,
+    };
+    let index = (allocator as usize).checked_mul(3)? + event as usize;
+    let &(function, _) = BLOCK_FUNCTIONS.get(index)?;
+    Some((function, kind))
 }
 
 fn start(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<(), String> {
@@ -865,6 +876,30 @@ fn created(out: *mut *mut c_void, outcome: Outcome) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_block_events_second_byte_names_its_allocator() {
+        let alloc = block_event(0x100, 0x1000, 64, 7);
+        assert_eq!(
+            alloc,
+            Some((
+                "torch_block_alloc",
+                Kind::BlockAlloc {
+                    stream: 7,
+                    address: 0x1000,
+                    bytes: 64
+                }
+            ))
+        );
+        let free = block_event(0x201, 0x1000, 0, 7).map(|(name, _)| name);
+        assert_eq!(free, Some("nvtx_block_free"));
+        // Our plug-in's events, as it always sent them.
+        let used = block_event(2, 0x1000, 0, 0).map(|(name, _)| name);
+        assert_eq!(used, Some("gpurt_block_use"));
+        assert_eq!(block_event(3, 0x1000, 0, 0), None);
+        assert_eq!(block_event(0x300, 0x1000, 0, 0), None);
+        assert_eq!(block_event(u32::MAX, 0x1000, 0, 0), None);
+    }
 
     #[test]
     fn a_launchs_words_are_read_within_each_parameters_size() {
