@@ -26,4 +26,4 @@ if [ -f "$shim" ]; then
   extra+=(GPU_RECORDER_TORCH_SHIM="$shim" PYTHONPATH="$here/torch_blocks${PYTHONPATH:+:$PYTHONPATH}")
 fi
 exec env CUDA_INJECTION64_PATH="$recorder" NVTX_INJECTION64_PATH="$recorder" GPU_TRACE_OUT="$dir" \
-  "${extra[@]}" "$@"
+  ${extra[@]+"${extra[@]}"} "$@"

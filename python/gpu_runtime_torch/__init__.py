@@ -146,6 +146,8 @@ def _load(path):
     lib.gpurt_torch_stats.argtypes = (ctypes.c_int, ctypes.POINTER(_Stats))
     lib.gpurt_torch_stats.restype = ctypes.c_int
     lib.gpurt_torch_empty_cache.restype = None
+    lib.gpurt_torch_record_stream.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
+    lib.gpurt_torch_record_stream.restype = None
     lib.gpurt_shutdown.argtypes = (ctypes.POINTER(_Report),)
     lib.gpurt_shutdown.restype = ctypes.c_int
     return lib
@@ -238,6 +240,20 @@ def memory_stats(device=None):
     if lib.gpurt_torch_stats(index, ctypes.byref(out)) != 0:
         raise RuntimeError(f"gpurt_torch_stats: {_last_error(lib)}")
     return torch_stats({name: getattr(out, name) for name in STATS_FIELDS})
+
+
+def record_stream(tensor, stream):
+    """Marks `tensor`'s memory used on `stream` (a torch.cuda.Stream) too: once freed, it is
+    reused only after the work enqueued on `stream` before the free. What
+    `tensor.record_stream(stream)` does for PyTorch's own allocator: PyTorch does not pass that
+    call on to a plug-in installed from Python, so with this allocator call this instead (or
+    too). Raises RuntimeError when the memory is no live allocation of this allocator."""
+    lib = _enabled()
+    before = lib.gpurt_last_error()
+    lib.gpurt_torch_record_stream(tensor.data_ptr(), stream.cuda_stream)
+    after = lib.gpurt_last_error()
+    if after and after != before:
+        raise RuntimeError(f"gpurt_torch_record_stream: {after.decode(errors='replace')}")
 
 
 def empty_cache():
