@@ -351,13 +351,13 @@ impl Translator {
                 }
                 let allocator = blocks::allocator_of(call);
                 let text = format!("block_alloc {allocator} {address:#x}+{bytes}");
-                self.block(call, stream, &text, out);
+                self.block_line(call, stream, &text, out);
             }
             Kind::BlockFree { stream, address } => {
                 self.blocks.remove(&address);
                 let allocator = blocks::allocator_of(call);
                 let text = format!("block_free {allocator} {address:#x}");
-                self.block(call, stream, &text, out);
+                self.block_line(call, stream, &text, out);
             }
             Kind::BlockUse { stream, address } => {
                 let allocator = blocks::allocator_of(call);

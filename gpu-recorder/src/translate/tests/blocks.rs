@@ -130,7 +130,7 @@ fn a_use_on_the_blocks_own_stream_is_not_written() {
 }
 
 #[test]
-fn nvtx_regions_and_our_blocks_are_written_at_once_with_their_allocator() {
+fn nvtx_regions_are_comments_that_narrow_footprints() {
     let lines = translate(&[
         alloc(0x1000, 0x1000),
         block(
@@ -155,9 +155,9 @@ fn nvtx_regions_and_our_blocks_are_written_at_once_with_their_allocator() {
         lines,
         [
             "mem_alloc 0x1000+4096",
-            "block_alloc nvtx 0x1800+256 0x20",
+            "# block_alloc nvtx 0x1800+256  (nvtx_block_alloc tid=7)",
             "launch 0x20 rw:0x1800+256 rw:0x1000+1",
-            "block_free nvtx 0x1800 0x20",
+            "# block_free nvtx 0x1800  (nvtx_block_free tid=7)",
             "launch 0x20 rw:0x1800+1",
         ]
     );
