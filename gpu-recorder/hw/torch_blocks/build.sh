@@ -22,7 +22,7 @@ lib = os.path.join(os.path.dirname(torch.__file__), "lib")
 abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
 print(" ".join([f"-I{p}" for p in includes] + [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-L{lib}", f"-Wl,-rpath,{lib}"]))
 PY
-) || { echo "build.sh: torch's include paths not found: $flags"; exit 1; }
+) || { echo "build.sh: torch's include paths not found: $(printf '%s\n' "$flags" | tail -n 1)"; exit 1; }
 # shellcheck disable=SC2086
 if ! g++ -O2 -std=c++17 -shared -fPIC $flags -o "$dir/libgpu_recorder_torch.so" \
     "$here/gpu_recorder_torch.cpp" -lc10_cuda -lc10 -ldl > "$dir/build.log" 2>&1; then
