@@ -152,7 +152,9 @@ else
   say "torch training: skipped (no torch, or no train.py in $torch_dir)"
 fi
 if has jax; then
-  XLA_PYTHON_CLIENT_PREALLOCATE=false program jax -- "$python" "$here/jax_step.py" 10
+  # XLA's BFC pool is not annotated: its platform allocator makes each buffer an allocation.
+  XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_ALLOCATOR=platform \
+    program jax -- "$python" "$here/jax_step.py" 10
 else
   say "jax: skipped (not installed)"
 fi
