@@ -183,25 +183,13 @@ unsafe extern "C" fn regions_unregister(_domain: *const c_void, batch: *const Un
 /// `batch` is NULL or a batch whose elements are valid for `count` reads.
 unsafe fn registered(batch: *const RegisterBatch) -> Vec<VirtualRange> {
     // SAFETY: the caller's promise.
-    let Some(batch) = (unsafe { batch.as_ref() }) else {
-        return Vec::new();
-    };
-    if batch.region_type != TYPE_VIRTUAL_ADDRESS
-        || batch.elements.is_null()
-        || batch.element_size < size_of::<VirtualRange>()
-    {
-        return Vec::new();
+    match unsafe { batch.as_ref() } {
+        Some(batch) if batch.region_type == TYPE_VIRTUAL_ADDRESS => {
+            // SAFETY: the caller's promise.
+            unsafe { elements(batch.elements, batch.count, batch.element_size) }
+        }
+        _ => Vec::new(),
     }
-    (0..batch.count)
-        // SAFETY: element `i` lies within the caller's array; read unaligned to be safe.
-        .map(|i| unsafe {
-            batch
-                .elements
-                .add(i * batch.element_size)
-                .cast::<VirtualRange>()
-                .read_unaligned()
-        })
-        .collect()
 }
 
 /// The addresses of an unregister batch (pointers or handles: a handle is the address).
@@ -210,21 +198,25 @@ unsafe fn registered(batch: *const RegisterBatch) -> Vec<VirtualRange> {
 /// `batch` is NULL or a batch whose elements are valid for `count` reads.
 unsafe fn unregistered(batch: *const UnregisterBatch) -> Vec<u64> {
     // SAFETY: the caller's promise.
-    let Some(batch) = (unsafe { batch.as_ref() }) else {
-        return Vec::new();
-    };
-    if batch.elements.is_null() || batch.element_size < size_of::<u64>() {
+    match unsafe { batch.as_ref() } {
+        // SAFETY: the caller's promise.
+        Some(batch) => unsafe { elements(batch.elements, batch.count, batch.element_size) },
+        None => Vec::new(),
+    }
+}
+
+/// The `count` elements of a batch's array, each `size` bytes (at least a `T`, which begins
+/// each), read unaligned; none for a NULL array or a smaller size.
+///
+/// # Safety
+/// `base` is NULL or valid for reading `count` elements of `size` bytes.
+unsafe fn elements<T: Copy>(base: *const u8, count: usize, size: usize) -> Vec<T> {
+    if base.is_null() || size < size_of::<T>() {
         return Vec::new();
     }
-    (0..batch.count)
+    (0..count)
         // SAFETY: element `i` lies within the caller's array.
-        .map(|i| unsafe {
-            batch
-                .elements
-                .add(i * batch.element_size)
-                .cast::<u64>()
-                .read_unaligned()
-        })
+        .map(|i| unsafe { base.add(i * size).cast::<T>().read_unaligned() })
         .collect()
 }
 

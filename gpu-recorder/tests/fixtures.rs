@@ -218,6 +218,17 @@ fn line_of(trace: &str, prefix: &str) -> usize {
         + 1
 }
 
+/// The 1-based number of the second line of `trace` starting with `prefix` (a block's reuse).
+fn second_line_of(trace: &str, prefix: &str) -> usize {
+    trace
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| line.starts_with(prefix))
+        .map(|(index, _)| index + 1)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no second `{prefix}` in\n{trace}"))
+}
+
 #[test]
 fn the_seeded_c_pool_bug_recorded_from_driver_calls_is_a_race_on_the_reused_block() {
     // The driver calls of gpu-recorder/hw/races/seeded.cu's `c_pool_wrong_stream`: a 1 MiB
@@ -263,13 +274,7 @@ fn our_allocators_blocks_without_record_stream_are_a_reuse_race_and_with_it_clea
         "{trace}"
     );
     let side_kernel = line_of(&trace, "launch 0x20 rw:");
-    let reuse = trace
-        .lines()
-        .enumerate()
-        .filter(|(_, line)| line.starts_with("block_alloc gpurt 0x7f0000000000+"))
-        .map(|(index, _)| index + 1)
-        .nth(1)
-        .unwrap();
+    let reuse = second_line_of(&trace, "block_alloc gpurt 0x7f0000000000+");
     assert_eq!(
         races("runtime_no_foreign_mark", &trace),
         [(RaceKind::Reuse, side_kernel, reuse, 0x7f00_0000_0000)],
@@ -349,13 +354,7 @@ fn pytorchs_own_blocks_without_record_stream_are_a_reuse_race_and_with_it_clean(
     // side stream's kernel may still read it.
     let trace = translate("torch_no_record_stream.torch.calls");
     let side_kernel = line_of(&trace, "launch 0x20 rw:");
-    let reuse = trace
-        .lines()
-        .enumerate()
-        .filter(|(_, line)| line.starts_with("block_alloc torch 0x7f0000000000+"))
-        .map(|(index, _)| index + 1)
-        .nth(1)
-        .unwrap();
+    let reuse = second_line_of(&trace, "block_alloc torch 0x7f0000000000+");
     assert_eq!(
         races("torch_no_record_stream.torch", &trace),
         [(RaceKind::Reuse, side_kernel, reuse, 0x7f00_0000_0000)],
