@@ -10,8 +10,10 @@ terms. The library itself (gpu-capi) ships inside the package as the module `_na
 
 `enable(**options)` takes the allocator's options as keyword arguments (see `settings`),
 `memory_stats(device)` gives the fields of `torch.cuda.memory_stats` the allocator can fill,
-`empty_cache()` returns its wholly free cached segments to the driver, and `shutdown()` gives
-everything back and writes the trace (`trace=`), last thing in a run.
+`empty_cache()` returns its wholly free cached segments to the driver, `record_stream(tensor,
+stream)` does what `tensor.record_stream(stream)` does for PyTorch's own allocator (PyTorch does
+not pass that call on to a plug-in), and `shutdown()` gives everything back and writes the trace
+(`trace=`), last thing in a run.
 """
 
 import ctypes
@@ -19,7 +21,8 @@ import importlib.util
 import os
 
 __all__ = [
-    "enable", "settings", "memory_stats", "torch_stats", "empty_cache", "shutdown", "library_path",
+    "enable", "settings", "memory_stats", "torch_stats", "empty_cache", "record_stream", "shutdown",
+    "library_path",
 ]
 
 # The settings gpu-capi reads when its runtime opens (gpu_capi::shared::config).
