@@ -172,6 +172,10 @@ thread_local! {
     static LAST_CONTEXT: Cell<(u64, Option<u32>)> = const { Cell::new((0, None)) };
 }
 
+/// The last context any thread's calls ran in, and its device: for a block event from a thread
+/// that made no driver call yet (PyTorch's autograd thread may allocate before it launches).
+static PROCESS_CONTEXT: Mutex<(u64, Option<u32>)> = Mutex::new((0, None));
+
 /// The driver calls this once when it initialises, if `CUDA_INJECTION64_PATH` names this
 /// library. It always returns 1, so the driver goes on: when recording cannot start (no
 /// `GPU_TRACE_OUT`, no libcupti, a CUPTI error) it says why on stderr and the program runs
@@ -210,7 +214,10 @@ pub extern "C" fn gpu_recorder_block(op: u32, address: u64, bytes: u64, stream: 
         let Some((function, kind)) = block_event(op, address, bytes, stream) else {
             return;
         };
-        let (context, device) = LAST_CONTEXT.get();
+        let (context, device) = match LAST_CONTEXT.get() {
+            (0, _) => *PROCESS_CONTEXT.lock().unwrap_or_else(|e| e.into_inner()),
+            known => known,
+        };
         let call = Call {
             function,
             kind,
@@ -544,6 +551,7 @@ impl Recorder {
         }
         let device = self.device_of_new(context, key);
         LAST_CONTEXT.set((key, device));
+        *PROCESS_CONTEXT.lock().unwrap_or_else(|e| e.into_inner()) = (key, device);
         device
     }
 

@@ -27,6 +27,9 @@ constexpr uint32_t TORCH = 1u << 8;
 uint64_t raw_stream(cudaStream_t stream) {
   return reinterpret_cast<uintptr_t>(stream);
 }
+[[maybe_unused]] uint64_t raw_stream(const c10::cuda::CUDAStream& stream) {
+  return reinterpret_cast<uintptr_t>(stream.stream());
+}
 [[maybe_unused]] uint64_t raw_stream(const c10::Stream& stream) {
   return reinterpret_cast<uintptr_t>(
       c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, stream).stream());
