@@ -24,7 +24,7 @@ Hook hook = nullptr;
 constexpr uint32_t TORCH = 1u << 8;
 
 // The raw CUstream of a trace entry's stream, whichever type this torch version keeps.
-uint64_t raw_stream(cudaStream_t stream) {
+[[maybe_unused]] uint64_t raw_stream(cudaStream_t stream) {
   return reinterpret_cast<uintptr_t>(stream);
 }
 [[maybe_unused]] uint64_t raw_stream(const c10::cuda::CUDAStream& stream) {
