@@ -27,7 +27,6 @@
 //! - `cuCtxSynchronize` and `cuCtxSynchronize_v2` (what `cudaDeviceSynchronize` calls in CUDA
 //!   13) are `device_synchronize` of the current context's device;
 //! - a stream created with `CU_STREAM_NON_BLOCKING` is declared so (`stream_kind`);
-//!   `cuCtxSynchronize` is `device_synchronize` of the context's device;
 //! - other memory and context calls are comments; after [`Translator::exit`] every call is one.
 
 use core::fmt::Write as _;
@@ -99,7 +98,7 @@ pub struct Translator {
     captured_events: HashMap<u64, StreamKey>,
     /// The allocations alive: start address to length.
     allocations: BTreeMap<u64, u64>,
-    /// The blocks our allocator has handed out and not taken back: start address to length.
+    /// The blocks sub-allocators have handed out and not taken back: start address to length.
     blocks: BTreeMap<u64, u64>,
     /// The allocations blocks were cut from.
     carved: blocks::Carved,
@@ -414,7 +413,7 @@ impl Translator {
         text
     }
 
-    /// An allocation is freed: it, and any block of ours cut from it, are no footprints now.
+    /// An allocation is freed: it, and any block cut from it, are no footprints now.
     fn forget_allocation(&mut self, address: u64) {
         if let Some(len) = self.allocations.remove(&address) {
             self.carved.remove(&address);
