@@ -9,7 +9,9 @@
 // CUDA call fails; whether the result is corrupted is printed, not checked (a race need not
 // show).
 #include <cuda_runtime.h>
+#ifndef SEEDED_NO_NVTX
 #include <nvtx3/nvToolsExtMem.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,17 +53,26 @@ __global__ void consume(const float *x, float *out, int n) {
 // cut from one segment; a freed block goes to the pool of the stream the caller names. It
 // annotates its segment and blocks with NVTX's memory API (a heap, regions registered and
 // unregistered), which tools attached through NVTX_INJECTION64_PATH receive (the recorder
-// narrows footprints to the regions); without a tool the calls cost a check.
+// narrows footprints to the regions); without a tool the calls cost a check. Built with
+// -DSEEDED_NO_NVTX (a toolkit without nvtx3/nvToolsExtMem.h) it annotates nothing.
 enum { POOL_STREAMS = 4, POOL_BLOCKS = 16 };
 typedef struct {
   char *segment;
   size_t block;
   cudaStream_t streams[POOL_STREAMS];
   int free_list[POOL_STREAMS][POOL_BLOCKS], free_count[POOL_STREAMS], next;
+#ifndef SEEDED_NO_NVTX
   nvtxDomainHandle_t domain;
   nvtxMemHeapHandle_t heap;
+#endif
 } pool_t;
 
+#ifdef SEEDED_NO_NVTX
+static void pool_annotate(pool_t *) {}
+static void pool_unannotate(pool_t *) {}
+static void region_register(pool_t *, void *) {}
+static void region_unregister(pool_t *, void *) {}
+#else
 static void pool_annotate(pool_t *p) {
   nvtxMemVirtualRangeDesc_t range;
   range.size = POOL_BLOCKS * p->block;
@@ -105,6 +116,9 @@ static void region_unregister(pool_t *p, void *ptr) {
   batch.refElements = &ref;
   nvtxMemRegionsUnregister(p->domain, &batch);
 }
+
+static void pool_unannotate(pool_t *p) { nvtxMemHeapUnregister(p->domain, p->heap); }
+#endif
 
 static int pool_slot(pool_t *p, cudaStream_t s) {
   for (int i = 0; i < POOL_STREAMS; i++)
@@ -150,7 +164,7 @@ static int c_pool_wrong_stream(int fixed) {
   printf("c_pool_wrong_stream: x %s y\n", (void *)x == (void *)y ? "shares its block with" : "does not share a block with");
   CHECK(cudaStreamDestroy(a));
   CHECK(cudaStreamDestroy(b));
-  nvtxMemHeapUnregister(pool.domain, pool.heap);
+  pool_unannotate(&pool);
   CHECK(cudaFree(pool.segment));
   return 0;
 }
