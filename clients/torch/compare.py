@@ -45,10 +45,11 @@ def rank_path(path, rank):
     return path if rank == 0 else f"{path}.rank{rank}"
 
 
-def run(script, allocator, args, extra, out, ranks=1):
+def run(script, allocator, args, extra, out, ranks=1, env_extra=None):
     """One run of the workload `script` with `allocator`: one process, or `ranks` processes
-    under torchrun. Returns rank 0's record, with the other ranks' records in its
-    "other_ranks" (see rank_records), or None if a process failed or wrote no record."""
+    under torchrun, with `env_extra` added to the environment (after --gpurt-env). Returns rank
+    0's record, with the other ranks' records in its "other_ranks" (see rank_records), or None
+    if a process failed or wrote no record."""
     path = os.path.join(out, f"{os.path.splitext(script)[0]}-{allocator}-{time.monotonic_ns()}.json")
     launcher = [sys.executable]
     if ranks > 1:
@@ -57,6 +58,7 @@ def run(script, allocator, args, extra, out, ranks=1):
     command += ["--lib", args.lib] if args.lib else []
     command += ["--seed", str(args.seed), "--out", path, *extra]
     env = dict(os.environ, **MULTICAST_OFF, **(args.gpurt_env if allocator == "gpurt" else {}))
+    env.update(env_extra or {})
     if ranks > 1:
         # ProcessGroupNCCL keeps the tensors of a collective alive until it completes instead
         # of calling record_stream, which a plug-in installed from Python cannot receive.

@@ -197,6 +197,21 @@ typedef struct gpurt_graph_t {
   uint64_t id;
 } gpurt_graph_t;
 
+// The allocator's growable segments (`GPU_RUNTIME_GROWABLE_SEGMENTS=1`, where the backend has
+// virtual memory management), summed over devices and kinds.
+typedef struct gpurt_vm_stats_t {
+  // Bytes of physical memory mapped into growable segments now (counted in `reserved_bytes`
+  // of `gpurt_stats_t` too).
+  uint64_t mapped_bytes;
+  // Address space reserved for growable segments now (mapped or not); it goes back only
+  // when a segment has nothing mapped any more.
+  uint64_t address_space_bytes;
+  // Pieces of physical memory mapped so far.
+  uint64_t maps;
+  // Pieces unmapped so far (free tails given back).
+  uint64_t unmaps;
+} gpurt_vm_stats_t;
+
 // The runtime's counters: pools, planning, the allocator (summed over devices and kinds) and
 // the lock table.
 typedef struct gpurt_stats_t {
@@ -648,6 +663,15 @@ enum gpurt_status_t gpurt_graph_update_kernel(struct gpurt_graph_t graph,
 //
 // Thread safety: any thread.
 enum gpurt_status_t gpurt_graph_destroy(struct gpurt_graph_t graph);
+
+// Writes the allocator's growable-segment counters to `*stats` (all zero without growable
+// segments).
+//
+// Thread safety: any thread; a snapshot (other threads' calls may change it at once).
+//
+// # Safety
+// `stats` points to writable memory for a `gpurt_vm_stats_t`.
+enum gpurt_status_t gpurt_allocator_vm_stats(struct gpurt_vm_stats_t *stats);
 
 // Writes the runtime's counters to `*stats`.
 //

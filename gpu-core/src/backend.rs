@@ -555,6 +555,18 @@ pub trait Backend: Send + Sync + 'static {
     /// The kernel called `name` from the backend's kernel library, loaded on `device`.
     fn kernel(&self, device: DeviceId, name: &str) -> Result<Self::Kernel>;
 
+    /// The size in bytes of each of `kernel`'s parameters, in order, as the driver knows them
+    /// (CUDA: `cuFuncGetParamInfo`, drivers of CUDA 12.4 and later): what a caller needs to
+    /// copy the values of a raw parameter array ([`Backend::launch_packed`]'s) to launch them
+    /// later. [`Error::Unsupported`] where the driver cannot tell (the default).
+    fn kernel_param_sizes(&self, kernel: Self::Kernel) -> Result<alloc::vec::Vec<usize>> {
+        let _ = kernel;
+        Err(Error::Unsupported {
+            backend: self.name(),
+            what: "asking a kernel's parameter sizes",
+        })
+    }
+
     /// The workgroup memory `kernel` declares statically (CUDA: cuFuncGetAttribute
     /// SHARED_SIZE_BYTES). It counts against the same per-workgroup limit as the dynamic bytes,
     /// so a kernel may be allowed at most the device's opt-in limit less this.
@@ -598,7 +610,10 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Builds the driver's graph of `graph`'s nodes, with its edges, and instantiates it on
     /// `device` (made current by the caller), ready to replay. Nothing reaches memory until a
-    /// replay runs. [`Error::Unsupported`] for a backend without graphs (the default).
+    /// replay runs. A launch node of a library kernel has its arguments checked against the
+    /// kernel's parameters; one of a module's kernel passes them as given, the graph's
+    /// recorder having promised that the kernel's parameters have the values' types.
+    /// [`Error::Unsupported`] for a backend without graphs (the default).
     fn graph_instantiate(
         &self,
         device: DeviceId,

@@ -1,5 +1,6 @@
 //! The seeded race suite (`tests/races/`): six programs with one known cross-stream memory bug
-//! each, as traces, and their fixed twins. Each trace says what must be found
+//! each, as traces, and their fixed twins (`recorded_*`: two of them as gpu-recorder writes them,
+//! footprints narrowed to NVTX regions and to PyTorch's own blocks). Each trace says what must be found
 //! (`# expect: KIND EARLIER LATER`, the lines of the two operations) or `# expect: clean`;
 //! every bug is found with exactly its two operations, every twin is clean, and no trace has a
 //! lifetime defect.

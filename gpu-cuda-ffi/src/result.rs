@@ -1,5 +1,5 @@
 //! The driver's calls, typed: one small function per driver call, by area ([`device`],
-//! [`context`], [`memory`], [`stream`], [`event`], [`module`], [`graph`]), as cudarc's `result` module has
+//! [`context`], [`memory`], [`stream`], [`event`], [`module`], [`graph`], [`vm`]), as cudarc's `result` module has
 //! them. Each looks its entry point up through [`Driver`](crate::Driver) (cached after the
 //! first use), passes its out-parameters itself, and returns the value or the failure as
 //! [`Error::Driver`] with the call's name and the code. A call that takes raw handles or
@@ -18,6 +18,7 @@ pub mod graph;
 pub mod memory;
 pub mod module;
 pub mod stream;
+pub mod vm;
 
 use gpu_core::{DriverError, Error};
 use gpu_ffi_loader::ResultCodes;

@@ -52,12 +52,17 @@ pub type CUlibraryOption_enum = ::core::ffi::c_uint;
 pub type cudaError_enum = ::core::ffi::c_uint;
 pub type CUDA_MEMCPY3D_v2 = CUDA_MEMCPY3D_st;
 pub type CUDA_MEMCPY3D = CUDA_MEMCPY3D_v2;
+pub type CUmemGenericAllocationHandle_v1 = ::core::ffi::c_ulonglong;
+pub type CUmemGenericAllocationHandle = CUmemGenericAllocationHandle_v1;
 pub type CUmemAllocationHandleType_enum = ::core::ffi::c_uint;
 pub type CUmemAccess_flags_enum = ::core::ffi::c_uint;
 pub type CUmemLocationType_enum = ::core::ffi::c_uint;
 pub type CUmemAllocationType_enum = ::core::ffi::c_uint;
+pub type CUmemAllocationGranularity_flags_enum = ::core::ffi::c_uint;
 pub type CUmemLocation_v1 = CUmemLocation_st;
 pub type CUmemLocation = CUmemLocation_v1;
+pub type CUmemAllocationProp_v1 = CUmemAllocationProp_st;
+pub type CUmemAllocationProp = CUmemAllocationProp_v1;
 pub type CUmemAccessDesc_v1 = CUmemAccessDesc_st;
 pub type CUmemAccessDesc = CUmemAccessDesc_v1;
 pub type CUmemPool_attribute_enum = ::core::ffi::c_uint;
@@ -229,6 +234,23 @@ pub struct CUDA_MEMCPY3D_st {
 pub struct CUmemLocation_st {
     pub type_: CUmemLocationType,
     pub id: ::core::ffi::c_int,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUmemAllocationProp_st {
+    pub type_: CUmemAllocationType,
+    pub requestedHandleTypes: CUmemAllocationHandleType,
+    pub location: CUmemLocation,
+    pub win32HandleMetaData: *mut ::core::ffi::c_void,
+    pub allocFlags: CUmemAllocationProp_st__bindgen_ty_1,
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct CUmemAllocationProp_st__bindgen_ty_1 {
+    pub compressionType: ::core::ffi::c_uchar,
+    pub gpuDirectRDMACapable: ::core::ffi::c_uchar,
+    pub usage: ::core::ffi::c_ushort,
+    pub reserved: [::core::ffi::c_uchar; 4usize],
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -894,6 +916,8 @@ pub const CU_MEM_ALLOCATION_TYPE_INVALID: CUmemAllocationType_enum = 0;
 pub const CU_MEM_ALLOCATION_TYPE_PINNED: CUmemAllocationType_enum = 1;
 pub const CU_MEM_ALLOCATION_TYPE_MANAGED: CUmemAllocationType_enum = 2;
 pub const CU_MEM_ALLOCATION_TYPE_MAX: CUmemAllocationType_enum = 2147483647;
+pub const CU_MEM_ALLOC_GRANULARITY_MINIMUM: CUmemAllocationGranularity_flags_enum = 0;
+pub const CU_MEM_ALLOC_GRANULARITY_RECOMMENDED: CUmemAllocationGranularity_flags_enum = 1;
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of CUmemLocation_st"][::core::mem::size_of::<CUmemLocation_st>() - 8usize];
@@ -906,6 +930,53 @@ const _: () = {
     [
         "Offset of field: CUmemLocation_st::id",
     ][::core::mem::offset_of!(CUmemLocation_st, id) - 4usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUmemAllocationProp_st__bindgen_ty_1",
+    ][::core::mem::size_of::<CUmemAllocationProp_st__bindgen_ty_1>() - 8usize];
+    [
+        "Alignment of CUmemAllocationProp_st__bindgen_ty_1",
+    ][::core::mem::align_of::<CUmemAllocationProp_st__bindgen_ty_1>() - 2usize];
+    [
+        "Offset of field: CUmemAllocationProp_st__bindgen_ty_1::compressionType",
+    ][::core::mem::offset_of!(CUmemAllocationProp_st__bindgen_ty_1, compressionType)
+        - 0usize];
+    [
+        "Offset of field: CUmemAllocationProp_st__bindgen_ty_1::gpuDirectRDMACapable",
+    ][::core::mem::offset_of!(CUmemAllocationProp_st__bindgen_ty_1, gpuDirectRDMACapable)
+        - 1usize];
+    [
+        "Offset of field: CUmemAllocationProp_st__bindgen_ty_1::usage",
+    ][::core::mem::offset_of!(CUmemAllocationProp_st__bindgen_ty_1, usage) - 2usize];
+    [
+        "Offset of field: CUmemAllocationProp_st__bindgen_ty_1::reserved",
+    ][::core::mem::offset_of!(CUmemAllocationProp_st__bindgen_ty_1, reserved) - 4usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of CUmemAllocationProp_st",
+    ][::core::mem::size_of::<CUmemAllocationProp_st>() - 32usize];
+    [
+        "Alignment of CUmemAllocationProp_st",
+    ][::core::mem::align_of::<CUmemAllocationProp_st>() - 8usize];
+    [
+        "Offset of field: CUmemAllocationProp_st::type_",
+    ][::core::mem::offset_of!(CUmemAllocationProp_st, type_) - 0usize];
+    [
+        "Offset of field: CUmemAllocationProp_st::requestedHandleTypes",
+    ][::core::mem::offset_of!(CUmemAllocationProp_st, requestedHandleTypes) - 4usize];
+    [
+        "Offset of field: CUmemAllocationProp_st::location",
+    ][::core::mem::offset_of!(CUmemAllocationProp_st, location) - 8usize];
+    [
+        "Offset of field: CUmemAllocationProp_st::win32HandleMetaData",
+    ][::core::mem::offset_of!(CUmemAllocationProp_st, win32HandleMetaData) - 16usize];
+    [
+        "Offset of field: CUmemAllocationProp_st::allocFlags",
+    ][::core::mem::offset_of!(CUmemAllocationProp_st, allocFlags) - 24usize];
 };
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -1035,6 +1106,15 @@ impl Default for CUmemLocation_st {
         }
     }
 }
+impl Default for CUmemAllocationProp_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 impl Default for CUmemAccessDesc_st {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1071,6 +1151,7 @@ pub use self::CUmemAllocationHandleType_enum as CUmemAllocationHandleType;
 pub use self::CUmemAccess_flags_enum as CUmemAccess_flags;
 pub use self::CUmemLocationType_enum as CUmemLocationType;
 pub use self::CUmemAllocationType_enum as CUmemAllocationType;
+pub use self::CUmemAllocationGranularity_flags_enum as CUmemAllocationGranularity_flags;
 pub use self::CUmemPool_attribute_enum as CUmemPool_attribute;
 /// `cuInit` as cuda.h declares it: cuGetProcAddress("cuInit", 2000).
 pub type PFN_cuInit = unsafe extern "C" fn(Flags: ::core::ffi::c_uint) -> CUresult;
@@ -1404,6 +1485,13 @@ pub type PFN_cuFuncGetAttribute = unsafe extern "C" fn(
     attrib: CUfunction_attribute,
     hfunc: CUfunction,
 ) -> CUresult;
+/// `cuFuncGetParamInfo` as cuda.h declares it: cuGetProcAddress("cuFuncGetParamInfo", 12040).
+pub type PFN_cuFuncGetParamInfo = unsafe extern "C" fn(
+    func: CUfunction,
+    paramIndex: usize,
+    paramOffset: *mut usize,
+    paramSize: *mut usize,
+) -> CUresult;
 /// `cuLaunchKernel` as cuda.h declares it: cuGetProcAddress("cuLaunchKernel", 4000).
 pub type PFN_cuLaunchKernel = unsafe extern "C" fn(
     f: CUfunction,
@@ -1511,6 +1599,56 @@ pub type PFN_cuGraphExecMemsetNodeSetParams = unsafe extern "C" fn(
     hNode: CUgraphNode,
     memsetParams: *const CUDA_MEMSET_NODE_PARAMS,
     ctx: CUcontext,
+) -> CUresult;
+/// `cuMemGetAllocationGranularity` as cuda.h declares it: cuGetProcAddress("cuMemGetAllocationGranularity", 10020).
+pub type PFN_cuMemGetAllocationGranularity = unsafe extern "C" fn(
+    granularity: *mut usize,
+    prop: *const CUmemAllocationProp,
+    option: CUmemAllocationGranularity_flags,
+) -> CUresult;
+/// `cuMemAddressReserve` as cuda.h declares it: cuGetProcAddress("cuMemAddressReserve", 10020).
+pub type PFN_cuMemAddressReserve = unsafe extern "C" fn(
+    ptr: *mut CUdeviceptr,
+    size: usize,
+    alignment: usize,
+    addr: CUdeviceptr,
+    flags: ::core::ffi::c_ulonglong,
+) -> CUresult;
+/// `cuMemAddressFree` as cuda.h declares it: cuGetProcAddress("cuMemAddressFree", 10020).
+pub type PFN_cuMemAddressFree = unsafe extern "C" fn(
+    ptr: CUdeviceptr,
+    size: usize,
+) -> CUresult;
+/// `cuMemCreate` as cuda.h declares it: cuGetProcAddress("cuMemCreate", 10020).
+pub type PFN_cuMemCreate = unsafe extern "C" fn(
+    handle: *mut CUmemGenericAllocationHandle,
+    size: usize,
+    prop: *const CUmemAllocationProp,
+    flags: ::core::ffi::c_ulonglong,
+) -> CUresult;
+/// `cuMemRelease` as cuda.h declares it: cuGetProcAddress("cuMemRelease", 10020).
+pub type PFN_cuMemRelease = unsafe extern "C" fn(
+    handle: CUmemGenericAllocationHandle,
+) -> CUresult;
+/// `cuMemMap` as cuda.h declares it: cuGetProcAddress("cuMemMap", 10020).
+pub type PFN_cuMemMap = unsafe extern "C" fn(
+    ptr: CUdeviceptr,
+    size: usize,
+    offset: usize,
+    handle: CUmemGenericAllocationHandle,
+    flags: ::core::ffi::c_ulonglong,
+) -> CUresult;
+/// `cuMemUnmap` as cuda.h declares it: cuGetProcAddress("cuMemUnmap", 10020).
+pub type PFN_cuMemUnmap = unsafe extern "C" fn(
+    ptr: CUdeviceptr,
+    size: usize,
+) -> CUresult;
+/// `cuMemSetAccess` as cuda.h declares it: cuGetProcAddress("cuMemSetAccess", 10020).
+pub type PFN_cuMemSetAccess = unsafe extern "C" fn(
+    ptr: CUdeviceptr,
+    size: usize,
+    desc: *const CUmemAccessDesc,
+    count: usize,
 ) -> CUresult;
 
 /// Every `CUresult` code cuda.h names, with its name, sorted by code (for binary search).
@@ -1696,6 +1834,7 @@ macro_rules! cuda_entry_points {
             (cuModuleGetFunction, c"cuModuleGetFunction", cuModuleGetFunction, 2000, PFN_cuModuleGetFunction),
             (cuFuncSetAttribute, c"cuFuncSetAttribute", cuFuncSetAttribute, 9000, PFN_cuFuncSetAttribute),
             (cuFuncGetAttribute, c"cuFuncGetAttribute", cuFuncGetAttribute, 2020, PFN_cuFuncGetAttribute),
+            (cuFuncGetParamInfo, c"cuFuncGetParamInfo", cuFuncGetParamInfo, 12040, PFN_cuFuncGetParamInfo),
             (cuLaunchKernel, c"cuLaunchKernel", cuLaunchKernel, 4000, PFN_cuLaunchKernel),
             (cuLibraryLoadData, c"cuLibraryLoadData", cuLibraryLoadData, 12000, PFN_cuLibraryLoadData),
             (cuLibraryUnload, c"cuLibraryUnload", cuLibraryUnload, 12000, PFN_cuLibraryUnload),
@@ -1712,6 +1851,14 @@ macro_rules! cuda_entry_points {
             (cuGraphExecKernelNodeSetParams, c"cuGraphExecKernelNodeSetParams", cuGraphExecKernelNodeSetParams_v2, 12000, PFN_cuGraphExecKernelNodeSetParams),
             (cuGraphExecMemcpyNodeSetParams, c"cuGraphExecMemcpyNodeSetParams", cuGraphExecMemcpyNodeSetParams, 10020, PFN_cuGraphExecMemcpyNodeSetParams),
             (cuGraphExecMemsetNodeSetParams, c"cuGraphExecMemsetNodeSetParams", cuGraphExecMemsetNodeSetParams, 10020, PFN_cuGraphExecMemsetNodeSetParams),
+            (cuMemGetAllocationGranularity, c"cuMemGetAllocationGranularity", cuMemGetAllocationGranularity, 10020, PFN_cuMemGetAllocationGranularity),
+            (cuMemAddressReserve, c"cuMemAddressReserve", cuMemAddressReserve, 10020, PFN_cuMemAddressReserve),
+            (cuMemAddressFree, c"cuMemAddressFree", cuMemAddressFree, 10020, PFN_cuMemAddressFree),
+            (cuMemCreate, c"cuMemCreate", cuMemCreate, 10020, PFN_cuMemCreate),
+            (cuMemRelease, c"cuMemRelease", cuMemRelease, 10020, PFN_cuMemRelease),
+            (cuMemMap, c"cuMemMap", cuMemMap, 10020, PFN_cuMemMap),
+            (cuMemUnmap, c"cuMemUnmap", cuMemUnmap, 10020, PFN_cuMemUnmap),
+            (cuMemSetAccess, c"cuMemSetAccess", cuMemSetAccess, 10020, PFN_cuMemSetAccess),
         }
     };
 }

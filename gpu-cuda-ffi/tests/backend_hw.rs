@@ -500,6 +500,8 @@ fn module_images(b: &CudaBackend, stream: CudaStream) {
     })
     .unwrap();
     let fill = kept!(b, b.module_kernel(module, c"fill_u32")).unwrap();
+    // fill_u32(unsigned *dst, unsigned value, unsigned long long count), as the driver says.
+    assert_eq!(kept!(b, b.kernel_param_sizes(fill)), Ok(vec![8, 4, 8]));
     let (mut dst, mut value, mut count) = (data as u64, 0x1234_5678u32, words as u64);
     let mut params: [*mut core::ffi::c_void; 3] = [
         (&raw mut dst).cast(),

@@ -612,12 +612,20 @@ const FUNCTION_COUNT: usize = {
     sys::recorded_calls!(count) + sys::noted_calls!(count)
 };
 
-/// The block events our allocator plug-ins report through `gpu_recorder_block` (no driver
-/// call): their names in the calls file, and shapes.
-pub static BLOCK_FUNCTIONS: [(&str, Shape); 3] = [
+/// The block events sub-allocators report through `gpu_recorder_block` (no driver call): their
+/// names in the calls file, and shapes; three per allocator, in the hook's allocator order (our
+/// runtime's plug-ins `gpurt`, PyTorch's caching allocator `torch` through the recorder's
+/// tracker shim, NVTX memory regions `nvtx`). The name before `_block_` is the allocator.
+pub static BLOCK_FUNCTIONS: [(&str, Shape); 9] = [
     ("gpurt_block_alloc", Shape::BlockAlloc),
     ("gpurt_block_free", Shape::BlockFree),
     ("gpurt_block_use", Shape::BlockUse),
+    ("torch_block_alloc", Shape::BlockAlloc),
+    ("torch_block_free", Shape::BlockFree),
+    ("torch_block_use", Shape::BlockUse),
+    ("nvtx_block_alloc", Shape::BlockAlloc),
+    ("nvtx_block_free", Shape::BlockFree),
+    ("nvtx_block_use", Shape::BlockUse),
 ];
 
 /// The name and shape of a recorded function (or block event), by name.

@@ -172,6 +172,10 @@ thread_local! {
     static LAST_CONTEXT: Cell<(u64, Option<u32>)> = const { Cell::new((0, None)) };
 }
 
+/// The last context any thread's calls ran in, and its device: for a block event from a thread
+/// that made no driver call yet (PyTorch's autograd thread may allocate before it launches).
+static PROCESS_CONTEXT: Mutex<(u64, Option<u32>)> = Mutex::new((0, None));
+
 /// The driver calls this once when it initialises, if `CUDA_INJECTION64_PATH` names this
 /// library. It always returns 1, so the driver goes on: when recording cannot start (no
 /// `GPU_TRACE_OUT`, no libcupti, a CUPTI error) it says why on stderr and the program runs
@@ -193,32 +197,27 @@ pub extern "C" fn InitializeInjection() -> c_int {
 }
 
 /// A sub-allocator's block event, from the recorded program itself (our runtime's PyTorch
-/// plug-in calls it when this library is loaded, found with `dlsym`): `op` 0 handed out `bytes`
-/// at `address` for `stream` (a `CUstream`: 0 is the legacy default stream, 2 the per-thread
-/// one), 1 took the block at `address` back into `stream`'s pool, 2 marked it used on `stream`
-/// too. Written as `block_alloc` / `block_free` / `block_use` of the allocator `gpurt`, with
-/// the context of the calling thread's last driver call. Does nothing while nothing is recorded
-/// or for another `op`; never unwinds.
+/// plug-in, the recorder's PyTorch tracker shim and its NVTX injection call it, found with
+/// `dlsym`): `op`'s low byte 0 handed out `bytes` at `address` for `stream` (a `CUstream`: 0 is
+/// the legacy default stream, 2 the per-thread one), 1 took the block at `address` back into
+/// `stream`'s pool, 2 marked it used on `stream` too; its second byte names the allocator (0
+/// our runtime's `gpurt`, 1 PyTorch's caching allocator `torch`, 2 NVTX memory regions
+/// `nvtx`). Written as `block_alloc` / `block_free` / `block_use` of that allocator, with the
+/// context of the calling thread's last driver call. Does nothing while nothing is recorded or
+/// for another `op`; never unwinds.
 #[unsafe(no_mangle)]
 pub extern "C" fn gpu_recorder_block(op: u32, address: u64, bytes: u64, stream: u64) {
     let _ = std::panic::catch_unwind(|| {
         let Some(recorder) = RECORDER.get() else {
             return;
         };
-        let kind = match op {
-            0 => Kind::BlockAlloc {
-                stream,
-                address,
-                bytes,
-            },
-            1 => Kind::BlockFree { stream, address },
-            2 => Kind::BlockUse { stream, address },
-            _ => return,
-        };
-        let Some(&(function, _)) = BLOCK_FUNCTIONS.get(op as usize) else {
+        let Some((function, kind)) = block_event(op, address, bytes, stream) else {
             return;
         };
-        let (context, device) = LAST_CONTEXT.get();
+        let (context, device) = match LAST_CONTEXT.get() {
+            (0, _) => *PROCESS_CONTEXT.lock().unwrap_or_else(|e| e.into_inner()),
+            known => known,
+        };
         let call = Call {
             function,
             kind,
@@ -230,6 +229,25 @@ pub extern "C" fn gpu_recorder_block(op: u32, address: u64, bytes: u64, stream: 
         };
         recorder.output().write(&call);
     });
+}
+
+/// What `gpu_recorder_block`'s arguments report: the event's function name (which names the
+/// allocator) and its kind; `None` for an unknown event or allocator.
+fn block_event(op: u32, address: u64, bytes: u64, stream: u64) -> Option<(&'static str, Kind)> {
+    let (event, allocator) = (op & 0xff, op >> 8);
+    let kind = match event {
+        0 => Kind::BlockAlloc {
+            stream,
+            address,
+            bytes,
+        },
+        1 => Kind::BlockFree { stream, address },
+        2 => Kind::BlockUse { stream, address },
+        _ => return None,
+    };
+    let index = (allocator as usize).checked_mul(3)? + event as usize;
+    let &(function, _) = BLOCK_FUNCTIONS.get(index)?;
+    Some((function, kind))
 }
 
 fn start(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<(), String> {
@@ -533,6 +551,7 @@ impl Recorder {
         }
         let device = self.device_of_new(context, key);
         LAST_CONTEXT.set((key, device));
+        *PROCESS_CONTEXT.lock().unwrap_or_else(|e| e.into_inner()) = (key, device);
         device
     }
 
@@ -865,6 +884,30 @@ fn created(out: *mut *mut c_void, outcome: Outcome) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_block_events_second_byte_names_its_allocator() {
+        let alloc = block_event(0x100, 0x1000, 64, 7);
+        assert_eq!(
+            alloc,
+            Some((
+                "torch_block_alloc",
+                Kind::BlockAlloc {
+                    stream: 7,
+                    address: 0x1000,
+                    bytes: 64
+                }
+            ))
+        );
+        let free = block_event(0x201, 0x1000, 0, 7).map(|(name, _)| name);
+        assert_eq!(free, Some("nvtx_block_free"));
+        // Our plug-in's events, as it always sent them.
+        let used = block_event(2, 0x1000, 0, 0).map(|(name, _)| name);
+        assert_eq!(used, Some("gpurt_block_use"));
+        assert_eq!(block_event(3, 0x1000, 0, 0), None);
+        assert_eq!(block_event(0x300, 0x1000, 0, 0), None);
+        assert_eq!(block_event(u32::MAX, 0x1000, 0, 0), None);
+    }
 
     #[test]
     fn a_launchs_words_are_read_within_each_parameters_size() {

@@ -9,11 +9,13 @@
 //! The driver loads the library and calls [`InitializeInjection`], which subscribes to CUPTI's
 //! callbacks for the driver calls in `sys::recorded_calls!`. Each callback reads its call into
 //! a plain [`Call`] (`call`), and the pure [`Translator`] (`translate`) turns calls into trace
-//! lines; `inject` holds the callback and the per-process writer, `cupti` the library loader.
+//! lines; `inject` holds the callback and the per-process writer, `cupti` the library loader,
+//! `nvtx` the NVTX injection that receives a program's memory-region annotations.
 
 pub mod call;
 pub mod cupti;
 mod inject;
+pub mod nvtx;
 pub mod translate;
 
 #[rustfmt::skip]

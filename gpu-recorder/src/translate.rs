@@ -20,10 +20,13 @@
 //!   parameter word that lies inside an allocation seen so far counts as `rw:` of that whole
 //!   allocation (conservative), or of the block of our allocator that holds it. A call recorded without its footprint (0 bytes, no address: the
 //!   fixtures from before footprints) is written as it was: `launch`, or a comment;
-//! - our runtime's allocator, through its plug-ins, reports its blocks (`gpu_recorder_block`):
-//!   `block_alloc`/`block_free`/`block_use` of the allocator `gpurt`;
+//! - sub-allocators report their blocks (`gpu_recorder_block`): `block_alloc`/`block_free`/
+//!   `block_use` of the allocator the event names (`gpurt`, `torch`, `nvtx`; PyTorch's frees
+//!   wait for the events it records for them: `blocks`). A launch's word inside a block counts
+//!   as that block; in an allocation carved into blocks but in none of them, as its one byte;
+//! - `cuCtxSynchronize` and `cuCtxSynchronize_v2` (what `cudaDeviceSynchronize` calls in CUDA
+//!   13) are `device_synchronize` of the current context's device;
 //! - a stream created with `CU_STREAM_NON_BLOCKING` is declared so (`stream_kind`);
-//!   `cuCtxSynchronize` is `device_synchronize` of the context's device;
 //! - other memory and context calls are comments; after [`Translator::exit`] every call is one.
 
 use core::fmt::Write as _;
@@ -37,8 +40,6 @@ const NOT_READY: u32 = 600;
 const STREAM_LEGACY: u64 = 1;
 /// `CU_STREAM_PER_THREAD`: the calling thread's default stream, whatever the function.
 const STREAM_PER_THREAD: u64 = 2;
-/// The allocator the block events of our plug-ins name (our runtime's caching allocator).
-const BLOCK_ALLOCATOR: &str = "gpurt";
 /// `CU_STREAM_NON_BLOCKING`: a created stream that does not synchronise with the legacy one.
 const STREAM_NON_BLOCKING: u32 = 1;
 
@@ -97,8 +98,12 @@ pub struct Translator {
     captured_events: HashMap<u64, StreamKey>,
     /// The allocations alive: start address to length.
     allocations: BTreeMap<u64, u64>,
-    /// The blocks our allocator has handed out and not taken back: start address to length.
+    /// The blocks sub-allocators have handed out and not taken back: start address to length.
     blocks: BTreeMap<u64, u64>,
+    /// The allocations blocks were cut from.
+    carved: blocks::Carved,
+    /// PyTorch's frees held until their thread's event records are seen.
+    deferred: Vec<blocks::Deferred>,
     /// The ranges of the launch being written (kept to reuse its memory).
     ranges: Vec<(u64, u64)>,
     exited: bool,
@@ -114,6 +119,9 @@ impl Translator {
     pub fn translate(&mut self, call: &Call, out: &mut String) {
         if self.exited {
             let _ = writeln!(out, "# after exit: {call}");
+            return;
+        }
+        if self.settle_blocks(call, out) {
             return;
         }
         let code = match call.outcome {
@@ -166,6 +174,7 @@ impl Translator {
     /// Appends `exit`: the process ends here; later calls become comments.
     pub fn exit(&mut self, out: &mut String) {
         if !self.exited {
+            self.close_deferred(None, out);
             self.exited = true;
             out.push_str("exit\n");
         }
@@ -257,7 +266,7 @@ impl Translator {
                 let mut ranges = core::mem::take(&mut self.ranges);
                 ranges.clear();
                 for &word in &call.args {
-                    if let Some((start, len)) = self.block_or_allocation_of(word)
+                    if let Some((start, len)) = self.footprint_of(word)
                         && !ranges.iter().any(|&(known, _)| known == start)
                     {
                         ranges.push((start, len));
@@ -337,22 +346,29 @@ impl Translator {
             } => {
                 if bytes != 0 {
                     self.blocks.insert(address, bytes);
+                    self.carve(address);
                 }
-                let text = format!("block_alloc {BLOCK_ALLOCATOR} {address:#x}+{bytes}");
-                self.block(call, stream, &text, out);
+                let allocator = blocks::allocator_of(call);
+                let text = format!("block_alloc {allocator} {address:#x}+{bytes}");
+                self.block_line(call, stream, &text, out);
             }
             Kind::BlockFree { stream, address } => {
                 self.blocks.remove(&address);
-                let text = format!("block_free {BLOCK_ALLOCATOR} {address:#x}");
-                self.block(call, stream, &text, out);
+                let allocator = blocks::allocator_of(call);
+                let text = format!("block_free {allocator} {address:#x}");
+                self.block_line(call, stream, &text, out);
             }
             Kind::BlockUse { stream, address } => {
-                let text = format!("block_use {BLOCK_ALLOCATOR} {address:#x}");
+                let allocator = blocks::allocator_of(call);
+                let text = format!("block_use {allocator} {address:#x}");
                 self.block(call, stream, &text, out);
             }
             Kind::StreamDestroy { .. } | Kind::EventDestroy { .. } => {}
             // The host waits for the context's device (`cudaDeviceSynchronize`).
-            Kind::Note if call.function == "cuCtxSynchronize" && call.device.is_some() => {
+            Kind::Note
+                if matches!(call.function, "cuCtxSynchronize" | "cuCtxSynchronize_v2")
+                    && call.device.is_some() =>
+            {
                 line(call, format_args!("device_synchronize {device}"), out);
             }
             Kind::CopySync { .. }
@@ -397,9 +413,10 @@ impl Translator {
         text
     }
 
-    /// An allocation is freed: it, and any block of ours cut from it, are no footprints now.
+    /// An allocation is freed: it, and any block cut from it, are no footprints now.
     fn forget_allocation(&mut self, address: u64) {
         if let Some(len) = self.allocations.remove(&address) {
+            self.carved.remove(&address);
             let end = address.saturating_add(len);
             let inside: Vec<u64> = self.blocks.range(address..end).map(|(&at, _)| at).collect();
             for block in inside {
@@ -411,11 +428,6 @@ impl Translator {
     /// The allocation alive that holds `address`: its start and length.
     fn allocation_of(&self, address: u64) -> Option<(u64, u64)> {
         holding(&self.allocations, address)
-    }
-
-    /// The block handed out that holds `address`, else the allocation alive that does.
-    fn block_or_allocation_of(&self, address: u64) -> Option<(u64, u64)> {
-        holding(&self.blocks, address).or_else(|| self.allocation_of(address))
     }
 
     /// A free, when entered: `mem_free ADDR [STREAM]`, or a comment while its stream captures.
@@ -539,5 +551,6 @@ fn failed(call: &Call, code: u32, written_before: bool, out: &mut String) {
     let _ = writeln!(out, "# {what} with CUresult {code}: {call}");
 }
 
+mod blocks;
 #[cfg(test)]
 mod tests;

@@ -218,6 +218,17 @@ fn line_of(trace: &str, prefix: &str) -> usize {
         + 1
 }
 
+/// The 1-based number of the second line of `trace` starting with `prefix` (a block's reuse).
+fn second_line_of(trace: &str, prefix: &str) -> usize {
+    trace
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| line.starts_with(prefix))
+        .map(|(index, _)| index + 1)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no second `{prefix}` in\n{trace}"))
+}
+
 #[test]
 fn the_seeded_c_pool_bug_recorded_from_driver_calls_is_a_race_on_the_reused_block() {
     // The driver calls of gpu-recorder/hw/races/seeded.cu's `c_pool_wrong_stream`: a 1 MiB
@@ -263,13 +274,7 @@ fn our_allocators_blocks_without_record_stream_are_a_reuse_race_and_with_it_clea
         "{trace}"
     );
     let side_kernel = line_of(&trace, "launch 0x20 rw:");
-    let reuse = trace
-        .lines()
-        .enumerate()
-        .filter(|(_, line)| line.starts_with("block_alloc gpurt 0x7f0000000000+"))
-        .map(|(index, _)| index + 1)
-        .nth(1)
-        .unwrap();
+    let reuse = second_line_of(&trace, "block_alloc gpurt 0x7f0000000000+");
     assert_eq!(
         races("runtime_no_foreign_mark", &trace),
         [(RaceKind::Reuse, side_kernel, reuse, 0x7f00_0000_0000)],
@@ -319,4 +324,75 @@ fn a_launch_missing_its_async_dependency_races_the_one_before_and_the_fix_is_cle
     );
     let trace = translate("mlir_missing_async_dependency.fixed.calls");
     assert_eq!(races("mlir_missing_async_dependency.fixed", &trace), []);
+}
+
+#[test]
+fn the_c_pools_nvtx_regions_narrow_its_kernel_so_the_bug_is_found_and_the_fix_is_clean() {
+    // seeded's `c_pool_wrong_stream` as it runs now: its blocks registered as NVTX regions
+    // (the recorder is the NVTX injection library), so the kernel's footprint is its block.
+    let trace = translate("c_pool_wrong_stream.nvtx.calls");
+    assert!(trace.contains("launch 0xa rw:0x7f0000000000+65536  # cuLaunchKernel"));
+    let kernel = line_of(&trace, "launch 0xa");
+    let fill = line_of(&trace, "fill 0xb");
+    assert_eq!(
+        races("c_pool_wrong_stream.nvtx", &trace),
+        [(RaceKind::WriteWrite, kernel, fill, 0x7f00_0000_0000)],
+        "{trace}"
+    );
+    let trace = translate("c_pool_wrong_stream.fixed.nvtx.calls");
+    assert_eq!(
+        races("c_pool_wrong_stream.fixed.nvtx", &trace),
+        [],
+        "{trace}"
+    );
+}
+
+#[test]
+fn pytorchs_own_blocks_without_record_stream_are_a_reuse_race_and_with_it_clean() {
+    // seeded's `torch_no_record_stream` on PyTorch's caching allocator, its blocks from the
+    // recorder's tracker shim: x's block is handed out again on the legacy stream while the
+    // side stream's kernel may still read it.
+    let trace = translate("torch_no_record_stream.torch.calls");
+    let side_kernel = line_of(&trace, "launch 0x20 rw:");
+    let reuse = second_line_of(&trace, "block_alloc torch 0x7f0000000000+");
+    assert_eq!(
+        races("torch_no_record_stream.torch", &trace),
+        [(RaceKind::Reuse, side_kernel, reuse, 0x7f00_0000_0000)],
+        "{trace}"
+    );
+    // With record_stream: the event PyTorch records on the side stream for the freed block is
+    // its use there, and the reuse waits for the side stream's work.
+    let trace = translate("torch_no_record_stream.fixed.torch.calls");
+    assert!(
+        trace.contains("block_use torch 0x7f0000000000 0x20  # torch_block_use"),
+        "{trace}"
+    );
+    assert_eq!(
+        races("torch_no_record_stream.fixed.torch", &trace),
+        [],
+        "{trace}"
+    );
+}
+
+#[test]
+fn a_missing_wait_stream_is_found_and_the_read_back_after_cuda_device_synchronize_is_clean() {
+    // seeded's `torch_no_wait_stream`: x written on the legacy stream, reduced on the side
+    // stream (a launch's parameters count as read-write: a write/write race); the result is
+    // read back on the legacy stream after torch.cuda.synchronize() (cuCtxSynchronize_v2 in
+    // CUDA 13), which orders it after the side stream's kernel.
+    let trace = translate("torch_no_wait_stream.torch.calls");
+    assert!(trace.contains("device_synchronize 0  # cuCtxSynchronize_v2"));
+    let write = line_of(&trace, "launch legacy.0x5555 rw:");
+    let read = line_of(&trace, "launch 0x20 rw:");
+    assert_eq!(
+        races("torch_no_wait_stream.torch", &trace),
+        [(RaceKind::WriteWrite, write, read, 0x7f00_0000_0000)],
+        "{trace}"
+    );
+    let trace = translate("torch_no_wait_stream.fixed.torch.calls");
+    assert_eq!(
+        races("torch_no_wait_stream.fixed.torch", &trace),
+        [],
+        "{trace}"
+    );
 }

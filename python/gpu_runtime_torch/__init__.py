@@ -10,8 +10,10 @@ terms. The library itself (gpu-capi) ships inside the package as the module `_na
 
 `enable(**options)` takes the allocator's options as keyword arguments (see `settings`),
 `memory_stats(device)` gives the fields of `torch.cuda.memory_stats` the allocator can fill,
-`empty_cache()` returns its wholly free cached segments to the driver, and `shutdown()` gives
-everything back and writes the trace (`trace=`), last thing in a run.
+`empty_cache()` returns its wholly free cached segments to the driver, `record_stream(tensor,
+stream)` does what `tensor.record_stream(stream)` does for PyTorch's own allocator (PyTorch does
+not pass that call on to a plug-in), and `shutdown()` gives everything back and writes the trace
+(`trace=`), last thing in a run.
 """
 
 import ctypes
@@ -19,7 +21,8 @@ import importlib.util
 import os
 
 __all__ = [
-    "enable", "settings", "memory_stats", "torch_stats", "empty_cache", "shutdown", "library_path",
+    "enable", "settings", "memory_stats", "torch_stats", "empty_cache", "record_stream", "shutdown",
+    "library_path",
 ]
 
 # The settings gpu-capi reads when its runtime opens (gpu_capi::shared::config).
@@ -146,6 +149,8 @@ def _load(path):
     lib.gpurt_torch_stats.argtypes = (ctypes.c_int, ctypes.POINTER(_Stats))
     lib.gpurt_torch_stats.restype = ctypes.c_int
     lib.gpurt_torch_empty_cache.restype = None
+    lib.gpurt_torch_record_stream.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
+    lib.gpurt_torch_record_stream.restype = None
     lib.gpurt_shutdown.argtypes = (ctypes.POINTER(_Report),)
     lib.gpurt_shutdown.restype = ctypes.c_int
     return lib
@@ -238,6 +243,20 @@ def memory_stats(device=None):
     if lib.gpurt_torch_stats(index, ctypes.byref(out)) != 0:
         raise RuntimeError(f"gpurt_torch_stats: {_last_error(lib)}")
     return torch_stats({name: getattr(out, name) for name in STATS_FIELDS})
+
+
+def record_stream(tensor, stream):
+    """Marks `tensor`'s memory used on `stream` (a torch.cuda.Stream) too: once freed, it is
+    reused only after the work enqueued on `stream` before the free. What
+    `tensor.record_stream(stream)` does for PyTorch's own allocator: PyTorch does not pass that
+    call on to a plug-in installed from Python, so with this allocator call this instead (or
+    too). Raises RuntimeError when the memory is no live allocation of this allocator."""
+    lib = _enabled()
+    before = lib.gpurt_last_error()
+    lib.gpurt_torch_record_stream(tensor.data_ptr(), stream.cuda_stream)
+    after = lib.gpurt_last_error()
+    if after and after != before:
+        raise RuntimeError(f"gpurt_torch_record_stream: {after.decode(errors='replace')}")
 
 
 def empty_cache():

@@ -101,7 +101,8 @@ class Library(unittest.TestCase):
         self.assertTrue(os.path.isfile(path), path)
         lib = ctypes.CDLL(path)
         for symbol in ("gpurt_torch_alloc", "gpurt_torch_free", "gpurt_torch_stats",
-                       "gpurt_torch_empty_cache", "gpurt_open", "gpurt_shutdown"):
+                       "gpurt_torch_empty_cache", "gpurt_torch_record_stream", "gpurt_open",
+                       "gpurt_shutdown"):
             self.assertTrue(hasattr(lib, symbol), symbol)
 
     def test_figures_map_to_pytorchs_names(self):
@@ -120,7 +121,8 @@ class Library(unittest.TestCase):
         self.assertEqual(stats["gpurt.cross_stream_hits"], 2)
 
     def test_figures_and_cache_calls_need_enable_first(self):
-        for call in (gt.memory_stats, gt.empty_cache, gt.shutdown):
+        for call in (gt.memory_stats, gt.empty_cache, gt.shutdown,
+                     lambda: gt.record_stream(None, None)):
             with self.assertRaises(RuntimeError) as refused:
                 call()
             self.assertIn("enable()", str(refused.exception))

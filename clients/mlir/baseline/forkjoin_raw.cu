@@ -31,15 +31,15 @@
         }                                                                                \
     } while (0)
 
-__global__ void twice(const float *src, float *dst, long n) {
+extern "C" __global__ void twice(const float *src, float *dst, long n) {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i < n) dst[i] = src[i] + src[i];
 }
-__global__ void plus_one(const float *src, float *dst, long n) {
+extern "C" __global__ void plus_one(const float *src, float *dst, long n) {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i < n) dst[i] = src[i] + 1.0f;
 }
-__global__ void multiply(const float *a, const float *b, float *dst, long n) {
+extern "C" __global__ void multiply(const float *a, const float *b, float *dst, long n) {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i < n) dst[i] = a[i] * b[i];
 }

@@ -76,6 +76,6 @@ pub use session::{
     GpurtReport, gpurt_device_count, gpurt_last_error, gpurt_open, gpurt_shutdown,
     gpurt_status_name,
 };
-pub use stats::{GpurtStats, gpurt_stats};
+pub use stats::{GpurtStats, GpurtVmStats, gpurt_allocator_vm_stats, gpurt_stats};
 pub use tokens::{GpurtToken, gpurt_fork, gpurt_join, gpurt_wait};
 pub use transfers::{gpurt_copy, gpurt_download, gpurt_fill, gpurt_upload};

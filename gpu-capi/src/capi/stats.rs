@@ -1,5 +1,9 @@
-//! The runtime's counters as one C struct (`gpurt_stats_t`): pools, planning, the allocator
-//! summed over devices and kinds, the lock table, and the handles live now.
+//! The runtime's counters as C structs: `gpurt_stats_t` (pools, planning, the allocator summed
+//! over devices and kinds, the lock table, the handles live now) and `gpurt_vm_stats_t` (the
+//! allocator's growable segments: memory mapped and address space reserved).
+//!
+//! `gpurt_stats_t` keeps its layout for the programs built against it: counters added later
+//! come in structs of their own, each with a function of its own.
 
 use gpu_runtime::allocator::AllocatorStats;
 
@@ -103,6 +107,54 @@ fn stats<B: ClientBackend>(s: &Session<B>) -> GpurtStats {
         live_memory: s.capi.memory.len() as u64,
         live_kernels: s.capi.kernels.len() as u64,
     }
+}
+
+/// The allocator's growable segments (`GPU_RUNTIME_GROWABLE_SEGMENTS=1`, where the backend has
+/// virtual memory management), summed over devices and kinds.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpurtVmStats {
+    /// Bytes of physical memory mapped into growable segments now (counted in `reserved_bytes`
+    /// of `gpurt_stats_t` too).
+    pub mapped_bytes: u64,
+    /// Address space reserved for growable segments now (mapped or not); it goes back only
+    /// when a segment has nothing mapped any more.
+    pub address_space_bytes: u64,
+    /// Pieces of physical memory mapped so far.
+    pub maps: u64,
+    /// Pieces unmapped so far (free tails given back).
+    pub unmaps: u64,
+}
+
+fn vm_stats<B: ClientBackend>(s: &Session<B>) -> GpurtVmStats {
+    let figures = s.runtime().stats();
+    figures
+        .allocator
+        .iter()
+        .fold(GpurtVmStats::default(), |mut sum, (_, _, kind)| {
+            sum.mapped_bytes += kind.mapped as u64;
+            sum.address_space_bytes += kind.address_space as u64;
+            sum.maps += kind.maps;
+            sum.unmaps += kind.unmaps;
+            sum
+        })
+}
+
+/// Writes the allocator's growable-segment counters to `*stats` (all zero without growable
+/// segments).
+///
+/// Thread safety: any thread; a snapshot (other threads' calls may change it at once).
+///
+/// # Safety
+/// `stats` points to writable memory for a `gpurt_vm_stats_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gpurt_allocator_vm_stats(stats: *mut GpurtVmStats) -> GpurtStatus {
+    status_of(|| {
+        let out = out_param(stats, "vm stats out-parameter")?;
+        let figures = with_session(|s| dispatch!(s, s => Ok(self::vm_stats(s))))?;
+        write_out(out, figures);
+        Ok(())
+    })
 }
 
 /// Writes the runtime's counters to `*stats`.

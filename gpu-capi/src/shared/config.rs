@@ -11,7 +11,9 @@
 //!   (`AllocatorConfig::max_split_size`; `none`: any block may be split, PyTorch's default).
 //! - `GPU_RUNTIME_GROWABLE_SEGMENTS=0|1`: both pools from growable segments where the
 //!   backend has virtual memory management (`AllocatorConfig::growable_segments`; off by
-//!   default; none of the GPU backends offers it to the allocator yet, so it falls back).
+//!   default; the CUDA backend has it for device memory where the device supports it, the
+//!   others fall back to ordinary segments). `gpurt_allocator_vm_stats` reports what they map
+//!   and reserve.
 //! - `GPU_RUNTIME_ALLOC_TRACE=PATH`: records every device-memory allocation, free and use on
 //!   another stream into `PATH` in the allocation trace format (docs/alloc-trace-format.md),
 //!   for `gpu-alloc-replay`; flushed at shutdown (`gpurt_shutdown`).

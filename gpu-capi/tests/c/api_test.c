@@ -494,7 +494,45 @@ static void statistics(void) {
     CHECK(after.operations > 0 && after.stream_acquires >= after.streams_created);
     CHECK(after.live_kernels == 3);
     EXPECT(GPURT_STATUS_NULL_POINTER, gpurt_stats(NULL));
+    /* Without growable segments nothing is mapped or reserved as address space. */
+    gpurt_vm_stats_t vm;
+    memset(&vm, 0xFF, sizeof vm);
+    OK(gpurt_allocator_vm_stats(&vm));
+    CHECK(vm.mapped_bytes == 0 && vm.address_space_bytes == 0 && vm.maps == 0);
+    EXPECT(GPURT_STATUS_NULL_POINTER, gpurt_allocator_vm_stats(NULL));
     OK(gpurt_free(m));
+}
+
+/* A runtime opened with GPU_RUNTIME_GROWABLE_SEGMENTS=1: a buffer grows a segment, mapped
+ * bytes follow it into gpurt_allocator_vm_stats while the address space stays reserved, and
+ * gpurt_stats_t counts the mapped bytes as reserved. Runs on a runtime of its own (the
+ * variable is read when the runtime opens), after the others have shut theirs down. */
+static void growable_segments_report_mapped_bytes_and_address_space(void) {
+    setenv("GPU_RUNTIME_GROWABLE_SEGMENTS", "1", 1);
+    gpurt_memory_t small, large;
+    OK(gpurt_alloc(0, GPURT_MEMORY_DEVICE, 3u << 20, &small));
+    gpurt_vm_stats_t first, second;
+    OK(gpurt_allocator_vm_stats(&first));
+    CHECK(first.mapped_bytes >= (3u << 20) && first.maps >= 1);
+    CHECK(first.address_space_bytes >= first.mapped_bytes);
+    OK(gpurt_alloc(0, GPURT_MEMORY_DEVICE, 9u << 20, &large));
+    OK(gpurt_allocator_vm_stats(&second));
+    CHECK(second.mapped_bytes >= first.mapped_bytes + (9u << 20) - (2u << 20));
+    CHECK(second.maps > first.maps);
+    gpurt_stats_t stats;
+    OK(gpurt_stats(&stats));
+    CHECK(stats.reserved_bytes >= second.mapped_bytes);
+    CHECK(stats.segment_allocations == 0);
+    /* Freed memory stays mapped in the cache until the shutdown trims it. */
+    OK(gpurt_free(small));
+    OK(gpurt_free(large));
+    gpurt_vm_stats_t freed;
+    OK(gpurt_allocator_vm_stats(&freed));
+    CHECK(freed.mapped_bytes == second.mapped_bytes);
+    gpurt_report_t report;
+    OK(gpurt_shutdown(&report));
+    CHECK(report.trimmed_bytes >= second.mapped_bytes);
+    unsetenv("GPU_RUNTIME_GROWABLE_SEGMENTS");
 }
 
 /* Leaves one buffer and one token behind: the shutdown releases and reports them, and writes
@@ -714,6 +752,7 @@ int main(int argc, char **argv) {
     statistics();
     shutdown_reports_and_writes_the_trace(argv[1]);
     wrong_arguments_and_shapes_are_refused_at_launch();
+    growable_segments_report_mapped_bytes_and_address_space();
     printf("%d checks, %d failed\n", checks, failures);
     return failures == 0 ? 0 : 1;
 }

@@ -168,6 +168,11 @@ impl DeviceAllocator {
         Ok(released)
     }
 
+    /// The mapped part of each growable segment of `kind`: start and size, in no set order.
+    pub fn mapped_ranges(&self, kind: MemoryKind) -> alloc::vec::Vec<(usize, usize)> {
+        self.caches[kind.cache_index()].mapped_ranges().collect()
+    }
+
     /// Statistics of one memory kind.
     pub fn stats(&self, kind: MemoryKind) -> AllocatorStats {
         self.caches[kind.cache_index()].stats().clone()

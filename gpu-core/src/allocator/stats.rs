@@ -43,6 +43,8 @@ pub struct AllocatorStats {
     pub oom_errors: u64,
     /// Address space reserved for growable segments (their mapped part counts in `reserved`).
     pub address_space: usize,
+    /// Bytes of physical memory mapped into growable segments now (part of `reserved`).
+    pub mapped: usize,
     /// Pieces of physical memory mapped into growable segments (each a driver allocation).
     pub maps: u64,
     /// Pieces unmapped from growable segments' free tails.
@@ -95,6 +97,7 @@ impl AllocatorStats {
     pub(crate) fn note_mapped(&mut self, bytes: usize) {
         self.reserved += bytes;
         self.cached += bytes;
+        self.mapped += bytes;
         self.maps += 1;
         if self.reserved > self.peak_reserved {
             self.peak_reserved = self.reserved;
@@ -105,6 +108,7 @@ impl AllocatorStats {
     pub(crate) fn note_unmapped(&mut self, bytes: usize) {
         self.reserved -= bytes;
         self.cached -= bytes;
+        self.mapped -= bytes;
         self.unmaps += 1;
     }
 

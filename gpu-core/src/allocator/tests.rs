@@ -418,6 +418,7 @@ fn a_growing_tensor_extends_its_growable_segment_and_the_free_tail_goes_back() {
     // 40 MiB mapped in 4 pieces, where segments would have held 8 + 16 + 24 + 40 MiB (or
     // released and re-allocated them).
     assert_eq!((stats.peak_reserved, stats.maps), (40 * MIB, 4));
+    assert_eq!(stats.mapped, 40 * MIB);
     a.check_consistency().unwrap();
     a.free(&mut d, last.unwrap(), Release::OnStream(S0))
         .unwrap();
@@ -425,6 +426,7 @@ fn a_growing_tensor_extends_its_growable_segment_and_the_free_tail_goes_back() {
     assert_eq!(a.trim(&mut d).unwrap(), stats.reserved);
     let end = a.stats(MemoryKind::Device);
     assert_eq!((end.reserved, end.segments, end.address_space), (0, 0, 0));
+    assert_eq!(end.mapped, 0);
     assert!(d.reserved_ranges().is_empty() && d.live_segments().is_empty());
     assert!(d.violations.is_empty(), "{:?}", d.violations);
 }

@@ -12,6 +12,7 @@
 //! argument count and kinds ([`KernelEntry::check_arguments`]) and that the counts fit the
 //! memory given ([`KernelEntry::check_launch`]).
 
+use alloc::vec::Vec;
 use core::ffi::{CStr, c_void};
 
 use super::{KernelArg, LaunchDims};
@@ -306,6 +307,44 @@ union ArgSlot {
     f32: f32,
 }
 
+impl ArgSlot {
+    /// The slot holding `arg`'s value.
+    #[inline]
+    fn of(arg: KernelArg) -> Self {
+        match arg {
+            // Device addresses are 64-bit (CUdeviceptr, hipDeviceptr_t); usize is 64-bit on
+            // every platform the GPU drivers support.
+            KernelArg::Ptr(address) => ArgSlot {
+                address: address as u64,
+            },
+            KernelArg::U32(value) => ArgSlot { u32: value },
+            KernelArg::U64(value) => ArgSlot { u64: value },
+            KernelArg::F32(value) => ArgSlot { f32: value },
+        }
+    }
+}
+
+/// Argument values packed as given, any number of them: a graph's launch node of a module's
+/// kernel, which has no table to check them against (the caller of the unsafe launch promised
+/// that the kernel's parameters have the values' types). Built once per node, not per launch.
+pub struct ArgList(Vec<ArgSlot>);
+
+impl ArgList {
+    /// `args`' values, in order.
+    pub fn pack(args: &[KernelArg]) -> Self {
+        Self(args.iter().map(|&arg| ArgSlot::of(arg)).collect())
+    }
+
+    /// The `kernelParams` array: one pointer to each value. The values live in a heap buffer
+    /// of their own, so the pointers stay valid until `self` is dropped, moved or not.
+    pub fn pointers(&mut self) -> Vec<*mut c_void> {
+        self.0
+            .iter_mut()
+            .map(|slot| (slot as *mut ArgSlot).cast())
+            .collect()
+    }
+}
+
 /// A launch's argument values, checked against the kernel's parameters; lives on the caller's
 /// stack while the driver reads it (cuLaunchKernel and hipModuleLaunchKernel copy the values
 /// before they return).
@@ -322,16 +361,7 @@ impl ArgBuffer {
         entry.check_arguments(args)?;
         let mut slots = [ArgSlot { u64: 0 }; MAX_PARAMS];
         for (slot, arg) in slots.iter_mut().zip(args) {
-            *slot = match *arg {
-                // Device addresses are 64-bit (CUdeviceptr, hipDeviceptr_t); usize is 64-bit
-                // on every platform the GPU drivers support.
-                KernelArg::Ptr(address) => ArgSlot {
-                    address: address as u64,
-                },
-                KernelArg::U32(value) => ArgSlot { u32: value },
-                KernelArg::U64(value) => ArgSlot { u64: value },
-                KernelArg::F32(value) => ArgSlot { f32: value },
-            };
+            *slot = ArgSlot::of(*arg);
         }
         Ok(Self {
             slots,

@@ -15,7 +15,12 @@
 //! driver on a stream per thread: the throughput of every thread together; (9) a chain of 1,000
 //! small kernels replayed as one graph (the runtime's Graph and a raw cuGraph) against 1,000
 //! cuLaunchKernel on a stream, to completion, and a replay after updating every node in place
-//! against recording and instantiating again.
+//! against recording and instantiating again; (10) the MLIR fork/join program's work with its
+//! floor's kernels as one replayed graph against the same calls by hand on two streams; (11) a
+//! 4-layer MLP's forward step as a graph against the same kernels on a stream. Cases 10 and 11
+//! load PTX compiled on the GPU machine (`nvcc -ptx`), named by `GPU_BENCH_FORKJOIN_PTX`
+//! (`clients/mlir/baseline/forkjoin_raw.cu`) and `GPU_BENCH_MLP_PTX` (`benches/hw/mlp.cu`), and
+//! are skipped without them.
 //!
 //! Timing: each measurement runs one untimed warm-up batch per side, then N batches of M calls
 //! per side, each batch timed with `Instant` around the calls (and the one synchronisation that
@@ -36,7 +41,7 @@
 // check its code, as the backend's own calls do.
 
 use std::cell::{Cell, RefCell};
-use std::ffi::c_void;
+use std::ffi::{CStr, CString, c_void};
 use std::hint::black_box;
 use std::process::ExitCode;
 use std::ptr;
@@ -44,6 +49,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpu_core::allocator::MemoryKind;
+use gpu_core::backend::library::ArgList;
 use gpu_core::backend::{Backend, KernelArg, LaunchDims};
 use gpu_core::token::Token;
 use gpu_core::{DeviceId, Error};
@@ -54,16 +60,20 @@ use gpu_ffi_loader::hw_bench::{
 use gpu_rt::runtime::{Arg, Runtime, RuntimeConfig};
 
 mod copies;
+mod forkjoin;
 mod graphs;
 mod launches;
 mod memory;
+mod mlp;
 mod ordering;
 mod threads;
 
 use copies::copies;
-use graphs::{fork_join, graphs};
+use forkjoin::fork_join;
+use graphs::graphs;
 use launches::kernel_launch;
 use memory::{device_alloc_free, host_pinned_alloc_free, pinned_lookup};
+use mlp::mlp;
 use ordering::{k_way_join, stream_event_pools};
 use threads::threads;
 
@@ -111,6 +121,92 @@ impl Drop for RawEvent {
     fn drop(&mut self) {
         // SAFETY: the event was created by `new` and is destroyed once, here.
         let _ = unsafe { result::event::destroy(self.driver, self.raw) };
+    }
+}
+
+/// The PTX image named by the environment variable `var` (compiled on the GPU machine from a
+/// `.cu` file of the bundle), NUL-terminated; `None` when the variable is unset (the case that
+/// needs it is skipped).
+fn ptx_from_env(var: &str) -> Outcome<Option<CString>> {
+    let Ok(path) = std::env::var(var) else {
+        return Ok(None);
+    };
+    let text = std::fs::read(&path).map_err(|e| format!("cannot read {path} ({var}): {e}"))?;
+    Ok(Some(
+        CString::new(text).map_err(|_| format!("{path} ({var}) holds a NUL byte"))?,
+    ))
+}
+
+/// A module loaded with the driver directly into the current context, unloaded on drop: the
+/// raw side's kernels.
+struct RawModule {
+    driver: &'static Driver,
+    raw: sys::CUmodule,
+}
+
+impl RawModule {
+    fn new(driver: &'static Driver, image: &CStr) -> Outcome<Self> {
+        // SAFETY: a complete, NUL-terminated image, read during the call.
+        let raw = unsafe { result::module::load_data(driver, image.as_ptr().cast()) }?;
+        Ok(Self { driver, raw })
+    }
+
+    fn function(&self, name: &CStr) -> Outcome<sys::CUfunction> {
+        // SAFETY: the module lives until `self` drops.
+        Ok(unsafe { result::module::function(self.driver, self.raw, name) }?)
+    }
+}
+
+impl Drop for RawModule {
+    fn drop(&mut self) {
+        // SAFETY: loaded by `new`, unloaded once, here, after the raw side's launches.
+        let _ = unsafe { result::module::unload(self.driver, self.raw) };
+    }
+}
+
+/// One kernel launch of the raw side, its arguments packed once, before the timed loop.
+struct RawLaunch {
+    function: sys::CUfunction,
+    shape: result::module::LaunchShape,
+    /// The values `pointers` point into, kept alive with them.
+    _values: ArgList,
+    pointers: Vec<*mut c_void>,
+}
+
+impl RawLaunch {
+    fn new(
+        function: sys::CUfunction,
+        shape: result::module::LaunchShape,
+        args: &[KernelArg],
+    ) -> Self {
+        let mut values = ArgList::pack(args);
+        let pointers = values.pointers();
+        Self {
+            function,
+            shape,
+            _values: values,
+            pointers,
+        }
+    }
+
+    /// cuLaunchKernel on `stream`.
+    ///
+    /// # Safety
+    /// The function is of a live module of the current context and takes the packed values'
+    /// types, `stream` is a live stream of that context, and the memory the kernel reaches
+    /// stays valid, and untouched by anything that races with it, until it has completed.
+    unsafe fn launch(&mut self, driver: &Driver, stream: sys::CUstream) -> Outcome<()> {
+        // SAFETY: one pointer per parameter, to a value of its type in `values`, alive through
+        // the call; the caller's promise for the rest.
+        Ok(unsafe {
+            result::module::launch(
+                driver,
+                self.function,
+                self.shape,
+                stream,
+                self.pointers.as_mut_ptr(),
+            )
+        }?)
     }
 }
 
@@ -197,7 +293,7 @@ fn no_driver_or_device(error: &Error) -> bool {
 /// A case: its title and the function that measures it.
 type Case = (&'static str, fn(&Bench<'_>, &mut Report) -> Outcome<()>);
 
-const CASES: [Case; 10] = [
+const CASES: [Case; 11] = [
     ("device alloc+free cache hit", device_alloc_free),
     ("pinned host alloc+free cache hit", host_pinned_alloc_free),
     ("pinned lookup with 4,096 locked regions", pinned_lookup),
@@ -211,6 +307,7 @@ const CASES: [Case; 10] = [
     ),
     ("graphs: 1,000-kernel chain and in-place updates", graphs),
     ("graphs: the fork/join program's work", fork_join),
+    ("graphs: a small MLP's forward step", mlp),
 ];
 
 fn run(backend: CudaBackend, plan: Plan) -> Outcome<bool> {

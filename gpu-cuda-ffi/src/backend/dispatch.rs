@@ -176,6 +176,76 @@ impl Backend for CudaBackend {
         })
     }
 
+    /// cuMemGetAllocationGranularity (minimum) of device memory, read at open, where the
+    /// device reports `CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED` and the driver
+    /// has the entry points; `None` for other kinds.
+    fn vm_granularity(&self, device: DeviceId, kind: MemoryKind) -> Option<usize> {
+        self.granularity(device, kind)
+    }
+
+    /// cuMemAddressReserve of `wanted` bytes, else of `needed` (out of address space: `None`),
+    /// recorded for `vm_release`. A size not a multiple of the granularity is
+    /// [`Error::MisalignedSegment`]; a kind without virtual memory [`Error::KindUnsupported`].
+    fn vm_reserve(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        wanted: usize,
+        needed: usize,
+    ) -> Result<Option<(usize, usize)>> {
+        self.reserve_range((device, kind), wanted, needed)
+    }
+
+    /// One cuMemCreate and cuMemMap per granularity piece (its handle kept for the unmap),
+    /// then cuMemSetAccess for the device. Out of memory is `false`, with the pieces mapped so
+    /// far unmapped and released again. A range outside the backend's reservations, or over a
+    /// mapped piece, is [`Error::UnknownAddress`] before the driver.
+    fn vm_map(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<bool> {
+        self.map_range((device, kind), address, size)
+    }
+
+    /// cuMemSetAccess of a range mapped throughout on `device` for `peer`'s location.
+    fn vm_set_access(
+        &self,
+        device: DeviceId,
+        address: usize,
+        size: usize,
+        peer: DeviceId,
+    ) -> Result<()> {
+        self.grant_peer(device, (address, size), peer)
+    }
+
+    /// cuStreamSynchronize of `after` (a stream of `device`), then cuMemUnmap and cuMemRelease
+    /// of each piece; the range must be whole pieces this backend mapped
+    /// ([`Error::UnknownAddress`] otherwise).
+    fn vm_unmap(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+        after: Option<CudaStream>,
+    ) -> Result<()> {
+        self.unmap_range((device, kind), (address, size), after)
+    }
+
+    /// cuMemAddressFree of a whole range from `vm_reserve`, nothing of it mapped.
+    fn vm_release(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<()> {
+        self.release_range((device, kind), address, size)
+    }
+
     /// cuMemHostRegister with `PORTABLE | DEVICEMAP` (in device 0's context: registration needs
     /// a context, and is process-wide), then cuMemHostGetDevicePointer in each device's context
     /// for `device_ptrs[d]`. If an address lookup fails, the range is unregistered again.
@@ -346,6 +416,11 @@ impl Backend for CudaBackend {
             .library
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // What is still mapped or reserved goes back first: the reset would leave the
+        // reservations, and the driver's handles of physical memory, behind.
+        if let Ok(_scope) = self.enter(device) {
+            self.clear_mappings(device, state);
+        }
         // SAFETY: the trait's contract: nothing of the device is used after its reset; its
         // handles go stale below.
         unsafe { result::context::reset_primary(self.driver, state.ordinal) }?;
@@ -570,6 +645,22 @@ impl Backend for CudaBackend {
     }
 
     /// cuModuleGetFunction; a name the module lacks is the driver's `CUDA_ERROR_NOT_FOUND`.
+    /// cuFuncGetParamInfo for each parameter until the driver says there is none more.
+    fn kernel_param_sizes(&self, kernel: CudaKernel) -> Result<Vec<usize>> {
+        let _module = self.live_kernel(kernel)?;
+        let mut sizes = Vec::new();
+        loop {
+            // SAFETY: a function of a live module (held).
+            let info =
+                unsafe { result::module::param_info(self.driver, kernel.function, sizes.len()) }?;
+            match info {
+                Some((_, size)) => sizes.push(size),
+                None => break,
+            }
+        }
+        Ok(sizes)
+    }
+
     fn module_kernel(&self, module: CudaModule, name: &CStr) -> Result<CudaKernel> {
         let module = self.modules.get(module.key)?;
         let _scope = self.enter(module.device)?;

@@ -11,15 +11,27 @@
 
 use super::*;
 use gpu_core::backend::graph::{GraphDesc, NodeId, NodeOp};
-use gpu_core::backend::live::{LiveGraph, fill_element};
+use gpu_core::backend::live::{LiveGraph, fill_element, node_arguments};
 
 use crate::result::graph as driver_graph;
 
 /// What the backend keeps for one graph: the driver's objects, its nodes, the modules its
 /// kernels need, and the lock serialising calls on it.
-pub(super) struct GraphState(
-    LiveGraph<sys::CUgraph, sys::CUgraphExec, sys::CUgraphNode, HandleKey<CudaModule>>,
-);
+pub(super) struct GraphState {
+    live: LiveGraph<sys::CUgraph, sys::CUgraphExec, sys::CUgraphNode, HandleKey<CudaModule>>,
+    /// Destroys the `CUgraph` when the state drops: after [`CudaBackend::destroy_graph`]
+    /// destroyed the instantiation, or once a device reset forgot the graph (the reset
+    /// destroyed the instantiation with the context, not the graph, a host-side object).
+    driver: &'static Driver,
+}
+
+impl Drop for GraphState {
+    fn drop(&mut self) {
+        // SAFETY: the graph made by `instantiate_graph`, destroyed once, here, when no call
+        // holds the state any more (the live graphs drop a value only then).
+        let _ = unsafe { driver_graph::destroy(self.driver, self.live.graph()) };
+    }
+}
 
 // SAFETY: the driver's graph objects are opaque handles, never dereferenced by this crate; the
 // driver lets any thread use them with the context current (every method makes it so), and
@@ -54,8 +66,9 @@ impl CudaBackend {
     /// `Backend::graph_instantiate`: cuGraphCreate, one cuGraphAdd*Node per node after its
     /// dependencies' nodes (copies and fills in the device's primary context, kernels in their
     /// module's), cuGraphInstantiateWithFlags (flags 0); a failure anywhere destroys the graph
-    /// built so far. Each launch node's kernel must be live, of `device`, and a library
-    /// kernel whose arguments match its parameters, as for `launch`.
+    /// built so far. Each launch node's kernel must be live and of `device`; a library
+    /// kernel's arguments must match its parameters, as for `launch`, and a module's kernel
+    /// takes them as given (a graph node is the one typed way to launch one).
     pub(super) fn instantiate_graph(
         &self,
         device: DeviceId,
@@ -94,7 +107,13 @@ impl CudaBackend {
             // SAFETY: the graph just built, not instantiated, and not used again.
             |graph| drop(unsafe { driver_graph::destroy(driver, graph) }),
         )?;
-        let key = self.graphs.insert(device, GraphState(state));
+        let key = self.graphs.insert(
+            device,
+            GraphState {
+                live: state,
+                driver,
+            },
+        );
         Ok(CudaGraph { device, key })
     }
 
@@ -107,14 +126,14 @@ impl CudaBackend {
         check_same_device(stream.device, graph.device)?;
         let (stream, state) = (self.streams.get(stream.key)?, self.graphs.get(graph.key)?);
         let _modules = state
-            .0
+            .live
             .hold_modules(|module| self.modules.get_as(module, "kernel"))?;
         let _scope = self.enter(stream.device)?;
-        state.0.serialized(|| {
+        state.live.serialized(|| {
             // SAFETY: a live instantiation (held, its calls serialised) and a live stream of
             // its device (held), whose context is current; its kernels' modules are loaded
             // (held); the caller's promise for the memory every node reaches.
-            unsafe { driver_graph::launch(self.driver, state.0.exec(), stream.raw) }
+            unsafe { driver_graph::launch(self.driver, state.live.exec(), stream.raw) }
         })
     }
 
@@ -127,12 +146,12 @@ impl CudaBackend {
         op: &NodeOp<CudaKernel>,
     ) -> Result<()> {
         let state = self.graphs.get(graph.key)?;
-        let handle = state.0.node_for(node, op)?;
+        let handle = state.live.node_for(node, op)?;
         let context = self.device(graph.device)?.context();
         let _scope = self.enter(graph.device)?;
-        let (driver, exec) = (self.driver, state.0.exec());
+        let (driver, exec) = (self.driver, state.live.exec());
         self.with_node_params(graph.device, op, |params| {
-            state.0.serialized(|| match params {
+            state.live.serialized(|| match params {
                 // SAFETY: (all three) a live instantiation (held, its calls serialised), a node
                 // of its graph of the same kind, and parameters built for the current context.
                 NodeParams::Kernel(params) => unsafe {
@@ -151,8 +170,8 @@ impl CudaBackend {
     }
 
     /// `Backend::graph_destroy`: once no call of another thread uses the graph, cuGraphExecDestroy
-    /// then cuGraphDestroy. The handle is stale from the moment the call begins, also if the
-    /// driver refuses (both are tried; the first refusal is returned).
+    /// (its refusal is returned), then cuGraphDestroy as the state drops. The handle is stale
+    /// from the moment the call begins, also if the driver refuses.
     pub(super) fn destroy_graph(&self, graph: CudaGraph) -> Result<()> {
         // Looked up first, so that a missing symbol leaves the graph live.
         self.driver.cuGraphExecDestroy()?;
@@ -161,16 +180,14 @@ impl CudaBackend {
         let _scope = self.enter(device)?;
         // SAFETY: a live instantiation, just taken out of the live graphs after the last call
         // using it returned, so nothing uses it again.
-        let exec = unsafe { driver_graph::exec_destroy(self.driver, state.0.exec()) };
-        // SAFETY: its graph, likewise.
-        let graph = unsafe { driver_graph::destroy(self.driver, state.0.graph()) };
-        exec.and(graph)
+        unsafe { driver_graph::exec_destroy(self.driver, state.live.exec()) }
     }
 
     /// Builds `op`'s driver parameters for a graph of `device` and passes them to `call`: a
     /// launch node's kernel must be of `device` ([`Error::WrongDevice`]) and live (held for
-    /// the call), and its arguments match the library kernel's parameters
-    /// ([`Error::KernelArgumentMismatch`]; a module's kernel has no table and is refused).
+    /// the call), and a library kernel's arguments match its parameters
+    /// ([`Error::KernelArgumentMismatch`]); a module's kernel takes its arguments as given
+    /// (`node_arguments`).
     fn with_node_params<R>(
         &self,
         device: DeviceId,
@@ -195,7 +212,7 @@ impl CudaBackend {
             NodeOp::Launch { kernel, dims, args } => {
                 check_same_device(device, kernel.device)?;
                 let _module = self.live_kernel(*kernel)?;
-                let mut values = library_arguments(kernel.library_index, args)?;
+                let mut values = node_arguments(kernel.library_index, args)?;
                 let mut pointers = values.pointers();
                 let shape = LaunchShape {
                     grid: dims.grid,

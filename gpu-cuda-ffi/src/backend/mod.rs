@@ -16,12 +16,15 @@
 //! and never reaches the driver, and a destroy waits for the calls in flight on its handle. The
 //! addresses it allocated and the host ranges it registered are kept too ([`LiveAllocations`],
 //! [`LiveRegistrations`]): `free` and `host_unregister` refuse anything else before the driver.
+//! So are the address ranges it reserved and the physical memory it mapped into them (the
+//! allocator's growable segments, `vm`), given back at a device's reset and at drop.
 
 mod caps;
 mod context;
 mod dispatch;
 mod graphs;
 pub mod kernels;
+mod vm;
 
 use core::ffi::{CStr, c_int, c_void};
 use core::ptr;
@@ -196,6 +199,9 @@ struct DeviceState {
     info: DeviceInfo,
     /// Loaded at the first [`Backend::kernel`] call for the device.
     library: Mutex<Option<LoadedLibrary>>,
+    /// The granularity of device memory's virtual memory management, where the device and the
+    /// driver have it (read at open).
+    vm_granularity: Option<usize>,
 }
 
 impl DeviceState {
@@ -231,6 +237,8 @@ pub struct CudaBackend {
     allocations: LiveAllocations,
     /// The host ranges it registered and has not unregistered.
     registrations: LiveRegistrations,
+    /// The address ranges it reserved and the pieces of device memory mapped into them.
+    mappings: vm::Mappings,
 }
 
 // SAFETY: the raw handles inside (contexts, pools, modules, functions) are opaque driver
@@ -312,6 +320,7 @@ impl CudaBackend {
             graphs: LiveHandles::new(BACKEND, "graph"),
             allocations: LiveAllocations::new(),
             registrations: LiveRegistrations::new(),
+            mappings: vm::Mappings::new(),
         }
     }
 
@@ -417,12 +426,16 @@ fn open_device(driver: &Driver, index: c_int, pool_entry_points: bool) -> Result
         result::device::attribute(driver, attribute, ordinal)
     })?;
     let context = result::context::retain_primary(driver, ordinal)?;
+    let vm_granularity = ContextScope::enter(driver, context)
+        .ok()
+        .and_then(|_scope| vm::device_granularity(driver, ordinal));
     Ok(DeviceState {
         ordinal,
         context: AtomicPtr::new(context),
         pool: AtomicPtr::new(ptr::null_mut()),
         info,
         library: Mutex::new(None),
+        vm_granularity,
     })
 }
 
@@ -445,6 +458,11 @@ fn allocation_outcome(allocated: Result<sys::CUdeviceptr>) -> Result<Option<usiz
 
 impl Drop for CudaBackend {
     fn drop(&mut self) {
+        for (index, state) in self.devices.iter().enumerate().rev() {
+            if let Ok(_scope) = ContextScope::enter(self.driver, state.context()) {
+                self.clear_mappings(DeviceId(index as u32), state);
+            }
+        }
         for state in self.devices.iter_mut().rev() {
             let loaded = state
                 .library

@@ -114,6 +114,25 @@ unsafe extern "C" fn function_attribute(
     unsafe { put(out, 0) }
 }
 
+/// Every fake function has fill_u32's parameters: a pointer, a 32-bit and a 64-bit value.
+const FAKE_PARAMS: [(usize, usize); 3] = [(0, 8), (8, 4), (16, 8)];
+
+unsafe extern "C" fn param_info(
+    _: sys::CUfunction,
+    index: usize,
+    offset: *mut usize,
+    size: *mut usize,
+) -> sys::CUresult {
+    let Some(&(at, bytes)) = FAKE_PARAMS.get(index) else {
+        return sys::CUDA_ERROR_INVALID_VALUE;
+    };
+    // SAFETY: as for `version`, both outputs.
+    unsafe {
+        put(offset, at);
+        put(size, bytes)
+    }
+}
+
 unsafe extern "C" fn alloc(out: *mut sys::CUdeviceptr, _: usize) -> sys::CUresult {
     // SAFETY: as for `version`.
     unsafe { put(out, fake_address() as sys::CUdeviceptr) }
@@ -182,6 +201,7 @@ impl ResolveEntryPoint for FakeDriver {
             b"cuFuncGetAttribute" => {
                 function_attribute as sys::PFN_cuFuncGetAttribute as *mut c_void
             }
+            b"cuFuncGetParamInfo" => param_info as sys::PFN_cuFuncGetParamInfo as *mut c_void,
             b"cuLaunchKernel" => ok_launch as sys::PFN_cuLaunchKernel as *mut c_void,
             b"cuMemsetD8Async" => ok_memset as sys::PFN_cuMemsetD8Async as *mut c_void,
             b"cuMemAlloc" => alloc as sys::PFN_cuMemAlloc as *mut c_void,
@@ -196,10 +216,12 @@ impl ResolveEntryPoint for FakeDriver {
             b"cuMemHostGetDevicePointer" => {
                 host_device_pointer as sys::PFN_cuMemHostGetDevicePointer as *mut c_void
             }
-            graph_call => match graphs::fake_entry_point(graph_call) {
-                Some(address) => address,
-                None => return Ok(None),
-            },
+            other => {
+                match graphs::fake_entry_point(other).or_else(|| vm::fake_entry_point(other)) {
+                    Some(address) => address,
+                    None => return Ok(None),
+                }
+            }
         };
         Ok(NonNull::new(address))
     }
@@ -237,6 +259,7 @@ fn fake_backend() -> CudaBackend {
         pool: AtomicPtr::new(ptr::null_mut()),
         info,
         library: Mutex::new(None),
+        vm_granularity: None,
     };
     CudaBackend::with_devices(fake_driver(), vec![device])
 }
@@ -338,6 +361,8 @@ fn unloading_a_module_makes_it_and_its_kernels_stale() {
     let stream = b.stream_create(D0).unwrap();
     let dims = LaunchDims::linear(1, 1);
     assert_eq!(b.kernel_static_workgroup_bytes(kernel), Ok(0));
+    // Asked parameter by parameter until the driver says there is none more.
+    assert_eq!(b.kernel_param_sizes(kernel), Ok(vec![8, 4, 8]));
     // SAFETY: the fake driver runs nothing.
     let called = unsafe { b.launch_packed(stream, kernel, dims, ptr::null_mut()) };
     assert_eq!(called, Ok(()));
@@ -354,6 +379,7 @@ fn unloading_a_module_makes_it_and_its_kernels_stale() {
         gone.clone().map(|()| 0)
     );
     assert_eq!(b.kernel_allow_workgroup_bytes(kernel, 1 << 10), gone);
+    assert_eq!(b.kernel_param_sizes(kernel), gone.clone().map(|()| vec![]));
     // SAFETY: refused before anything is enqueued.
     let called = unsafe { b.launch_packed(stream, kernel, dims, ptr::null_mut()) };
     assert_eq!(called, gone);
@@ -502,3 +528,4 @@ fn out_of_memory_is_none_and_other_codes_are_driver_errors() {
 }
 
 mod graphs;
+mod vm;

@@ -73,6 +73,25 @@ pub unsafe fn function_attribute(
     Ok(value)
 }
 
+/// cuFuncGetParamInfo: the offset and size in bytes of parameter `index` of `function`, or
+/// `None` past its last parameter (the driver says `CUDA_ERROR_INVALID_VALUE`).
+///
+/// # Safety
+/// `function` is a function of a live module.
+pub unsafe fn param_info(
+    driver: &Driver,
+    function: sys::CUfunction,
+    index: usize,
+) -> Result<Option<(usize, usize)>> {
+    let get = driver.cuFuncGetParamInfo()?;
+    let (mut offset, mut size) = (0, 0);
+    // SAFETY: both outputs are valid for writes; the caller's promise for the function.
+    match unsafe { get(function, index, &mut offset, &mut size) } {
+        sys::CUDA_ERROR_INVALID_VALUE => Ok(None),
+        code => check("cuFuncGetParamInfo", code).map(|()| Some((offset, size))),
+    }
+}
+
 /// cuFuncSetAttribute: sets `attribute` of `function` to `value`.
 ///
 /// # Safety

@@ -13,10 +13,11 @@ use core::ffi::c_void;
 
 use gpu_core::backend::check_same_device;
 use gpu_core::backend::graph::{GraphDesc, NodeId, NodeOp};
-use gpu_core::backend::live::{HandleKey, LiveGraph, fill_element, library_arguments};
+use gpu_core::backend::live::{HandleKey, LiveGraph, fill_element, node_arguments};
 use gpu_core::{DeviceId, Result};
 
 use super::{HipBackend, HipKernel, HipModule, HipStream};
+use crate::library::Hip;
 use crate::result::graph as hip_graph;
 use crate::result::module::LaunchShape;
 use crate::sys;
@@ -27,7 +28,21 @@ type HipLiveGraph =
 
 /// What the backend keeps for one graph: HIP's objects, its nodes, the modules its kernels
 /// need, and the lock serialising calls on it.
-pub(super) struct GraphState(pub(super) HipLiveGraph);
+pub(super) struct GraphState {
+    pub(super) live: HipLiveGraph,
+    /// Destroys the `hipGraph_t` when the state drops: after [`HipBackend::destroy_graph`]
+    /// destroyed the instantiation, or once a device reset forgot the graph (the reset
+    /// destroyed the instantiation with the device's state, not the graph, a host object).
+    pub(super) hip: &'static Hip,
+}
+
+impl Drop for GraphState {
+    fn drop(&mut self) {
+        // SAFETY: the graph made by `instantiate_graph`, destroyed once, here, when no call
+        // holds the state any more (the live graphs drop a value only then).
+        let _ = unsafe { hip_graph::destroy(self.hip, self.live.graph()) };
+    }
+}
 
 // SAFETY: HIP's graph objects are opaque handles, never dereferenced by this crate; HIP lets
 // any thread use them with their device current (every method makes it so), and `LiveGraph`
@@ -105,7 +120,7 @@ impl HipBackend {
             // SAFETY: the graph just built, not instantiated, and not used again.
             |graph| drop(unsafe { hip_graph::destroy(hip, graph) }),
         )?;
-        let key = self.graphs.insert(device, GraphState(state));
+        let key = self.graphs.insert(device, GraphState { live: state, hip });
         Ok(HipGraph { device, key })
     }
 
@@ -118,14 +133,14 @@ impl HipBackend {
         check_same_device(stream.device, graph.device)?;
         let (stream, state) = (self.streams.get(stream.key)?, self.graphs.get(graph.key)?);
         let _modules = state
-            .0
+            .live
             .hold_modules(|module| self.modules.get_as(module, "kernel"))?;
         let _scope = self.enter(stream.device)?;
-        state.0.serialized(|| {
+        state.live.serialized(|| {
             // SAFETY: a live instantiation (held, its calls serialised) and a live stream of
             // its device (held), which is current; its kernels' modules are loaded (held); the
             // caller's promise for the memory every node reaches.
-            unsafe { hip_graph::launch(self.hip, state.0.exec(), stream.raw) }
+            unsafe { hip_graph::launch(self.hip, state.live.exec(), stream.raw) }
         })
     }
 
@@ -138,11 +153,11 @@ impl HipBackend {
         op: &NodeOp<HipKernel>,
     ) -> Result<()> {
         let state = self.graphs.get(graph.key)?;
-        let handle = state.0.node_for(node, op)?;
+        let handle = state.live.node_for(node, op)?;
         let _scope = self.enter(graph.device)?;
-        let (hip, exec) = (self.hip, state.0.exec());
+        let (hip, exec) = (self.hip, state.live.exec());
         self.with_node_params(graph.device, op, |params| {
-            state.0.serialized(|| match params {
+            state.live.serialized(|| match params {
                 // SAFETY: (all three) a live instantiation (held, its calls serialised), a node
                 // of its graph of the same kind, and parameters of the current device.
                 NodeParams::Kernel(params) => unsafe {
@@ -161,8 +176,8 @@ impl HipBackend {
     }
 
     /// `Backend::graph_destroy`: once no call of another thread uses the graph,
-    /// hipGraphExecDestroy then hipGraphDestroy. The handle is stale from the moment the call
-    /// begins, also if HIP refuses (both are tried; the first refusal is returned).
+    /// hipGraphExecDestroy (its refusal is returned), then hipGraphDestroy as the state drops.
+    /// The handle is stale from the moment the call begins, also if HIP refuses.
     pub(super) fn destroy_graph(&self, graph: HipGraph) -> Result<()> {
         // Looked up first, so that a missing symbol leaves the graph live.
         self.hip.hipGraphExecDestroy()?;
@@ -171,15 +186,13 @@ impl HipBackend {
         let _scope = self.enter(device)?;
         // SAFETY: a live instantiation, just taken out of the live graphs after the last call
         // using it returned, so nothing uses it again.
-        let exec = unsafe { hip_graph::exec_destroy(self.hip, state.0.exec()) };
-        // SAFETY: its graph, likewise.
-        let graph = unsafe { hip_graph::destroy(self.hip, state.0.graph()) };
-        exec.and(graph)
+        unsafe { hip_graph::exec_destroy(self.hip, state.live.exec()) }
     }
 
     /// Builds `op`'s HIP parameters for a graph of `device` and passes them to `call`: a
-    /// launch node's kernel must be of `device` and live (held for the call), and its
-    /// arguments match the library kernel's parameters (a module's kernel is refused).
+    /// launch node's kernel must be of `device` and live (held for the call), and a library
+    /// kernel's arguments match its parameters; a module's kernel takes its arguments as given
+    /// (`node_arguments`).
     fn with_node_params<R>(
         &self,
         device: DeviceId,
@@ -204,7 +217,7 @@ impl HipBackend {
             NodeOp::Launch { kernel, dims, args } => {
                 check_same_device(device, kernel.device)?;
                 let _module = self.modules.get_as(kernel.module, "kernel")?;
-                let mut values = library_arguments(kernel.library_index, args)?;
+                let mut values = node_arguments(kernel.library_index, args)?;
                 let mut pointers = values.pointers();
                 let shape = LaunchShape {
                     grid: dims.grid,

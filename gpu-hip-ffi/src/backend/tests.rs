@@ -435,7 +435,13 @@ fn graphs_are_checked_like_the_other_handles_before_hip() {
         |_| unreachable!("nothing fails"),
     )
     .unwrap();
-    let key = backend.graphs.insert(d0, GraphState(empty));
+    let key = backend.graphs.insert(
+        d0,
+        GraphState {
+            live: empty,
+            hip: backend.hip,
+        },
+    );
     let graph = HipGraph { device: d0, key };
     // SAFETY: refused before HIP.
     assert_eq!(unsafe { backend.graph_launch(stream, graph) }, unknown);

@@ -4,19 +4,23 @@
 # memcheck, racecheck, synccheck and memcheck --track-stream-ordered-races all; writes
 # $OUT/races.md (which tool reports each program, and each tool's time) and $OUT/log.txt, and
 # the traces and tool outputs under $OUT/NAME.VARIANT/. No Rust needed.
-# Beside this script (or named by RECORDER, CHECKER): libgpu_recorder.so, gpu-trace-check.
+# Beside this script or in its parent folder (a test-hw bundle's recorder/), or named by
+# RECORDER, CHECKER: libgpu_recorder.so, gpu-trace-check.
 # PYTHON (default python3) runs the PyTorch programs, skipped where torch is missing.
-# The recorder writes footprints (copies', fills' and launches' ranges, allocations and frees,
-# non-blocking streams; our PyTorch plug-in's block events for runtime_no_foreign_mark): the
-# "ours" column is gpu-trace-check's verdict on them. Launches count, conservatively, as
-# read-write of each whole allocation a parameter points into, so a fixed twin whose streams
-# use different parts of one allocation (c_pool_wrong_stream's pool segment) may be reported
-# too. The hand-written traces of the same programs (gpu-core/tests/races/) say what the
-# checker finds with exact footprints. The compute-sanitizer columns and times stand alone.
+# Recorded runs go through ../record.sh: the recorder writes footprints (copies', fills' and
+# launches' ranges, allocations and frees, non-blocking streams) and the blocks of the
+# sub-allocators that say where they are: our PyTorch plug-in's (runtime_no_foreign_mark),
+# PyTorch's own caching allocator's through the tracker shim (../torch_blocks, compiled here
+# once; if it cannot be, one line says so and launches count as whole allocations), and the C
+# pool's NVTX memory regions (c_pool_wrong_stream; the recorder is NVTX's injection library).
+# A launch's parameter pointing into a block counts as that block. The "ours" column is
+# gpu-trace-check's verdict. The compute-sanitizer columns and times stand alone.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 recorder=${RECORDER:-$here/libgpu_recorder.so}
+[ -f "$recorder" ] || recorder=$here/../libgpu_recorder.so
 checker=${CHECKER:-$here/gpu-trace-check}
+[ -x "$checker" ] || checker=$here/../gpu-trace-check
 python=${PYTHON:-python3}
 out=${OUT:-$here/out}
 limit=${LIMIT:-300}
@@ -25,10 +29,21 @@ log=$out/log.txt
 : > "$log"
 say() { printf '%s\n' "$*" | tee -a "$log"; }
 
-nvcc -O2 -lineinfo -o "$out/seeded" "$here/seeded.cu" || { say "nvcc failed"; exit 1; }
+if ! nvcc -O2 -lineinfo -o "$out/seeded" "$here/seeded.cu" -ldl 2> "$out/nvcc.txt"; then
+  say "nvcc with NVTX's memory API failed ($(head -n 1 "$out/nvcc.txt")): the C pool is built without its annotations"
+  nvcc -O2 -lineinfo -DSEEDED_NO_NVTX -o "$out/seeded" "$here/seeded.cu" || { say "nvcc failed"; exit 1; }
+fi
 programs="c_pool_wrong_stream mlir_missing_async_dependency async_free_raced"
 if "$python" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   programs="$programs torch_no_record_stream torch_no_wait_stream"
+  export SHIM_DIR=$out/torch-shim
+  mkdir -p "$SHIM_DIR"
+  if PYTHON=$python "$here/../torch_blocks/build.sh" "$SHIM_DIR" > "$SHIM_DIR/build.txt" 2>&1; then
+    say "torch shim: built"
+  else
+    touch "$SHIM_DIR/failed"
+    say "torch shim: NOT built, PyTorch's blocks are not traced: $(head -n 1 "$SHIM_DIR/build.txt")"
+  fi
   "$python" -c 'import gpu_runtime_torch' 2>/dev/null && programs="$programs runtime_no_foreign_mark"
 else
   say "torch with CUDA missing: the PyTorch programs are skipped"
@@ -62,7 +77,7 @@ for program in $programs; do
     cmd=$(command_of "$program" "$variant")
     seconds $cmd > "$dir/plain.txt" 2>&1; plain=$elapsed
     say "$program $variant plain: exit $rc; $(tail -n 1 "$dir/plain.txt")"
-    seconds env CUDA_INJECTION64_PATH="$recorder" GPU_TRACE_OUT="$dir" $cmd > "$dir/recorded.txt" 2>&1
+    seconds env RECORDER="$recorder" PYTHON="$python" "$here/../record.sh" "$dir" $cmd > "$dir/recorded.txt" 2>&1
     recorded=$elapsed
     "$checker" "$dir"/*.trace > "$dir/check.txt" 2>&1
     races=$(grep -cE 'race\)|without an ordering edge\)|use after free\)|after a use on another stream\)' "$dir/check.txt")

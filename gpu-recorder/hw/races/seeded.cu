@@ -9,6 +9,9 @@
 // CUDA call fails; whether the result is corrupted is printed, not checked (a race need not
 // show).
 #include <cuda_runtime.h>
+#ifndef SEEDED_NO_NVTX
+#include <nvtx3/nvToolsExtMem.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,14 +50,75 @@ __global__ void consume(const float *x, float *out, int n) {
 }
 
 // A stream-aware sub-allocator, as C programs write them: one free list per stream, blocks
-// cut from one segment; a freed block goes to the pool of the stream the caller names.
+// cut from one segment; a freed block goes to the pool of the stream the caller names. It
+// annotates its segment and blocks with NVTX's memory API (a heap, regions registered and
+// unregistered), which tools attached through NVTX_INJECTION64_PATH receive (the recorder
+// narrows footprints to the regions); without a tool the calls cost a check. Built with
+// -DSEEDED_NO_NVTX (a toolkit without nvtx3/nvToolsExtMem.h) it annotates nothing.
 enum { POOL_STREAMS = 4, POOL_BLOCKS = 16 };
 typedef struct {
   char *segment;
   size_t block;
   cudaStream_t streams[POOL_STREAMS];
   int free_list[POOL_STREAMS][POOL_BLOCKS], free_count[POOL_STREAMS], next;
+#ifndef SEEDED_NO_NVTX
+  nvtxDomainHandle_t domain;
+  nvtxMemHeapHandle_t heap;
+#endif
 } pool_t;
+
+#ifdef SEEDED_NO_NVTX
+static void pool_annotate(pool_t *) {}
+static void pool_unannotate(pool_t *) {}
+static void region_register(pool_t *, void *) {}
+static void region_unregister(pool_t *, void *) {}
+#else
+static void pool_annotate(pool_t *p) {
+  nvtxMemVirtualRangeDesc_t range;
+  range.size = POOL_BLOCKS * p->block;
+  range.ptr = p->segment;
+  nvtxMemHeapDesc_t heap;
+  memset(&heap, 0, sizeof heap);
+  heap.extCompatID = NVTX_EXT_COMPATID_MEM;
+  heap.structSize = sizeof heap;
+  heap.usage = NVTX_MEM_HEAP_USAGE_TYPE_SUB_ALLOCATOR;
+  heap.type = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
+  heap.typeSpecificDescSize = sizeof range;
+  heap.typeSpecificDesc = &range;
+  p->domain = nvtxDomainCreateA("seeded_pool");
+  p->heap = nvtxMemHeapRegister(p->domain, &heap);
+}
+
+static void region_register(pool_t *p, void *ptr) {
+  nvtxMemVirtualRangeDesc_t range = {p->block, ptr};
+  nvtxMemRegionsRegisterBatch_t batch;
+  memset(&batch, 0, sizeof batch);
+  batch.extCompatID = NVTX_EXT_COMPATID_MEM;
+  batch.structSize = sizeof batch;
+  batch.regionType = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
+  batch.heap = p->heap;
+  batch.regionCount = 1;
+  batch.regionDescElementSize = sizeof range;
+  batch.regionDescElements = &range;
+  nvtxMemRegionsRegister(p->domain, &batch);
+}
+
+static void region_unregister(pool_t *p, void *ptr) {
+  nvtxMemRegionRef_t ref;
+  ref.pointer = ptr;
+  nvtxMemRegionsUnregisterBatch_t batch;
+  memset(&batch, 0, sizeof batch);
+  batch.extCompatID = NVTX_EXT_COMPATID_MEM;
+  batch.structSize = sizeof batch;
+  batch.refType = NVTX_MEM_REGION_REF_TYPE_POINTER;
+  batch.refCount = 1;
+  batch.refElementSize = sizeof ref;
+  batch.refElements = &ref;
+  nvtxMemRegionsUnregister(p->domain, &batch);
+}
+
+static void pool_unannotate(pool_t *p) { nvtxMemHeapUnregister(p->domain, p->heap); }
+#endif
 
 static int pool_slot(pool_t *p, cudaStream_t s) {
   for (int i = 0; i < POOL_STREAMS; i++)
@@ -68,11 +132,14 @@ static int pool_slot(pool_t *p, cudaStream_t s) {
 static void *pool_alloc(pool_t *p, cudaStream_t s) {
   int slot = pool_slot(p, s);
   int b = p->free_count[slot] > 0 ? p->free_list[slot][--p->free_count[slot]] : p->next++;
-  return p->segment + (size_t)b * p->block;
+  void *ptr = p->segment + (size_t)b * p->block;
+  region_register(p, ptr);
+  return ptr;
 }
 
 static void pool_free(pool_t *p, void *ptr, cudaStream_t s) {
   int slot = pool_slot(p, s);
+  region_unregister(p, ptr);
   p->free_list[slot][p->free_count[slot]++] = (int)(((char *)ptr - p->segment) / p->block);
 }
 
@@ -82,6 +149,7 @@ static int c_pool_wrong_stream(int fixed) {
   memset(&pool, 0, sizeof pool);
   pool.block = n * sizeof(float);
   CHECK(cudaMalloc((void **)&pool.segment, POOL_BLOCKS * pool.block));
+  pool_annotate(&pool);
   cudaStream_t a, b;
   CHECK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
   CHECK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
@@ -96,6 +164,7 @@ static int c_pool_wrong_stream(int fixed) {
   printf("c_pool_wrong_stream: x %s y\n", (void *)x == (void *)y ? "shares its block with" : "does not share a block with");
   CHECK(cudaStreamDestroy(a));
   CHECK(cudaStreamDestroy(b));
+  pool_unannotate(&pool);
   CHECK(cudaFree(pool.segment));
   return 0;
 }

@@ -6,7 +6,10 @@ gpu-core/tests/races/*.trace.
     PROGRAM: torch_no_record_stream | torch_no_wait_stream | runtime_no_foreign_mark
 
 runtime_no_foreign_mark runs torch_no_record_stream's program on our allocator
-(gpu_runtime_torch), whose record_stream hook is mark_used_on_foreign_stream.
+(gpu_runtime_torch), whose record_stream hook is mark_used_on_foreign_stream. PyTorch does not
+pass Tensor.record_stream on to a plug-in installed from Python, so the fixed twin also calls
+gpu_runtime_torch.record_stream (without it, the "fixed" program still races on our allocator,
+as the checker reported on the GPU).
 """
 
 import sys
@@ -20,7 +23,7 @@ def spin(stream):
         torch.cuda._sleep(50_000_000)
 
 
-def no_record_stream(fixed):
+def no_record_stream(fixed, mark=None):
     side = torch.cuda.Stream()
     x = torch.empty(1 << 20, device="cuda").fill_(1)
     side.wait_stream(torch.cuda.current_stream())
@@ -29,6 +32,8 @@ def no_record_stream(fixed):
         y = x * 2
     if fixed:
         x.record_stream(side)
+        if mark is not None:
+            mark(x, side)
     address = x.data_ptr()
     del x
     z = torch.zeros(1 << 20, device="cuda")
@@ -56,7 +61,7 @@ def main():
         import gpu_runtime_torch
 
         gpu_runtime_torch.enable()
-        no_record_stream(fixed)
+        no_record_stream(fixed, gpu_runtime_torch.record_stream)
     elif program == "torch_no_record_stream":
         no_record_stream(fixed)
     elif program == "torch_no_wait_stream":

@@ -765,3 +765,5 @@ fn freeing_an_allocation_forgets_the_blocks_cut_from_it() {
     assert_eq!(lines[3], "launch 0x10 rw:0x1100+16");
     assert_eq!(lines.last().unwrap(), "launch 0x10 rw:0x1000+1024");
 }
+
+mod blocks;

@@ -142,17 +142,21 @@ impl Backend for HostBackend {
         lock(&self.memory).map(device, kind, (address, size), call)
     }
 
+    /// Recorded: a plain copy on a stream of `peer` reaches a reserved range's mapped pieces
+    /// only where they were granted to it (unmapping a piece takes its grants away, and so
+    /// does a reset of the peer, as a driver's might). The range must be mapped on `device`
+    /// (`HOST_INVALID_VALUE` otherwise).
     fn vm_set_access(
         &self,
         device: DeviceId,
-        _address: usize,
-        _size: usize,
+        address: usize,
+        size: usize,
         peer: DeviceId,
     ) -> Result<()> {
-        self.calls.enter(CallKind::Allocate)?;
+        let call = self.calls.enter(CallKind::Allocate)?;
         check_device(self, device)?;
-        // Host memory: every simulated device reaches it already.
-        check_device(self, peer)
+        check_device(self, peer)?;
+        lock(&self.memory).grant(device, (address, size), peer, call)
     }
 
     fn vm_unmap(
@@ -466,7 +470,7 @@ impl Backend for HostBackend {
         check_device(self, dst_device)?;
         check_device(self, src_device)?;
         let shared = self.current_stream(stream, call)?;
-        let item = self.prepare_copy([dst, src, bytes], false, call, |allocation, what| {
+        let item = self.prepare_copy([dst, src, bytes], false, call, |allocation, what, _| {
             let named = if what == "destination" {
                 dst_device
             } else {

@@ -92,6 +92,8 @@ pub(super) struct Allocation {
     buffers: BTreeMap<usize, usize>,
     /// A reserved address range (`Backend::vm_reserve`): the bytes mapped from its start.
     mapped: Option<usize>,
+    /// A reserved range's mapped bytes other devices were granted (`Backend::vm_set_access`).
+    grants: Vec<(DeviceId, ByteRange)>,
 }
 
 impl Allocation {
@@ -126,15 +128,39 @@ impl Allocation {
     /// copy call, given `reaches(stream_device, owner)`: the driver rule of
     /// [`gpu_core::backend::Backend::copy`]: another device's stream-ordered device memory only
     /// with peer access.
+    /// with peer access; another device's mapped pieces of a reserved range (`range` the bytes
+    /// touched) only with peer access and where they were granted to that device.
     pub(super) fn plain_copy_allowed(
         &self,
         stream_device: DeviceId,
+        range: ByteRange,
         reaches: impl Fn(DeviceId, DeviceId) -> bool,
     ) -> bool {
+        if self.mapped.is_some() && self.device != stream_device {
+            return reaches(stream_device, self.device) && self.granted(stream_device, range);
+        }
         self.device == stream_device
             || self.kind != MemoryKind::Device
             || !self.stream_ordered
             || reaches(stream_device, self.device)
+    }
+
+    /// Whether the grants to `peer` cover `range` (an empty range is covered).
+    fn granted(&self, peer: DeviceId, range: ByteRange) -> bool {
+        let mut grants: Vec<ByteRange> = self
+            .grants
+            .iter()
+            .filter(|(to, _)| *to == peer)
+            .map(|&(_, grant)| grant)
+            .collect();
+        grants.sort_by_key(|grant| grant.start);
+        let (mut next, end) = (range.start, range.start + range.len);
+        for grant in grants {
+            if grant.start <= next && grant.start + grant.len > next {
+                next = grant.start + grant.len;
+            }
+        }
+        next >= end
     }
 }
 
@@ -290,6 +316,7 @@ impl Memory {
                 block,
                 buffers: BTreeMap::new(),
                 mapped,
+                grants: Vec::new(),
             },
         );
         Some(address)
@@ -397,6 +424,37 @@ impl Memory {
         allocation.block.usage.fetch_sub(size, Ordering::AcqRel);
         allocation.block.charged.fetch_sub(size, Ordering::AcqRel);
         allocation.mapped = allocation.mapped.map(|mapped| mapped - size);
+        // The unmapped piece's grants go with it.
+        for (_, grant) in &mut allocation.grants {
+            grant.len = grant.len.min(address.saturating_sub(grant.start));
+        }
+        allocation.grants.retain(|(_, grant)| grant.len > 0);
+        Ok(())
+    }
+
+    /// Grants `peer` the mapped `[address, address + size)` of a reserved range of `device`
+    /// (`HOST_INVALID_VALUE` where it is not mapped there throughout).
+    pub(super) fn grant(
+        &mut self,
+        device: DeviceId,
+        (address, size): (usize, usize),
+        peer: DeviceId,
+        call: &'static str,
+    ) -> Result<()> {
+        let invalid = || HostErrorCode::InvalidValue.error(call);
+        let (_, allocation) = self
+            .allocations
+            .range_mut(..=address)
+            .next_back()
+            .ok_or_else(invalid)?;
+        let range = ByteRange::new(address, size).ok_or_else(invalid)?;
+        if allocation.mapped.is_none()
+            || allocation.device != device
+            || !allocation.extent().contains(&range)
+        {
+            return Err(invalid());
+        }
+        allocation.grants.push((peer, range));
         Ok(())
     }
 
@@ -584,6 +642,9 @@ impl Memory {
     /// the queued work holding it lets go.
     pub(super) fn release_device(&mut self, device: DeviceId) {
         self.allocations.retain(|_, a| a.device != device);
+        for allocation in self.allocations.values_mut() {
+            allocation.grants.retain(|&(peer, _)| peer != device);
+        }
     }
 
     /// Drops every allocation and registration (the backend is going away).

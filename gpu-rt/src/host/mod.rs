@@ -721,28 +721,29 @@ impl HostBackend {
         read_only_source: bool,
         call: &'static str,
     ) -> Result<WorkItem> {
-        self.prepare_copy(copy, read_only_source, call, |allocation, _| {
-            allocation.plain_copy_allowed(device, |from, to| self.reaches(from, to))
+        self.prepare_copy(copy, read_only_source, call, |allocation, _, range| {
+            allocation.plain_copy_allowed(device, range, |from, to| self.reaches(from, to))
         })
     }
 
     /// A copy (`[dst, src, bytes]`) to queue, after checking both sides; `allowed` judges each
-    /// side that is an allocation (the rule of the calling copy form).
+    /// side that is an allocation, given the side's name and bytes (the rule of the calling
+    /// copy form).
     fn prepare_copy(
         &self,
         [dst, src, bytes]: [usize; 3],
         read_only_source: bool,
         call: &'static str,
-        allowed: impl Fn(&memory::Allocation, &'static str) -> bool,
+        allowed: impl Fn(&memory::Allocation, &'static str, ByteRange) -> bool,
     ) -> Result<WorkItem> {
         let hold = {
             let memory = lock(&self.memory);
             let dst_side = Self::hold_range(&memory, dst, bytes, "copy destination", call)?;
             let src_side = Self::hold_range(&memory, src, bytes, "copy source", call)?;
             let mut hold = Vec::new();
-            for (side, what) in [(dst_side, "destination"), (src_side, "source")] {
+            for (side, what, start) in [(dst_side, "destination", dst), (src_side, "source", src)] {
                 if let Some(allocation) = side {
-                    if !allowed(allocation, what) {
+                    if !allowed(allocation, what, ByteRange { start, len: bytes }) {
                         return Err(HostErrorCode::InvalidValue.error(call));
                     }
                     hold.push(allocation.block.clone());

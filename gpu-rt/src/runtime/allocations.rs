@@ -217,7 +217,22 @@ impl<B: Backend> Runtime<B> {
         state.forget_device(device);
         self.health.restore(device);
         drop((state, memories));
-        self.peers.restore(&*self.backend, device)
+        let restored = self.peers.restore(&*self.backend, device);
+        // The pieces other devices mapped for it before the reset are granted to it again.
+        let granted = self
+            .memory
+            .iter()
+            .enumerate()
+            .try_for_each(|(index, memory)| {
+                let owner = DeviceId(index as u32);
+                if owner == device {
+                    return Ok(());
+                }
+                memory
+                    .lock()
+                    .grant_mapped_again(&*self.backend, owner, device)
+            });
+        restored.and(granted)
     }
 
     /// Gives cached memory of every device back to the driver (retrying frees the driver

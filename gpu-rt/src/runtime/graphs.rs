@@ -78,11 +78,15 @@ impl<'a, B: Backend> GraphRecorder<'a, B> {
     }
 
     /// Adds a launch of `kernel` (of the graph's device) with `dims` and `args`, after
-    /// `after`. Refused as [`Kernel::launch`] refuses.
+    /// `after`. Refused as [`Kernel::launch`] refuses a library kernel's; a kernel of the
+    /// program's own module ([`Runtime::module_kernel`]) takes its arguments as given, each
+    /// passed as its type (on a stream such a kernel launches through
+    /// [`Kernel::launch_packed`]).
     ///
     /// # Safety
     /// As for [`Kernel::launch`], for every replay: the kernel stays inside its spans (a
-    /// library kernel does by construction: the runtime checks its reach).
+    /// library kernel does by construction: the runtime checks its reach); a module's kernel's
+    /// parameters have the arguments' types, in order (a span is a device address).
     pub unsafe fn launch(
         &mut self,
         kernel: &Kernel<'a, B>,

@@ -453,6 +453,30 @@ impl<B: Backend> Kernel<'_, B> {
         })
     }
 
+    /// The size in bytes of each of the kernel's parameters, in order, as its driver knows them
+    /// ([`Backend::kernel_param_sizes`]; [`Error::Unsupported`] where it cannot tell): what a
+    /// caller needs to copy the values of a raw parameter array, to launch them later (as a
+    /// graph's node).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_rt::prelude::*;
+    ///
+    /// let rt = Runtime::new(HostBackend::new(HostConfig::with_devices(1)))?;
+    /// let fill = rt.kernel(DeviceId(0), "fill_u32")?;
+    /// // CUDA asks the driver; the host backend's kernels take typed arguments only.
+    /// assert!(matches!(fill.param_sizes(), Err(Error::Unsupported { backend: "host", .. })));
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn param_sizes(&self) -> Result<Vec<usize>> {
+        let kernel =
+            self.runtime
+                .state()?
+                .kernel_for(&self.runtime.backend, self.device, self.index, 0)?;
+        self.runtime.backend.kernel_param_sizes(kernel)
+    }
+
     /// Refuses span arguments this runtime does not own or of another device, and for a
     /// library kernel, `values` (the arguments' values) that do not match its parameters or
     /// reach past their spans.

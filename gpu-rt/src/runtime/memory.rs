@@ -10,6 +10,7 @@ use alloc::vec::Vec;
 use super::alloc_trace::DeviceTrace;
 use super::drivers::{AllocatorEvents, Segments};
 use super::events::EventPool;
+use super::guard::with_device;
 use super::lock::{BackoffGuard, BackoffMutex};
 use super::streams::StreamTable;
 use gpu_core::allocator::{
@@ -92,6 +93,31 @@ impl<B: Backend> DeviceMemory<B> {
         self.trace = old.trace.as_ref().map(DeviceTrace::fresh);
         self.vm_peers = core::mem::take(&mut old.vm_peers);
         old.events.give_back(Some(device));
+    }
+
+    /// Grants `peer` access again to every piece mapped into this device's (`owner`'s)
+    /// growable segments, where `peer` is one of the devices with peer access to it: a reset
+    /// of `peer` took its access away with its peer links, which the runtime turned on again.
+    /// Every range is tried; the first failure is returned.
+    pub(crate) fn grant_mapped_again(
+        &self,
+        backend: &B,
+        owner: DeviceId,
+        peer: DeviceId,
+    ) -> Result<()> {
+        if !self.vm_peers.contains(&peer) {
+            return Ok(());
+        }
+        let mut first = Ok(());
+        for kind in MemoryKind::CACHED {
+            for (address, size) in self.allocator.mapped_ranges(kind) {
+                let granted = with_device(backend, owner, || {
+                    backend.vm_set_access(owner, address, size, peer)
+                });
+                first = first.and(granted);
+            }
+        }
+        first
     }
 
     /// Forgets `device`'s streams and events after a reset of that device (this memory is

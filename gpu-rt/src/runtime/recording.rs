@@ -876,6 +876,11 @@ impl<B: Backend> Backend for RecordingBackend<B> {
         self.inner.kernel(device, name)
     }
 
+    fn kernel_param_sizes(&self, kernel: B::Kernel) -> Result<Vec<usize>> {
+        self.enter("kernel_param_sizes")?;
+        self.inner.kernel_param_sizes(kernel)
+    }
+
     fn kernel_static_workgroup_bytes(&self, kernel: B::Kernel) -> Result<u32> {
         self.enter("kernel_static_workgroup_bytes")?;
         self.inner.kernel_static_workgroup_bytes(kernel)

@@ -116,6 +116,9 @@ const FUNCTIONS: &[&str] = &[
     "cuModuleGetFunction",
     "cuFuncSetAttribute",
     "cuFuncGetAttribute",
+    // A kernel's parameters (offset and size of each): the MLIR graph mode copies a launch's
+    // argument values with them.
+    "cuFuncGetParamInfo",
     "cuLaunchKernel",
     // Context-independent libraries: a CUkernel launched on a stream runs in the stream's
     // context, so a launch needs no current context.
@@ -136,6 +139,16 @@ const FUNCTIONS: &[&str] = &[
     "cuGraphExecKernelNodeSetParams",
     "cuGraphExecMemcpyNodeSetParams",
     "cuGraphExecMemsetNodeSetParams",
+    // Virtual memory management (the allocator's growable segments): address ranges reserved,
+    // physical memory created and mapped into them piece by piece, access granted per device.
+    "cuMemGetAllocationGranularity",
+    "cuMemAddressReserve",
+    "cuMemAddressFree",
+    "cuMemCreate",
+    "cuMemRelease",
+    "cuMemMap",
+    "cuMemUnmap",
+    "cuMemSetAccess",
 ];
 
 /// Types the functions take as plain integers (flags, attribute selectors), so the recursive
@@ -154,6 +167,9 @@ const TYPES: &[&str] = &[
     "CUmemAttach_flags",
     "CUmemLocationType",
     "CUmemAccess_flags",
+    "CUmemAllocationType",
+    "CUmemAllocationHandleType",
+    "CUmemAllocationGranularity_flags",
     "CUdriverProcAddress_flags",
     "CUdriverProcAddressQueryResult",
     "PFN_cuGetProcAddress_v11030",

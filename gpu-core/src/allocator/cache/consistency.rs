@@ -11,7 +11,7 @@ impl KindCache {
     #[cfg(any(test, feature = "model"))]
     pub(crate) fn check_consistency(&self) -> core::result::Result<(), alloc::string::String> {
         use alloc::format;
-        let (mut reserved, mut segments) = (0, 0);
+        let (mut reserved, mut segments, mut mapped) = (0, 0, 0);
         let (mut allocated, mut requested, mut cached, mut pending) = (0, 0, 0, 0);
         let mut free_per_bins = alloc::vec![[0usize; 2]; self.lanes.len()];
         for (lane, state) in self.lanes.iter().enumerate() {
@@ -29,6 +29,9 @@ impl KindCache {
         for (index, segment) in self.segments.iter().enumerate().filter(|(_, s)| s.held) {
             reserved += segment.size;
             segments += 1;
+            if segment.reserve > 0 {
+                mapped += segment.size;
+            }
             if segment.reserve > 0 && segment.size > segment.reserve {
                 return Err(format!("growable segment {index} maps beyond its range"));
             }
@@ -111,6 +114,12 @@ impl KindCache {
                 .count()
         {
             return Err("pending list disagrees with the blocks".into());
+        }
+        if mapped != self.stats.mapped {
+            return Err(format!(
+                "stats say {} bytes mapped but the growable segments map {mapped}",
+                self.stats.mapped
+            ));
         }
         let s = &self.stats;
         let counted = (reserved, segments, allocated, requested, cached, pending);

@@ -26,6 +26,15 @@ impl KindCache {
         })
     }
 
+    /// The mapped part of each held growable segment: its start and size (what peers were
+    /// granted access to, and must be granted again where a reset took that away).
+    pub(crate) fn mapped_ranges(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.segments
+            .iter()
+            .filter(|s| s.held && s.reserve > 0 && s.size > 0)
+            .map(|s| (s.addr, s.size))
+    }
+
     /// The highest block of `segment`.
     fn last_block(&self, segment: u32) -> u32 {
         let mut cursor = self.segments[segment as usize].first;

@@ -265,7 +265,7 @@ impl KindCache {
                 block.lane = IDLE;
             }
         }
-        self.move_completed_to_idle();
+        self.move_completed_to_idle(IDLE);
     }
 
     #[inline]

@@ -214,7 +214,7 @@ impl KindCache {
         match rung {
             0 => Ok(self.poll_pending(driver)),
             1 if self.stats.cached >= shape.rounded => {
-                self.settle_completed(driver);
+                self.settle_completed(driver, own_lane);
                 let fits = |cache: &Self| cache.best_of_own_and_idle(own_lane, shape).is_some();
                 if config.wait_before_growing && !fits(self) {
                     self.merge_fitting_run(driver, own_lane, shape);
@@ -236,11 +236,14 @@ impl KindCache {
         }
     }
 
-    pub(super) fn move_completed_to_idle(&mut self) {
+    /// Moves the free blocks of every lane but `keep` (`IDLE`: none kept) whose frees are known
+    /// complete to the idle lane.
+    pub(super) fn move_completed_to_idle(&mut self, keep: u32) {
         for slot in 0..self.blocks.len() as u32 {
             let b = &self.blocks[slot as usize];
             if b.state != State::Free
                 || b.lane == IDLE
+                || b.lane == keep
                 || b.seq > self.lanes[b.lane as usize].completed_seq
             {
                 continue;
@@ -264,7 +267,7 @@ impl KindCache {
         for lane in 1..self.lanes.len() as u32 {
             self.complete_lane(driver, lane);
         }
-        self.move_completed_to_idle();
+        self.move_completed_to_idle(IDLE);
     }
 
     /// Returns every wholly free segment to the driver, and every growable segment's free tail;
@@ -327,7 +330,7 @@ impl KindCache {
     pub(crate) fn trim<D: SegmentDriver>(&mut self, driver: &mut D) -> Result<usize> {
         self.unpark_all();
         self.poll_pending(driver);
-        self.settle_completed(driver);
+        self.settle_completed(driver, IDLE);
         self.release_free_segments(driver)
     }
 }

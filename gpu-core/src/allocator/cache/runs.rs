@@ -66,7 +66,7 @@ impl KindCache {
             }
             self.complete_fences(driver, lane, position);
         }
-        self.move_completed_to_idle();
+        self.move_completed_to_idle(own_lane);
         if own_lane != IDLE {
             self.absorb_idle_into_lane(run.segment, own_lane);
         }

@@ -134,12 +134,18 @@ impl KindCache {
         self.insert_free(slot, lane, seq);
     }
 
-    /// Records a fence on each stream lane with frees no fence covers yet, asks each lane's
-    /// fences, oldest first, which have completed, then moves the free blocks known complete to
-    /// the idle lane (where they merge with their idle neighbours). A failed record or query
-    /// only leaves those blocks where they are.
-    pub(super) fn settle_completed<D: SegmentDriver>(&mut self, driver: &mut D) {
+    /// Records a fence on each stream lane but `keep` with frees no fence covers yet, asks each
+    /// lane's fences, oldest first, which have completed, then moves the free blocks known
+    /// complete to the idle lane (where they merge with their idle neighbours). A failed record
+    /// or query only leaves those blocks where they are. The lane of the stream that missed is
+    /// `keep`: its own frees already serve it, and moving them would make its choices depend on
+    /// how far the GPU has run (a one-stream program then gets the same blocks whatever the
+    /// timing, which the what-if replay relies on); `IDLE` keeps none.
+    pub(super) fn settle_completed<D: SegmentDriver>(&mut self, driver: &mut D, keep: u32) {
         for lane in 1..self.lanes.len() as u32 {
+            if lane == keep {
+                continue;
+            }
             let state = &self.lanes[lane as usize];
             let covered = state
                 .fences
@@ -154,7 +160,7 @@ impl KindCache {
             }
             self.prune_fences(driver, lane);
         }
-        self.move_completed_to_idle();
+        self.move_completed_to_idle(keep);
     }
 
     /// Releases `lane`'s oldest fences while they report complete (so fences do not pile up

@@ -1,5 +1,6 @@
 //! The kernel policies the GPU backends share: the library's functions looked up with the
-//! module unloaded on a failure, kernel names, packed launch arguments, workgroup bytes.
+//! module unloaded on a failure, kernel names, packed launch and graph node arguments,
+//! workgroup bytes.
 
 use alloc::format;
 use alloc::vec;
@@ -7,7 +8,7 @@ use alloc::vec::Vec;
 use core::ffi::{CStr, c_int};
 
 use crate::backend::KernelArg;
-use crate::backend::library::{ArgBuffer, LIBRARY};
+use crate::backend::library::{ArgBuffer, ArgList, LIBRARY};
 use crate::error::{Error, Result};
 
 /// Every function of the kernel library ([`LIBRARY`], in table order) from `module`, just
@@ -54,6 +55,17 @@ pub fn library_arguments(library_index: Option<usize>, args: &[KernelArg]) -> Re
         });
     };
     ArgBuffer::pack(&LIBRARY[index], args)
+}
+
+/// The argument values of a graph's launch node: a library kernel's checked against its
+/// parameters as [`library_arguments`] checks them; a module's kernel's packed as given, any
+/// number (the caller of the unsafe launch promised the kernel's parameters have the values'
+/// types, as for a graph the values are copied once, when the node is built or updated).
+pub fn node_arguments(library_index: Option<usize>, args: &[KernelArg]) -> Result<ArgList> {
+    if let Some(index) = library_index {
+        LIBRARY[index].check_arguments(args)?;
+    }
+    Ok(ArgList::pack(args))
 }
 
 /// `bytes` of dynamic workgroup memory as the drivers' attribute value (a C `int`), or

@@ -23,20 +23,25 @@
 //!   ([`enable_peer_access`]), the kernel library's functions looked up with the module
 //!   unloaded on a failure ([`library_functions`]), and a launch's arguments packed for a
 //!   library kernel ([`library_arguments`]).
+//! - [`LiveMappings`]: the address ranges a backend reserved and the pieces of physical memory
+//!   it mapped into them (the allocator's growable segments), each piece's driver handle kept
+//!   from map to release, the driver's calls supplied through [`VmCalls`].
 //! - [`LiveGraph`]: a driver graph built from a graph description node by node, destroyed
 //!   again if any step fails, and what its handle keeps (driver objects, node handles and
 //!   kinds, the modules its kernels need, a lock serialising the calls on it).
 //!
 //! One concern a file: `handles` (the registry of live handles), `addresses` (allocations and
 //! registrations), `memory` (allocation checks, answering codes, frees, peer access),
-//! `kernels` (the library's functions, names, arguments and workgroup attribute) and `graphs`
-//! (building, keeping and updating driver graphs).
+//! `kernels` (the library's functions, names, arguments and workgroup attribute), `mappings`
+//! (virtual memory reserved and mapped) and `graphs` (building, keeping and updating driver
+//! graphs).
 
 mod addresses;
 mod graphs;
 #[cfg(target_has_atomic = "64")]
 mod handles;
 mod kernels;
+mod mappings;
 mod memory;
 #[cfg(test)]
 mod tests;
@@ -47,8 +52,10 @@ pub use graphs::{LiveGraph, fill_element};
 #[cfg(target_has_atomic = "64")]
 pub use handles::{HandleKey, Live, LiveHandles};
 pub use kernels::{
-    MODULE_KERNEL, kernel_name, library_arguments, library_functions, workgroup_bytes_attribute,
+    MODULE_KERNEL, kernel_name, library_arguments, library_functions, node_arguments,
+    workgroup_bytes_attribute,
 };
+pub use mappings::{LiveMappings, VmCalls};
 pub use memory::{
     FreeStep, check_allocation, check_stream_allocation, enable_peer_access, none_on_code,
 };

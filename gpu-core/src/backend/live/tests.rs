@@ -643,6 +643,46 @@ fn launch_arguments_are_checked_against_the_library_and_refused_for_modules() {
     );
 }
 
+#[test]
+fn graph_node_arguments_are_checked_for_the_library_and_taken_as_given_for_modules() {
+    let fill = crate::backend::library::find_for("test", "fill_u32").unwrap();
+    let args = [KernelArg::Ptr(0x1000), KernelArg::U32(7), KernelArg::U64(9)];
+    assert!(matches!(
+        node_arguments(Some(fill), &args[..2]),
+        Err(Error::KernelArgumentMismatch {
+            kernel: "fill_u32",
+            ..
+        })
+    ));
+    let mut checked = node_arguments(Some(fill), &args).unwrap();
+    assert_eq!(checked.pointers().len(), 3);
+    // A module's kernel: any number of values, each readable at its pointer as its own type.
+    let many: Vec<KernelArg> = (0..11)
+        .map(|i| match i % 4 {
+            0 => KernelArg::Ptr(0x2000 + i),
+            1 => KernelArg::U32(i as u32),
+            2 => KernelArg::U64(1 << 40 | i as u64),
+            _ => KernelArg::F32(i as f32 + 0.5),
+        })
+        .collect();
+    let mut packed = node_arguments(None, &many).unwrap();
+    let pointers = packed.pointers();
+    assert_eq!(pointers.len(), many.len());
+    for (pointer, arg) in pointers.iter().zip(&many) {
+        // SAFETY: each pointer is to a live slot of `packed` holding the value's type at its
+        // start.
+        let same = unsafe {
+            match *arg {
+                KernelArg::Ptr(a) => *pointer.cast::<u64>() == a as u64,
+                KernelArg::U32(v) => *pointer.cast::<u32>() == v,
+                KernelArg::U64(v) => *pointer.cast::<u64>() == v,
+                KernelArg::F32(v) => *pointer.cast::<f32>() == v,
+            }
+        };
+        assert!(same, "{arg:?} not found at its pointer");
+    }
+}
+
 /// A graph of three nodes for the graph tests: two fills, then a launch of kernel `7` (its
 /// "module" is the kernel's value divided by ten) after both.
 fn three_node_graph() -> crate::backend::graph::GraphDesc<u32> {
