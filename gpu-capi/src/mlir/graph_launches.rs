@@ -4,7 +4,7 @@
 use std::ffi::{CStr, c_void};
 
 use gpu_runtime::backend::{KernelArg, LaunchDims};
-use gpu_runtime::runtime::{Arg, ModuleId, Span};
+use gpu_runtime::runtime::{Arg, Kernel, ModuleId, Span};
 
 use crate::shared::{ClientBackend, Session};
 
@@ -43,18 +43,19 @@ pub(super) unsafe fn note_module<B: ClientBackend>(
     }
 }
 
-/// Notes the parameter sizes of `function` (kernel `name` of `module`), for its launches in
-/// the mode, when its module declared them.
+/// Notes the parameter sizes of `function` (`kernel`, named `name` in `module`), for its
+/// launches in the mode: as its module's PTX declares them, else as the driver tells
+/// ([`Kernel::param_sizes`]: CUDA's `cuFuncGetParamInfo`; none where it cannot tell).
 pub(super) fn note_function<B: ClientBackend>(
     objects: &mut Objects<B>,
     function: u64,
-    (module, name): (ModuleId, &CStr),
+    (module, name, kernel): (ModuleId, &CStr, &Kernel<'_, B>),
 ) {
-    if let Some(log) = objects.graphs.as_mut()
-        && let Some(sizes) = log.modules.get(&module).and_then(|m| m.get(name))
-    {
-        let sizes = sizes.clone();
-        log.params.insert(function, sizes);
+    if let Some(log) = objects.graphs.as_mut() {
+        let declared = log.modules.get(&module).and_then(|m| m.get(name)).cloned();
+        if let Some(sizes) = declared.or_else(|| kernel.param_sizes().ok()) {
+            log.params.insert(function, sizes);
+        }
     }
 }
 

@@ -13,15 +13,15 @@
 //! it, allocated in the stream's order after the work issued so far (the deferred work on the
 //! stream runs after it).
 //!
-//! A launch is logged with the value of each parameter copied at the call, which needs their
-//! sizes: `mgpuModuleLoad` reads them from the module's PTX `.entry` declarations (`ptx`; MLIR's
-//! lowering hands it PTX). A value of 8 bytes that lies in an allocation of `mgpuMemAlloc` is
-//! passed as a span of it, other ones as plain 4- or 8-byte values. A launch of a function
-//! whose sizes are unknown (a binary module), with a parameter of another size, whose kernel is
-//! not resolved on the device yet, or asking for dynamic workgroup memory above the default
-//! 48 KiB (opted in, or refused, at the call) ends the sequence and is issued as without the
-//! mode. A launch the runtime refuses when it is issued or recorded is reported at the
-//! synchronisation.
+//! A launch is logged with the value of each parameter copied at the call, which needs their sizes:
+//! `mgpuModuleLoad` reads them from the module's PTX `.entry` declarations (`ptx`; MLIR's lowering
+//! hands it PTX), and for a binary module `mgpuModuleGetFunction` asks the driver
+//! (`Kernel::param_sizes`). A value of 8 bytes that lies in an allocation of `mgpuMemAlloc` is
+//! passed as a span of it, other ones as plain 4- or 8-byte values. A launch of a function whose
+//! sizes are unknown (a driver that cannot tell), with a parameter of another size, whose kernel is
+//! not resolved on the device yet, or asking for dynamic workgroup memory above the default 48 KiB
+//! (opted in, or refused, at the call) ends the sequence and is issued as without the mode. A
+//! launch the runtime refuses when it is issued or recorded is reported at the synchronisation.
 //!
 //! What the mode keeps of the driver's semantics:
 //! - A pageable source (memory outside every allocation of `mgpuMemAlloc`, not registered) is
@@ -39,19 +39,19 @@
 //!   copied out, the frees are made in reverse order, so the allocator's cache hands the next
 //!   occurrence the same blocks and its graph needs no update.
 //!
-//! At a flush the sequence's *key* is computed: each operation's kind, stream and event (by
-//! order of first appearance in the sequence), device, byte count or element width and count,
-//! whether each end of a copy is staged, and a launch's function and shape; the key fixes the graph's nodes and edges
-//! (an operation runs after its stream's previous one and the records its stream waited for).
-//! A key seen for the first time is remembered (a bounded list of [`SEEN_KEYS`]) and its
-//! sequence issued call by call, through the same code as without the mode; a key seen before
-//! is replayed as a graph: instantiated the second time it occurs, kept in a bounded cache of
-//! [`CACHED_GRAPHS`] (the least recently used goes), and on later occurrences launched again
-//! after updating in place ([`Graph::set_copy`], [`Graph::set_fill`], [`Graph::set_launch`])
-//! only the nodes whose addresses or values changed. The replay runs after everything the sequence's streams and
-//! waited-for events were ordered after, and becomes the tail of each of its streams and the
-//! record of each event recorded in it (coarser than the calls' own order, never looser). The
-//! trace sees a replay as one stream operation.
+//! At a flush the sequence's *key* is computed: each operation's kind, stream and event (by order
+//! of first appearance in the sequence), device, byte count or element width and count, whether
+//! each end of a copy is staged, and a launch's function and shape; the key fixes the graph's nodes
+//! and edges (an operation runs after its stream's previous one and the records its stream waited
+//! for). A key seen for the first time is remembered (a bounded list of [`SEEN_KEYS`]) and its
+//! sequence issued call by call, through the same code as without the mode; a key seen before is
+//! replayed as a graph: instantiated the second time it occurs, kept in a bounded cache of
+//! [`CACHED_GRAPHS`] (the least recently used goes), and on later occurrences launched again after
+//! updating in place ([`Graph::set_copy`], [`Graph::set_fill`], [`Graph::set_launch`]) only the
+//! nodes whose addresses or values changed. The replay runs after everything the sequence's streams
+//! and waited-for events were ordered after, and becomes the tail of each of its streams and the
+//! record of each event recorded in it (coarser than the calls' own order, never looser). The trace
+//! sees a replay as one stream operation.
 //!
 //! A sequence of fewer than two copies and memsets (a replay of one node saves nothing), one on
 //! several devices, and any failure to record, update or launch its graph, is issued call by

@@ -36,12 +36,12 @@
 //! One module per concern: `objects` (what a session holds for the ABI:
 //! [`MlirObjects`](crate::mlir::MlirObjects)), `session` (the default device, the way each call
 //! reaches the runtime, the exit hook), `streams` (streams and events), `memory` (allocations,
-//! copies, memsets, host registration) and `modules` (modules, functions, launches); each
-//! concern adds its methods to the objects. This module only declares them and re-exports the
-//! public items. `graphs` (the opt-in graph mode's deferral log, `GPU_RUNTIME_MLIR_GRAPHS=1`),
-//! `graph_launches` (its launches), `graph_replay` (how a deferred sequence is replayed as a
-//! graph or issued) and `ptx` (kernels' parameter sizes from a PTX image) sit beside them. `forkjoin` (the calls of one iteration of `clients/mlir/forkjoin.mlir`) serves
-//! the tests and the bench only.
+//! copies, memsets, host registration) and `modules` (modules, functions, launches); each concern
+//! adds its methods to the objects. This module only declares them and re-exports the public items.
+//! `graphs` (the opt-in graph mode's deferral log, `GPU_RUNTIME_MLIR_GRAPHS=1`), `graph_launches`
+//! (its launches), `graph_replay` (how a deferred sequence is replayed as a graph or issued) and
+//! `ptx` (kernels' parameter sizes from a PTX image) sit beside them. `forkjoin` (the calls of one
+//! iteration of `clients/mlir/forkjoin.mlir`) serves the tests and the bench only.
 
 #[cfg(test)]
 mod forkjoin;

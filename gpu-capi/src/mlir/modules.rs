@@ -86,7 +86,7 @@ unsafe fn module_get_function<B: ClientBackend>(
         name: name.to_owned(),
     })?;
     objects.kernels.insert((handle, device().0), kernel);
-    super::graph_launches::note_function(&mut objects, handle, (id, name));
+    super::graph_launches::note_function(&mut objects, handle, (id, name, &kernel));
     objects
         .function_names
         .entry(id)
