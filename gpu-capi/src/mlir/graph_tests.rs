@@ -218,19 +218,29 @@ fn refusals_are_reported_at_the_call_and_failed_replays_fall_back() {
     assert!(last_error().contains("function"), "{}", last_error());
     let logged = inspect(|objects, _| objects.graphs.as_ref().map(|l| l.pending()));
     assert_eq!(logged, Some(0), "the launch flushed the memset before it");
+    // A deferred call failing when issued does not stop the call that ended its sequence: its
+    // failure is printed with its name and becomes the thread's last error.
+    mgpuStreamSynchronize(stream);
+    inspect(|_, s| s.runtime().backend().fail_nth(CallKind::Fill, 1));
+    mgpuMemset32(device, 3, 8, stream);
+    let mut host = [0u32; WORDS];
+    mgpuMemcpy(host.as_mut_ptr().cast(), device, BYTES, NULL);
+    assert!(last_error().contains("INJECTED"), "{}", last_error());
+    assert_eq!(host[0], 4, "the copy ran; the failed memset did not");
     mgpuMemFree(device, stream);
     mgpuStreamSynchronize(stream);
     mgpuStreamDestroy(stream);
-    shuts_down_with_one_failed_operation();
+    shuts_down_with_failed_operations(2);
 }
 
-/// Shuts down and checks that the only token left unwaited is one failed operation's
-/// (discarded, as any failed operation's is, with or without the mode).
-fn shuts_down_with_one_failed_operation() {
+/// Shuts down and checks that the only tokens left unwaited are those of `failed` failed
+/// operations (discarded, as any failed operation's is, with or without the mode).
+fn shuts_down_with_failed_operations(failed: usize) {
     let report = shared::shutdown().unwrap();
     let unwaited = &report.shutdown.program.unwaited;
+    assert_eq!(unwaited.len(), failed, "{unwaited:?}");
     assert!(
-        unwaited.len() == 1 && unwaited[0].kind == UnwaitedKind::Discarded,
+        unwaited.iter().all(|u| u.kind == UnwaitedKind::Discarded),
         "{unwaited:?}"
     );
 }
@@ -374,7 +384,7 @@ fn launches_of_known_parameter_sizes_are_replayed_as_launch_nodes() {
     );
     mgpuMemFree(device, stream);
     mgpuStreamDestroy(stream);
-    shuts_down_with_one_failed_operation(); // the refused packed launch of round 1
+    shuts_down_with_failed_operations(1); // the refused packed launch of round 1
 }
 
 /// One call of a random sequence; buffers and host slots are indices, and the runner orders

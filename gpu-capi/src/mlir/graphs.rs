@@ -54,12 +54,13 @@
 //! sees a replay as one stream operation.
 //!
 //! A sequence of fewer than two copies and memsets (a replay of one node saves nothing), one on
-//! several devices, and any failure to record, update or launch its graph, is issued call by
-//! call instead (a failure to launch waits for the replay's dependencies first, so nothing is
-//! reordered). Errors of the issued calls are
-//! printed with the call's name and the first is reported by the synchronisation that ended
-//! the sequence. Deferred work never synchronised is dropped at shutdown (nothing could
-//! observe it); staging, cached graphs and held allocations are released then.
+//! several devices, and any failure to record, update or launch its graph, is issued call by call
+//! instead (a failure to launch waits for the replay's dependencies first, so nothing is
+//! reordered). Errors of the issued calls are printed with the call's name; the first is reported
+//! by the synchronisation that ended the sequence, or, when another call ended it (a launch, a copy
+//! on the null stream, ...), set as the thread's last error while that call goes on. Deferred work
+//! never synchronised is dropped at shutdown (nothing could observe it); staging, cached graphs and
+//! held allocations are released then.
 
 use std::collections::VecDeque;
 use std::ffi::CString;
@@ -73,6 +74,7 @@ use gpu_runtime::backend::{FillValue, LaunchDims};
 use gpu_runtime::runtime::{Arg, Buffer, Graph, Kernel, ModuleId, Runtime};
 use gpu_runtime::token::{Token, TraceOp};
 
+use crate::shared::status::set_last_error;
 use crate::shared::{CapiError, ClientBackend, HandleError, HandleKind, Session};
 
 use super::graph_launches::arg_value;
@@ -410,10 +412,10 @@ pub(super) fn with_log<B: ClientBackend>(
     drop(objects);
     match done {
         Ok(Logged::Yes) => Deferral::Done(Ok(())),
-        Ok(Logged::EndsSequence) => match flush(session) {
-            Ok(()) => Deferral::Off,
-            Err(error) => Deferral::Done(Err(error)),
-        },
+        Ok(Logged::EndsSequence) => {
+            flush_before(session);
+            Deferral::Off
+        }
         Err(error) => Deferral::Done(Err(error)),
     }
 }
@@ -676,6 +678,15 @@ fn graph_of<B: ClientBackend>(ops: &[Op], launches: &[Launch<B>]) -> Option<(Key
         return None;
     }
     Some((device?, key)).zip(Some(nodes))
+}
+
+/// Ends the current sequence before a call that is not a synchronisation, which then goes on:
+/// a failure of the sequence's calls (printed with their names when issued) becomes the
+/// thread's last error, as it would have been at its own call without the mode.
+pub(super) fn flush_before<B: ClientBackend>(session: &'static Session<B>) {
+    if let Err(error) = flush(session) {
+        set_last_error(&error);
+    }
 }
 
 /// Ends the current sequence: replays it as a graph when its key was seen before, else

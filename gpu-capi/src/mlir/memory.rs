@@ -131,7 +131,7 @@ fn mem_free<B: ClientBackend>(
 ) -> Result<(), CapiError> {
     if stream == 0 {
         // Freed at once: the deferred work that may use it is issued first.
-        graphs::flush(session)?;
+        graphs::flush_before(session);
     } else if let Deferral::Done(done) = graphs::defer_free(session, ptr, stream, not_allocated) {
         return done;
     }
@@ -196,7 +196,7 @@ fn memcpy<B: ClientBackend>(
         check_range(buffers, src, bytes, "copy source")
     };
     if stream == 0 {
-        graphs::flush(session)?;
+        graphs::flush_before(session);
     } else if let Deferral::Done(done) =
         graphs::defer_work(session, stream, NodeOp::Copy { dst, src, bytes }, check)
     {
@@ -246,7 +246,7 @@ fn memset<B: ClientBackend>(
     let check = |buffers: &Allocations<B>| check_range(buffers, dst, bytes, "memset destination");
     let count = bytes / value.width();
     if stream == 0 {
-        graphs::flush(session)?;
+        graphs::flush_before(session);
     } else if let Deferral::Done(done) =
         graphs::defer_work(session, stream, NodeOp::Fill { dst, value, count }, check)
     {
@@ -344,7 +344,7 @@ fn host_register<B: ClientBackend>(
     start: usize,
     bytes: usize,
 ) -> Result<(), CapiError> {
-    graphs::flush(session)?;
+    graphs::flush_before(session);
     session.runtime().lock_range(start, bytes)?;
     Ok(())
 }
@@ -353,7 +353,7 @@ fn host_unregister<B: ClientBackend>(
     session: &'static Session<B>,
     start: usize,
 ) -> Result<(), CapiError> {
-    graphs::flush(session)?;
+    graphs::flush_before(session);
     session.runtime().unlock_range(start)?;
     Ok(())
 }

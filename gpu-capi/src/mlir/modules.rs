@@ -19,7 +19,7 @@ unsafe fn module_load<B: ClientBackend>(
     image: *const c_void,
 ) -> Result<u64, CapiError> {
     non_null(image, "module image")?;
-    super::graphs::flush(session)?;
+    super::graphs::flush_before(session);
     let runtime = session.runtime();
     // SAFETY: this function's contract: `image` (not null: checked above) is a module image the
     // driver can read until the module is unloaded, as `load_module` needs.
@@ -40,7 +40,7 @@ fn module_unload<B: ClientBackend>(
     session: &'static Session<B>,
     module: u64,
 ) -> Result<(), CapiError> {
-    super::graphs::flush(session)?;
+    super::graphs::flush_before(session);
     let mut objects = session.mlir.lock();
     let id = objects.modules.remove(module)?;
     let gone: Vec<u64> = objects
@@ -139,7 +139,7 @@ unsafe fn launch_kernel<B: ClientBackend>(
     if let super::graphs::Deferral::Done(done) = deferred {
         return done;
     }
-    super::graphs::flush(session)?;
+    super::graphs::flush_before(session);
     let device = device();
     let mut objects = session.mlir.lock();
     // A kernel resolved before (only live functions have one) launches under this one lock.
