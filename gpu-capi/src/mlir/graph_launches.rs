@@ -59,6 +59,19 @@ pub(super) fn note_function<B: ClientBackend>(
     }
 }
 
+/// Forgets the parameter sizes of an unloaded module and of its `functions`.
+pub(super) fn forget_module<B: ClientBackend>(
+    objects: &mut Objects<B>,
+    module: ModuleId,
+    functions: &[u64],
+) {
+    if let Some(log) = objects.graphs.as_mut() {
+        log.modules.remove(&module);
+        log.params
+            .retain(|function, _| !functions.contains(function));
+    }
+}
+
 /// Notes `sizes` as the parameter sizes of `function` (for tests: the host backend loads no
 /// module).
 #[cfg(test)]

@@ -49,6 +49,7 @@ fn module_unload<B: ClientBackend>(
         .filter(|(_, f)| f.module == id)
         .map(|(h, _)| h)
         .collect();
+    super::graph_launches::forget_module(&mut objects, id, &gone);
     for handle in gone {
         let _ = objects.functions.remove(handle);
         objects.kernels.retain(|&(h, _), _| h != handle);
