@@ -3,27 +3,18 @@
 
 use std::ffi::{CStr, c_void};
 
-use gpu_runtime::backend::{KernelArg, LaunchDims};
+use gpu_runtime::backend::LaunchDims;
 use gpu_runtime::runtime::{Arg, Kernel, ModuleId, Span};
 
 use crate::shared::{ClientBackend, Session};
 
-use super::graphs::{Deferral, Logged, Op, with_log};
+use super::graph_log::Op;
+use super::graphs::{Deferral, Logged, with_log};
 use super::objects::{Allocations, Objects};
 
 /// Dynamic workgroup memory a deferred launch may ask for: a launch asking more (opted in,
 /// or refused, at its call) ends the sequence instead.
 const DEFAULT_WORKGROUP_BYTES: u32 = 48 << 10;
-
-/// The value a launch node passes for `arg` (an allocation's address for a span).
-pub(super) fn arg_value(arg: &Arg<'_>) -> KernelArg {
-    match *arg {
-        Arg::Span(span) => KernelArg::Ptr(span.address()),
-        Arg::U32(value) => KernelArg::U32(value),
-        Arg::U64(value) => KernelArg::U64(value),
-        Arg::F32(value) => KernelArg::F32(value),
-    }
-}
 
 /// Notes the parameter sizes of `module`'s kernels, read from its PTX `image` (none for a
 /// binary image), when the mode is on.

@@ -11,7 +11,11 @@ use gpu_runtime::token::Token;
 
 use crate::shared::{CapiError, ClientBackend, Session};
 
-use super::graphs::{Key, Launch, Node, Op};
+use super::core_ops::{
+    copy_on, event_destroy_now, event_record_now, fill_on, mem_free_now, on_stream,
+    stream_wait_event_now,
+};
+use super::graph_log::{Key, Launch, Node, Op};
 use super::objects::Objects;
 
 /// The sequence cannot be replayed as a graph: it is issued call by call (nothing of it ran,
@@ -389,7 +393,7 @@ pub(super) fn issue<B: ClientBackend>(
                 copy,
             } => {
                 let ends = (copy.target(), copy.src, copy.bytes);
-                super::memory::copy_on(session, device, stream, ends, |_| Ok(()))
+                copy_on(session, device, stream, ends, |_| Ok(()))
             }
             Op::Fill {
                 device,
@@ -397,7 +401,7 @@ pub(super) fn issue<B: ClientBackend>(
                 dst,
                 value,
                 count,
-            } => super::memory::fill_on(session, device, stream, (dst, value, count), |_| Ok(())),
+            } => fill_on(session, device, stream, (dst, value, count), |_| Ok(())),
             Op::Launch {
                 stream,
                 dims,
@@ -409,7 +413,7 @@ pub(super) fn issue<B: ClientBackend>(
                     let mut values: Vec<[u8; 8]> = args.iter().map(packed).collect();
                     let mut params: Vec<*mut c_void> =
                         values.iter_mut().map(|v| v.as_mut_ptr().cast()).collect();
-                    super::streams::on_stream(
+                    on_stream(
                         session,
                         stream,
                         |_| Ok(()),
@@ -425,14 +429,10 @@ pub(super) fn issue<B: ClientBackend>(
                 }
                 None => Ok(()),
             },
-            Op::Record { event, stream } => {
-                super::streams::event_record_now(session, event, stream)
-            }
-            Op::Wait { stream, event } => {
-                super::streams::stream_wait_event_now(session, stream, event)
-            }
-            Op::DestroyEvent { event } => super::streams::event_destroy_now(session, event),
-            Op::Free { stream, ptr } => super::memory::mem_free_now(session, ptr, stream),
+            Op::Record { event, stream } => event_record_now(session, event, stream),
+            Op::Wait { stream, event } => stream_wait_event_now(session, stream, event),
+            Op::DestroyEvent { event } => event_destroy_now(session, event),
+            Op::Free { stream, ptr } => mem_free_now(session, ptr, stream),
         };
         if let Err(error) = done {
             eprintln!("{}: {error}", call_name(op));

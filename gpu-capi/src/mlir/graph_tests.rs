@@ -13,7 +13,8 @@ use gpu_runtime::token::UnwaitedKind;
 
 use super::forkjoin::{WORDS, forkjoin_iteration};
 use super::graph_launches::set_params;
-use super::graphs::{GraphStats, set_mode};
+use super::graph_log::GraphStats;
+use super::graphs::set_mode;
 use super::tests::{inspect, open_host};
 use super::*;
 use crate::shared::status::last_error;
@@ -287,14 +288,14 @@ fn registered_memory_is_used_in_place_and_a_pageable_memset_ends_the_sequence() 
 fn the_graph_cache_is_bounded() {
     let _serial = process_test_lock();
     let (stream, device) = replaying_memset_rounds(0);
-    let shapes = super::graphs::CACHED_GRAPHS + 4;
+    let shapes = super::graph_log::CACHED_GRAPHS + 4;
     for words in 1..=shapes {
         memset_round(stream, device, words, 1);
         memset_round(stream, device, words, 2);
     }
     assert_eq!(stats().instantiated, shapes as u64);
     let live = || inspect(|_, s| s.runtime().backend().stats().graphs);
-    assert_eq!(live(), super::graphs::CACHED_GRAPHS);
+    assert_eq!(live(), super::graph_log::CACHED_GRAPHS);
     mode(false); // releases the log as shutdown does
     assert_eq!(live(), 0, "its graphs are destroyed");
     mgpuMemFree(device, stream);

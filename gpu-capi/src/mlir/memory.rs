@@ -3,19 +3,18 @@
 
 use std::ffi::{c_char, c_void};
 
+use gpu_runtime::Error;
 use gpu_runtime::allocator::MemoryKind;
 use gpu_runtime::backend::FillValue;
 use gpu_runtime::backend::graph::NodeOp;
-use gpu_runtime::runtime::Span;
-use gpu_runtime::{DeviceId, Error};
 
 use crate::shared::args::non_null;
 use crate::shared::{CapiError, ClientBackend, Session};
 
+use super::core_ops::{check_stream, copy_on, fill_on, mem_free_now, not_allocated, on_stream};
 use super::graphs::{self, Deferral};
-use super::objects::{Allocations, Objects};
+use super::objects::Allocations;
 use super::session::{device, on_session};
-use super::streams::{check_stream, on_stream};
 
 /// Refuses a range `[address, address + len)` that an operation would read or write when
 /// it is null, runs past the top of the address space, runs past the end of the
@@ -54,23 +53,6 @@ fn check_range<B: ClientBackend>(
              run into the one at {start:#x}"
         )),
         None => Ok(()),
-    }
-}
-
-/// Why `ptr`, given to free, is not the start of a live allocation of `mgpuMemAlloc`.
-fn not_allocated<B: ClientBackend>(buffers: &Allocations<B>, ptr: usize) -> CapiError {
-    let inside = buffers
-        .range(..ptr)
-        .next_back()
-        .filter(|(start, buffer)| ptr - **start < buffer.size());
-    CapiError::InvalidArgument {
-        what: "pointer to free",
-        detail: match inside {
-            Some((start, _)) => {
-                format!("{ptr:#x} lies inside the allocation at {start:#x}; free its start")
-            }
-            None => format!("{ptr:#x} is no allocation of mgpuMemAlloc (or was freed already)"),
-        },
     }
 }
 
@@ -138,48 +120,6 @@ fn mem_free<B: ClientBackend>(
     mem_free_now(session, ptr, stream)
 }
 
-/// [`mem_free`] without the graph mode (which issues a deferred free through it).
-pub(super) fn mem_free_now<B: ClientBackend>(
-    session: &'static Session<B>,
-    ptr: usize,
-    stream: u64,
-) -> Result<(), CapiError> {
-    let runtime = session.runtime();
-    let mut objects = session.mlir.lock();
-    let Objects {
-        streams,
-        buffers,
-        spare,
-        ..
-    } = &mut *objects;
-    let entry = match stream {
-        0 => None,
-        _ => Some(streams.get_mut(stream)?),
-    };
-    if ptr == 0 {
-        return Ok(()); // as upstream: freeing null does nothing
-    }
-    let Some(buffer) = buffers.remove(&ptr) else {
-        return Err(not_allocated(buffers, ptr));
-    };
-    let Some(entry) = entry else {
-        return Ok(runtime.free(buffer)?);
-    };
-    let tail = match entry.take_point(runtime, spare) {
-        Ok(tail) => tail,
-        Err(error) => {
-            buffers.insert(ptr, buffer);
-            return Err(error.into());
-        }
-    };
-    let freed = match &tail {
-        Some(tail) => runtime.free_after(buffer, tail),
-        None => runtime.free(buffer),
-    };
-    entry.tail = tail;
-    Ok(freed?)
-}
-
 fn memcpy<B: ClientBackend>(
     session: &'static Session<B>,
     dst: usize,
@@ -203,24 +143,6 @@ fn memcpy<B: ClientBackend>(
         return done;
     }
     copy_on(session, device(), stream, (dst, src, bytes), check)
-}
-
-/// Copies `bytes` from `src` to `dst` on `device` in `stream`'s order, once `check` accepts
-/// the ranges (the graph mode issues a deferred copy through it, checked at its call).
-pub(super) fn copy_on<B: ClientBackend>(
-    session: &'static Session<B>,
-    device: DeviceId,
-    stream: u64,
-    (dst, src, bytes): (usize, usize, usize),
-    check: impl FnOnce(&Allocations<B>) -> Result<(), CapiError>,
-) -> Result<(), CapiError> {
-    let runtime = session.runtime();
-    // SAFETY: the program's own pointers, valid until the copy completes (the ABI's contract:
-    // MLIR orders its frees after the stream); the ranges are checked before the copy runs.
-    let (to, from) = unsafe { (Span::from_raw(dst, bytes), Span::from_raw(src, bytes)) };
-    on_stream(session, stream, check, |_, after| {
-        Ok((runtime.copy(device, to, from, after)?, ()))
-    })
 }
 
 fn memset<B: ClientBackend>(
@@ -253,23 +175,6 @@ fn memset<B: ClientBackend>(
         return done;
     }
     fill_on(session, device(), stream, (dst, value, count), check)
-}
-
-/// Sets `count` elements at `dst` to `value` on `device` in `stream`'s order, once `check`
-/// accepts the range (the graph mode issues a deferred memset through it).
-pub(super) fn fill_on<B: ClientBackend>(
-    session: &'static Session<B>,
-    device: DeviceId,
-    stream: u64,
-    (dst, value, count): (usize, FillValue, usize),
-    check: impl FnOnce(&Allocations<B>) -> Result<(), CapiError>,
-) -> Result<(), CapiError> {
-    let runtime = session.runtime();
-    // SAFETY: as in `copy_on`.
-    let to = unsafe { Span::from_raw(dst, count * value.width()) };
-    on_stream(session, stream, check, |_, after| {
-        Ok((runtime.fill_elements(device, to, value, after)?, ()))
-    })
 }
 
 /// MLIR's ranked memref descriptor as the register functions receive it: rank 1's layout,

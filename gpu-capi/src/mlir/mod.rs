@@ -35,17 +35,21 @@
 //!
 //! One module per concern: `objects` (what a session holds for the ABI:
 //! [`MlirObjects`](crate::mlir::MlirObjects)), `session` (the default device, the way each call
-//! reaches the runtime, the exit hook), `streams` (streams and events), `memory` (allocations,
-//! copies, memsets, host registration) and `modules` (modules, functions, launches); each concern
-//! adds its methods to the objects. This module only declares them and re-exports the public items.
-//! `graphs` (the opt-in graph mode's deferral log, `GPU_RUNTIME_MLIR_GRAPHS=1`), `graph_launches`
-//! (its launches), `graph_replay` (how a deferred sequence is replayed as a graph or issued) and
-//! `ptx` (kernels' parameter sizes from a PTX image) sit beside them. `forkjoin` (the calls of one
+//! reaches the runtime, the exit hook), `core_ops` (an operation in a stream's order, and the
+//! stream operations every path issues through), `streams` (streams and events), `memory`
+//! (allocations, copies, memsets, host registration) and `modules` (modules, functions, launches);
+//! each concern adds its methods to the objects. This module only declares them and re-exports the
+//! public items. The opt-in graph mode (`GPU_RUNTIME_MLIR_GRAPHS=1`) is `graphs` (deferral and
+//! flushes), `graph_log` (its log, keys and cache), `graph_launches` (its launches), `graph_replay`
+//! (a sequence replayed as a graph or issued through `core_ops`) and `ptx` (kernels' parameter
+//! sizes from a PTX image); the layers import downwards only. `forkjoin` (the calls of one
 //! iteration of `clients/mlir/forkjoin.mlir`) serves the tests and the bench only.
 
+mod core_ops;
 #[cfg(test)]
 mod forkjoin;
 mod graph_launches;
+mod graph_log;
 mod graph_replay;
 #[cfg(test)]
 mod graph_tests;
@@ -59,7 +63,7 @@ mod streams;
 #[cfg(test)]
 mod tests;
 
-pub use graphs::GraphStats;
+pub use graph_log::GraphStats;
 pub use memory::{
     MemRefDescriptor, mgpuMemAlloc, mgpuMemFree, mgpuMemHostRegister, mgpuMemHostRegisterMemRef,
     mgpuMemHostUnregister, mgpuMemHostUnregisterMemRef, mgpuMemcpy, mgpuMemset16, mgpuMemset32,

@@ -8,9 +8,9 @@ use gpu_runtime::backend::LaunchDims;
 use crate::shared::args::{c_str, non_null};
 use crate::shared::{CapiError, ClientBackend, Session};
 
+use super::core_ops::on_locked_stream;
 use super::objects::Function;
 use super::session::{device, on_session};
-use super::streams::on_locked_stream;
 
 /// # Safety
 /// `image` points to a module image the driver reads, readable until the module is unloaded.

@@ -65,7 +65,7 @@ pub(super) struct Objects<B: ClientBackend> {
     /// The program's own stream/event calls and where to write them, when asked for.
     pub(super) trace: Option<(PathBuf, Vec<TraceOp>)>,
     /// The deferral log of the graph mode (`GPU_RUNTIME_MLIR_GRAPHS=1`; none when off).
-    pub(super) graphs: Option<Box<super::graphs::Deferred<B>>>,
+    pub(super) graphs: Option<Box<super::graph_log::Deferred<B>>>,
     /// An empty `Vec` whose room each operation uses for its dependencies or a fork's branches
     /// and leaves empty, so no call allocates one.
     pub(super) spare: Vec<Token>,
@@ -98,7 +98,7 @@ impl<B: ClientBackend> ClientObjects<B> for MlirObjects<B> {
                 buffers: BTreeMap::new(),
                 graphs: crate::shared::config::mlir_graphs(std::env::var_os)
                     .unwrap_or(false)
-                    .then(|| Box::new(super::graphs::Deferred::new())),
+                    .then(|| Box::new(super::graph_log::Deferred::new())),
                 spare: Vec::new(),
             }),
         }
