@@ -282,7 +282,9 @@ pub(super) fn not_allocated<B: ClientBackend>(buffers: &Allocations<B>, ptr: usi
     }
 }
 
-/// [`mem_free`] without the graph mode (which issues a deferred free through it).
+/// Frees an allocation of `mgpuMemAlloc` after `stream`'s work (at once with no stream), the
+/// stream and the pointer checked first: `mgpuMemFree` without the graph mode (which issues a
+/// deferred free through it).
 pub(super) fn mem_free_now<B: ClientBackend>(
     session: &'static Session<B>,
     ptr: usize,

@@ -43,15 +43,18 @@
 //! of first appearance in the sequence), device, byte count or element width and count, whether
 //! each end of a copy is staged, and a launch's function and shape; the key fixes the graph's nodes
 //! and edges (an operation runs after its stream's previous one and the records its stream waited
-//! for). A key seen for the first time is remembered (a bounded list of [`SEEN_KEYS`]) and its
-//! sequence issued call by call, through the same code as without the mode; a key seen before is
-//! replayed as a graph: instantiated the second time it occurs, kept in a bounded cache of
-//! [`CACHED_GRAPHS`] (the least recently used goes), and on later occurrences launched again after
-//! updating in place ([`Graph::set_copy`], [`Graph::set_fill`], [`Graph::set_launch`]) only the
-//! nodes whose addresses or values changed. The replay runs after everything the sequence's streams
-//! and waited-for events were ordered after, and becomes the tail of each of its streams and the
-//! record of each event recorded in it (coarser than the calls' own order, never looser). The trace
-//! sees a replay as one stream operation.
+//! for). A key seen for the first time is remembered (a bounded list of
+//! [`SEEN_KEYS`](super::graph_log::SEEN_KEYS)) and its sequence issued call by call, through the
+//! same code as without the mode; a key seen before is replayed as a graph: instantiated the second
+//! time it occurs, kept in a bounded cache of [`CACHED_GRAPHS`](super::graph_log::CACHED_GRAPHS)
+//! (the least recently used goes), and on later occurrences launched again after updating in place
+//! ([`Graph::set_copy`](gpu_runtime::runtime::Graph::set_copy),
+//! [`Graph::set_fill`](gpu_runtime::runtime::Graph::set_fill),
+//! [`Graph::set_launch`](gpu_runtime::runtime::Graph::set_launch)) only the nodes whose addresses
+//! or values changed. The replay runs after everything the sequence's streams and waited-for events
+//! were ordered after, and becomes the tail of each of its streams and the record of each event
+//! recorded in it (coarser than the calls' own order, never looser). The trace sees a replay as one
+//! stream operation.
 //!
 //! A sequence of fewer than two copies and memsets (a replay of one node saves nothing), one on
 //! several devices, and any failure to record, update or launch its graph, is issued call by call
