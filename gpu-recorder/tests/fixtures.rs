@@ -37,6 +37,15 @@ fn translate_calls(name: &str, calls: &str) -> String {
     trace
 }
 
+/// The lines of `calls` that do not start with `prefix`.
+fn without(calls: &str, prefix: &str) -> String {
+    calls
+        .lines()
+        .filter(|line| !line.starts_with(prefix))
+        .map(|line| format!("{line}\n"))
+        .collect()
+}
+
 /// Parses and checks a translated trace; fails on a format error or any defect.
 fn assert_clean(name: &str, trace: &str) {
     let parsed = parse_trace(trace).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -366,11 +375,7 @@ fn the_runtimes_buffers_narrow_kernels_to_them_so_two_streams_on_one_segment_do_
     assert_eq!(races("runtime_two_buffers", &trace), [], "{trace}");
     // Without the buffers (before the backend reported them) each kernel is the whole
     // segment: a false race.
-    let whole: String = calls
-        .lines()
-        .filter(|line| !line.starts_with("gpurt_region_"))
-        .map(|line| format!("{line}\n"))
-        .collect();
+    let whole = without(&calls, "gpurt_region_");
     let trace = translate_calls("runtime_two_buffers.whole", &whole);
     let (a, b) = (line_of(&trace, "launch 0xa"), line_of(&trace, "launch 0xb"));
     assert_eq!(
@@ -379,11 +384,7 @@ fn the_runtimes_buffers_narrow_kernels_to_them_so_two_streams_on_one_segment_do_
         "{trace}"
     );
     // A real missing wait is still found: B reusing A's buffer without waiting for A.
-    let unordered: String = calls
-        .lines()
-        .filter(|line| !line.starts_with("cuStreamWaitEvent"))
-        .map(|line| format!("{line}\n"))
-        .collect();
+    let unordered = without(&calls, "cuStreamWaitEvent");
     let trace = translate_calls("runtime_two_buffers.unordered", &unordered);
     let (a, reuse) = (
         line_of(&trace, "launch 0xa"),
