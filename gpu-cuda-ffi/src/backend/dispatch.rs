@@ -250,6 +250,9 @@ impl Backend for CudaBackend {
     /// allocator handed the buffer out or took it back, so that a launch's footprint is the
     /// buffer, not its whole segment ([`gpu_ffi_loader::recorder::note_buffer`]). Without the
     /// recorder: one atomic load and a branch. Never fails.
+    // Inlined into the runtime's allocation hit (another crate): a call frame would cost more
+    // than the check.
+    #[inline]
     fn note_buffer(&self, _device: DeviceId, range: ByteRange, live: bool) -> Result<()> {
         gpu_ffi_loader::recorder::note_buffer(range, live);
         Ok(())

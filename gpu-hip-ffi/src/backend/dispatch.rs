@@ -139,6 +139,9 @@ impl Backend for HipBackend {
     /// CUDA's driver, which loads it), that a runtime's allocator handed the buffer out or took
     /// it back ([`gpu_ffi_loader::recorder::note_buffer`]). Without the recorder: one atomic
     /// load and a branch. Never fails.
+    // Inlined into the runtime's allocation hit (another crate): a call frame would cost more
+    // than the check.
+    #[inline]
     fn note_buffer(&self, _device: DeviceId, range: ByteRange, live: bool) -> Result<()> {
         gpu_ffi_loader::recorder::note_buffer(range, live);
         Ok(())
