@@ -369,7 +369,11 @@ pub trait Backend: Send + Sync + 'static {
     /// backend that checks accesses checks them per buffer, not per driver allocation (as
     /// compute-sanitizer can, given NVTX memory-region annotations): the host backend then
     /// refuses a copy, fill or library kernel that runs out of its buffer or starts in freed
-    /// memory. An annotation, not a driver call; by default it does nothing.
+    /// memory; the CUDA and HIP backends pass it on to gpu-recorder when it records the
+    /// process (a kernel's footprint is then its buffer, not the whole driver allocation). An
+    /// annotation, not a driver call; by default it does nothing. The runtime calls it for every
+    /// buffer handed out and taken back, cache hits included, with the size requested (not the
+    /// allocator's rounded block): a backend that does nothing with it must cost nothing.
     ///
     /// # Errors
     /// A checking backend refuses a range outside its allocations, a live buffer overlapping

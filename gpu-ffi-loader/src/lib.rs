@@ -8,9 +8,11 @@
 //! [`dlsym_library!`] turns a generated entry-point table into a library type with one typed
 //! accessor per function.
 //! [`ResultCodes`] names a driver's result codes from its generated table, and [`hw_bench`]
-//! measures and reports the hardware benchmarks.
+//! measures and reports the hardware benchmarks; [`recorder`] passes a sub-allocator's blocks to
+//! gpu-recorder when it records the process.
 
 pub mod hw_bench;
+pub mod recorder;
 mod result;
 
 use core::ffi::{CStr, c_void};

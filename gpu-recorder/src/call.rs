@@ -615,8 +615,9 @@ const FUNCTION_COUNT: usize = {
 /// The block events sub-allocators report through `gpu_recorder_block` (no driver call): their
 /// names in the calls file, and shapes; three per allocator, in the hook's allocator order (our
 /// runtime's plug-ins `gpurt`, PyTorch's caching allocator `torch` through the recorder's
-/// tracker shim, NVTX memory regions `nvtx`). The name before `_block_` is the allocator.
-pub static BLOCK_FUNCTIONS: [(&str, Shape); 9] = [
+/// tracker shim, NVTX memory regions `nvtx`, our runtime's buffers `gpurt_region` through its
+/// backend's `note_buffer`). The name before `_block_` is the allocator.
+pub static BLOCK_FUNCTIONS: [(&str, Shape); 12] = [
     ("gpurt_block_alloc", Shape::BlockAlloc),
     ("gpurt_block_free", Shape::BlockFree),
     ("gpurt_block_use", Shape::BlockUse),
@@ -626,6 +627,9 @@ pub static BLOCK_FUNCTIONS: [(&str, Shape); 9] = [
     ("nvtx_block_alloc", Shape::BlockAlloc),
     ("nvtx_block_free", Shape::BlockFree),
     ("nvtx_block_use", Shape::BlockUse),
+    ("gpurt_region_block_alloc", Shape::BlockAlloc),
+    ("gpurt_region_block_free", Shape::BlockFree),
+    ("gpurt_region_block_use", Shape::BlockUse),
 ];
 
 /// The name and shape of a recorded function (or block event), by name.

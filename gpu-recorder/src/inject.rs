@@ -201,8 +201,9 @@ pub extern "C" fn InitializeInjection() -> c_int {
 /// `dlsym`): `op`'s low byte 0 handed out `bytes` at `address` for `stream` (a `CUstream`: 0 is
 /// the legacy default stream, 2 the per-thread one), 1 took the block at `address` back into
 /// `stream`'s pool, 2 marked it used on `stream` too; its second byte names the allocator (0
-/// our runtime's `gpurt`, 1 PyTorch's caching allocator `torch`, 2 NVTX memory regions
-/// `nvtx`). Written as `block_alloc` / `block_free` / `block_use` of that allocator, with the
+/// our runtime's PyTorch plug-in `gpurt`, 1 PyTorch's caching allocator `torch`, 2 NVTX memory
+/// regions `nvtx`, 3 our runtime's buffers `gpurt_region`, from its CUDA and HIP backends'
+/// `note_buffer`, with no stream). Written as `block_alloc` / `block_free` / `block_use` of that allocator, with the
 /// context of the calling thread's last driver call. Does nothing while nothing is recorded or
 /// for another `op`; never unwinds.
 #[unsafe(no_mangle)]
@@ -905,7 +906,10 @@ mod tests {
         let used = block_event(2, 0x1000, 0, 0).map(|(name, _)| name);
         assert_eq!(used, Some("gpurt_block_use"));
         assert_eq!(block_event(3, 0x1000, 0, 0), None);
-        assert_eq!(block_event(0x300, 0x1000, 0, 0), None);
+        // Our runtime's buffers, from its backends' note_buffer: no stream.
+        let region = block_event(0x301, 0x1000, 0, 0).map(|(name, _)| name);
+        assert_eq!(region, Some("gpurt_region_block_free"));
+        assert_eq!(block_event(0x400, 0x1000, 0, 0), None);
         assert_eq!(block_event(u32::MAX, 0x1000, 0, 0), None);
     }
 

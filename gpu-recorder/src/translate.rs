@@ -21,8 +21,9 @@
 //!   allocation (conservative), or of the block of our allocator that holds it. A call recorded without its footprint (0 bytes, no address: the
 //!   fixtures from before footprints) is written as it was: `launch`, or a comment;
 //! - sub-allocators report their blocks (`gpu_recorder_block`): `block_alloc`/`block_free`/
-//!   `block_use` of the allocator the event names (`gpurt`, `torch`, `nvtx`; PyTorch's frees
-//!   wait for the events it records for them: `blocks`). A launch's word inside a block counts
+//!   `block_use` of the allocator the event names (`gpurt`, `torch`, `nvtx`, `gpurt_region`;
+//!   PyTorch's frees wait for the events it records for them, NVTX regions and our runtime's
+//!   buffers are comments: `blocks`). A launch's word inside a block counts
 //!   as that block; in an allocation carved into blocks but in none of them, as its one byte;
 //! - `cuCtxSynchronize` and `cuCtxSynchronize_v2` (what `cudaDeviceSynchronize` calls in CUDA
 //!   13) are `device_synchronize` of the current context's device;

@@ -20,9 +20,14 @@ fn fixture(name: &str) -> String {
 
 /// The trace the recorder writes for a calls fixture, ended by `exit` as at a process's end.
 fn translate(name: &str) -> String {
+    translate_calls(name, &fixture(name))
+}
+
+/// The trace the recorder writes for `calls` (the text of a calls file), ended by `exit`.
+fn translate_calls(name: &str, calls: &str) -> String {
     let mut translator = Translator::new();
     let mut trace = String::new();
-    for (number, line) in fixture(name).lines().enumerate() {
+    for (number, line) in calls.lines().enumerate() {
         let call: Call = line
             .parse()
             .unwrap_or_else(|e| panic!("{name}:{}: {e}", number + 1));
@@ -30,6 +35,15 @@ fn translate(name: &str) -> String {
     }
     translator.exit(&mut trace);
     trace
+}
+
+/// The lines of `calls` that do not start with `prefix`.
+fn without(calls: &str, prefix: &str) -> String {
+    calls
+        .lines()
+        .filter(|line| !line.starts_with(prefix))
+        .map(|line| format!("{line}\n"))
+        .collect()
 }
 
 /// Parses and checks a translated trace; fails on a format error or any defect.
@@ -343,6 +357,42 @@ fn the_c_pools_nvtx_regions_narrow_its_kernel_so_the_bug_is_found_and_the_fix_is
     assert_eq!(
         races("c_pool_wrong_stream.fixed.nvtx", &trace),
         [],
+        "{trace}"
+    );
+}
+
+#[test]
+fn the_runtimes_buffers_narrow_kernels_to_them_so_two_streams_on_one_segment_do_not_race() {
+    // A Rust program on our runtime over the CUDA backend, written by hand as the calls the
+    // recorder sees: two 64 KiB buffers carved from one 2 MiB segment (the backend's
+    // note_buffer: `gpurt_region`), one written on stream A, the other on B; then A's buffer
+    // freed and handed out again on B, which the runtime orders with an event of A waited for.
+    let calls = fixture("runtime_two_buffers.calls");
+    let trace = translate_calls("runtime_two_buffers", &calls);
+    assert!(trace.contains("launch 0xa rw:0x7f0000000000+65536  # cuLaunchKernel"));
+    assert!(trace.contains("launch 0xb rw:0x7f0000010000+65536  # cuLaunchKernel"));
+    assert!(trace.contains("launch 0xb rw:0x7f0000000000+4096  # cuLaunchKernel"));
+    assert_eq!(races("runtime_two_buffers", &trace), [], "{trace}");
+    // Without the buffers (before the backend reported them) each kernel is the whole
+    // segment: a false race.
+    let whole = without(&calls, "gpurt_region_");
+    let trace = translate_calls("runtime_two_buffers.whole", &whole);
+    let (a, b) = (line_of(&trace, "launch 0xa"), line_of(&trace, "launch 0xb"));
+    assert_eq!(
+        races("runtime_two_buffers.whole", &trace),
+        [(RaceKind::WriteWrite, a, b, 0x7f00_0000_0000)],
+        "{trace}"
+    );
+    // A real missing wait is still found: B reusing A's buffer without waiting for A.
+    let unordered = without(&calls, "cuStreamWaitEvent");
+    let trace = translate_calls("runtime_two_buffers.unordered", &unordered);
+    let (a, reuse) = (
+        line_of(&trace, "launch 0xa"),
+        line_of(&trace, "launch 0xb rw:0x7f0000000000+4096"),
+    );
+    assert_eq!(
+        races("runtime_two_buffers.unordered", &trace),
+        [(RaceKind::WriteWrite, a, reuse, 0x7f00_0000_0000)],
         "{trace}"
     );
 }

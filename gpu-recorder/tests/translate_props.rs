@@ -111,8 +111,11 @@ fn function(kind: Kind, per_thread: bool) -> &'static str {
         (Kind::AllocAsync { .. }, _) => "cuMemAllocAsync",
         (Kind::FreeAsync { .. }, _) => "cuMemFreeAsync",
         (Kind::Free { .. }, _) => "cuMemFree_v2",
-        (Kind::BlockAlloc { .. }, _) => "gpurt_block_alloc",
-        (Kind::BlockFree { .. }, _) => "gpurt_block_free",
+        // The flag picks our runtime's stream-less buffers (its backends' note_buffer).
+        (Kind::BlockAlloc { .. }, false) => "gpurt_block_alloc",
+        (Kind::BlockAlloc { .. }, true) => "gpurt_region_block_alloc",
+        (Kind::BlockFree { .. }, false) => "gpurt_block_free",
+        (Kind::BlockFree { .. }, true) => "gpurt_region_block_free",
         (Kind::BlockUse { .. }, _) => "gpurt_block_use",
         _ => "cuMemAlloc_v2",
     }

@@ -7,8 +7,9 @@
 //! - a worker hand-off round trip (submit an empty action and wait for it);
 //! - an allocation hit (alloc + free of a cached size) through the runtime against the same
 //!   pair on a bare `DeviceAllocator` (no lock, a fake driver): what the runtime's memory lock,
-//!   buffer and use list cost; through the host backend (which records every buffer) and
-//!   through one that takes no note of buffers, as the CUDA backend;
+//!   buffer and use list cost; through the host backend (which records every buffer),
+//!   through one that takes no note of buffers, and through one whose `note_buffer` is the CUDA
+//!   and HIP backends' (gpu-recorder told of each buffer; not loaded here: a cached check);
 //! - the pinned lookup (`Runtime::pinned_address(ptr, 64, device 0)`) with 4,096 locked regions
 //!   of 32 KiB at random addresses inside them, as the hardware bench's case 3 asks it, against
 //!   the bare lock table's lookup (no lock) of the same regions and addresses: what the
@@ -188,6 +189,20 @@ fn allocation_hit(c: &mut Criterion) {
             null.free(black_box(buffer)).unwrap();
         })
     });
+    // The CUDA and HIP backends' note_buffer, the recorder not loaded: one cached atomic load
+    // and a branch for each alloc and each free.
+    let noting = Runtime::new(NullBackend::<true>::with_notes()).unwrap();
+    noting
+        .free(noting.alloc(D0, MemoryKind::Device, SIZE).unwrap())
+        .unwrap();
+    group.bench_function("null_backend_noting_recorder_alloc_free", |b| {
+        b.iter(|| {
+            let buffer = noting
+                .alloc(D0, MemoryKind::Device, black_box(SIZE))
+                .unwrap();
+            noting.free(black_box(buffer)).unwrap();
+        })
+    });
     let mut driver = FakeDriver::new(1 << 40);
     let mut allocator = DeviceAllocator::new(
         D0,
@@ -302,14 +317,21 @@ fn cold_batches(
 }
 
 /// A backend whose calls succeed and do nothing (device descriptions from the host backend's
-/// defaults), so a benchmark through it times the runtime alone.
-struct NullBackend {
+/// defaults), so a benchmark through it times the runtime alone; with `NOTES`, its
+/// `note_buffer` is the CUDA and HIP backends' (gpu-recorder told of each buffer, when loaded).
+struct NullBackend<const NOTES: bool = false> {
     infos: Vec<DeviceInfo>,
     next_handle: std::sync::atomic::AtomicUsize,
 }
 
 impl NullBackend {
     fn new() -> Self {
+        NullBackend::with_notes()
+    }
+}
+
+impl<const NOTES: bool> NullBackend<NOTES> {
+    fn with_notes() -> Self {
         let host = HostBackend::new(HostConfig::with_devices(1));
         Self {
             infos: vec![host.device_info(D0).unwrap()],
@@ -325,7 +347,7 @@ impl NullBackend {
     }
 }
 
-impl Backend for NullBackend {
+impl<const NOTES: bool> Backend for NullBackend<NOTES> {
     type Stream = usize;
     type Event = usize;
     type Kernel = usize;
@@ -365,6 +387,12 @@ impl Backend for NullBackend {
         Ok(Some(self.next(bytes)))
     }
     fn free(&self, _: DeviceId, _: MemoryKind, _: usize, _: Option<usize>) -> Result<()> {
+        Ok(())
+    }
+    fn note_buffer(&self, _: DeviceId, range: ByteRange, live: bool) -> Result<()> {
+        if NOTES {
+            gpu_ffi_loader::recorder::note_buffer(range, live);
+        }
         Ok(())
     }
     fn host_register(&self, _: ByteRange, _: &mut [usize]) -> Result<()> {

@@ -246,6 +246,18 @@ impl Backend for CudaBackend {
         self.release_range((device, kind), address, size)
     }
 
+    /// No driver call: tells gpu-recorder, when it records the process, that a runtime's
+    /// allocator handed the buffer out or took it back, so that a launch's footprint is the
+    /// buffer, not its whole segment ([`gpu_ffi_loader::recorder::note_buffer`]). Without the
+    /// recorder: one atomic load and a branch. Never fails.
+    // Inlined into the runtime's allocation hit (another crate): a call frame would cost more
+    // than the check.
+    #[inline]
+    fn note_buffer(&self, _device: DeviceId, range: ByteRange, live: bool) -> Result<()> {
+        gpu_ffi_loader::recorder::note_buffer(range, live);
+        Ok(())
+    }
+
     /// cuMemHostRegister with `PORTABLE | DEVICEMAP` (in device 0's context: registration needs
     /// a context, and is process-wide), then cuMemHostGetDevicePointer in each device's context
     /// for `device_ptrs[d]`. If an address lookup fails, the range is unregistered again.

@@ -528,4 +528,5 @@ fn out_of_memory_is_none_and_other_codes_are_driver_errors() {
 }
 
 mod graphs;
+mod recorder;
 mod vm;

@@ -135,6 +135,18 @@ impl Backend for HipBackend {
         self.free_memory(device, kind, address, after)
     }
 
+    /// No HIP call: tells gpu-recorder, when it records the process (HIP on NVIDIA runs on
+    /// CUDA's driver, which loads it), that a runtime's allocator handed the buffer out or took
+    /// it back ([`gpu_ffi_loader::recorder::note_buffer`]). Without the recorder: one atomic
+    /// load and a branch. Never fails.
+    // Inlined into the runtime's allocation hit (another crate): a call frame would cost more
+    // than the check.
+    #[inline]
+    fn note_buffer(&self, _device: DeviceId, range: ByteRange, live: bool) -> Result<()> {
+        gpu_ffi_loader::recorder::note_buffer(range, live);
+        Ok(())
+    }
+
     /// hipHostRegister with `Portable | Mapped` (with device 0 current; registration is
     /// process-wide), then hipHostGetDevicePointer with each device current for
     /// `device_ptrs[d]`. If an address lookup fails, the range is unregistered again.

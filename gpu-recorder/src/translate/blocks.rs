@@ -8,8 +8,9 @@
 //! next call other than an event's creation or record (or until any block event, or the exit):
 //! each event recorded meanwhile by that thread names a stream the block was used on
 //! (`block_use`), then the free is written (`block_free`), and the checker orders the block's
-//! next hand-out after those streams' work. NVTX regions (`nvtx`) are comments: they narrow
-//! footprints only.
+//! next hand-out after those streams' work. NVTX regions (`nvtx`) and our runtime's buffers
+//! (`gpurt_region`, from its backends' `note_buffer`) name no stream and are comments: they
+//! narrow footprints only.
 
 use core::fmt::Write as _;
 use std::collections::BTreeSet;
@@ -106,10 +107,11 @@ impl Translator {
         }
     }
 
-    /// A block event's line: NVTX regions name no stream, so theirs is a comment (the region
-    /// only narrows footprints: the checker sees the accesses of its bytes, not a hand-out).
+    /// A block event's line: NVTX regions and our runtime's buffers name no stream, so theirs
+    /// is a comment (the region only narrows footprints: the checker sees the accesses of its
+    /// bytes, and the driver calls that order them, not a hand-out).
     pub(super) fn block_line(&mut self, call: &Call, stream: u64, text: &str, out: &mut String) {
-        if allocator_of(call) == "nvtx" {
+        if matches!(allocator_of(call), "nvtx" | "gpurt_region") {
             let _ = writeln!(out, "# {text}  ({} tid={})", call.function, call.thread);
         } else {
             self.block(call, stream, text, out);

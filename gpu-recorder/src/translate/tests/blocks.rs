@@ -174,3 +174,50 @@ fn cu_ctx_synchronize_v2_waits_for_the_device() {
     let lines = translate(&[call("cuCtxSynchronize_v2", Kind::Note, 0)]);
     assert_eq!(lines, ["device_synchronize 1"]);
 }
+
+#[test]
+fn the_runtimes_buffers_are_comments_that_narrow_footprints_to_the_buffer() {
+    // Two buffers of one 2 MiB segment, each on its own stream: each launch's footprint is its
+    // buffer, so the two do not overlap.
+    let lines = translate(&[
+        alloc(0x10_0000, 0x20_0000),
+        block(
+            "gpurt_region_block_alloc",
+            Kind::BlockAlloc {
+                stream: 0,
+                address: 0x10_0000,
+                bytes: 1000,
+            },
+        ),
+        block(
+            "gpurt_region_block_alloc",
+            Kind::BlockAlloc {
+                stream: 0,
+                address: 0x10_0400,
+                bytes: 4096,
+            },
+        ),
+        launch(0x20, &[0x10_0000]),
+        launch(0x30, &[0x10_0400]),
+        block(
+            "gpurt_region_block_free",
+            Kind::BlockFree {
+                stream: 0,
+                address: 0x10_0000,
+            },
+        ),
+        launch(0x20, &[0x10_0000]),
+    ]);
+    assert_eq!(
+        lines,
+        [
+            "mem_alloc 0x100000+2097152",
+            "# block_alloc gpurt_region 0x100000+1000  (gpurt_region_block_alloc tid=7)",
+            "# block_alloc gpurt_region 0x100400+4096  (gpurt_region_block_alloc tid=7)",
+            "launch 0x20 rw:0x100000+1000",
+            "launch 0x30 rw:0x100400+4096",
+            "# block_free gpurt_region 0x100000  (gpurt_region_block_free tid=7)",
+            "launch 0x20 rw:0x100000+1",
+        ]
+    );
+}
