@@ -26,6 +26,13 @@ pub trait VmCalls {
     /// The driver's handle of a piece of physical memory.
     type Handle: Copy;
 
+    /// What keeps the device current for the calls (a scope that puts the caller's back).
+    type Current;
+
+    /// Makes the device current until the value drops; asked once a call's checks have
+    /// passed, so a refused range never reaches the driver, not even to switch devices.
+    fn make_current(&self) -> Result<Self::Current>;
+
     /// Creates `size` bytes of physical memory on the device; `Ok(None)` when it is out of
     /// memory.
     fn create(&self, size: usize) -> Result<Option<Self::Handle>>;
@@ -89,6 +96,19 @@ impl<H> Default for LiveMappings<H> {
     }
 }
 
+/// The granularity a `vm_*` call on `device` for `kind` works in: `granularity`, the device's
+/// for device memory (where it has virtual memory management), for device memory only; any
+/// other kind, or a device without it, is [`Error::KindUnsupported`].
+pub fn vm_granularity_of(
+    device: DeviceId,
+    kind: MemoryKind,
+    granularity: Option<usize>,
+) -> Result<usize> {
+    granularity
+        .filter(|_| kind == MemoryKind::Device)
+        .ok_or(Error::KindUnsupported { device, kind })
+}
+
 impl<H: Copy> LiveMappings<H> {
     /// Nothing reserved or mapped.
     pub fn new() -> Self {
@@ -97,18 +117,29 @@ impl<H: Copy> LiveMappings<H> {
 
     /// [`Backend::vm_reserve`](crate::backend::Backend::vm_reserve): `try_reserve` asks the
     /// driver for a range of a size (its start, or `Ok(None)` where the driver has no room),
-    /// first `wanted` bytes, then, if that fails, `needed`; the range got is recorded. A size
-    /// of zero is [`Error::ZeroSize`].
+    /// first `wanted` bytes, then, if that fails, `needed` (making the device current itself,
+    /// as `grant` and `free` below do); the range got is recorded. A size
+    /// of zero is [`Error::ZeroSize`], one not a multiple of `granularity`
+    /// [`Error::MisalignedSegment`], both before the driver.
     pub fn reserve(
         &self,
-        device: DeviceId,
-        kind: MemoryKind,
+        (device, kind): (DeviceId, MemoryKind),
+        granularity: usize,
         (wanted, needed): (usize, usize),
         mut try_reserve: impl FnMut(usize) -> Result<Option<usize>>,
     ) -> Result<Option<(usize, usize)>> {
         if wanted == 0 || needed == 0 {
             return Err(Error::ZeroSize {
                 what: "reserved range",
+            });
+        }
+        if let Some(size) = [wanted, needed]
+            .into_iter()
+            .find(|size| !size.is_multiple_of(granularity))
+        {
+            return Err(Error::MisalignedSegment {
+                address: size,
+                required: granularity,
             });
         }
         let mut got = try_reserve(wanted.max(needed))?.map(|start| (start, wanted.max(needed)));
@@ -169,6 +200,7 @@ impl<H: Copy> LiveMappings<H> {
         if !inside || overlaps {
             return Err(Error::UnknownAddress { device, address });
         }
+        let _current = calls.make_current()?;
         let mut mapped = Vec::new();
         let outcome = (|| {
             for start in (address..end).step_by(piece) {
@@ -235,7 +267,9 @@ impl<H: Copy> LiveMappings<H> {
         if !of_kind {
             return Err(Error::UnknownAddress { device, address });
         }
-        for start in covering_pieces(&ranges, device, address, size)? {
+        let starts = covering_pieces(&ranges, device, address, size)?;
+        let _current = calls.make_current()?;
+        for start in starts {
             let piece = ranges.pieces[&start];
             calls.unmap(start, piece.size)?;
             ranges.pieces.remove(&start);
@@ -280,6 +314,7 @@ impl<H: Copy> LiveMappings<H> {
     /// pieces and ranges there were.
     pub fn clear<C: VmCalls<Handle = H>>(&self, device: DeviceId, calls: &C) -> (usize, usize) {
         let mut ranges = self.ranges.lock();
+        let _current = calls.make_current();
         let pieces: Vec<(usize, Piece<H>)> = ranges
             .pieces
             .iter()

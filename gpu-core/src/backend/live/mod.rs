@@ -54,7 +54,7 @@ pub use handles::{HandleKey, Live, LiveHandles};
 pub use kernels::{
     MODULE_KERNEL, kernel_name, library_arguments, library_functions, workgroup_bytes_attribute,
 };
-pub use mappings::{LiveMappings, VmCalls};
+pub use mappings::{LiveMappings, VmCalls, vm_granularity_of};
 pub use memory::{
     FreeStep, check_allocation, check_stream_allocation, enable_peer_access, none_on_code,
 };

@@ -45,6 +45,12 @@ fn failure(call: &'static str) -> Error {
 
 impl VmCalls for Fake {
     type Handle = u32;
+    type Current = ();
+
+    fn make_current(&self) -> Result<()> {
+        self.log.borrow_mut().push("current".into());
+        Ok(())
+    }
 
     fn create(&self, size: usize) -> Result<Option<u32>> {
         let handle = self.next_handle.get() + 1;
@@ -103,7 +109,7 @@ fn unknown<T>(address: usize) -> Result<T> {
 /// A table with one range of 8 pieces reserved on device 0 at `BASE`.
 fn reserved() -> LiveMappings<u32> {
     let live = LiveMappings::new();
-    let got = live.reserve(D0, DEVICE, (8 * PIECE, PIECE), |_| Ok(Some(BASE)));
+    let got = live.reserve((D0, DEVICE), PIECE, (8 * PIECE, PIECE), |_| Ok(Some(BASE)));
     assert_eq!(got, Ok(Some((BASE, 8 * PIECE))));
     live
 }
@@ -112,18 +118,35 @@ fn reserved() -> LiveMappings<u32> {
 fn a_reservation_falls_back_to_the_needed_size_and_none_when_even_that_fails() {
     let live = LiveMappings::<u32>::new();
     let mut asked = Vec::new();
-    let got = live.reserve(D0, DEVICE, (8 * PIECE, 2 * PIECE), |size| {
+    let got = live.reserve((D0, DEVICE), PIECE, (8 * PIECE, 2 * PIECE), |size| {
         asked.push(size);
         Ok((size == 2 * PIECE).then_some(BASE))
     });
     assert_eq!(got, Ok(Some((BASE, 2 * PIECE))));
     assert_eq!(asked, vec![8 * PIECE, 2 * PIECE]);
     assert_eq!(live.bytes(D0), (0, 2 * PIECE));
-    let none = live.reserve(D1, DEVICE, (PIECE, PIECE), |_| Ok(None));
+    let none = live.reserve((D1, DEVICE), PIECE, (PIECE, PIECE), |_| Ok(None));
     assert_eq!(none, Ok(None));
     assert_eq!(live.bytes(D1), (0, 0));
-    let zero = live.reserve(D1, DEVICE, (0, 0), |_| Ok(Some(BASE)));
+    let zero = live.reserve((D1, DEVICE), PIECE, (0, 0), |_| Ok(Some(BASE)));
     assert!(matches!(zero, Err(Error::ZeroSize { .. })));
+    let odd = live.reserve((D1, DEVICE), PIECE, (PIECE + 1, PIECE), |_| Ok(Some(BASE)));
+    assert_eq!(
+        odd,
+        Err(Error::MisalignedSegment {
+            address: PIECE + 1,
+            required: PIECE
+        })
+    );
+    assert_eq!(live.bytes(D1), (0, 0));
+    // Only device memory of a device with a granularity has virtual memory.
+    assert_eq!(vm_granularity_of(D0, DEVICE, Some(PIECE)), Ok(PIECE));
+    let unsupported = |kind| Err(Error::KindUnsupported { device: D0, kind });
+    assert_eq!(vm_granularity_of(D0, DEVICE, None), unsupported(DEVICE));
+    assert_eq!(
+        vm_granularity_of(D0, MemoryKind::Managed, Some(PIECE)),
+        unsupported(MemoryKind::Managed)
+    );
 }
 
 #[test]
@@ -223,7 +246,7 @@ fn bad_ranges_are_typed_errors_before_the_driver() {
         unknown(BASE)
     );
     assert_eq!(fake.alive.borrow().len(), 1);
-    assert_eq!(fake.log.borrow().len(), 2, "{:?}", fake.log.borrow());
+    assert_eq!(fake.log.borrow().len(), 3, "{:?}", fake.log.borrow());
 }
 
 #[test]
@@ -277,7 +300,7 @@ fn a_failed_unmap_keeps_the_piece_and_a_release_needs_everything_unmapped() {
 #[test]
 fn clearing_a_device_gives_back_its_pieces_and_ranges_only() {
     let (live, fake) = (reserved(), Fake::default());
-    let other = live.reserve(D1, DEVICE, (PIECE, PIECE), |_| Ok(Some(BASE * 2)));
+    let other = live.reserve((D1, DEVICE), PIECE, (PIECE, PIECE), |_| Ok(Some(BASE * 2)));
     assert_eq!(other, Ok(Some((BASE * 2, PIECE))));
     assert_eq!(
         live.map((D0, DEVICE), (BASE, 3 * PIECE), PIECE, &fake),
