@@ -148,7 +148,7 @@ impl Backend for HipBackend {
 
     /// hipMemAddressReserve of `wanted` bytes, else of `needed` (out of address space:
     /// `None`), recorded for `vm_release`; a size off the granularity is
-    /// [`Error::MisalignedSegment`](gpu_core::Error::MisalignedSegment).
+    /// [`Error::MisalignedSegment`].
     fn vm_reserve(
         &self,
         device: DeviceId,
