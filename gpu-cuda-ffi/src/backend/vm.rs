@@ -37,14 +37,18 @@ impl DeviceVm {
 impl VmCalls for DeviceVm {
     type Handle = sys::CUmemGenericAllocationHandle;
     type Current = ContextScope<'static>;
+    const OUT_OF_MEMORY: i64 = code(sys::CUDA_ERROR_OUT_OF_MEMORY);
 
     fn make_current(&self) -> Result<ContextScope<'static>> {
         ContextScope::enter(self.driver, self.context)
     }
 
-    fn create(&self, size: usize) -> Result<Option<Self::Handle>> {
-        let created = result::vm::create(self.driver, size, &self.prop);
-        none_on_code(created, code(sys::CUDA_ERROR_OUT_OF_MEMORY))
+    fn reserve(&self, size: usize, alignment: usize) -> Result<usize> {
+        result::vm::reserve(self.driver, size, alignment).map(|start| start as usize)
+    }
+
+    fn create(&self, size: usize) -> Result<Self::Handle> {
+        result::vm::create(self.driver, size, &self.prop)
     }
 
     fn map(&self, address: usize, size: usize, handle: Self::Handle) -> Result<()> {
@@ -128,15 +132,10 @@ impl CudaBackend {
         wanted: usize,
         needed: usize,
     ) -> Result<Option<(usize, usize)>> {
-        let (_, granularity) = self.vm_device(device, kind)?;
-        let sizes = (wanted, needed);
+        let (state, granularity) = self.vm_device(device, kind)?;
+        let calls = DeviceVm::new(self.driver, state);
         self.mappings
-            .reserve((device, kind), granularity, sizes, |size| {
-                let _scope = self.enter(device)?;
-                let reserved = result::vm::reserve(self.driver, size, granularity);
-                none_on_code(reserved, code(sys::CUDA_ERROR_OUT_OF_MEMORY))
-                    .map(|start| start.map(|start| start as usize))
-            })
+            .reserve((device, kind), granularity, (wanted, needed), &calls)
     }
 
     /// `Backend::vm_map`: one cuMemCreate, cuMemMap per piece, then cuMemSetAccess for the
@@ -202,12 +201,10 @@ impl CudaBackend {
         address: usize,
         size: usize,
     ) -> Result<()> {
-        self.vm_device(device, kind)?;
-        self.mappings.release((device, kind), (address, size), || {
-            let _scope = self.enter(device)?;
-            // SAFETY: `LiveMappings` checked: a whole range reserved here, nothing mapped.
-            unsafe { result::vm::free_range(self.driver, address as sys::CUdeviceptr, size) }
-        })
+        let (state, _) = self.vm_device(device, kind)?;
+        let calls = DeviceVm::new(self.driver, state);
+        self.mappings
+            .release((device, kind), (address, size), &calls)
     }
 
     /// Gives back everything of `state`'s device still mapped or reserved (its context

@@ -11,7 +11,7 @@
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::check_same_device;
-use gpu_core::backend::live::{LiveMappings, VmCalls, none_on_code, vm_granularity_of};
+use gpu_core::backend::live::{LiveMappings, VmCalls, vm_granularity_of};
 use gpu_core::{DeviceId, Result};
 
 use super::current::DeviceScope;
@@ -42,14 +42,18 @@ struct OnDevice<'h> {
 impl<'h> VmCalls for OnDevice<'h> {
     type Handle = HandleOf;
     type Current = DeviceScope<'h>;
+    const OUT_OF_MEMORY: i64 = code(sys::hipErrorOutOfMemory);
 
     fn make_current(&self) -> Result<DeviceScope<'h>> {
         DeviceScope::enter(self.hip, self.prop.location.id)
     }
 
-    fn create(&self, size: usize) -> Result<Option<HandleOf>> {
-        let created = result::vm::create(self.hip, size, &self.prop).map(HandleOf);
-        none_on_code(created, code(sys::hipErrorOutOfMemory))
+    fn reserve(&self, size: usize, alignment: usize) -> Result<usize> {
+        result::vm::reserve(self.hip, size, alignment).map(|start| start as usize)
+    }
+
+    fn create(&self, size: usize) -> Result<HandleOf> {
+        result::vm::create(self.hip, size, &self.prop).map(HandleOf)
     }
 
     fn map(&self, address: usize, size: usize, handle: HandleOf) -> Result<()> {
@@ -105,14 +109,9 @@ impl HipBackend {
         (device, kind): (DeviceId, MemoryKind),
         sizes: (usize, usize),
     ) -> Result<Option<(usize, usize)>> {
-        let (_, granularity) = self.on_device(device, kind)?;
+        let (calls, granularity) = self.on_device(device, kind)?;
         self.mappings
-            .reserve((device, kind), granularity, sizes, |size| {
-                let _scope = self.enter(device)?;
-                let reserved = result::vm::reserve(self.hip, size, granularity);
-                none_on_code(reserved, code(sys::hipErrorOutOfMemory))
-                    .map(|start| start.map(|start| start as usize))
-            })
+            .reserve((device, kind), granularity, sizes, &calls)
     }
 
     /// `Backend::vm_map`: hipMemCreate and hipMemMap per piece, then hipMemSetAccess.
@@ -160,12 +159,8 @@ impl HipBackend {
 
     /// `Backend::vm_release`: hipMemAddressFree of a whole reserved range.
     pub(super) fn release(&self, on: (DeviceId, MemoryKind), range: (usize, usize)) -> Result<()> {
-        self.on_device(on.0, on.1)?;
-        self.mappings.release(on, range, || {
-            let _scope = self.enter(on.0)?;
-            // SAFETY: `LiveMappings` checked: a whole range reserved here, nothing mapped.
-            unsafe { result::vm::free_range(self.hip, range.0, range.1) }
-        })
+        let (calls, _) = self.on_device(on.0, on.1)?;
+        self.mappings.release(on, range, &calls)
     }
 
     /// Gives back everything of `device` still mapped or reserved (the device current).

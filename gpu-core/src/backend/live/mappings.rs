@@ -17,6 +17,7 @@ use alloc::vec::Vec;
 
 use spin::Mutex;
 
+use super::memory::none_on_code;
 use crate::allocator::MemoryKind;
 use crate::error::{Error, Result};
 use crate::id::DeviceId;
@@ -29,13 +30,19 @@ pub trait VmCalls {
     /// What keeps the device current for the calls (a scope that puts the caller's back).
     type Current;
 
+    /// The driver's code for out of memory (of address space for a reservation, of physical
+    /// memory for a creation): an answer, `None`, rather than a failure.
+    const OUT_OF_MEMORY: i64;
+
     /// Makes the device current until the value drops; asked once a call's checks have
     /// passed, so a refused range never reaches the driver, not even to switch devices.
     fn make_current(&self) -> Result<Self::Current>;
 
-    /// Creates `size` bytes of physical memory on the device; `Ok(None)` when it is out of
-    /// memory.
-    fn create(&self, size: usize) -> Result<Option<Self::Handle>>;
+    /// Reserves `size` bytes of address space aligned to `alignment`: its start.
+    fn reserve(&self, size: usize, alignment: usize) -> Result<usize>;
+
+    /// Creates `size` bytes of physical memory on the device.
+    fn create(&self, size: usize) -> Result<Self::Handle>;
 
     /// Maps `handle` (of `size` bytes) at `address`, inside a reserved range.
     fn map(&self, address: usize, size: usize, handle: Self::Handle) -> Result<()>;
@@ -115,18 +122,17 @@ impl<H: Copy> LiveMappings<H> {
         Self::default()
     }
 
-    /// [`Backend::vm_reserve`](crate::backend::Backend::vm_reserve): `try_reserve` asks the
-    /// driver for a range of a size (its start, or `Ok(None)` where the driver has no room),
-    /// first `wanted` bytes, then, if that fails, `needed` (making the device current itself,
-    /// as `grant` and `free` below do); the range got is recorded. A size
-    /// of zero is [`Error::ZeroSize`], one not a multiple of `granularity`
+    /// [`Backend::vm_reserve`](crate::backend::Backend::vm_reserve): reserves `wanted` bytes
+    /// aligned to `granularity`, or, where the driver has no room for them, `needed`, and
+    /// records the range got; `Ok(None)` where it has no room for `needed` either. A size of
+    /// zero is [`Error::ZeroSize`], one not a multiple of `granularity`
     /// [`Error::MisalignedSegment`], both before the driver.
-    pub fn reserve(
+    pub fn reserve<C: VmCalls<Handle = H>>(
         &self,
         (device, kind): (DeviceId, MemoryKind),
         granularity: usize,
         (wanted, needed): (usize, usize),
-        mut try_reserve: impl FnMut(usize) -> Result<Option<usize>>,
+        calls: &C,
     ) -> Result<Option<(usize, usize)>> {
         if wanted == 0 || needed == 0 {
             return Err(Error::ZeroSize {
@@ -142,9 +148,14 @@ impl<H: Copy> LiveMappings<H> {
                 required: granularity,
             });
         }
-        let mut got = try_reserve(wanted.max(needed))?.map(|start| (start, wanted.max(needed)));
+        let _current = calls.make_current()?;
+        let try_reserve = |size| {
+            let start = none_on_code(calls.reserve(size, granularity), C::OUT_OF_MEMORY)?;
+            Ok::<_, Error>(start.map(|start| (start, size)))
+        };
+        let mut got = try_reserve(wanted.max(needed))?;
         if got.is_none() && needed < wanted {
-            got = try_reserve(needed)?.map(|start| (start, needed));
+            got = try_reserve(needed)?;
         }
         if let Some((start, size)) = got {
             let range = Reserved { size, device, kind };
@@ -204,7 +215,8 @@ impl<H: Copy> LiveMappings<H> {
         let mut mapped = Vec::new();
         let outcome = (|| {
             for start in (address..end).step_by(piece) {
-                let Some(handle) = calls.create(piece)? else {
+                let created = none_on_code(calls.create(piece), C::OUT_OF_MEMORY)?;
+                let Some(handle) = created else {
                     return Ok(false);
                 };
                 if let Err(error) = calls.map(start, piece, handle) {
@@ -279,14 +291,14 @@ impl<H: Copy> LiveMappings<H> {
     }
 
     /// [`Backend::vm_release`](crate::backend::Backend::vm_release): frees the reserved range
-    /// at `address` of `size` bytes with `free`, where it is a range reserved for `device` and
-    /// `kind` with nothing of it mapped (else [`Error::UnknownAddress`], before the driver). A
-    /// range the driver fails to free stays recorded.
-    pub fn release(
+    /// at `address` of `size` bytes, where it is a range reserved for `device` and `kind` with
+    /// nothing of it mapped (else [`Error::UnknownAddress`], before the driver). A range the
+    /// driver fails to free stays recorded.
+    pub fn release<C: VmCalls<Handle = H>>(
         &self,
         (device, kind): (DeviceId, MemoryKind),
         (address, size): (usize, usize),
-        free: impl FnOnce() -> Result<()>,
+        calls: &C,
     ) -> Result<()> {
         let mut ranges = self.ranges.lock();
         let known = ranges.reserved.get(&address).is_some_and(|range| {
@@ -302,7 +314,8 @@ impl<H: Copy> LiveMappings<H> {
         if !known || mapped {
             return Err(Error::UnknownAddress { device, address });
         }
-        free()?;
+        let _current = calls.make_current()?;
+        calls.free_range(address, size)?;
         ranges.reserved.remove(&address);
         Ok(())
     }
