@@ -596,3 +596,109 @@ SHIM_EXPORT hipError_t hipGraphExecMemsetNodeSetParams(hipGraphExec_t hGraphExec
     cudaMemsetParams params = memset_params(pNodeParams);
     return hipCUDAErrorTohipError(cudaGraphExecMemsetNodeSetParams(hGraphExec, node, &params));
 }
+
+// Virtual memory management. HIP 5.2.3's NVIDIA headers have none of it, so these call the
+// driver API (cuMem*, CUDA 11.8's cuda.h) themselves, taking the AMD platform's types as the
+// bindings lay them out: hipMemAllocationProp in AMD's field order, and the opaque
+// hipMemGenericAllocationHandle_t carrying the driver's 64-bit CUmemGenericAllocationHandle.
+// hipMemAccessDesc and hipMemLocation are CUDA's own structs on both platforms.
+struct AmdMemAllocationProp {
+    unsigned char compressionType;
+    hipMemLocation location;
+    unsigned int requestedHandleType;
+    unsigned int type;
+    unsigned short usage;
+    void* win32HandleMetaData;
+};
+static_assert(sizeof(AmdMemAllocationProp) == 32 && offsetof(AmdMemAllocationProp, location) == 4
+              && offsetof(AmdMemAllocationProp, type) == 16
+              && offsetof(AmdMemAllocationProp, win32HandleMetaData) == 24,
+              "hipMemAllocationProp layout");
+static_assert(sizeof(void*) == sizeof(CUmemGenericAllocationHandle), "handle in a pointer");
+// hipMemAllocationTypePinned, hipMemHandleTypeNone, hipMemAllocationGranularityMinimum.
+static_assert(CU_MEM_ALLOCATION_TYPE_PINNED == 1 && CU_MEM_HANDLE_TYPE_NONE == 0
+              && CU_MEM_ALLOC_GRANULARITY_MINIMUM == 0, "virtual memory constants");
+
+static CUmemAllocationProp allocation_prop(const AmdMemAllocationProp* p) {
+    CUmemAllocationProp prop = {};
+    prop.type = static_cast<CUmemAllocationType>(p->type);
+    prop.requestedHandleTypes = static_cast<CUmemAllocationHandleType>(p->requestedHandleType);
+    prop.location.type = static_cast<CUmemLocationType>(p->location.type);
+    prop.location.id = p->location.id;
+    prop.win32HandleMetaData = p->win32HandleMetaData;
+    prop.allocFlags.compressionType = p->compressionType;
+    prop.allocFlags.usage = p->usage;
+    return prop;
+}
+
+// Answers hipErrorNotSupported on a device without virtual memory management (the attribute
+// HIP 5.2.3 does not name), as ROCm answers where it has none.
+SHIM_EXPORT hipError_t hipMemGetAllocationGranularity(size_t* granularity, const AmdMemAllocationProp* prop, unsigned int option) {
+    NEEDS_DRIVER();
+    if (granularity == nullptr || prop == nullptr) {
+        return hipErrorInvalidValue;
+    }
+    int supported = 0;
+    CUresult status = cuDeviceGetAttribute(
+        &supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, prop->location.id);
+    if (status != CUDA_SUCCESS) {
+        return hipCUResultTohipError(status);
+    }
+    if (!supported) {
+        return hipErrorNotSupported;
+    }
+    CUmemAllocationProp driver_prop = allocation_prop(prop);
+    return hipCUResultTohipError(cuMemGetAllocationGranularity(
+        granularity, &driver_prop, static_cast<CUmemAllocationGranularity_flags>(option)));
+}
+
+SHIM_EXPORT hipError_t hipMemAddressReserve(void** ptr, size_t size, size_t alignment, void* addr, unsigned long long flags) {
+    NEEDS_CONTEXT();
+    if (ptr == nullptr) {
+        return hipErrorInvalidValue;
+    }
+    CUdeviceptr reserved = 0;
+    CUresult status = cuMemAddressReserve(
+        &reserved, size, alignment, reinterpret_cast<CUdeviceptr>(addr), flags);
+    *ptr = reinterpret_cast<void*>(reserved);
+    return hipCUResultTohipError(status);
+}
+
+SHIM_EXPORT hipError_t hipMemAddressFree(void* devPtr, size_t size) {
+    NEEDS_CONTEXT();
+    return hipCUResultTohipError(cuMemAddressFree(reinterpret_cast<CUdeviceptr>(devPtr), size));
+}
+
+SHIM_EXPORT hipError_t hipMemCreate(void** handle, size_t size, const AmdMemAllocationProp* prop, unsigned long long flags) {
+    NEEDS_CONTEXT();
+    if (handle == nullptr || prop == nullptr) {
+        return hipErrorInvalidValue;
+    }
+    CUmemAllocationProp driver_prop = allocation_prop(prop);
+    CUmemGenericAllocationHandle created = 0;
+    CUresult status = cuMemCreate(&created, size, &driver_prop, flags);
+    *handle = reinterpret_cast<void*>(created);
+    return hipCUResultTohipError(status);
+}
+
+SHIM_EXPORT hipError_t hipMemRelease(void* handle) {
+    NEEDS_CONTEXT();
+    return hipCUResultTohipError(cuMemRelease(reinterpret_cast<CUmemGenericAllocationHandle>(handle)));
+}
+
+SHIM_EXPORT hipError_t hipMemMap(void* ptr, size_t size, size_t offset, void* handle, unsigned long long flags) {
+    NEEDS_CONTEXT();
+    return hipCUResultTohipError(cuMemMap(reinterpret_cast<CUdeviceptr>(ptr), size, offset,
+                                          reinterpret_cast<CUmemGenericAllocationHandle>(handle), flags));
+}
+
+SHIM_EXPORT hipError_t hipMemUnmap(void* ptr, size_t size) {
+    NEEDS_CONTEXT();
+    return hipCUResultTohipError(cuMemUnmap(reinterpret_cast<CUdeviceptr>(ptr), size));
+}
+
+SHIM_EXPORT hipError_t hipMemSetAccess(void* ptr, size_t size, const hipMemAccessDesc* desc, size_t count) {
+    NEEDS_CONTEXT();
+    return hipCUResultTohipError(cuMemSetAccess(reinterpret_cast<CUdeviceptr>(ptr), size,
+                                                reinterpret_cast<const CUmemAccessDesc*>(desc), count));
+}

@@ -1,5 +1,5 @@
 //! HIP's calls, typed: one small function per HIP call, by area ([`device`], [`memory`],
-//! [`stream`], [`event`], [`module`], [`graph`]), as the CUDA crate's `result` module has them. Each looks
+//! [`stream`], [`event`], [`module`], [`graph`], [`vm`]), as the CUDA crate's `result` module has them. Each looks
 //! its function up through [`Hip`](crate::Hip) (cached after the first use), passes its
 //! out-parameters itself, and returns the value or the failure as [`Error::Driver`] with the
 //! call's name and the code. A call that takes raw handles or pointers HIP would dereference
@@ -16,6 +16,7 @@ pub mod graph;
 pub mod memory;
 pub mod module;
 pub mod stream;
+pub mod vm;
 
 use gpu_core::{DriverError, Error};
 use gpu_ffi_loader::ResultCodes;

@@ -23,10 +23,14 @@ pub type hipEvent_t = *mut ihipEvent_t;
 pub type hipMemPoolAttr = ::core::ffi::c_uint;
 pub type hipMemLocationType = ::core::ffi::c_uint;
 pub type hipMemAccessFlags = ::core::ffi::c_uint;
+pub type hipMemAllocationType = ::core::ffi::c_uint;
+pub type hipMemAllocationHandleType = ::core::ffi::c_uint;
 pub type hipFuncAttribute = ::core::ffi::c_uint;
 pub type hipGraph_t = *mut ihipGraph;
 pub type hipGraphNode_t = *mut hipGraphNode;
 pub type hipGraphExec_t = *mut hipGraphExec;
+pub type hipMemGenericAllocationHandle_t = *mut ihipMemGenericAllocationHandle;
+pub type hipMemAllocationGranularity_flags = ::core::ffi::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct hipPointerAttribute_t {
@@ -115,6 +119,21 @@ pub struct hipMemsetParams {
     pub pitch: usize,
     pub value: ::core::ffi::c_uint,
     pub width: usize,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct hipMemAllocationProp {
+    pub compressionType: ::core::ffi::c_uchar,
+    pub location: hipMemLocation,
+    pub requestedHandleType: hipMemAllocationHandleType,
+    pub type_: hipMemAllocationType,
+    pub usage: ::core::ffi::c_ushort,
+    pub win32HandleMetaData: *mut ::core::ffi::c_void,
+}
+#[repr(C)]
+#[derive(Debug)]
+pub struct ihipMemGenericAllocationHandle {
+    _unused: [u8; 0],
 }
 pub const HIP_VERSION_MAJOR: u32 = 5;
 pub const HIP_VERSION_MINOR: u32 = 2;
@@ -429,6 +448,13 @@ const _: () = {
         "Offset of field: hipMemAccessDesc::flags",
     ][::core::mem::offset_of!(hipMemAccessDesc, flags) - 8usize];
 };
+pub const hipMemAllocationTypeInvalid: hipMemAllocationType = 0;
+pub const hipMemAllocationTypePinned: hipMemAllocationType = 1;
+pub const hipMemAllocationTypeMax: hipMemAllocationType = 2147483647;
+pub const hipMemHandleTypeNone: hipMemAllocationHandleType = 0;
+pub const hipMemHandleTypePosixFileDescriptor: hipMemAllocationHandleType = 1;
+pub const hipMemHandleTypeWin32: hipMemAllocationHandleType = 2;
+pub const hipMemHandleTypeWin32Kmt: hipMemAllocationHandleType = 4;
 pub const hipFuncAttributeMaxDynamicSharedMemorySize: hipFuncAttribute = 8;
 pub const hipFuncAttributePreferredSharedMemoryCarveout: hipFuncAttribute = 9;
 pub const hipFuncAttributeMax: hipFuncAttribute = 10;
@@ -492,6 +518,35 @@ const _: () = {
         "Offset of field: hipMemsetParams::width",
     ][::core::mem::offset_of!(hipMemsetParams, width) - 40usize];
 };
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of hipMemAllocationProp",
+    ][::core::mem::size_of::<hipMemAllocationProp>() - 32usize];
+    [
+        "Alignment of hipMemAllocationProp",
+    ][::core::mem::align_of::<hipMemAllocationProp>() - 8usize];
+    [
+        "Offset of field: hipMemAllocationProp::compressionType",
+    ][::core::mem::offset_of!(hipMemAllocationProp, compressionType) - 0usize];
+    [
+        "Offset of field: hipMemAllocationProp::location",
+    ][::core::mem::offset_of!(hipMemAllocationProp, location) - 4usize];
+    [
+        "Offset of field: hipMemAllocationProp::requestedHandleType",
+    ][::core::mem::offset_of!(hipMemAllocationProp, requestedHandleType) - 12usize];
+    [
+        "Offset of field: hipMemAllocationProp::type_",
+    ][::core::mem::offset_of!(hipMemAllocationProp, type_) - 16usize];
+    [
+        "Offset of field: hipMemAllocationProp::usage",
+    ][::core::mem::offset_of!(hipMemAllocationProp, usage) - 20usize];
+    [
+        "Offset of field: hipMemAllocationProp::win32HandleMetaData",
+    ][::core::mem::offset_of!(hipMemAllocationProp, win32HandleMetaData) - 24usize];
+};
+pub const hipMemAllocationGranularityMinimum: hipMemAllocationGranularity_flags = 0;
+pub const hipMemAllocationGranularityRecommended: hipMemAllocationGranularity_flags = 1;
 impl Default for hipPointerAttribute_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -529,6 +584,15 @@ impl Default for hipKernelNodeParams {
     }
 }
 impl Default for hipMemsetParams {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl Default for hipMemAllocationProp {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
         unsafe {
@@ -880,6 +944,56 @@ pub type PFN_hipGraphExecMemsetNodeSetParams = unsafe extern "C" fn(
     node: hipGraphNode_t,
     pNodeParams: *const hipMemsetParams,
 ) -> hipError_t;
+/// `hipMemGetAllocationGranularity` as the HIP header declares it.
+pub type PFN_hipMemGetAllocationGranularity = unsafe extern "C" fn(
+    granularity: *mut usize,
+    prop: *const hipMemAllocationProp,
+    option: hipMemAllocationGranularity_flags,
+) -> hipError_t;
+/// `hipMemAddressReserve` as the HIP header declares it.
+pub type PFN_hipMemAddressReserve = unsafe extern "C" fn(
+    ptr: *mut *mut ::core::ffi::c_void,
+    size: usize,
+    alignment: usize,
+    addr: *mut ::core::ffi::c_void,
+    flags: ::core::ffi::c_ulonglong,
+) -> hipError_t;
+/// `hipMemAddressFree` as the HIP header declares it.
+pub type PFN_hipMemAddressFree = unsafe extern "C" fn(
+    devPtr: *mut ::core::ffi::c_void,
+    size: usize,
+) -> hipError_t;
+/// `hipMemCreate` as the HIP header declares it.
+pub type PFN_hipMemCreate = unsafe extern "C" fn(
+    handle: *mut hipMemGenericAllocationHandle_t,
+    size: usize,
+    prop: *const hipMemAllocationProp,
+    flags: ::core::ffi::c_ulonglong,
+) -> hipError_t;
+/// `hipMemRelease` as the HIP header declares it.
+pub type PFN_hipMemRelease = unsafe extern "C" fn(
+    handle: hipMemGenericAllocationHandle_t,
+) -> hipError_t;
+/// `hipMemMap` as the HIP header declares it.
+pub type PFN_hipMemMap = unsafe extern "C" fn(
+    ptr: *mut ::core::ffi::c_void,
+    size: usize,
+    offset: usize,
+    handle: hipMemGenericAllocationHandle_t,
+    flags: ::core::ffi::c_ulonglong,
+) -> hipError_t;
+/// `hipMemUnmap` as the HIP header declares it.
+pub type PFN_hipMemUnmap = unsafe extern "C" fn(
+    ptr: *mut ::core::ffi::c_void,
+    size: usize,
+) -> hipError_t;
+/// `hipMemSetAccess` as the HIP header declares it.
+pub type PFN_hipMemSetAccess = unsafe extern "C" fn(
+    ptr: *mut ::core::ffi::c_void,
+    size: usize,
+    desc: *const hipMemAccessDesc,
+    count: usize,
+) -> hipError_t;
 
 /// Every `hipError_t` code the headers name, with its name, sorted by code (for binary search).
 pub const HIP_ERROR_NAMES: &[(hipError_t, &str)] = &[
@@ -1030,6 +1144,14 @@ macro_rules! hip_entry_points {
             (hipGraphExecKernelNodeSetParams, c"hipGraphExecKernelNodeSetParams", PFN_hipGraphExecKernelNodeSetParams),
             (hipGraphExecMemcpyNodeSetParams1D, c"hipGraphExecMemcpyNodeSetParams1D", PFN_hipGraphExecMemcpyNodeSetParams1D),
             (hipGraphExecMemsetNodeSetParams, c"hipGraphExecMemsetNodeSetParams", PFN_hipGraphExecMemsetNodeSetParams),
+            (hipMemGetAllocationGranularity, c"hipMemGetAllocationGranularity", PFN_hipMemGetAllocationGranularity),
+            (hipMemAddressReserve, c"hipMemAddressReserve", PFN_hipMemAddressReserve),
+            (hipMemAddressFree, c"hipMemAddressFree", PFN_hipMemAddressFree),
+            (hipMemCreate, c"hipMemCreate", PFN_hipMemCreate),
+            (hipMemRelease, c"hipMemRelease", PFN_hipMemRelease),
+            (hipMemMap, c"hipMemMap", PFN_hipMemMap),
+            (hipMemUnmap, c"hipMemUnmap", PFN_hipMemUnmap),
+            (hipMemSetAccess, c"hipMemSetAccess", PFN_hipMemSetAccess),
         }
     };
 }

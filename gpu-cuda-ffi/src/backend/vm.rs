@@ -11,7 +11,7 @@
 //! reset or the backend's drop gives back whatever is still mapped or reserved.
 
 use super::*;
-use gpu_core::backend::live::{LiveMappings, VmCalls};
+use gpu_core::backend::live::{LiveMappings, VmCalls, vm_granularity_of};
 
 /// The physical handles of the backend's mapped pieces.
 pub(super) type Mappings = LiveMappings<sys::CUmemGenericAllocationHandle>;
@@ -19,25 +19,36 @@ pub(super) type Mappings = LiveMappings<sys::CUmemGenericAllocationHandle>;
 /// The driver's calls for one device's mappings (its context current).
 pub(super) struct DeviceVm {
     driver: &'static Driver,
+    context: sys::CUcontext,
     prop: sys::CUmemAllocationProp,
 }
 
 impl DeviceVm {
-    /// The calls for the device of `ordinal`.
-    pub(super) fn new(driver: &'static Driver, ordinal: sys::CUdevice) -> Self {
+    /// The calls for the device `state`.
+    pub(super) fn new(driver: &'static Driver, state: &DeviceState) -> Self {
         Self {
             driver,
-            prop: result::vm::device_memory(ordinal),
+            context: state.context(),
+            prop: result::vm::device_memory(state.ordinal),
         }
     }
 }
 
 impl VmCalls for DeviceVm {
     type Handle = sys::CUmemGenericAllocationHandle;
+    type Current = ContextScope<'static>;
+    const OUT_OF_MEMORY: i64 = code(sys::CUDA_ERROR_OUT_OF_MEMORY);
 
-    fn create(&self, size: usize) -> Result<Option<Self::Handle>> {
-        let created = result::vm::create(self.driver, size, &self.prop);
-        none_on_code(created, code(sys::CUDA_ERROR_OUT_OF_MEMORY))
+    fn make_current(&self) -> Result<ContextScope<'static>> {
+        ContextScope::enter(self.driver, self.context)
+    }
+
+    fn reserve(&self, size: usize, alignment: usize) -> Result<usize> {
+        result::vm::reserve(self.driver, size, alignment).map(|start| start as usize)
+    }
+
+    fn create(&self, size: usize) -> Result<Self::Handle> {
+        result::vm::create(self.driver, size, &self.prop)
     }
 
     fn map(&self, address: usize, size: usize, handle: Self::Handle) -> Result<()> {
@@ -100,19 +111,17 @@ impl CudaBackend {
     /// memory management.
     pub(super) fn granularity(&self, device: DeviceId, kind: MemoryKind) -> Option<usize> {
         let state = self.devices.get(device.index())?;
-        (kind == MemoryKind::Device)
-            .then_some(state.vm_granularity)
-            .flatten()
+        vm_granularity_of(device, kind, state.vm_granularity).ok()
     }
 
     /// The device and its granularity for a `vm_*` call: [`Error::UnknownDevice`] for a device
     /// the backend lacks, [`Error::KindUnsupported`] where `kind` has no virtual memory there.
     fn vm_device(&self, device: DeviceId, kind: MemoryKind) -> Result<(&DeviceState, usize)> {
         let state = self.device(device)?;
-        let granularity = self
-            .granularity(device, kind)
-            .ok_or(Error::KindUnsupported { device, kind })?;
-        Ok((state, granularity))
+        Ok((
+            state,
+            vm_granularity_of(device, kind, state.vm_granularity)?,
+        ))
     }
 
     /// `Backend::vm_reserve`: cuMemAddressReserve of `wanted` bytes, else of `needed`, aligned
@@ -123,15 +132,10 @@ impl CudaBackend {
         wanted: usize,
         needed: usize,
     ) -> Result<Option<(usize, usize)>> {
-        let (_, granularity) = self.vm_device(device, kind)?;
-        check_granular([wanted, needed], granularity)?;
-        let _scope = self.enter(device)?;
+        let (state, granularity) = self.vm_device(device, kind)?;
+        let calls = DeviceVm::new(self.driver, state);
         self.mappings
-            .reserve(device, kind, (wanted, needed), |size| {
-                let reserved = result::vm::reserve(self.driver, size, granularity);
-                none_on_code(reserved, code(sys::CUDA_ERROR_OUT_OF_MEMORY))
-                    .map(|start| start.map(|start| start as usize))
-            })
+            .reserve((device, kind), granularity, (wanted, needed), &calls)
     }
 
     /// `Backend::vm_map`: one cuMemCreate, cuMemMap per piece, then cuMemSetAccess for the
@@ -143,8 +147,7 @@ impl CudaBackend {
         size: usize,
     ) -> Result<bool> {
         let (state, granularity) = self.vm_device(device, kind)?;
-        let _scope = self.enter(device)?;
-        let calls = DeviceVm::new(self.driver, state.ordinal);
+        let calls = DeviceVm::new(self.driver, state);
         self.mappings
             .map((device, kind), (address, size), granularity, &calls)
     }
@@ -158,8 +161,8 @@ impl CudaBackend {
     ) -> Result<()> {
         self.device(device)?;
         let peer_ordinal = self.device(peer)?.ordinal;
-        let _scope = self.enter(device)?;
         self.mappings.set_access(device, (address, size), || {
+            let _scope = self.enter(device)?;
             // SAFETY: `LiveMappings` checked that the range is mapped throughout.
             unsafe {
                 result::vm::set_access(self.driver, address as sys::CUdeviceptr, size, peer_ordinal)
@@ -182,12 +185,12 @@ impl CudaBackend {
         if let Some(stream) = &after {
             check_same_device(device, stream.device)?;
         }
-        let _scope = self.enter(device)?;
         if let Some(stream) = after {
+            let _scope = self.enter(device)?;
             // SAFETY: a live stream of the device (held), whose context is current.
             unsafe { result::stream::synchronize(self.driver, stream.raw) }?;
         }
-        let calls = DeviceVm::new(self.driver, state.ordinal);
+        let calls = DeviceVm::new(self.driver, state);
         self.mappings.unmap((device, kind), (address, size), &calls)
     }
 
@@ -198,32 +201,16 @@ impl CudaBackend {
         address: usize,
         size: usize,
     ) -> Result<()> {
-        self.vm_device(device, kind)?;
-        let _scope = self.enter(device)?;
-        self.mappings.release((device, kind), (address, size), || {
-            // SAFETY: `LiveMappings` checked: a whole range reserved here, nothing mapped.
-            unsafe { result::vm::free_range(self.driver, address as sys::CUdeviceptr, size) }
-        })
+        let (state, _) = self.vm_device(device, kind)?;
+        let calls = DeviceVm::new(self.driver, state);
+        self.mappings
+            .release((device, kind), (address, size), &calls)
     }
 
     /// Gives back everything of `state`'s device still mapped or reserved (its context
     /// current): before a reset, and when the backend drops.
     pub(super) fn clear_mappings(&self, device: DeviceId, state: &DeviceState) {
-        let calls = DeviceVm::new(self.driver, state.ordinal);
+        let calls = DeviceVm::new(self.driver, state);
         self.mappings.clear(device, &calls);
-    }
-}
-
-/// [`Error::MisalignedSegment`] for a size that is not a multiple of the granularity.
-fn check_granular(sizes: [usize; 2], granularity: usize) -> Result<()> {
-    match sizes
-        .into_iter()
-        .find(|size| !size.is_multiple_of(granularity))
-    {
-        Some(size) => Err(Error::MisalignedSegment {
-            address: size,
-            required: granularity,
-        }),
-        None => Ok(()),
     }
 }

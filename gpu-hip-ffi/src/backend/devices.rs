@@ -1,5 +1,5 @@
-//! The devices as opened: each one's ordinal, default memory pool, description and kernel
-//! library, read and set up at open (and the pool again after a reset).
+//! The devices as opened: each one's ordinal, default memory pool, description, kernel library
+//! and virtual-memory granularity, read and set up at open (and the pool again after a reset).
 
 use core::ffi::c_int;
 use core::ptr;
@@ -34,6 +34,9 @@ pub(super) struct DeviceState {
     ///
     /// [`Backend::kernel`]: gpu_core::backend::Backend::kernel
     pub(super) library: Mutex<Option<LoadedLibrary>>,
+    /// The granularity of device memory's virtual memory management, where HIP has it (asked
+    /// at open).
+    pub(super) vm_granularity: Option<usize>,
 }
 
 impl DeviceState {
@@ -61,7 +64,17 @@ pub(super) fn open_device(
         pool: AtomicPtr::new(ptr::null_mut()),
         info,
         library: Mutex::new(None),
+        vm_granularity: vm_granularity(hip, ordinal),
     })
+}
+
+/// The granularity of device `ordinal`'s device memory, where HIP answers for it (HIP 5.2.3 has
+/// no device attribute for virtual memory management; failing, the allocator uses ordinary
+/// segments).
+fn vm_granularity(hip: &Hip, ordinal: c_int) -> Option<usize> {
+    result::vm::granularity(hip, &result::vm::device_memory(ordinal))
+        .ok()
+        .filter(|granularity| granularity.is_power_of_two())
 }
 
 /// The device's default memory pool, with its release threshold raised to the maximum so that

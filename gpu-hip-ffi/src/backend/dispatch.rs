@@ -19,6 +19,11 @@ use gpu_core::Error;
 
 impl Drop for HipBackend {
     fn drop(&mut self) {
+        for index in (0..self.devices.len()).rev() {
+            if let Ok(_scope) = DeviceScope::enter(self.hip, index as c_int) {
+                self.clear_mappings(DeviceId(index as u32));
+            }
+        }
         for (index, state) in self.devices.iter_mut().enumerate().rev() {
             let loaded = state
                 .library
@@ -145,6 +150,71 @@ impl Backend for HipBackend {
     fn note_buffer(&self, _device: DeviceId, range: ByteRange, live: bool) -> Result<()> {
         gpu_ffi_loader::recorder::note_buffer(range, live);
         Ok(())
+    }
+
+    /// hipMemGetAllocationGranularity (minimum) of device memory, asked at open; `None` where
+    /// HIP has no answer (no virtual memory management) and for other kinds.
+    fn vm_granularity(&self, device: DeviceId, kind: MemoryKind) -> Option<usize> {
+        self.granularity(device, kind)
+    }
+
+    /// hipMemAddressReserve of `wanted` bytes, else of `needed` (out of address space:
+    /// `None`), recorded for `vm_release`; a size off the granularity is
+    /// [`Error::MisalignedSegment`].
+    fn vm_reserve(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        wanted: usize,
+        needed: usize,
+    ) -> Result<Option<(usize, usize)>> {
+        self.reserve((device, kind), (wanted, needed))
+    }
+
+    /// hipMemCreate and hipMemMap per granularity piece, then hipMemSetAccess for the device;
+    /// out of memory is `false` with nothing left mapped.
+    fn vm_map(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<bool> {
+        self.map((device, kind), (address, size))
+    }
+
+    /// hipMemSetAccess of a range mapped throughout on `device` for `peer`.
+    fn vm_set_access(
+        &self,
+        device: DeviceId,
+        address: usize,
+        size: usize,
+        peer: DeviceId,
+    ) -> Result<()> {
+        self.grant(device, (address, size), peer)
+    }
+
+    /// hipStreamSynchronize of `after`, then hipMemUnmap and hipMemRelease per piece.
+    fn vm_unmap(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+        after: Option<HipStream>,
+    ) -> Result<()> {
+        self.unmap((device, kind), (address, size), after)
+    }
+
+    /// hipMemAddressFree of a whole range from `vm_reserve`, nothing of it mapped.
+    fn vm_release(
+        &self,
+        device: DeviceId,
+        kind: MemoryKind,
+        address: usize,
+        size: usize,
+    ) -> Result<()> {
+        self.release((device, kind), (address, size))
     }
 
     /// hipHostRegister with `Portable | Mapped` (with device 0 current; registration is

@@ -21,7 +21,8 @@
 //! This module holds [`HipBackend`] itself: its fields, opening it, and the lookups every method
 //! goes through. `dispatch.rs` implements the trait, each method handing over to the module of
 //! its concern, which adds its methods to the backend: `memory.rs`, `streams.rs`, `events.rs`,
-//! `copies.rs`, `modules.rs`, `kernels.rs`, `graphs.rs`, `peers.rs`, `reset.rs`. Below them lie modules that
+//! `copies.rs`, `modules.rs`, `kernels.rs`, `graphs.rs`, `peers.rs`, `vm.rs` (growable segments'
+//! virtual memory), `reset.rs`. Below them lie modules that
 //! know nothing of the backend: the handles (`handles.rs`), the devices as opened
 //! (`devices.rs`), what a device can do (`caps.rs`) and the thread's current device
 //! (`current.rs`). No module imports one above it: this one uses only the lower ones, and the
@@ -43,6 +44,7 @@ mod modules;
 mod peers;
 mod reset;
 mod streams;
+mod vm;
 
 use core::sync::atomic::AtomicPtr;
 
@@ -80,6 +82,8 @@ pub struct HipBackend {
     allocations: LiveAllocations,
     /// The host ranges it registered and has not unregistered.
     registrations: LiveRegistrations,
+    /// The address ranges it reserved and the pieces of device memory mapped into them.
+    mappings: vm::Mappings,
 }
 
 // SAFETY: the raw handles inside (pools, modules, functions) are opaque HIP handles, used only
@@ -157,6 +161,7 @@ impl HipBackend {
             graphs: LiveHandles::new(BACKEND, "graph"),
             allocations: LiveAllocations::new(),
             registrations: LiveRegistrations::new(),
+            mappings: vm::Mappings::new(),
         }
     }
 

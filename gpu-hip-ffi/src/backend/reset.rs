@@ -1,5 +1,6 @@
-//! Resetting a device: hipDeviceReset, then forgetting everything of the device the backend
-//! kept (handles, library, allocations) and setting its default memory pool up again.
+//! Resetting a device: its mapped pieces and reserved ranges given back, hipDeviceReset, then
+//! forgetting everything of the device the backend kept (handles, library, allocations) and
+//! setting its default memory pool up again.
 
 use core::sync::atomic::Ordering;
 
@@ -20,6 +21,9 @@ impl HipBackend {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         {
             let _scope = self.enter(device)?;
+            // What is still mapped or reserved goes back first: the reset would leave the
+            // reservations and the physical allocations' handles behind.
+            self.clear_mappings(device);
             // SAFETY: the trait's contract: nothing of the device is used after its reset; its
             // handles go stale below.
             unsafe { result::device::reset(self.hip) }?;

@@ -51,6 +51,7 @@ fn unreachable_device() -> Option<HipBackend> {
         pool: AtomicPtr::new(ptr::null_mut()),
         info,
         library: Mutex::new(None),
+        vm_granularity: None,
     };
     Hip::global()
         .ok()
@@ -460,4 +461,58 @@ fn graphs_are_checked_like_the_other_handles_before_hip() {
     assert_eq!(backend.graph_destroy(graph), gone);
     // SAFETY: refused before HIP.
     assert_eq!(unsafe { backend.graph_launch(stream, graph) }, gone);
+}
+
+#[test]
+fn virtual_memory_is_checked_before_hip_and_absent_without_a_granularity() {
+    let (Some(none), Some(mut unreachable)) = (deviceless(), unreachable_device()) else {
+        return;
+    };
+    let (d0, device) = (DeviceId(0), MemoryKind::Device);
+    assert_eq!(none.vm_granularity(d0, device), None);
+    assert!(matches!(
+        none.vm_reserve(d0, device, 1 << 21, 1 << 21),
+        Err(Error::UnknownDevice { .. })
+    ));
+    // Without a granularity from HIP at open: no virtual memory, refused as a kind.
+    let unsupported = Err(Error::KindUnsupported {
+        device: d0,
+        kind: device,
+    });
+    assert_eq!(unreachable.vm_granularity(d0, device), None);
+    assert_eq!(
+        unreachable.vm_reserve(d0, device, 1 << 21, 1 << 21),
+        unsupported
+    );
+    // With one, misaligned sizes and ranges never reserved are refused before HIP (which
+    // would fail at hipSetDevice for this device), and only device memory has one.
+    unreachable.devices[0].vm_granularity = Some(1 << 21);
+    assert_eq!(unreachable.vm_granularity(d0, device), Some(1 << 21));
+    assert_eq!(unreachable.vm_granularity(d0, MemoryKind::HostPinned), None);
+    assert_eq!(
+        unreachable.vm_reserve(d0, device, 3 << 20, 1 << 21),
+        Err(Error::MisalignedSegment {
+            address: 3 << 20,
+            required: 1 << 21
+        })
+    );
+    let never = Err(Error::UnknownAddress {
+        device: d0,
+        address: 1 << 40,
+    });
+    assert_eq!(
+        unreachable.vm_map(d0, device, 1 << 40, 1 << 21),
+        never.clone().map(|()| true)
+    );
+    assert_eq!(unreachable.vm_set_access(d0, 1 << 40, 1 << 21, d0), never);
+    assert_eq!(
+        unreachable.vm_unmap(d0, device, 1 << 40, 1 << 21, None),
+        never
+    );
+    assert_eq!(unreachable.vm_release(d0, device, 1 << 40, 1 << 21), never);
+    // A well-formed reservation reaches HIP, whose failure is a typed driver error.
+    assert!(matches!(
+        unreachable.vm_reserve(d0, device, 1 << 21, 1 << 21),
+        Err(Error::Driver(_))
+    ));
 }

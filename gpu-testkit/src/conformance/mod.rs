@@ -10,10 +10,12 @@
 //! cases are grouped by concern: `memory`, `order` (streams, devices, peers), `kernels`,
 //! `lifecycle` (current device, pools, the whole scenario, driver failures), `failures` (what
 //! an error that is or is not sticky affects), `graphs` (a recorded program replayed and
-//! updated in place; skipped where the backend has no graphs).
+//! updated in place; skipped where the backend has no graphs), `growable` (growable segments
+//! mapped, used, trimmed and reached by a peer; skipped without virtual memory management).
 
 mod failures;
 mod graphs;
+mod growable;
 mod harness;
 mod kernels;
 mod lifecycle;
@@ -71,7 +73,7 @@ pub fn run_all<B: Backend>(open: Open<'_, B>) -> Vec<CaseReport> {
             [$((stringify!($case), $group::$case::<B> as Case<B>)),*]
         };
     }
-    let cases: [(&'static str, Case<B>); 15] = cases![
+    let cases: [(&'static str, Case<B>); 17] = cases![
         memory::devices_report_capabilities,
         memory::allocation_kinds_and_errors,
         memory::lock_rules_through_the_runtime,
@@ -81,6 +83,8 @@ pub fn run_all<B: Backend>(open: Open<'_, B>) -> Vec<CaseReport> {
         kernels::kernels_compute_and_opt_in,
         kernels::library_launches_are_checked,
         graphs::graphs_replay_and_update,
+        growable::growable_segments,
+        growable::growable_segments_across_peers,
         lifecycle::current_device_restored,
         lifecycle::pools_are_reused,
         lifecycle::scenario_leaves_nothing,

@@ -17,6 +17,7 @@ use alloc::vec::Vec;
 
 use spin::Mutex;
 
+use super::memory::none_on_code;
 use crate::allocator::MemoryKind;
 use crate::error::{Error, Result};
 use crate::id::DeviceId;
@@ -26,9 +27,22 @@ pub trait VmCalls {
     /// The driver's handle of a piece of physical memory.
     type Handle: Copy;
 
-    /// Creates `size` bytes of physical memory on the device; `Ok(None)` when it is out of
-    /// memory.
-    fn create(&self, size: usize) -> Result<Option<Self::Handle>>;
+    /// What keeps the device current for the calls (a scope that puts the caller's back).
+    type Current;
+
+    /// The driver's code for out of memory (of address space for a reservation, of physical
+    /// memory for a creation): an answer, `None`, rather than a failure.
+    const OUT_OF_MEMORY: i64;
+
+    /// Makes the device current until the value drops; asked once a call's checks have
+    /// passed, so a refused range never reaches the driver, not even to switch devices.
+    fn make_current(&self) -> Result<Self::Current>;
+
+    /// Reserves `size` bytes of address space aligned to `alignment`: its start.
+    fn reserve(&self, size: usize, alignment: usize) -> Result<usize>;
+
+    /// Creates `size` bytes of physical memory on the device.
+    fn create(&self, size: usize) -> Result<Self::Handle>;
 
     /// Maps `handle` (of `size` bytes) at `address`, inside a reserved range.
     fn map(&self, address: usize, size: usize, handle: Self::Handle) -> Result<()>;
@@ -89,31 +103,59 @@ impl<H> Default for LiveMappings<H> {
     }
 }
 
+/// The granularity a `vm_*` call on `device` for `kind` works in: `granularity`, the device's
+/// for device memory (where it has virtual memory management), for device memory only; any
+/// other kind, or a device without it, is [`Error::KindUnsupported`].
+pub fn vm_granularity_of(
+    device: DeviceId,
+    kind: MemoryKind,
+    granularity: Option<usize>,
+) -> Result<usize> {
+    granularity
+        .filter(|_| kind == MemoryKind::Device)
+        .ok_or(Error::KindUnsupported { device, kind })
+}
+
 impl<H: Copy> LiveMappings<H> {
     /// Nothing reserved or mapped.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// [`Backend::vm_reserve`](crate::backend::Backend::vm_reserve): `try_reserve` asks the
-    /// driver for a range of a size (its start, or `Ok(None)` where the driver has no room),
-    /// first `wanted` bytes, then, if that fails, `needed`; the range got is recorded. A size
-    /// of zero is [`Error::ZeroSize`].
-    pub fn reserve(
+    /// [`Backend::vm_reserve`](crate::backend::Backend::vm_reserve): reserves `wanted` bytes
+    /// aligned to `granularity`, or, where the driver has no room for them, `needed`, and
+    /// records the range got; `Ok(None)` where it has no room for `needed` either. A size of
+    /// zero is [`Error::ZeroSize`], one not a multiple of `granularity`
+    /// [`Error::MisalignedSegment`], both before the driver.
+    pub fn reserve<C: VmCalls<Handle = H>>(
         &self,
-        device: DeviceId,
-        kind: MemoryKind,
+        (device, kind): (DeviceId, MemoryKind),
+        granularity: usize,
         (wanted, needed): (usize, usize),
-        mut try_reserve: impl FnMut(usize) -> Result<Option<usize>>,
+        calls: &C,
     ) -> Result<Option<(usize, usize)>> {
         if wanted == 0 || needed == 0 {
             return Err(Error::ZeroSize {
                 what: "reserved range",
             });
         }
-        let mut got = try_reserve(wanted.max(needed))?.map(|start| (start, wanted.max(needed)));
+        if let Some(size) = [wanted, needed]
+            .into_iter()
+            .find(|size| !size.is_multiple_of(granularity))
+        {
+            return Err(Error::MisalignedSegment {
+                address: size,
+                required: granularity,
+            });
+        }
+        let _current = calls.make_current()?;
+        let try_reserve = |size| {
+            let start = none_on_code(calls.reserve(size, granularity), C::OUT_OF_MEMORY)?;
+            Ok::<_, Error>(start.map(|start| (start, size)))
+        };
+        let mut got = try_reserve(wanted.max(needed))?;
         if got.is_none() && needed < wanted {
-            got = try_reserve(needed)?.map(|start| (start, needed));
+            got = try_reserve(needed)?;
         }
         if let Some((start, size)) = got {
             let range = Reserved { size, device, kind };
@@ -169,10 +211,12 @@ impl<H: Copy> LiveMappings<H> {
         if !inside || overlaps {
             return Err(Error::UnknownAddress { device, address });
         }
+        let _current = calls.make_current()?;
         let mut mapped = Vec::new();
         let outcome = (|| {
             for start in (address..end).step_by(piece) {
-                let Some(handle) = calls.create(piece)? else {
+                let created = none_on_code(calls.create(piece), C::OUT_OF_MEMORY)?;
+                let Some(handle) = created else {
                     return Ok(false);
                 };
                 if let Err(error) = calls.map(start, piece, handle) {
@@ -235,7 +279,9 @@ impl<H: Copy> LiveMappings<H> {
         if !of_kind {
             return Err(Error::UnknownAddress { device, address });
         }
-        for start in covering_pieces(&ranges, device, address, size)? {
+        let starts = covering_pieces(&ranges, device, address, size)?;
+        let _current = calls.make_current()?;
+        for start in starts {
             let piece = ranges.pieces[&start];
             calls.unmap(start, piece.size)?;
             ranges.pieces.remove(&start);
@@ -245,14 +291,14 @@ impl<H: Copy> LiveMappings<H> {
     }
 
     /// [`Backend::vm_release`](crate::backend::Backend::vm_release): frees the reserved range
-    /// at `address` of `size` bytes with `free`, where it is a range reserved for `device` and
-    /// `kind` with nothing of it mapped (else [`Error::UnknownAddress`], before the driver). A
-    /// range the driver fails to free stays recorded.
-    pub fn release(
+    /// at `address` of `size` bytes, where it is a range reserved for `device` and `kind` with
+    /// nothing of it mapped (else [`Error::UnknownAddress`], before the driver). A range the
+    /// driver fails to free stays recorded.
+    pub fn release<C: VmCalls<Handle = H>>(
         &self,
         (device, kind): (DeviceId, MemoryKind),
         (address, size): (usize, usize),
-        free: impl FnOnce() -> Result<()>,
+        calls: &C,
     ) -> Result<()> {
         let mut ranges = self.ranges.lock();
         let known = ranges.reserved.get(&address).is_some_and(|range| {
@@ -268,7 +314,8 @@ impl<H: Copy> LiveMappings<H> {
         if !known || mapped {
             return Err(Error::UnknownAddress { device, address });
         }
-        free()?;
+        let _current = calls.make_current()?;
+        calls.free_range(address, size)?;
         ranges.reserved.remove(&address);
         Ok(())
     }
@@ -280,6 +327,7 @@ impl<H: Copy> LiveMappings<H> {
     /// pieces and ranges there were.
     pub fn clear<C: VmCalls<Handle = H>>(&self, device: DeviceId, calls: &C) -> (usize, usize) {
         let mut ranges = self.ranges.lock();
+        let _current = calls.make_current();
         let pieces: Vec<(usize, Piece<H>)> = ranges
             .pieces
             .iter()

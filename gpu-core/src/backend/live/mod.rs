@@ -55,7 +55,7 @@ pub use kernels::{
     MODULE_KERNEL, kernel_name, library_arguments, library_functions, node_arguments,
     workgroup_bytes_attribute,
 };
-pub use mappings::{LiveMappings, VmCalls};
+pub use mappings::{LiveMappings, VmCalls, vm_granularity_of};
 pub use memory::{
     FreeStep, check_allocation, check_stream_allocation, enable_peer_access, none_on_code,
 };

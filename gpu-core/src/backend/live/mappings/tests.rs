@@ -27,12 +27,19 @@ struct Fake {
     grants: RefCell<Vec<(usize, usize)>>,
     /// The create that answers out of memory (counting from 1), if any.
     oom_at: Cell<Option<u32>>,
+    /// Where the next reservation starts.
+    base: Cell<usize>,
+    /// The largest reservation the fake has room for (`None`: any).
+    room: Cell<Option<usize>>,
     /// Whether grant fails.
     refuse_grant: Cell<bool>,
     /// An address whose unmap fails.
     refuse_unmap: Cell<Option<usize>>,
     log: RefCell<Vec<String>>,
 }
+
+/// The fake's out-of-memory code.
+const OUT_OF_MEMORY: i64 = 2;
 
 fn failure(call: &'static str) -> Error {
     Error::Driver(DriverError {
@@ -43,18 +50,50 @@ fn failure(call: &'static str) -> Error {
     })
 }
 
+fn out_of_memory(call: &'static str) -> Error {
+    Error::Driver(DriverError {
+        backend: "fake",
+        call,
+        code: OUT_OF_MEMORY,
+        name: "FAKE_OUT_OF_MEMORY",
+    })
+}
+
+/// A fake whose reservations start at `base`.
+fn fake_at(base: usize) -> Fake {
+    let fake = Fake::default();
+    fake.base.set(base);
+    fake
+}
+
 impl VmCalls for Fake {
     type Handle = u32;
+    type Current = ();
+    const OUT_OF_MEMORY: i64 = OUT_OF_MEMORY;
 
-    fn create(&self, size: usize) -> Result<Option<u32>> {
+    fn reserve(&self, size: usize, alignment: usize) -> Result<usize> {
+        self.log.borrow_mut().push(format!("reserve {size:#x}"));
+        assert_eq!(alignment, PIECE);
+        if self.room.get().is_some_and(|room| size > room) {
+            return Err(out_of_memory("reserve"));
+        }
+        Ok(self.base.get())
+    }
+
+    fn make_current(&self) -> Result<()> {
+        self.log.borrow_mut().push("current".into());
+        Ok(())
+    }
+
+    fn create(&self, size: usize) -> Result<u32> {
         let handle = self.next_handle.get() + 1;
         self.next_handle.set(handle);
         self.log.borrow_mut().push(format!("create {size:#x}"));
         if self.oom_at.get() == Some(handle) {
-            return Ok(None);
+            return Err(out_of_memory("create"));
         }
         self.alive.borrow_mut().push(handle);
-        Ok(Some(handle))
+        Ok(handle)
     }
 
     fn map(&self, address: usize, size: usize, handle: u32) -> Result<()> {
@@ -103,7 +142,7 @@ fn unknown<T>(address: usize) -> Result<T> {
 /// A table with one range of 8 pieces reserved on device 0 at `BASE`.
 fn reserved() -> LiveMappings<u32> {
     let live = LiveMappings::new();
-    let got = live.reserve(D0, DEVICE, (8 * PIECE, PIECE), |_| Ok(Some(BASE)));
+    let got = live.reserve((D0, DEVICE), PIECE, (8 * PIECE, PIECE), &fake_at(BASE));
     assert_eq!(got, Ok(Some((BASE, 8 * PIECE))));
     live
 }
@@ -111,24 +150,43 @@ fn reserved() -> LiveMappings<u32> {
 #[test]
 fn a_reservation_falls_back_to_the_needed_size_and_none_when_even_that_fails() {
     let live = LiveMappings::<u32>::new();
-    let mut asked = Vec::new();
-    let got = live.reserve(D0, DEVICE, (8 * PIECE, 2 * PIECE), |size| {
-        asked.push(size);
-        Ok((size == 2 * PIECE).then_some(BASE))
-    });
+    let fake = fake_at(BASE);
+    fake.room.set(Some(2 * PIECE));
+    let got = live.reserve((D0, DEVICE), PIECE, (8 * PIECE, 2 * PIECE), &fake);
     assert_eq!(got, Ok(Some((BASE, 2 * PIECE))));
-    assert_eq!(asked, vec![8 * PIECE, 2 * PIECE]);
+    let asked = ["current", "reserve 0x8000", "reserve 0x2000"];
+    assert_eq!(*fake.log.borrow(), asked);
     assert_eq!(live.bytes(D0), (0, 2 * PIECE));
-    let none = live.reserve(D1, DEVICE, (PIECE, PIECE), |_| Ok(None));
+    fake.room.set(Some(0));
+    let none = live.reserve((D1, DEVICE), PIECE, (PIECE, PIECE), &fake);
     assert_eq!(none, Ok(None));
     assert_eq!(live.bytes(D1), (0, 0));
-    let zero = live.reserve(D1, DEVICE, (0, 0), |_| Ok(Some(BASE)));
+    fake.log.borrow_mut().clear();
+    let zero = live.reserve((D1, DEVICE), PIECE, (0, 0), &fake);
     assert!(matches!(zero, Err(Error::ZeroSize { .. })));
+    let odd = live.reserve((D1, DEVICE), PIECE, (PIECE + 1, PIECE), &fake);
+    assert_eq!(
+        odd,
+        Err(Error::MisalignedSegment {
+            address: PIECE + 1,
+            required: PIECE
+        })
+    );
+    assert_eq!(live.bytes(D1), (0, 0));
+    assert!(fake.log.borrow().is_empty(), "refused before the driver");
+    // Only device memory of a device with a granularity has virtual memory.
+    assert_eq!(vm_granularity_of(D0, DEVICE, Some(PIECE)), Ok(PIECE));
+    let unsupported = |kind| Err(Error::KindUnsupported { device: D0, kind });
+    assert_eq!(vm_granularity_of(D0, DEVICE, None), unsupported(DEVICE));
+    assert_eq!(
+        vm_granularity_of(D0, MemoryKind::Managed, Some(PIECE)),
+        unsupported(MemoryKind::Managed)
+    );
 }
 
 #[test]
 fn a_map_creates_one_physical_allocation_per_piece_and_grants_the_whole() {
-    let (live, fake) = (reserved(), Fake::default());
+    let (live, fake) = (reserved(), fake_at(BASE));
     assert_eq!(
         live.map((D0, DEVICE), (BASE, 3 * PIECE), PIECE, &fake),
         Ok(true)
@@ -151,7 +209,7 @@ fn a_map_creates_one_physical_allocation_per_piece_and_grants_the_whole() {
 
 #[test]
 fn an_out_of_memory_or_failed_map_leaves_nothing_mapped() {
-    let (live, fake) = (reserved(), Fake::default());
+    let (live, fake) = (reserved(), fake_at(BASE));
     fake.oom_at.set(Some(3));
     assert_eq!(
         live.map((D0, DEVICE), (BASE, 4 * PIECE), PIECE, &fake),
@@ -174,7 +232,7 @@ fn an_out_of_memory_or_failed_map_leaves_nothing_mapped() {
 
 #[test]
 fn bad_ranges_are_typed_errors_before_the_driver() {
-    let (live, fake) = (reserved(), Fake::default());
+    let (live, fake) = (reserved(), fake_at(BASE));
     let map = |device, kind, address, size| live.map((device, kind), (address, size), PIECE, &fake);
     assert_eq!(
         map(D0, DEVICE, BASE + 1, PIECE),
@@ -215,20 +273,20 @@ fn bad_ranges_are_typed_errors_before_the_driver() {
         unknown(BASE)
     );
     assert_eq!(
-        live.release((D0, DEVICE), (BASE, 8 * PIECE), || Ok(())),
+        live.release((D0, DEVICE), (BASE, 8 * PIECE), &fake),
         unknown(BASE)
     );
     assert_eq!(
-        live.release((D0, DEVICE), (BASE, PIECE), || Ok(())),
+        live.release((D0, DEVICE), (BASE, PIECE), &fake),
         unknown(BASE)
     );
     assert_eq!(fake.alive.borrow().len(), 1);
-    assert_eq!(fake.log.borrow().len(), 2, "{:?}", fake.log.borrow());
+    assert_eq!(fake.log.borrow().len(), 3, "{:?}", fake.log.borrow());
 }
 
 #[test]
 fn a_peer_is_granted_only_mapped_pieces_of_the_device() {
-    let (live, fake) = (reserved(), Fake::default());
+    let (live, fake) = (reserved(), fake_at(BASE));
     assert_eq!(
         live.map((D0, DEVICE), (BASE, 2 * PIECE), PIECE, &fake),
         Ok(true)
@@ -251,7 +309,7 @@ fn a_peer_is_granted_only_mapped_pieces_of_the_device() {
 
 #[test]
 fn a_failed_unmap_keeps_the_piece_and_a_release_needs_everything_unmapped() {
-    let (live, fake) = (reserved(), Fake::default());
+    let (live, fake) = (reserved(), fake_at(BASE));
     assert_eq!(
         live.map((D0, DEVICE), (BASE, 2 * PIECE), PIECE, &fake),
         Ok(true)
@@ -267,17 +325,14 @@ fn a_failed_unmap_keeps_the_piece_and_a_release_needs_everything_unmapped() {
         live.unmap((D0, DEVICE), (BASE + PIECE, PIECE), &fake),
         Ok(())
     );
-    assert_eq!(
-        live.release((D0, DEVICE), (BASE, 8 * PIECE), || Ok(())),
-        Ok(())
-    );
+    assert_eq!(live.release((D0, DEVICE), (BASE, 8 * PIECE), &fake), Ok(()));
     assert_eq!(live.bytes(D0), (0, 0));
 }
 
 #[test]
 fn clearing_a_device_gives_back_its_pieces_and_ranges_only() {
-    let (live, fake) = (reserved(), Fake::default());
-    let other = live.reserve(D1, DEVICE, (PIECE, PIECE), |_| Ok(Some(BASE * 2)));
+    let (live, fake) = (reserved(), fake_at(BASE));
+    let other = live.reserve((D1, DEVICE), PIECE, (PIECE, PIECE), &fake_at(BASE * 2));
     assert_eq!(other, Ok(Some((BASE * 2, PIECE))));
     assert_eq!(
         live.map((D0, DEVICE), (BASE, 3 * PIECE), PIECE, &fake),
