@@ -12,7 +12,8 @@
 # PART=graphs (issue 24): the hardware bench (cases 10 and 11 with their kernels compiled here),
 #   the same MLP step captured by torch.cuda.graphs (clients/torch/mlp_graph.py), and the MLIR
 #   programs with the graph mode against our library without it, upstream's wrappers (built
-#   here from hw-upstream/, carried beside the bundle) and the hand-written floor.
+#   here from hw-upstream/, carried beside the bundle) and the hand-written floor. PART=mlir:
+#   the MLIR comparison alone.
 set -u
 B=${B:-hw-bundle}
 OUT=${OUT:-out}
@@ -46,7 +47,8 @@ races)
   OUT="$OUT/clean" BUDGET=${BUDGET:-270} step clean 320 bash "$B/recorder/clean.sh"
   sed 's/^/clean: /' "$OUT/clean/clean.md" >>"$log" 2>/dev/null
   ;;
-graphs)
+graphs|mlir)
+  if [ "${PART}" = graphs ]; then
   nvcc -ptx -o "$OUT/forkjoin.ptx" clients/mlir/baseline/forkjoin_raw.cu >"$OUT/nvcc.out" 2>&1
   nvcc -ptx -o "$OUT/mlp.ptx" gpu-cuda-ffi/benches/hw/mlp.cu >>"$OUT/nvcc.out" 2>&1
   GIT_COMMIT=$(cat "$B/COMMIT") HW_BENCH_OUT="$OUT/bench-hw.md" \
@@ -56,12 +58,18 @@ graphs)
   step mlp-graph 120 python3 clients/torch/mlp_graph.py --cu gpu-cuda-ffi/benches/hw/mlp.cu \
     ${ours_ns:+--ours-ns "$ours_ns"} --out "$OUT/mlp-graph.json"
   sed 's/^/mlp-graph: /' "$OUT/mlp-graph.out" >>"$log"
+  fi
   # The MLIR programs: ours without and with the graph mode, upstream's wrappers, the floor.
   cuda=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
   mkdir -p "$OUT/upstream"
-  g++ -O2 -shared -fPIC -o "$OUT/upstream/libmlir_cuda_runtime.so" hw-upstream/CudaRuntimeWrappers.cpp \
-    -Ihw-upstream -I"$cuda/include" -L"$cuda/lib64/stubs" -lcuda >"$OUT/upstream.out" 2>&1 \
-    || say "upstream: did not build (see upstream.out)"
+  # Linked against the driver's stub where the toolkit has one, else the driver itself.
+  for libcuda in "-L$cuda/lib64/stubs -lcuda" "-L$cuda/lib/stubs -lcuda" \
+      "-L/usr/lib/x86_64-linux-gnu -l:libcuda.so.1" "-L/usr/lib64 -l:libcuda.so.1"; do
+    # shellcheck disable=SC2086 # the -L and -l words
+    g++ -O2 -shared -fPIC -o "$OUT/upstream/libmlir_cuda_runtime.so" hw-upstream/CudaRuntimeWrappers.cpp \
+      -Ihw-upstream -I"$cuda/include" $libcuda >>"$OUT/upstream.out" 2>&1 && break
+  done
+  [ -f "$OUT/upstream/libmlir_cuda_runtime.so" ] || { say "upstream: did not build:"; tail -5 "$OUT/upstream.out" | sed 's/^/upstream: /' | tee -a "$log"; }
   nvcc -O2 -o "$OUT/forkjoin_raw" clients/mlir/baseline/forkjoin_raw.cu >>"$OUT/nvcc.out" 2>&1
   side() {
     local side=$1 program=$2; shift 2
