@@ -72,13 +72,16 @@ graphs|mlir)
   [ -f "$OUT/upstream/libmlir_cuda_runtime.so" ] || { say "upstream: did not build:"; tail -5 "$OUT/upstream.out" | sed 's/^/upstream: /' | tee -a "$log"; }
   nvcc -O2 -o "$OUT/forkjoin_raw" clients/mlir/baseline/forkjoin_raw.cu >>"$OUT/nvcc.out" 2>&1
   side() {
-    local side=$1 program=$2; shift 2
-    case $side in
+    local side=$1 program=$2 said; shift 2
+    said=$(case $side in
       ours) GPU_RUNTIME_BACKEND=cuda timeout 60 "$B/mlir/$program" "$@" ;;
       graphs) GPU_RUNTIME_BACKEND=cuda GPU_RUNTIME_MLIR_GRAPHS=1 timeout 60 "$B/mlir/$program" "$@" ;;
       upstream) LD_LIBRARY_PATH="$OUT/upstream" timeout 60 "$B/mlir/$program" "$@" ;;
       raw) timeout 60 "$OUT/forkjoin_raw" "$@" ;;
-    esac 2>&1 | grep -E "us per iteration|^forkjoin: ok|^chain: ok|FAILED|failed" | paste -sd ' '
+    esac 2>&1)
+    # The time lines, or what the program said when it printed none.
+    printf '%s\n' "$said" | grep -E "us per iteration|FAILED|failed" | paste -sd ' ' | grep . \
+      || printf '%s\n' "$said" | head -n 2 | paste -sd ' '
   }
   for round in 1 2 3; do
     for s in ours graphs upstream raw; do say "forkjoin 4096 round $round $s: $(side $s forkjoin 1000 4096)"; done
