@@ -7,13 +7,23 @@ use gpu_core::allocator::KindSupport;
 use gpu_rt::host::{HostBackend, HostConfig, HostDeviceConfig, HostErrorCode};
 use gpu_testkit::conformance::{CaseReport, Outcome, run_all};
 
+/// The growable-segment cases, which a 32-bit process may skip: its address space can run out
+/// of the 1 GiB ranges they reserve while the tests' runtimes live at once.
+const GROWABLE_CASES: [&str; 2] = ["growable_segments", "growable_segments_across_peers"];
+
 fn assert_all_passed(reports: &[CaseReport], skipped_allowed: &[&str]) {
     for report in reports {
         println!("{report}");
     }
+    let address_space_skip = |report: &CaseReport, why: &str| {
+        cfg!(target_pointer_width = "32")
+            && GROWABLE_CASES.contains(&report.name)
+            && why.contains("no address space")
+    };
     for report in reports {
         match &report.outcome {
             Outcome::Passed => {}
+            Outcome::Skipped(why) if address_space_skip(report, why) => {}
             Outcome::Skipped(_) if skipped_allowed.contains(&report.name) => {}
             other => panic!("{}: {other:?}", report.name),
         }

@@ -25,6 +25,8 @@ std::thread_local! {
     static CREATES_LEFT: Cell<Option<usize>> = const { Cell::new(None) };
     /// The next fake address reserved.
     static NEXT_RANGE: Cell<usize> = const { Cell::new(1 << 40) };
+    /// The largest reservation cuMemAddressReserve grants (`None`: any).
+    static RESERVE_ROOM: Cell<Option<usize>> = const { Cell::new(None) };
 }
 
 /// Tracks `value` in `list`.
@@ -60,6 +62,9 @@ unsafe extern "C" fn reserve(
     _: sys::CUdeviceptr,
     _: u64,
 ) -> sys::CUresult {
+    if RESERVE_ROOM.with(Cell::get).is_some_and(|room| size > room) {
+        return sys::CUDA_ERROR_OUT_OF_MEMORY;
+    }
     let start = NEXT_RANGE.with(|next| next.replace(next.get() + size.next_multiple_of(G)));
     add(&RANGES, (start, size));
     // SAFETY: the backend passes a valid out-parameter.
@@ -262,4 +267,21 @@ fn a_reset_and_a_drop_give_back_everything_mapped_or_reserved() {
     assert!(snapshot(&MAPPED).is_empty());
     assert!(snapshot(&RANGES).is_empty());
     assert!(snapshot(&HANDLES).is_empty());
+}
+
+#[test]
+fn a_reservation_falls_back_to_the_needed_size_and_out_of_room_is_none() {
+    let b = vm_backend();
+    RESERVE_ROOM.with(|room| room.set(Some(2 * G)));
+    let (start, size) = b.vm_reserve(D0, DEVICE, 8 * G, 2 * G).unwrap().unwrap();
+    assert_eq!(size, 2 * G);
+    assert_eq!(b.vm_reserve(D0, DEVICE, 8 * G, 4 * G), Ok(None));
+    assert_eq!(snapshot(&RANGES), vec![(start, 2 * G)]);
+    // A peer the backend does not have is refused before the driver.
+    assert_eq!(b.vm_map(D0, DEVICE, start, G), Ok(true));
+    assert!(matches!(
+        b.vm_set_access(D0, start, G, DeviceId(7)),
+        Err(Error::UnknownDevice { .. })
+    ));
+    assert_eq!(snapshot(&ACCESS), vec![(start, G, 0)]);
 }
