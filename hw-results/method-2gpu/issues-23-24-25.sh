@@ -7,6 +7,7 @@
 #   growable segments in four columns (clients/torch/segments.py: PyTorch default and
 #   expandable, ours default and growable) on the KV-cache inference, then the conformance
 #   suite (its growable-segments case on real virtual memory) under memcheck.
+# PART=capture (issue 23): our allocation trace of the KV-cache inference with growable segments.
 # PART=races (issue 25): the seeded races beside compute-sanitizer (recorder/races/run.sh) and
 #   the clean real programs (recorder/clean.sh).
 # PART=graphs (issue 24): the hardware bench (cases 10 and 11 with their kernels compiled here),
@@ -40,6 +41,13 @@ alloc)
   step memcheck-backend_hw 120 "$sanitizer" --tool memcheck --leak-check full --error-exitcode 99 \
     "$B/tests/backend_hw" conformance --test-threads=1 --nocapture
   grep -E 'growable|ERROR SUMMARY|LEAK SUMMARY|test result|passed|FAILED' "$OUT/memcheck-backend_hw.out" | sed 's/^/memcheck-backend_hw: /' >>"$log"
+  ;;
+capture)
+  # Our allocation trace of the KV-cache inference under growable segments, for replaying
+  # the policy's variants against the measured columns without a GPU.
+  GPU_RUNTIME_GROWABLE_SEGMENTS=1 GPU_RUNTIME_ALLOC_TRACE="$OUT/infer-growable.trace" step capture-infer 150 \
+    python3 "$B/torch/infer.py" --allocator gpurt --lib "$B/torch/libgpu_capi.so" --out "$OUT/infer-growable.json"
+  gzip -f "$OUT/infer-growable.trace"
   ;;
 races)
   OUT="$OUT/races" LIMIT=60 step races 240 bash "$B/recorder/races/run.sh"
