@@ -50,9 +50,9 @@ capture)
   gzip -f "$OUT/infer-growable.trace"
   ;;
 races)
-  OUT="$OUT/races" LIMIT=60 step races 240 bash "$B/recorder/races/run.sh"
+  step races 240 env OUT="$OUT/races" LIMIT=60 bash "$B/recorder/races/run.sh"
   sed 's/^/races: /' "$OUT/races/races.md" >>"$log" 2>/dev/null
-  OUT="$OUT/clean" BUDGET=${BUDGET:-270} step clean 320 bash "$B/recorder/clean.sh"
+  step clean 320 env OUT="$OUT/clean" BUDGET="${BUDGET:-270}" bash "$B/recorder/clean.sh"
   sed 's/^/clean: /' "$OUT/clean/clean.md" >>"$log" 2>/dev/null
   ;;
 graphs|mlir)
