@@ -27,6 +27,10 @@ constexpr uint32_t TORCH = 1u << 8;
 [[maybe_unused]] uint64_t raw_stream(cudaStream_t stream) {
   return reinterpret_cast<uintptr_t>(stream);
 }
+// torch 2.11's c10::CachingDeviceAllocator::TraceEntry keeps it as a `void *`.
+[[maybe_unused]] uint64_t raw_stream(const void* stream) {
+  return reinterpret_cast<uintptr_t>(stream);
+}
 [[maybe_unused]] uint64_t raw_stream(const c10::cuda::CUDAStream& stream) {
   return reinterpret_cast<uintptr_t>(stream.stream());
 }
