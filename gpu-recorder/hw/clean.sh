@@ -168,13 +168,14 @@ if [ -x "$pipeline" ]; then
 else
   say "pipeline: skipped (no example at $pipeline)"
 fi
-if [ -d "$mlir/bin" ]; then
-  for binary in "$mlir"/bin/*; do
-    [ -f "$binary" ] && [ -x "$binary" ] || continue
+# The bundle's MLIR programs lie in mlir/ beside their library folder (mlir/lib).
+mlir_programs=$(find "$mlir" -maxdepth 1 -type f -perm -u+x 2>/dev/null | sort)
+if [ -n "$mlir_programs" ]; then
+  for binary in $mlir_programs; do
     GPU_RUNTIME_BACKEND=cuda program "mlir_$(basename "$binary")" -- "$binary" 3
   done
 else
-  say "mlir: skipped (no programs in $mlir/bin)"
+  say "mlir: skipped (no programs in $mlir)"
 fi
 if [ -x "$iree/iree-run-module" ] && [ -f "$iree/mlp_cuda.vmfb" ]; then
   program iree -- "$iree/iree-run-module" --device=cuda --module="$iree/mlp_cuda.vmfb" \
