@@ -298,7 +298,11 @@ pub(crate) fn shape(
     })
 }
 
-/// Whether a block of `block_size` bytes in the given pool, serving `used` bytes, is split.
+/// Whether a block of `block_size` bytes in the given pool, serving `used` bytes, is split: in
+/// the small pool, and with growable segments in both, whenever the rest is a whole rounding
+/// unit; in the large pool of ordinary segments only when more than a small request's worth is
+/// left, and only below the split limit (as PyTorch's allocator decides, with and without its
+/// expandable segments: a growable segment's tail is worth keeping however small).
 #[inline]
 pub(crate) fn should_split(
     large: bool,
@@ -307,7 +311,7 @@ pub(crate) fn should_split(
     config: &AllocatorConfig,
 ) -> bool {
     let rest = block_size - used;
-    if large {
+    if large && !config.growable_segments {
         rest > SMALL_REQUEST_LIMIT && block_size < config.split_limit()
     } else {
         rest >= ROUNDING
@@ -320,6 +324,24 @@ mod tests {
 
     fn shape_of(size: usize, alignment: usize) -> Result<Shape> {
         shape(size, alignment, usize::MAX, &AllocatorConfig::default())
+    }
+
+    #[test]
+    fn a_growable_segments_large_block_is_split_for_any_whole_unit_left() {
+        let ordinary = AllocatorConfig::default();
+        let growable = AllocatorConfig {
+            growable_segments: true,
+            ..ordinary
+        };
+        let (block, used) = (10 << 20, (10 << 20) - (600 << 10));
+        // 600 KiB left: kept with the block in an ordinary segment, split off in a growable one.
+        assert!(!should_split(true, block, used, &ordinary));
+        assert!(should_split(true, block, used, &growable));
+        // Less than a rounding unit left: never split.
+        assert!(!should_split(true, block, block - 256, &growable));
+        // The small pool splits alike in both.
+        assert!(should_split(false, 1 << 20, (1 << 20) - 512, &ordinary));
+        assert!(should_split(false, 1 << 20, (1 << 20) - 512, &growable));
     }
 
     #[test]
