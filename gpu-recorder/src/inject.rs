@@ -166,6 +166,13 @@ struct Output {
 
 static RECORDER: OnceLock<Recorder> = OnceLock::new();
 
+/// The most comments kept for the trace before recording starts.
+const MAX_EARLY_COMMENTS: usize = 64;
+
+/// Comments for the trace from before recording started (NVTX may attach before `cuInit`),
+/// written when it starts. Locked before the output, never after.
+static EARLY_COMMENTS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
 thread_local! {
     static THREAD_ID: Cell<u64> = const { Cell::new(0) };
     /// The last context this thread's calls ran in, and its device.
@@ -232,6 +239,28 @@ pub extern "C" fn gpu_recorder_block(op: u32, address: u64, bytes: u64, stream: 
     });
 }
 
+/// Writes `# LINE` into the trace, or keeps it until recording starts (the first
+/// [`MAX_EARLY_COMMENTS`] of them).
+pub(crate) fn comment(line: String) {
+    let mut early = EARLY_COMMENTS.lock().unwrap_or_else(|e| e.into_inner());
+    if early.len() < MAX_EARLY_COMMENTS {
+        early.push(line);
+    }
+    write_early_comments(&mut early);
+}
+
+/// Writes and forgets the comments kept, once recording has started.
+fn write_early_comments(early: &mut Vec<String>) {
+    let Some(recorder) = RECORDER.get() else {
+        return;
+    };
+    let mut output = recorder.output();
+    for line in early.drain(..) {
+        let _ = writeln!(output.text, "# {line}");
+    }
+    output.flush_text();
+}
+
 /// What `gpu_recorder_block`'s arguments report: the event's function name (which names the
 /// allocator) and its kind; `None` for an unknown event or allocator.
 fn block_event(op: u32, address: u64, bytes: u64, stream: u64) -> Option<(&'static str, Kind)> {
@@ -283,6 +312,7 @@ fn start(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<(), String>
         callback_nanos: AtomicU64::new(0),
     };
     let recorder = RECORDER.get_or_init(|| recorder);
+    write_early_comments(&mut EARLY_COMMENTS.lock().unwrap_or_else(|e| e.into_inner()));
     let mut subscriber: sys::CUpti_SubscriberHandle = core::ptr::null_mut();
     // SAFETY: the callback has CUPTI's callback signature and never unwinds.
     check(recorder, "cuptiSubscribe", unsafe {
