@@ -1,5 +1,6 @@
-//! End to end against NVTX's real headers: `tests/nvtx/regions.c`, compiled with `cc` against
-//! the nvtx3 headers found, reaches the recorder through `NVTX_INJECTION64_PATH` (no CUDA).
+//! End to end against NVTX's real headers: `tests/nvtx/regions.c` (seeded.cu's annotations,
+//! `hw/races/pool_nvtx.h`), compiled with `cc` against the nvtx3 headers found, reaches the
+//! recorder through `NVTX_INJECTION64_PATH` (no CUDA).
 //!
 //! The headers are an input, never committed: `GPU_RECORDER_NVTX_INCLUDE` names a folder
 //! holding `nvtx3/` (a CUDA toolkit's `include`), else they are looked for under the target

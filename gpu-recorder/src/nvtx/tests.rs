@@ -69,77 +69,75 @@ fn program_registers(slots: &[isize], heap_cbid: usize, regions_cbid: usize) -> 
         size: 256,
         ptr: 0x7f00_0000_1000,
     };
-    let mut handle = 0u64;
-    let batch = RegisterBatch {
+    let mut handle = [0u64];
+    let batch = register_batch(core::slice::from_ref(&block), &mut handle);
+    type HeapFn = unsafe extern "C" fn(*const c_void, *const HeapDesc) -> u64;
+    type RegionsFn = unsafe extern "C" fn(*const c_void, *const RegisterBatch);
+    let heap_handle = match tool_function(slots, heap_cbid) {
+        // SAFETY: a filled slot holds the function of its callback id's signature, called
+        // with a heap descriptor.
+        Some(slot) => unsafe {
+            core::mem::transmute::<isize, HeapFn>(slot)(core::ptr::null(), &heap)
+        },
+        None => 0,
+    };
+    if let Some(slot) = tool_function(slots, regions_cbid) {
+        // SAFETY: as above, with a batch of one region and room for its handle.
+        unsafe { core::mem::transmute::<isize, RegionsFn>(slot)(core::ptr::null(), &batch) };
+    }
+    (heap_handle, handle[0])
+}
+
+/// A batch registering `ranges` of virtual memory, their handles written to `handles`.
+fn register_batch(ranges: &[VirtualRange], handles: &mut [u64]) -> RegisterBatch {
+    assert_eq!(ranges.len(), handles.len());
+    RegisterBatch {
         ext_compat_id: COMPAT_MEM,
         struct_size: size_of::<RegisterBatch>() as u16,
         region_type: TYPE_VIRTUAL_ADDRESS,
         heap: core::ptr::null(),
-        count: 1,
+        count: ranges.len(),
         element_size: size_of::<VirtualRange>(),
-        elements: (&raw const block).cast(),
-        handles_out: &mut handle,
-    };
-    type HeapFn = unsafe extern "C" fn(*const c_void, *const HeapDesc) -> u64;
-    type RegionsFn = unsafe extern "C" fn(*const c_void, *const RegisterBatch);
-    let mut heap_handle = 0;
-    let slot = slots[heap_cbid + 1];
-    if slot != DISABLED && slot != FRESH {
-        // SAFETY: a filled slot holds the function of its callback id's signature.
-        let function: HeapFn = unsafe { core::mem::transmute(slot) };
-        // SAFETY: a heap descriptor.
-        heap_handle = unsafe { function(core::ptr::null(), &heap) };
+        elements: ranges.as_ptr().cast(),
+        handles_out: handles.as_mut_ptr(),
     }
-    let slot = slots[regions_cbid + 1];
-    if slot != DISABLED && slot != FRESH {
-        // SAFETY: as above.
-        let function: RegionsFn = unsafe { core::mem::transmute(slot) };
-        // SAFETY: a batch of one region, with room for its handle.
-        unsafe { function(core::ptr::null(), &batch) };
-    }
-    (heap_handle, handle)
+}
+
+/// The tool's function in a callback id's slot, if NVTX's wrapper would call one.
+fn tool_function(slots: &[isize], cbid: usize) -> Option<isize> {
+    Some(slots[cbid + 1]).filter(|&slot| slot != DISABLED && slot != FRESH)
 }
 
 #[test]
-fn a_program_built_with_cuda_13s_nvtx_headers_reaches_the_recorder() {
-    // CUDA 13's `nvtx3` (and the `nvidia-nvtx` 13 wheel): `NVTX_EXT_MEM_SLOT_COUNT` 63,
-    // segment 1, `NVTX3EXT_CBID_nvtxMemHeapRegister` 0, `..._nvtxMemRegionsRegister` 3.
-    let mut slots = [FRESH; 64];
-    let note = nvtx_loads_the_tool(&mut slots, 1, 0x0102, 1);
-    assert_eq!(
-        note.as_deref(),
-        Some("nvtx: memory extension attached (released layout: 63 slots in segment 1)")
-    );
-    assert_eq!(
-        program_registers(&slots, 0, 3),
-        (0x7f00_0000_0000, 0x7f00_0000_1000)
-    );
-    // `nvtxMemRegionsUnregister` (5) is filled; `nvtxMemHeapUnregister` (1), `...Resize` (4)
-    // and `...Name` (6) are no-ops, never called with another function's arguments.
-    let filled: Vec<usize> = (0..63)
-        .filter(|&cbid| slots[cbid + 1] != DISABLED)
-        .collect();
-    assert_eq!(filled, [0, 3, 5]);
-}
-
-#[test]
-fn a_program_built_with_nvtxs_pre_release_headers_reaches_the_recorder() {
-    // NVTX's `dev` branch of 2024: `NVTX3EXT_CBID_MEM_FN_NUM` 17 slots in segment 0,
-    // `NVTX3EXT_CBID_nvtxMemHeapRegister` 1, `..._nvtxMemRegionsRegister` 4, `...Unregister` 6.
-    let mut slots = [FRESH; 18];
-    let note = nvtx_loads_the_tool(&mut slots, 0, 0x0102, 1);
-    assert_eq!(
-        note.as_deref(),
-        Some("nvtx: memory extension attached (pre-release layout: 17 slots in segment 0)")
-    );
-    assert_eq!(
-        program_registers(&slots, 1, 4),
-        (0x7f00_0000_0000, 0x7f00_0000_1000)
-    );
-    let filled: Vec<usize> = (0..17)
-        .filter(|&cbid| slots[cbid + 1] != DISABLED)
-        .collect();
-    assert_eq!(filled, [1, 4, 6]);
+fn a_program_built_with_either_header_layout_reaches_the_recorder() {
+    // Slots (state included), segment id, `NVTX3EXT_CBID_*` of `nvtxMemHeapRegister`,
+    // `nvtxMemRegionsRegister` and `nvtxMemRegionsUnregister`, and the trace's comment.
+    let headers: [(usize, usize, [usize; 3], &str); 2] = [
+        // CUDA 13's `nvtx3` (the `nvidia-nvtx` 13 wheel): `NVTX_EXT_MEM_SLOT_COUNT` 63 in
+        // segment 1, callbacks from 0. The other slots (`nvtxMemHeapUnregister` 1,
+        // `...RegionsResize` 4, `...RegionsName` 6: where the recorder wrote before) are
+        // no-ops, never called with another function's arguments.
+        (64, 1, [0, 3, 5], "released layout: 63 slots in segment 1"),
+        // NVTX's `dev` branch of 2024: `NVTX3EXT_CBID_MEM_FN_NUM` 17 in segment 0, from 1.
+        (
+            18,
+            0,
+            [1, 4, 6],
+            "pre-release layout: 17 slots in segment 0",
+        ),
+    ];
+    for (count, segment_id, cbids, layout) in headers {
+        let mut slots = vec![FRESH; count];
+        let note = nvtx_loads_the_tool(&mut slots, segment_id, 0x0102, 1);
+        let attached = format!("nvtx: memory extension attached ({layout})");
+        assert_eq!(note, Some(attached));
+        let handles = program_registers(&slots, cbids[0], cbids[1]);
+        assert_eq!(handles, (0x7f00_0000_0000, 0x7f00_0000_1000), "{layout}");
+        let filled: Vec<usize> = (0..count - 1)
+            .filter(|&cbid| tool_function(&slots, cbid).is_some())
+            .collect();
+        assert_eq!(filled, cbids, "{layout}");
+    }
 }
 
 #[test]
@@ -181,16 +179,7 @@ fn a_register_batch_gives_its_ranges_and_their_addresses_as_handles() {
         },
     ];
     let mut handles = [0u64; 2];
-    let batch = RegisterBatch {
-        ext_compat_id: COMPAT_MEM,
-        struct_size: size_of::<RegisterBatch>() as u16,
-        region_type: TYPE_VIRTUAL_ADDRESS,
-        heap: core::ptr::null(),
-        count: 2,
-        element_size: size_of::<VirtualRange>(),
-        elements: ranges.as_ptr().cast(),
-        handles_out: handles.as_mut_ptr(),
-    };
+    let batch = register_batch(&ranges, &mut handles);
     // SAFETY: a batch of two ranges.
     let got = unsafe { registered(&batch) };
     assert_eq!(
