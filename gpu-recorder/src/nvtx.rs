@@ -4,8 +4,11 @@
 //! NVTX loads the library `NVTX_INJECTION64_PATH` names (this one, already loaded by the driver)
 //! and calls [`InitializeInjectionNvtxExtension`] once per extension module; for the memory
 //! module (id 1, compatibility 0x0102, `nvtxDetail/nvtxExtImplMem_v1.h`) it fills the function
-//! slots of heap registration and region registration and unregistration. Each region of
-//! process virtual memory registered becomes a block of the allocator `nvtx` through
+//! slots of heap registration and region registration and unregistration, at the indices
+//! (`NVTX3EXT_CBID_*`) of the layout the program was built with ([`LAYOUTS`]: the released
+//! one, and the pre-release one of NVTX's `dev` branch, which share the compatibility id), and
+//! writes `# nvtx: memory extension attached` into the trace (or why it did not attach). Each
+//! region of process virtual memory registered becomes a block of the allocator `nvtx` through
 //! `gpu_recorder_block` (the translator narrows launch footprints to it and writes it as a
 //! comment: a region names no stream, so the checker sees the accesses, not a hand-out), each
 //! unregistered one its end. Regions registered before the driver loaded the recorder (before
@@ -13,16 +16,69 @@
 
 use core::ffi::{c_int, c_void};
 
-use crate::inject::gpu_recorder_block;
+use crate::inject::{comment, gpu_recorder_block};
 
 /// `NVTX_EXT_MODULEID_MEM`.
 const MODULE_MEM: u16 = 1;
 /// `NVTX_EXT_COMPATID_MEM`: the layout of the structures read here.
 const COMPAT_MEM: u16 = 0x0102;
-/// `NVTX3EXT_CBID_*`: the function slots filled.
-const SLOT_HEAP_REGISTER: usize = 1;
-const SLOT_REGIONS_REGISTER: usize = 4;
-const SLOT_REGIONS_UNREGISTER: usize = 6;
+
+/// Where one layout of the memory module puts the functions the recorder fills: its one
+/// segment's id and slot count, and the slots (`NVTX3EXT_CBID_*`, indices into the segment's
+/// `functionSlots`) of `nvtxMemHeapRegister`, `nvtxMemRegionsRegister` and
+/// `nvtxMemRegionsUnregister`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// What the trace's comment calls it.
+    name: &'static str,
+    segment_id: usize,
+    /// The exact slot count, or `None`: any count that holds the slots.
+    slot_count: Option<usize>,
+    heap_register: usize,
+    regions_register: usize,
+    regions_unregister: usize,
+}
+
+/// The layouts known, first match wins.
+pub const LAYOUTS: [Layout; 2] = [
+    // NVTX's `dev` branch of 2024 (its `nvToolsExtMem.h` numbers the callbacks from 1, "CBID 0
+    // is invalid"; `NVTX3EXT_CBID_MEM_FN_NUM` = 17 slots in segment 0): never in a CUDA
+    // toolkit. The recorder was first written and tried against it.
+    Layout {
+        name: "pre-release",
+        segment_id: 0,
+        slot_count: Some(17),
+        heap_register: 1,
+        regions_register: 4,
+        regions_unregister: 6,
+    },
+    // The released headers (CUDA 13's `nvtx3`, the `nvidia-nvtx` 13 wheel): callbacks numbered
+    // from 0, `NVTX_EXT_MEM_SLOT_COUNT` = 63 slots in segment 1.
+    Layout {
+        name: "released",
+        segment_id: 1,
+        slot_count: None,
+        heap_register: 0,
+        regions_register: 3,
+        regions_unregister: 5,
+    },
+];
+
+impl Layout {
+    /// The layout of a memory module's segment, if it is a known one.
+    fn of(segment: &ModuleSegment) -> Option<&'static Self> {
+        LAYOUTS.iter().find(|layout| {
+            layout.segment_id == segment.segment_id
+                && layout.slot_count.unwrap_or(segment.slot_count) == segment.slot_count
+                && segment.slot_count
+                    > layout
+                        .heap_register
+                        .max(layout.regions_register)
+                        .max(layout.regions_unregister)
+        })
+    }
+}
+
 /// `NVTX_MEM_TYPE_VIRTUAL_ADDRESS`.
 const TYPE_VIRTUAL_ADDRESS: u32 = 1;
 /// `gpu_recorder_block`'s allocator byte for NVTX regions.
@@ -30,7 +86,6 @@ const ALLOCATOR_NVTX: u32 = 2 << 8;
 
 /// `nvtxExtModuleSegment_t`.
 #[repr(C)]
-#[allow(dead_code)] // laid out as NVTX's; `segment_id` is not read.
 pub struct ModuleSegment {
     segment_id: usize,
     slot_count: usize,
@@ -94,45 +149,68 @@ struct UnregisterBatch {
     elements: *const u8,
 }
 
-/// NVTX's entry point for an extension module: fills the memory module's slots; leaves every
-/// other module's empty (NVTX makes them no-ops). Returns 1 (success).
+/// NVTX's entry point for an extension module: fills the memory module's slots and notes in
+/// the trace whether it did; leaves every other module's empty (NVTX makes them no-ops).
+/// Returns 1 (success).
 ///
 /// # Safety
 /// `module` is NULL or NVTX's module description, its segments and slots valid for writing.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn InitializeInjectionNvtxExtension(module: *mut ModuleInfo) -> c_int {
-    // SAFETY: the caller's promise.
-    let Some(module) = (unsafe { module.as_ref() }) else {
-        return 1;
-    };
-    if module.module_id != MODULE_MEM || module.compat_id != COMPAT_MEM || module.segments.is_null()
-    {
-        return 1;
-    }
-    // SAFETY: NVTX passes `segments_count` segments.
-    let segments = unsafe { core::slice::from_raw_parts(module.segments, module.segments_count) };
-    for segment in segments {
-        // Its one segment (numbered 1 in some NVTX versions, 0 in others).
-        if segment.slot_count <= SLOT_REGIONS_UNREGISTER || segment.function_slots.is_null() {
-            continue;
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: the caller's promise.
+        if let Some(note) = unsafe { attach(module) } {
+            comment(note);
         }
-        let fill = [
-            (SLOT_HEAP_REGISTER, heap_register as *const () as usize),
-            (
-                SLOT_REGIONS_REGISTER,
-                regions_register as *const () as usize,
-            ),
-            (
-                SLOT_REGIONS_UNREGISTER,
-                regions_unregister as *const () as usize,
-            ),
-        ];
-        for (slot, function) in fill {
-            // SAFETY: slot < slot_count, checked above; NVTX reads the slots after we return.
-            unsafe { segment.function_slots.add(slot).write(function as isize) };
-        }
-    }
+    });
     1
+}
+
+/// Fills a memory module's slots for its layout; the trace's comment on it (without `# `), or
+/// `None` for another module.
+///
+/// # Safety
+/// As [`InitializeInjectionNvtxExtension`].
+pub unsafe fn attach(module: *mut ModuleInfo) -> Option<String> {
+    // SAFETY: the caller's promise.
+    let module = unsafe { module.as_ref() }?;
+    if module.module_id != MODULE_MEM {
+        return None;
+    }
+    if module.compat_id != COMPAT_MEM || module.segments.is_null() || module.segments_count != 1 {
+        return Some(format!(
+            "nvtx: memory extension not attached: compatibility {:#06x}, {} segments (the \
+             recorder reads {COMPAT_MEM:#06x}, 1 segment)",
+            module.compat_id, module.segments_count
+        ));
+    }
+    // SAFETY: NVTX passes `segments_count` (1) segments.
+    let segment = unsafe { &*module.segments };
+    let Some(layout) = Layout::of(segment).filter(|_| !segment.function_slots.is_null()) else {
+        return Some(format!(
+            "nvtx: memory extension not attached: unknown layout (segment {}, {} slots)",
+            segment.segment_id, segment.slot_count
+        ));
+    };
+    let fill = [
+        (layout.heap_register, heap_register as *const () as usize),
+        (
+            layout.regions_register,
+            regions_register as *const () as usize,
+        ),
+        (
+            layout.regions_unregister,
+            regions_unregister as *const () as usize,
+        ),
+    ];
+    for (slot, function) in fill {
+        // SAFETY: slot < slot_count (`Layout::of`); NVTX reads the slots after we return.
+        unsafe { segment.function_slots.add(slot).write(function as isize) };
+    }
+    Some(format!(
+        "nvtx: memory extension attached ({} layout: {} slots in segment {})",
+        layout.name, segment.slot_count, segment.segment_id
+    ))
 }
 
 /// NVTX's core entry point: nothing of the core is recorded; returns 1 (success: NVTX makes

@@ -14,7 +14,10 @@
 # once; if it cannot be, one line says so and launches count as whole allocations), and the C
 # pool's NVTX memory regions (c_pool_wrong_stream; the recorder is NVTX's injection library).
 # A launch's parameter pointing into a block counts as that block. The "ours" column is
-# gpu-trace-check's verdict. The compute-sanitizer columns and times stand alone.
+# gpu-trace-check's verdict. The compute-sanitizer columns and times stand alone. Above the
+# table, in bold, what weakens a verdict: seeded.cu rebuilt without NVTX (-DSEEDED_NO_NVTX,
+# when nvcc cannot build it with nvtx3/nvToolsExtMem.h), or a c_pool_wrong_stream trace
+# without the recorder's "# nvtx: memory extension attached" line.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 recorder=${RECORDER:-$here/libgpu_recorder.so}
@@ -29,8 +32,11 @@ log=$out/log.txt
 : > "$log"
 say() { printf '%s\n' "$*" | tee -a "$log"; }
 
+# Notes for races.md, above its table: what makes a row's verdict mean less than it says.
+notes=()
 if ! nvcc -O2 -lineinfo -o "$out/seeded" "$here/seeded.cu" -ldl 2> "$out/nvcc.txt"; then
-  say "nvcc with NVTX's memory API failed ($(head -n 1 "$out/nvcc.txt")): the C pool is built without its annotations"
+  notes+=("**NVTX annotations missing:** nvcc with NVTX's memory API failed ($(head -n 1 "$out/nvcc.txt"); all of it in nvcc.txt): seeded.cu was rebuilt with -DSEEDED_NO_NVTX, so c_pool_wrong_stream's footprints are whole allocations and its fixed twin is reported")
+  say "${notes[-1]}"
   nvcc -O2 -lineinfo -DSEEDED_NO_NVTX -o "$out/seeded" "$here/seeded.cu" || { say "nvcc failed"; exit 1; }
 fi
 programs="c_pool_wrong_stream mlir_missing_async_dependency async_free_raced"
@@ -80,6 +86,15 @@ for program in $programs; do
     seconds env RECORDER="$recorder" PYTHON="$python" "$here/../record.sh" "$dir" $cmd > "$dir/recorded.txt" 2>&1
     recorded=$elapsed
     "$checker" "$dir"/*.trace > "$dir/check.txt" 2>&1
+    # The recorder notes NVTX's memory extension in the trace when NVTX attaches it.
+    if [ "$program" = c_pool_wrong_stream ]; then
+      attached=$(grep -h '^# nvtx: memory extension' "$dir"/*.trace 2>/dev/null | head -n 1)
+      say "$program $variant nvtx: ${attached:-no '# nvtx: memory extension' line}"
+      case $attached in
+        "# nvtx: memory extension attached"*) ;;
+        *) notes+=("**NVTX regions not recorded** in $program $variant (${attached:-the trace has no \`# nvtx: memory extension\` line}): its footprints are whole allocations") ;;
+      esac
+    fi
     races=$(grep -cE 'race\)|without an ordering edge\)|use after free\)|after a use on another stream\)' "$dir/check.txt")
     ours="$races race(s)"
     say "$program $variant ours: $ours; $(tail -n 1 "$dir/check.txt")"
@@ -100,5 +115,9 @@ for program in $programs; do
     echo "| $program | $variant | $ours$cells | $plain / $recorded$times |" >> "$out/races.md"
   done
 done
+if [ ${#notes[@]} -gt 0 ]; then
+  { printf '%s\n\n' "${notes[@]}"; cat "$out/races.md"; } > "$out/races.md.new"
+  mv "$out/races.md.new" "$out/races.md"
+fi
 say "table: $out/races.md"
 cat "$out/races.md" | tee -a "$log"

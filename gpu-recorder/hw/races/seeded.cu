@@ -10,7 +10,7 @@
 // show).
 #include <cuda_runtime.h>
 #ifndef SEEDED_NO_NVTX
-#include <nvtx3/nvToolsExtMem.h>
+#include "pool_nvtx.h"
 #endif
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,10 +51,10 @@ __global__ void consume(const float *x, float *out, int n) {
 
 // A stream-aware sub-allocator, as C programs write them: one free list per stream, blocks
 // cut from one segment; a freed block goes to the pool of the stream the caller names. It
-// annotates its segment and blocks with NVTX's memory API (a heap, regions registered and
-// unregistered), which tools attached through NVTX_INJECTION64_PATH receive (the recorder
-// narrows footprints to the regions); without a tool the calls cost a check. Built with
-// -DSEEDED_NO_NVTX (a toolkit without nvtx3/nvToolsExtMem.h) it annotates nothing.
+// annotates its segment and blocks with NVTX's memory API (pool_nvtx.h: a heap, regions
+// registered and unregistered), which tools attached through NVTX_INJECTION64_PATH receive
+// (the recorder narrows footprints to the regions); without a tool the calls cost a check.
+// Built with -DSEEDED_NO_NVTX (a toolkit without nvtx3/nvToolsExtMem.h) it annotates nothing.
 enum { POOL_STREAMS = 4, POOL_BLOCKS = 16 };
 typedef struct {
   char *segment;
@@ -62,8 +62,7 @@ typedef struct {
   cudaStream_t streams[POOL_STREAMS];
   int free_list[POOL_STREAMS][POOL_BLOCKS], free_count[POOL_STREAMS], next;
 #ifndef SEEDED_NO_NVTX
-  nvtxDomainHandle_t domain;
-  nvtxMemHeapHandle_t heap;
+  pool_nvtx_t nvtx;
 #endif
 } pool_t;
 
@@ -74,50 +73,11 @@ static void region_register(pool_t *, void *) {}
 static void region_unregister(pool_t *, void *) {}
 #else
 static void pool_annotate(pool_t *p) {
-  nvtxMemVirtualRangeDesc_t range;
-  range.size = POOL_BLOCKS * p->block;
-  range.ptr = p->segment;
-  nvtxMemHeapDesc_t heap;
-  memset(&heap, 0, sizeof heap);
-  heap.extCompatID = NVTX_EXT_COMPATID_MEM;
-  heap.structSize = sizeof heap;
-  heap.usage = NVTX_MEM_HEAP_USAGE_TYPE_SUB_ALLOCATOR;
-  heap.type = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
-  heap.typeSpecificDescSize = sizeof range;
-  heap.typeSpecificDesc = &range;
-  p->domain = nvtxDomainCreateA("seeded_pool");
-  p->heap = nvtxMemHeapRegister(p->domain, &heap);
+  pool_nvtx_annotate(&p->nvtx, "seeded_pool", p->segment, POOL_BLOCKS * p->block);
 }
-
-static void region_register(pool_t *p, void *ptr) {
-  nvtxMemVirtualRangeDesc_t range = {p->block, ptr};
-  nvtxMemRegionsRegisterBatch_t batch;
-  memset(&batch, 0, sizeof batch);
-  batch.extCompatID = NVTX_EXT_COMPATID_MEM;
-  batch.structSize = sizeof batch;
-  batch.regionType = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
-  batch.heap = p->heap;
-  batch.regionCount = 1;
-  batch.regionDescElementSize = sizeof range;
-  batch.regionDescElements = &range;
-  nvtxMemRegionsRegister(p->domain, &batch);
-}
-
-static void region_unregister(pool_t *p, void *ptr) {
-  nvtxMemRegionRef_t ref;
-  ref.pointer = ptr;
-  nvtxMemRegionsUnregisterBatch_t batch;
-  memset(&batch, 0, sizeof batch);
-  batch.extCompatID = NVTX_EXT_COMPATID_MEM;
-  batch.structSize = sizeof batch;
-  batch.refType = NVTX_MEM_REGION_REF_TYPE_POINTER;
-  batch.refCount = 1;
-  batch.refElementSize = sizeof ref;
-  batch.refElements = &ref;
-  nvtxMemRegionsUnregister(p->domain, &batch);
-}
-
-static void pool_unannotate(pool_t *p) { nvtxMemHeapUnregister(p->domain, p->heap); }
+static void pool_unannotate(pool_t *p) { pool_nvtx_unannotate(&p->nvtx); }
+static void region_register(pool_t *p, void *ptr) { pool_nvtx_register(&p->nvtx, ptr, p->block); }
+static void region_unregister(pool_t *p, void *ptr) { pool_nvtx_unregister(&p->nvtx, ptr); }
 #endif
 
 static int pool_slot(pool_t *p, cudaStream_t s) {
