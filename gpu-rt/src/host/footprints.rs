@@ -62,7 +62,7 @@ impl HostBackend {
     ///
     /// ```
     /// use gpu_rt::prelude::*;
-    /// use gpu_core::backend::Access;
+    /// use gpu_core::{ByteRange, backend::Access};
     ///
     /// let backend = HostBackend::new(HostConfig::with_devices(1));
     /// backend.want_footprints(true);
@@ -70,7 +70,9 @@ impl HostBackend {
     /// let buffer = rt.alloc(DeviceId(0), MemoryKind::Device, 64)?;
     /// let args = [Arg::Span(buffer.all()), Arg::U32(7), Arg::U64(4)];
     /// // SAFETY: a library kernel: the runtime checks how far it reaches into each span.
-    /// unsafe { rt.launch(DeviceId(0), "fill_u32", LaunchDims::linear(1, 4), &args, &mut vec![])? };
+    /// let dims = LaunchDims::linear(1, 4);
+    /// let done = unsafe { rt.launch(DeviceId(0), "fill_u32", dims, &args, &mut vec![])? };
+    /// rt.wait(done)?;
     /// let announced = rt.backend().take_footprints();
     /// // `fill_u32` writes its 4 words, not the whole buffer.
     /// let range = ByteRange::new(buffer.address(), 16).unwrap();
