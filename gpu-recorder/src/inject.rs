@@ -25,10 +25,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
-use crate::call::{BLOCK_FUNCTIONS, Call, Kind, Outcome, RECORDED_FUNCTIONS};
+use crate::call::{Call, Kind, Outcome, RECORDED_FUNCTIONS};
 use crate::cupti::{self, Cupti};
 use crate::sys;
 use crate::translate::Translator;
+use hook::block_event;
+
+mod hook;
 
 /// The buffer between the translator and the trace file.
 const WRITE_BUFFER_BYTES: usize = 1 << 20;
@@ -203,7 +206,10 @@ pub extern "C" fn InitializeInjection() -> c_int {
 /// `stream`'s pool, 2 marked it used on `stream` too; its second byte names the allocator (0
 /// our runtime's PyTorch plug-in `gpurt`, 1 PyTorch's caching allocator `torch`, 2 NVTX memory
 /// regions `nvtx`, 3 our runtime's buffers `gpurt_region`, from its CUDA and HIP backends'
-/// `note_buffer`, with no stream). Written as `block_alloc` / `block_free` / `block_use` of that allocator, with the
+/// `note_buffer`, with no stream). Event 3 announces the exact footprint of the thread's next
+/// launch of a function on `stream` (our runtime's backends' `note_launch_footprint`): access
+/// byte 0 begins it (`address` the `CUfunction`), 1, 2 and 3 add a range read, written or both;
+/// the translation uses it instead of the parameters'. Written as `block_alloc` / `block_free` / `block_use` of that allocator, with the
 /// context of the calling thread's last driver call. Does nothing while nothing is recorded or
 /// for another `op`; never unwinds.
 #[unsafe(no_mangle)]
@@ -230,25 +236,6 @@ pub extern "C" fn gpu_recorder_block(op: u32, address: u64, bytes: u64, stream: 
         };
         recorder.output().write(&call);
     });
-}
-
-/// What `gpu_recorder_block`'s arguments report: the event's function name (which names the
-/// allocator) and its kind; `None` for an unknown event or allocator.
-fn block_event(op: u32, address: u64, bytes: u64, stream: u64) -> Option<(&'static str, Kind)> {
-    let (event, allocator) = (op & 0xff, op >> 8);
-    let kind = match event {
-        0 => Kind::BlockAlloc {
-            stream,
-            address,
-            bytes,
-        },
-        1 => Kind::BlockFree { stream, address },
-        2 => Kind::BlockUse { stream, address },
-        _ => return None,
-    };
-    let index = (allocator as usize).checked_mul(3)? + event as usize;
-    let &(function, _) = BLOCK_FUNCTIONS.get(index)?;
-    Some((function, kind))
 }
 
 fn start(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<(), String> {
@@ -885,33 +872,6 @@ fn created(out: *mut *mut c_void, outcome: Outcome) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_block_events_second_byte_names_its_allocator() {
-        let alloc = block_event(0x100, 0x1000, 64, 7);
-        assert_eq!(
-            alloc,
-            Some((
-                "torch_block_alloc",
-                Kind::BlockAlloc {
-                    stream: 7,
-                    address: 0x1000,
-                    bytes: 64
-                }
-            ))
-        );
-        let free = block_event(0x201, 0x1000, 0, 7).map(|(name, _)| name);
-        assert_eq!(free, Some("nvtx_block_free"));
-        // Our plug-in's events, as it always sent them.
-        let used = block_event(2, 0x1000, 0, 0).map(|(name, _)| name);
-        assert_eq!(used, Some("gpurt_block_use"));
-        assert_eq!(block_event(3, 0x1000, 0, 0), None);
-        // Our runtime's buffers, from its backends' note_buffer: no stream.
-        let region = block_event(0x301, 0x1000, 0, 0).map(|(name, _)| name);
-        assert_eq!(region, Some("gpurt_region_block_free"));
-        assert_eq!(block_event(0x400, 0x1000, 0, 0), None);
-        assert_eq!(block_event(u32::MAX, 0x1000, 0, 0), None);
-    }
 
     #[test]
     fn a_launchs_words_are_read_within_each_parameters_size() {
