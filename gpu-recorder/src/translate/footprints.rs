@@ -108,10 +108,9 @@ impl Translator {
             Kind::BlockAlloc { .. } | Kind::BlockFree { .. } | Kind::BlockUse { .. } => {
                 return None;
             }
+            // Without a stream (a context call): not a stream operation, nothing to drop.
             kind => {
-                if kind.stream().is_none() {
-                    return None;
-                }
+                kind.stream()?;
                 false
             }
         };
