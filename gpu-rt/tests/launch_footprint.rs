@@ -2,9 +2,9 @@
 //! and HIP backends pass it on to gpu-recorder: seen here through the host backend's log.
 
 use gpu_core::ByteRange;
-use gpu_core::DeviceId;
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::{Access, LaunchDims};
+use gpu_core::{DeviceId, Error};
 use gpu_rt::host::{HostBackend, HostConfig, standard_kernels};
 use gpu_rt::runtime::{Arg, Runtime};
 
@@ -13,6 +13,22 @@ const MIB: usize = 1 << 20;
 
 fn range(start: usize, len: usize) -> ByteRange {
     ByteRange::new(start, len).unwrap()
+}
+
+/// Launches `name` on device 0 over `threads` threads (256 a workgroup) and waits for it.
+///
+/// # Safety
+/// A kernel outside the library stays inside its spans.
+unsafe fn launch_and_wait(
+    rt: &Runtime<HostBackend>,
+    name: &str,
+    threads: u32,
+    args: &[Arg<'_>],
+) -> gpu_core::Result<()> {
+    let dims = LaunchDims::linear(threads.div_ceil(256), threads.min(256));
+    // SAFETY: the library's launches are checked; the caller's promise for any other.
+    let done = unsafe { rt.launch(D0, name, dims, args, &mut vec![])? };
+    rt.wait(done)
 }
 
 #[test]
@@ -34,31 +50,10 @@ fn a_library_kernel_on_a_sub_span_announces_the_bytes_it_reaches_read_or_written
         Arg::Span(y_chunk),
         Arg::U64(count),
     ];
-    // SAFETY: a library kernel: the runtime checks how far it reaches into each span.
-    let done = unsafe {
-        rt.launch(
-            D0,
-            "axpy_f32",
-            LaunchDims::linear(4, 256),
-            &args,
-            &mut vec![],
-        )
-    }
-    .unwrap();
-    rt.wait(done).unwrap();
+    // SAFETY: library kernels: the runtime checks how far they reach into each span.
+    unsafe { launch_and_wait(&rt, "axpy_f32", 1024, &args) }.unwrap();
     let fill = [Arg::Span(y_chunk), Arg::U32(1), Arg::U64(16)];
-    // SAFETY: as above.
-    let done = unsafe {
-        rt.launch(
-            D0,
-            "fill_u32",
-            LaunchDims::linear(1, 16),
-            &fill,
-            &mut vec![],
-        )
-    }
-    .unwrap();
-    rt.wait(done).unwrap();
+    unsafe { launch_and_wait(&rt, "fill_u32", 16, &fill) }.unwrap();
     let announced = rt.backend().take_footprints();
     let ranges: Vec<_> = announced.iter().map(|a| a.ranges.clone()).collect();
     let (x_at, y_at) = (x.address() + 4 * MIB, y.address() + 4 * MIB);
@@ -85,9 +80,7 @@ fn a_kernel_outside_the_library_announces_each_span_read_write() {
     let span = buffer.all().sub(1024, 64).unwrap();
     let args = [Arg::Span(span), Arg::U32(3), Arg::U64(16)];
     // SAFETY: 16 words fit the 64-byte span.
-    let done =
-        unsafe { rt.launch(D0, "my_fill", LaunchDims::linear(1, 16), &args, &mut vec![]) }.unwrap();
-    rt.wait(done).unwrap();
+    unsafe { launch_and_wait(&rt, "my_fill", 16, &args) }.unwrap();
     let announced = rt.backend().take_footprints();
     assert_eq!(announced.len(), 1);
     assert_eq!(
@@ -103,31 +96,13 @@ fn without_a_listener_no_footprint_is_built_and_a_refused_launch_announces_none(
     let buffer = rt.alloc(D0, MemoryKind::Device, 64).unwrap();
     let args = [Arg::Span(buffer.all()), Arg::U32(1), Arg::U64(16)];
     // SAFETY: a library kernel: the runtime checks how far it reaches into each span.
-    let done = unsafe {
-        rt.launch(
-            D0,
-            "fill_u32",
-            LaunchDims::linear(1, 16),
-            &args,
-            &mut vec![],
-        )
-    }
-    .unwrap();
-    rt.wait(done).unwrap();
+    unsafe { launch_and_wait(&rt, "fill_u32", 16, &args) }.unwrap();
     // The backend logs any announcement: none was made, since it wanted none.
     assert!(rt.backend().take_footprints().is_empty());
     rt.backend().want_footprints(true);
     let too_far = [Arg::Span(buffer.all()), Arg::U32(1), Arg::U64(17)];
     // SAFETY: as above (refused before anything is queued).
-    let refused = unsafe {
-        rt.launch(
-            D0,
-            "fill_u32",
-            LaunchDims::linear(1, 16),
-            &too_far,
-            &mut vec![],
-        )
-    };
-    assert!(refused.is_err());
+    let refused = unsafe { launch_and_wait(&rt, "fill_u32", 16, &too_far) };
+    assert!(matches!(refused, Err(Error::KernelReach { .. })));
     assert!(rt.backend().take_footprints().is_empty());
 }
