@@ -53,6 +53,7 @@ fn a_library_kernel_on_a_sub_span_announces_the_bytes_it_reaches_read_or_written
     // SAFETY: library kernels: the runtime checks how far they reach into each span.
     unsafe { launch_and_wait(&rt, "axpy_f32", 1024, &args) }.unwrap();
     let fill = [Arg::Span(y_chunk), Arg::U32(1), Arg::U64(16)];
+    // SAFETY: as above.
     unsafe { launch_and_wait(&rt, "fill_u32", 16, &fill) }.unwrap();
     let announced = rt.backend().take_footprints();
     let ranges: Vec<_> = announced.iter().map(|a| a.ranges.clone()).collect();
