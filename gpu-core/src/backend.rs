@@ -97,6 +97,17 @@ pub enum KernelArg {
     F32(f32),
 }
 
+/// How a launch uses a range of memory, as a race checker needs to know it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Only read.
+    Read,
+    /// Only written.
+    Write,
+    /// Read and written (or not known which).
+    ReadWrite,
+}
+
 /// The value of a fill and the width of the elements it sets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FillValue {
@@ -381,6 +392,30 @@ pub trait Backend: Send + Sync + 'static {
     fn note_buffer(&self, device: DeviceId, range: ByteRange, live: bool) -> Result<()> {
         let _ = (device, range, live);
         Ok(())
+    }
+
+    /// Whether [`Backend::note_launch_footprint`] does anything: the runtime asks this once per
+    /// launch and builds a footprint only when it is true, so a backend that says false (the
+    /// default) costs a launch nothing more. The CUDA and HIP backends say true while
+    /// gpu-recorder records the process (one cached atomic load).
+    fn footprints_wanted(&self) -> bool {
+        false
+    }
+
+    /// Tells the backend, right before the launch of `kernel` on `stream` on the same thread,
+    /// exactly which bytes that launch reaches and how (`ranges`: a library kernel's reaches
+    /// from its table, or each span of a module's kernel as read-write). The CUDA and HIP
+    /// backends pass it on to gpu-recorder, which writes it as that launch's footprint
+    /// instead of the whole buffers its pointer parameters point into. An annotation, not a
+    /// driver call; by default it does nothing (and the runtime calls it only when
+    /// [`Backend::footprints_wanted`] says so).
+    fn note_launch_footprint(
+        &self,
+        stream: Self::Stream,
+        kernel: Self::Kernel,
+        ranges: &[(ByteRange, Access)],
+    ) {
+        let _ = (stream, kernel, ranges);
     }
 
     /// Pins the caller's host range for every device (CUDA: cuMemHostRegister with PORTABLE)

@@ -32,6 +32,7 @@ use core::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use gpu_core::ByteRange;
+use gpu_core::backend::Access;
 
 /// `gpu_recorder_block(op, address, bytes, stream)`, as gpu-recorder exports it.
 pub type BlockHook = extern "C" fn(u32, u64, u64, u64);
@@ -118,6 +119,45 @@ pub fn note_buffer(range: ByteRange, live: bool) {
     );
 }
 
+/// The event number (`op`'s low byte) of a launch footprint's begin and ranges.
+pub const FOOTPRINT_EVENT: u32 = 3;
+
+/// Whether the recorder records this process (or a hook was installed): a launch's footprint
+/// is then worth building. Without it: one atomic load and a branch, once looked up.
+#[inline]
+pub fn footprints_wanted() -> bool {
+    let hook = HOOK.load(Ordering::Acquire);
+    if hook.is_null() {
+        return look_up() != MISSING;
+    }
+    hook != MISSING
+}
+
+/// Tells the recorder, if it records this process, that the calling thread's next launch of
+/// `function` (a raw `CUfunction` or `hipFunction_t`) on `stream` (a raw stream handle) reaches
+/// exactly `ranges`, each with its access (the module's doc gives the encoding).
+pub fn note_launch_footprint(function: usize, stream: usize, ranges: &[(ByteRange, Access)]) {
+    let hook = HOOK.load(Ordering::Acquire);
+    let hook = if hook.is_null() { look_up() } else { hook };
+    if hook == MISSING {
+        return;
+    }
+    // SAFETY: as in `block_event`: the cache holds an address of a `BlockHook`.
+    let hook = unsafe { core::mem::transmute::<*mut c_void, BlockHook>(hook) };
+    // usize is at most 64 bits on every target the toolkit builds for.
+    let (function, stream) = (function as u64, stream as u64);
+    hook(FOOTPRINT_EVENT, function, ranges.len() as u64, stream);
+    for (range, access) in ranges {
+        let access = match access {
+            Access::Read => 1,
+            Access::Write => 2,
+            Access::ReadWrite => 3,
+        };
+        let op = (access << 8) | FOOTPRINT_EVENT;
+        hook(op, range.start as u64, range.len as u64, stream);
+    }
+}
+
 /// Makes `hook` receive every later block event instead of the recorder's (a program that
 /// links a recorder in itself, or a test that watches the events).
 pub fn install_block_hook(hook: BlockHook) {
@@ -179,6 +219,7 @@ mod tests {
             0,
         );
         assert_eq!(HOOK.load(Ordering::Acquire), MISSING);
+        assert!(!footprints_wanted());
         install_block_hook(watch);
         block_event(
             BlockAllocator::RuntimeBuffer,
@@ -204,6 +245,12 @@ mod tests {
         let range = ByteRange::new(0x3000, 100).unwrap_or_else(|| unreachable!());
         note_buffer(range, true);
         note_buffer(range, false);
+        assert!(footprints_wanted());
+        note_launch_footprint(
+            0xf1,
+            0x30,
+            &[(range, Access::Read), (range, Access::ReadWrite)],
+        );
         assert_eq!(
             *SEEN.lock().unwrap_or_else(|e| e.into_inner()),
             [
@@ -212,6 +259,9 @@ mod tests {
                 (0x002, 0x2000, 0, 0x30),
                 (0x300, 0x3000, 100, 0),
                 (0x301, 0x3000, 100, 0),
+                (0x003, 0xf1, 2, 0x30),
+                (0x103, 0x3000, 100, 0x30),
+                (0x303, 0x3000, 100, 0x30),
             ]
         );
     }

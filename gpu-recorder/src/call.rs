@@ -632,12 +632,24 @@ pub static BLOCK_FUNCTIONS: [(&str, Shape); 12] = [
     ("gpurt_region_block_use", Shape::BlockUse),
 ];
 
-/// The name and shape of a recorded function (or block event), by name.
+/// A launch's footprint announced through `gpu_recorder_block` (event 3, by our runtime's
+/// backends): its begin (`addr=` the kernel's function) then each range, read, written or
+/// both, in the hook's access order; all of the shape of a block's hand-out (`stream=` the
+/// launch's stream).
+pub static FOOTPRINT_FUNCTIONS: [(&str, Shape); 4] = [
+    ("gpurt_footprint_begin", Shape::BlockAlloc),
+    ("gpurt_footprint_r", Shape::BlockAlloc),
+    ("gpurt_footprint_w", Shape::BlockAlloc),
+    ("gpurt_footprint_rw", Shape::BlockAlloc),
+];
+
+/// The name and shape of a recorded function (or block event, or footprint), by name.
 pub fn function_named(name: &str) -> Option<(&'static str, Shape)> {
     RECORDED_FUNCTIONS
         .iter()
         .map(|&(_, name, shape)| (name, shape))
         .chain(BLOCK_FUNCTIONS)
+        .chain(FOOTPRINT_FUNCTIONS)
         .find(|&(known, _)| known == name)
 }
 

@@ -25,10 +25,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
-use crate::call::{BLOCK_FUNCTIONS, Call, Kind, Outcome, RECORDED_FUNCTIONS};
+use crate::call::{Call, Kind, Outcome, RECORDED_FUNCTIONS};
 use crate::cupti::{self, Cupti};
 use crate::sys;
 use crate::translate::Translator;
+use hook::block_event;
+
+mod hook;
 
 /// The buffer between the translator and the trace file.
 const WRITE_BUFFER_BYTES: usize = 1 << 20;
@@ -210,7 +213,10 @@ pub extern "C" fn InitializeInjection() -> c_int {
 /// `stream`'s pool, 2 marked it used on `stream` too; its second byte names the allocator (0
 /// our runtime's PyTorch plug-in `gpurt`, 1 PyTorch's caching allocator `torch`, 2 NVTX memory
 /// regions `nvtx`, 3 our runtime's buffers `gpurt_region`, from its CUDA and HIP backends'
-/// `note_buffer`, with no stream). Written as `block_alloc` / `block_free` / `block_use` of that allocator, with the
+/// `note_buffer`, with no stream). Event 3 announces the exact footprint of the thread's next
+/// launch of a function on `stream` (our runtime's backends' `note_launch_footprint`): access
+/// byte 0 begins it (`address` the `CUfunction`), 1, 2 and 3 add a range read, written or both;
+/// the translation uses it instead of the parameters'. Written as `block_alloc` / `block_free` / `block_use` of that allocator, with the
 /// context of the calling thread's last driver call. Does nothing while nothing is recorded or
 /// for another `op`; never unwinds.
 #[unsafe(no_mangle)]
@@ -259,25 +265,6 @@ fn write_early_comments(early: &mut Vec<String>) {
         let _ = writeln!(output.text, "# {line}");
     }
     output.flush_text();
-}
-
-/// What `gpu_recorder_block`'s arguments report: the event's function name (which names the
-/// allocator) and its kind; `None` for an unknown event or allocator.
-fn block_event(op: u32, address: u64, bytes: u64, stream: u64) -> Option<(&'static str, Kind)> {
-    let (event, allocator) = (op & 0xff, op >> 8);
-    let kind = match event {
-        0 => Kind::BlockAlloc {
-            stream,
-            address,
-            bytes,
-        },
-        1 => Kind::BlockFree { stream, address },
-        2 => Kind::BlockUse { stream, address },
-        _ => return None,
-    };
-    let index = (allocator as usize).checked_mul(3)? + event as usize;
-    let &(function, _) = BLOCK_FUNCTIONS.get(index)?;
-    Some((function, kind))
 }
 
 fn start(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<(), String> {

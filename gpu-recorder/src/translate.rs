@@ -106,7 +106,11 @@ pub struct Translator {
     /// PyTorch's frees held until their thread's event records are seen.
     deferred: Vec<blocks::Deferred>,
     /// The ranges of the launch being written (kept to reuse its memory).
-    ranges: Vec<(u64, u64)>,
+    ranges: Vec<footprints::Range>,
+    /// The launch footprints announced by each thread, waiting for their launches.
+    announced: footprints::Pending,
+    /// The announced footprint of the call being translated (a launch), if any.
+    launch_footprint: Option<Vec<footprints::Range>>,
     exited: bool,
 }
 
@@ -122,6 +126,10 @@ impl Translator {
             let _ = writeln!(out, "# after exit: {call}");
             return;
         }
+        if self.announce(call) {
+            return;
+        }
+        self.launch_footprint = self.take_announced(call);
         if self.settle_blocks(call, out) {
             return;
         }
@@ -263,14 +271,19 @@ impl Translator {
                 );
             }
             Kind::Launch { stream, .. } => {
-                // The footprint, in a buffer kept between launches (no allocation per launch).
+                // The footprint, in a buffer kept between launches (no allocation per launch):
+                // the one our runtime announced, else from the parameters.
                 let mut ranges = core::mem::take(&mut self.ranges);
                 ranges.clear();
-                for &word in &call.args {
-                    if let Some((start, len)) = self.footprint_of(word)
-                        && !ranges.iter().any(|&(known, _)| known == start)
-                    {
-                        ranges.push((start, len));
+                if let Some(announced) = self.launch_footprint.take() {
+                    ranges.extend(announced);
+                } else {
+                    for &word in &call.args {
+                        if let Some((start, len)) = self.footprint_of(word)
+                            && !ranges.iter().any(|&(_, known, _)| known == start)
+                        {
+                            ranges.push((footprints::Access::ReadWrite, start, len));
+                        }
                     }
                 }
                 let key = StreamKey::of(call, stream);
@@ -506,14 +519,14 @@ impl Translator {
     }
 }
 
-/// A launch's footprint as its line writes it: ` rw:START+LEN` per range.
-struct Footprint<'a>(&'a [(u64, u64)]);
+/// A launch's footprint as its line writes it: ` rw:START+LEN` (or `r:`, `w:`) per range.
+struct Footprint<'a>(&'a [footprints::Range]);
 
 impl core::fmt::Display for Footprint<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         self.0
             .iter()
-            .try_for_each(|(start, len)| write!(f, " rw:{start:#x}+{len}"))
+            .try_for_each(|(access, start, len)| write!(f, " {}:{start:#x}+{len}", access.prefix()))
     }
 }
 
@@ -553,5 +566,6 @@ fn failed(call: &Call, code: u32, written_before: bool, out: &mut String) {
 }
 
 mod blocks;
+mod footprints;
 #[cfg(test)]
 mod tests;

@@ -398,6 +398,35 @@ fn the_runtimes_buffers_narrow_kernels_to_them_so_two_streams_on_one_segment_do_
 }
 
 #[test]
+fn the_runtimes_launch_footprints_keep_chunks_of_one_buffer_on_two_streams_apart() {
+    // examples/pipeline.rs's pattern on our runtime over the CUDA backend, by hand: chunk 0 of
+    // two 32 MiB buffers copied and then computed on stream A, chunk 1 on stream B. The
+    // backend announces each kernel's exact footprint (`gpurt_footprint_*`) before its
+    // launch.
+    let calls = fixture("runtime_pipeline_chunks.calls");
+    let trace = translate_calls("runtime_pipeline_chunks", &calls);
+    assert!(
+        trace.contains("launch 0xa r:0x7f0000000000+2097152 rw:0x7f0002000000+2097152  #"),
+        "{trace}"
+    );
+    assert!(
+        trace.contains("launch 0xb r:0x7f0000200000+2097152 rw:0x7f0002200000+2097152  #"),
+        "{trace}"
+    );
+    assert_eq!(races("runtime_pipeline_chunks", &trace), [], "{trace}");
+    // Without them (before issue 25) each kernel is both whole buffers: chunk 1's copy on B
+    // races with chunk 0's kernel on A.
+    let whole = without(&calls, "gpurt_footprint_");
+    let trace = translate_calls("runtime_pipeline_chunks.whole", &whole);
+    let (kernel, copy) = (line_of(&trace, "launch 0xa"), line_of(&trace, "copy 0xb"));
+    let found = races("runtime_pipeline_chunks.whole", &trace);
+    assert!(
+        found.iter().any(|&(_, a, b, _)| (a, b) == (kernel, copy)),
+        "{found:?}\n{trace}"
+    );
+}
+
+#[test]
 fn pytorchs_own_blocks_without_record_stream_are_a_reuse_race_and_with_it_clean() {
     // seeded's `torch_no_record_stream` on PyTorch's caching allocator, its blocks from the
     // recorder's tracker shim: x's block is handed out again on the legacy stream while the

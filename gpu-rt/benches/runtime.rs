@@ -18,7 +18,8 @@
 //!   batches start after a batch of driver calls;
 //! - a chained launch through a kernel handle on a backend whose calls do nothing
 //!   (`NullBackend`), against that backend's own launch: the runtime's cost per launch, which on
-//!   a GPU comes on top of the driver's; and on the same backend a round of a k-way join (k = 2,
+//!   a GPU comes on top of the driver's; and the same through one whose `footprints_wanted` is
+//!   the CUDA and HIP backends' (gpu-recorder not loaded: a cached check, no footprint built); and on the same backend a round of a k-way join (k = 2,
 //!   4, 8: k fills on k streams, their join, one fill after), against the same round of raw
 //!   calls (k fills, k - 1 records and k - 1 waits, one fill);
 //! - what the CUDA and HIP backends add to each driver call that takes a handle (`live_handles`):
@@ -318,7 +319,8 @@ fn cold_batches(
 
 /// A backend whose calls succeed and do nothing (device descriptions from the host backend's
 /// defaults), so a benchmark through it times the runtime alone; with `NOTES`, its
-/// `note_buffer` is the CUDA and HIP backends' (gpu-recorder told of each buffer, when loaded).
+/// `note_buffer` and `footprints_wanted` are the CUDA and HIP backends' (gpu-recorder told of
+/// each buffer and asked whether it wants launch footprints, when loaded).
 struct NullBackend<const NOTES: bool = false> {
     infos: Vec<DeviceInfo>,
     next_handle: std::sync::atomic::AtomicUsize,
@@ -394,6 +396,9 @@ impl<const NOTES: bool> Backend for NullBackend<NOTES> {
             gpu_ffi_loader::recorder::note_buffer(range, live);
         }
         Ok(())
+    }
+    fn footprints_wanted(&self) -> bool {
+        NOTES && gpu_ffi_loader::recorder::footprints_wanted()
     }
     fn host_register(&self, _: ByteRange, _: &mut [usize]) -> Result<()> {
         Ok(())
@@ -510,27 +515,16 @@ fn null_backend(c: &mut Criterion) {
     let mut group = c.benchmark_group("null_backend");
     let rt = Runtime::new(NullBackend::new()).unwrap();
     let buffer = rt.alloc(D0, MemoryKind::Device, 1024).unwrap();
-    let fill = rt.kernel(D0, "fill_u32").unwrap();
     let dims = LaunchDims::linear(1, 256);
-    let args = [Arg::Span(buffer.all()), Arg::U32(7), Arg::U64(256)];
-    group.bench_function("runtime_launch_in_chain", |b| {
-        b.iter_custom(|iterations| {
-            let start = std::time::Instant::now();
-            let mut chain = Vec::with_capacity(1);
-            for i in 0..iterations {
-                // SAFETY: the null backend touches no memory.
-                let token = unsafe { fill.launch(dims, &args, &mut chain) }.unwrap();
-                chain.push(token);
-                if i as usize % BATCH == BATCH - 1 {
-                    rt.wait(chain.pop().unwrap()).unwrap();
-                }
-            }
-            if let Some(token) = chain.pop() {
-                rt.wait(token).unwrap();
-            }
-            start.elapsed()
-        })
-    });
+    launch_in_chain(&mut group, "runtime_launch_in_chain", &rt);
+    // The CUDA and HIP backends' `footprints_wanted`, the recorder not loaded: one cached
+    // atomic load per launch, no footprint built.
+    let asking = Runtime::new(NullBackend::<true>::with_notes()).unwrap();
+    launch_in_chain(
+        &mut group,
+        "runtime_launch_in_chain_recorder_check",
+        &asking,
+    );
     let backend = rt.backend();
     let (stream, kernel) = (
         backend.stream_create(D0).unwrap(),
@@ -549,6 +543,37 @@ fn null_backend(c: &mut Criterion) {
         join_of(&mut group, &rt, k);
     }
     group.finish();
+}
+
+/// `name`: chained launches of `fill_u32` through a kernel handle on `rt`, waited for every
+/// `BATCH`.
+fn launch_in_chain<const NOTES: bool>(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    rt: &Runtime<NullBackend<NOTES>>,
+) {
+    let buffer = rt.alloc(D0, MemoryKind::Device, 1024).unwrap();
+    let fill = rt.kernel(D0, "fill_u32").unwrap();
+    let dims = LaunchDims::linear(1, 256);
+    let args = [Arg::Span(buffer.all()), Arg::U32(7), Arg::U64(256)];
+    group.bench_function(name, |b| {
+        b.iter_custom(|iterations| {
+            let start = std::time::Instant::now();
+            let mut chain = Vec::with_capacity(1);
+            for i in 0..iterations {
+                // SAFETY: the null backend touches no memory.
+                let token = unsafe { fill.launch(dims, &args, &mut chain) }.unwrap();
+                chain.push(token);
+                if i as usize % BATCH == BATCH - 1 {
+                    rt.wait(chain.pop().unwrap()).unwrap();
+                }
+            }
+            if let Some(token) = chain.pop() {
+                rt.wait(token).unwrap();
+            }
+            start.elapsed()
+        })
+    });
 }
 
 /// A k-way join per round on the null backend: k fills on k streams (the first continues the

@@ -15,8 +15,8 @@
 use alloc::vec::Vec;
 use core::ffi::{CStr, c_void};
 
-use super::{KernelArg, LaunchDims};
-use crate::error::{Error, Result};
+use super::{Access, KernelArg, LaunchDims};
+use crate::error::{ByteRange, Error, Result};
 
 /// The kind of one kernel parameter, matching a [`KernelArg`] variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,6 +110,9 @@ pub struct Reach {
     pub param: usize,
     /// The bytes it reaches from its address.
     pub extent: Extent,
+    /// Whether the kernel reads those bytes, writes them, or both (what a race checker is
+    /// told of the launch, [`super::Backend::note_launch_footprint`]).
+    pub access: Access,
 }
 
 /// One kernel of the library.
@@ -201,6 +204,26 @@ impl KernelEntry {
     }
 }
 
+impl KernelEntry {
+    /// The bytes a launch with `args` and `dims` reaches through each pointer argument, and
+    /// how (its reach from the table, from the argument's address; nothing reached is left
+    /// out): the launch's exact footprint, for [`super::Backend::note_launch_footprint`].
+    /// Meant for a launch [`KernelEntry::check_launch`] accepted.
+    pub fn footprint<'a>(
+        &'a self,
+        args: &'a [KernelArg],
+        dims: &'a LaunchDims,
+    ) -> impl Iterator<Item = (ByteRange, Access)> + 'a {
+        self.reaches.iter().filter_map(move |reach| {
+            let Some(KernelArg::Ptr(address)) = args.get(reach.param) else {
+                return None;
+            };
+            let bytes = usize::try_from(reach.extent.bytes(args, dims)?).ok()?;
+            Some((ByteRange::new(*address, bytes)?, reach.access))
+        })
+    }
+}
+
 /// Most parameters any kernel of the library takes.
 pub const MAX_PARAMS: usize = 4;
 
@@ -227,6 +250,7 @@ pub const LIBRARY: &[KernelEntry] = &[
                 unit: 4,
                 factors: &[Factor::Arg(2)],
             },
+            access: Access::Write,
         }],
         workgroup: None,
     },
@@ -248,6 +272,7 @@ pub const LIBRARY: &[KernelEntry] = &[
                     unit: 4,
                     factors: &[Factor::Arg(3)],
                 },
+                access: Access::Read,
             },
             Reach {
                 param: 2,
@@ -255,6 +280,7 @@ pub const LIBRARY: &[KernelEntry] = &[
                     unit: 4,
                     factors: &[Factor::Arg(3)],
                 },
+                access: Access::ReadWrite,
             },
         ],
         workgroup: None,
@@ -271,6 +297,7 @@ pub const LIBRARY: &[KernelEntry] = &[
                 unit: 4,
                 factors: &[Factor::Workgroups, Factor::Arg(1)],
             },
+            access: Access::ReadWrite,
         }],
         workgroup: Some(Extent {
             unit: 4,
@@ -532,6 +559,37 @@ mod tests {
                 reach: 64,
             })
         );
+    }
+
+    #[test]
+    fn a_launchs_footprint_is_each_pointers_reach_with_its_access() {
+        let axpy = library("axpy_f32");
+        let args = [
+            KernelArg::F32(2.0),
+            KernelArg::Ptr(0x1000),
+            KernelArg::Ptr(0x9000),
+            KernelArg::U64(16),
+        ];
+        let dims = LaunchDims::linear(1, 16);
+        let footprint: Vec<_> = axpy.footprint(&args, &dims).collect();
+        let range = |start| ByteRange::new(start, 64).unwrap_or_else(|| unreachable!());
+        assert_eq!(
+            footprint,
+            [
+                (range(0x1000), Access::Read),
+                (range(0x9000), Access::ReadWrite)
+            ]
+        );
+        // A count of zero reaches nothing.
+        let none = [args[0], args[1], args[2], KernelArg::U64(0)];
+        assert_eq!(axpy.footprint(&none, &dims).count(), 0);
+        let fill = [
+            KernelArg::Ptr(0x1000),
+            KernelArg::U32(1),
+            KernelArg::U64(16),
+        ];
+        let written: Vec<_> = library("fill_u32").footprint(&fill, &dims).collect();
+        assert_eq!(written, [(range(0x1000), Access::Write)]);
     }
 
     /// Counts whose bytes overflow 64 bits reach more than any span: refused, never wrapped,

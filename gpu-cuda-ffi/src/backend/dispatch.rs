@@ -2,6 +2,7 @@
 //! the device's primary context, with the handles checked in the backend's registries.
 
 use super::*;
+use gpu_core::backend::Access;
 use gpu_core::backend::graph::{GraphDesc, NodeId, NodeOp};
 
 impl Backend for CudaBackend {
@@ -256,6 +257,26 @@ impl Backend for CudaBackend {
     fn note_buffer(&self, _device: DeviceId, range: ByteRange, live: bool) -> Result<()> {
         gpu_ffi_loader::recorder::note_buffer(range, live);
         Ok(())
+    }
+
+    /// True while gpu-recorder records the process
+    /// ([`gpu_ffi_loader::recorder::footprints_wanted`]: one atomic load once looked up).
+    #[inline]
+    fn footprints_wanted(&self) -> bool {
+        gpu_ffi_loader::recorder::footprints_wanted()
+    }
+
+    /// Passes the launch's footprint on to gpu-recorder with the raw function and stream
+    /// ([`gpu_ffi_loader::recorder::note_launch_footprint`]); the handles are checked by the
+    /// launch that follows (an announcement for a launch that fails is dropped).
+    fn note_launch_footprint(
+        &self,
+        stream: CudaStream,
+        kernel: CudaKernel,
+        ranges: &[(ByteRange, Access)],
+    ) {
+        let (function, stream) = (kernel.function as usize, stream.raw as usize);
+        gpu_ffi_loader::recorder::note_launch_footprint(function, stream, ranges);
     }
 
     /// cuMemHostRegister with `PORTABLE | DEVICEMAP` (in device 0's context: registration needs

@@ -6,7 +6,7 @@ use core::ffi::{CStr, c_int, c_void};
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::graph::{GraphDesc, NodeId, NodeOp};
 use gpu_core::backend::live::library_arguments;
-use gpu_core::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims};
+use gpu_core::backend::{Access, Backend, DeviceInfo, FillValue, KernelArg, LaunchDims};
 use gpu_core::{ByteRange, DeviceId, Result};
 
 use super::current::{DeviceScope, no_device_chosen, set_no_device_chosen};
@@ -150,6 +150,26 @@ impl Backend for HipBackend {
     fn note_buffer(&self, _device: DeviceId, range: ByteRange, live: bool) -> Result<()> {
         gpu_ffi_loader::recorder::note_buffer(range, live);
         Ok(())
+    }
+
+    /// True while gpu-recorder records the process
+    /// ([`gpu_ffi_loader::recorder::footprints_wanted`]: one atomic load once looked up).
+    #[inline]
+    fn footprints_wanted(&self) -> bool {
+        gpu_ffi_loader::recorder::footprints_wanted()
+    }
+
+    /// Passes the launch's footprint on to gpu-recorder with the raw function and stream
+    /// ([`gpu_ffi_loader::recorder::note_launch_footprint`]); the handles are checked by the
+    /// launch that follows (an announcement for a launch that fails is dropped).
+    fn note_launch_footprint(
+        &self,
+        stream: HipStream,
+        kernel: HipKernel,
+        ranges: &[(ByteRange, Access)],
+    ) {
+        let (function, stream) = (kernel.function as usize, stream.raw as usize);
+        gpu_ffi_loader::recorder::note_launch_footprint(function, stream, ranges);
     }
 
     /// hipMemGetAllocationGranularity (minimum) of device memory, asked at open; `None` where

@@ -1,34 +1,7 @@
-//! The injected side's pure helpers: block events' allocators, and a launch's parameter
-//! words read within their sizes (from `kernelParams` and from an `extra` buffer).
+//! The injected side's pure helpers: a launch's parameter words read within their sizes (from
+//! `kernelParams` and from an `extra` buffer), parameter sizes, fills' elements.
 
 use super::*;
-
-#[test]
-fn a_block_events_second_byte_names_its_allocator() {
-    let alloc = block_event(0x100, 0x1000, 64, 7);
-    assert_eq!(
-        alloc,
-        Some((
-            "torch_block_alloc",
-            Kind::BlockAlloc {
-                stream: 7,
-                address: 0x1000,
-                bytes: 64
-            }
-        ))
-    );
-    let free = block_event(0x201, 0x1000, 0, 7).map(|(name, _)| name);
-    assert_eq!(free, Some("nvtx_block_free"));
-    // Our plug-in's events, as it always sent them.
-    let used = block_event(2, 0x1000, 0, 0).map(|(name, _)| name);
-    assert_eq!(used, Some("gpurt_block_use"));
-    assert_eq!(block_event(3, 0x1000, 0, 0), None);
-    // Our runtime's buffers, from its backends' note_buffer: no stream.
-    let region = block_event(0x301, 0x1000, 0, 0).map(|(name, _)| name);
-    assert_eq!(region, Some("gpurt_region_block_free"));
-    assert_eq!(block_event(0x400, 0x1000, 0, 0), None);
-    assert_eq!(block_event(u32::MAX, 0x1000, 0, 0), None);
-}
 
 #[test]
 fn a_launchs_words_are_read_within_each_parameters_size() {

@@ -767,3 +767,101 @@ fn freeing_an_allocation_forgets_the_blocks_cut_from_it() {
 }
 
 mod blocks;
+
+/// Our runtime's announcement of the next launch of `function` on `stream`: its begin, then
+/// each `(part, address, bytes)` (`part` `r`, `w` or `rw`).
+fn announce(stream: u64, function: u64, ranges: &[(&'static str, u64, u64)]) -> Vec<Call> {
+    let part = |name, address, bytes| {
+        let kind = Kind::BlockAlloc {
+            stream,
+            address,
+            bytes,
+        };
+        call(name, kind, 0)
+    };
+    let mut calls = vec![part("gpurt_footprint_begin", function, ranges.len() as u64)];
+    for &(access, address, bytes) in ranges {
+        let name = match access {
+            "r" => "gpurt_footprint_r",
+            "w" => "gpurt_footprint_w",
+            _ => "gpurt_footprint_rw",
+        };
+        calls.push(part(name, address, bytes));
+    }
+    calls
+}
+
+#[test]
+fn an_announced_footprint_replaces_the_parameters_of_the_next_launch_of_its_kernel_only() {
+    let mut calls = vec![alloc(0x1000, 0x1000)];
+    calls.extend(announce(
+        0x10,
+        0xf1,
+        &[("r", 0x1100, 64), ("w", 0x1800, 32)],
+    ));
+    // Its launch's entry and return, then a launch with nothing announced.
+    calls.push(entered(launch(0x10, &[0x1100, 0x1800])));
+    calls.push(launch(0x10, &[0x1100, 0x1800]));
+    calls.push(launch(0x10, &[0x1100]));
+    let lines = translate(&calls);
+    assert_eq!(
+        lines,
+        [
+            "mem_alloc 0x1000+4096",
+            "launch 0x10 r:0x1100+64 w:0x1800+32",
+            "launch 0x10 rw:0x1000+4096",
+        ]
+    );
+}
+
+#[test]
+fn a_stale_announcement_is_dropped_at_its_threads_next_stream_operation() {
+    let mut calls = vec![alloc(0x1000, 0x1000)];
+    // Announced, but a copy comes first (its launch never reached the driver): dropped.
+    calls.extend(announce(0x10, 0xf1, &[("rw", 0x1100, 64)]));
+    calls.push(call(
+        "cuMemsetD8Async",
+        Kind::Fill {
+            stream: 0x10,
+            dst: 0x1000,
+            bytes: 4,
+        },
+        0,
+    ));
+    calls.push(launch(0x10, &[0x1100]));
+    // Announced for another stream, or another function: not this launch's.
+    calls.extend(announce(0x20, 0xf1, &[("rw", 0x1100, 64)]));
+    calls.push(launch(0x10, &[0x1100]));
+    calls.extend(announce(0x10, 0xf2, &[("rw", 0x1100, 64)]));
+    calls.push(launch(0x10, &[0x1100]));
+    // Another thread's launch leaves this thread's announcement be.
+    calls.extend(announce(0x10, 0xf1, &[("w", 0x1100, 64)]));
+    calls.push(on_thread(launch(0x10, &[0x1100]), 8));
+    calls.push(launch(0x10, &[0x1100]));
+    // A failed launch uses it up too.
+    calls.extend(announce(0x10, 0xf1, &[("w", 0x1100, 64)]));
+    calls.push(call(
+        "cuLaunchKernel",
+        Kind::Launch {
+            stream: 0x10,
+            function: 0xf1,
+        },
+        1,
+    ));
+    calls.push(launch(0x10, &[0x1100]));
+    let lines: Vec<_> = translate(&calls)
+        .into_iter()
+        .filter(|line| line.starts_with("launch"))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "launch 0x10 rw:0x1000+4096",
+            "launch 0x10 rw:0x1000+4096",
+            "launch 0x10 rw:0x1000+4096",
+            "launch 0x10 rw:0x1000+4096",
+            "launch 0x10 w:0x1100+64",
+            "launch 0x10 rw:0x1000+4096",
+        ]
+    );
+}

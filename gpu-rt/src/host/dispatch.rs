@@ -2,6 +2,7 @@
 //! on the tables, streams and memory that `host/mod.rs` and its other modules keep.
 
 use super::*;
+use gpu_core::backend::Access;
 use gpu_core::backend::graph::{GraphDesc, NodeId, NodeOp};
 
 impl Backend for HostBackend {
@@ -199,6 +200,21 @@ impl Backend for HostBackend {
     fn note_buffer(&self, device: DeviceId, range: ByteRange, live: bool) -> Result<()> {
         check_device(self, device)?;
         lock(&self.memory).note_buffer(range, live, "note_buffer")
+    }
+
+    /// Whether [`HostBackend::want_footprints`] asked for them.
+    fn footprints_wanted(&self) -> bool {
+        self.footprints.wanted()
+    }
+
+    /// Logs the footprint for [`HostBackend::take_footprints`]; checks nothing.
+    fn note_launch_footprint(
+        &self,
+        stream: HostStream,
+        kernel: HostKernel,
+        ranges: &[(ByteRange, Access)],
+    ) {
+        self.footprints.note(stream, kernel, ranges);
     }
 
     fn host_register(&self, range: ByteRange, device_ptrs: &mut [usize]) -> Result<()> {

@@ -104,6 +104,7 @@ mod config;
 mod current;
 mod dispatch;
 mod faults;
+mod footprints;
 mod graphs;
 mod kernels;
 mod library;
@@ -139,6 +140,7 @@ use streams::{
 pub use codes::HostErrorCode;
 pub use config::{HostConfig, HostDeviceConfig, HostStats};
 pub use faults::{CallCounts, CallKind};
+pub use footprints::AnnouncedFootprint;
 pub use kernels::{DeviceScalar, DeviceView, HostKernel, KernelContext, KernelFn};
 pub use library::standard_kernels;
 pub use memory::{HOST_ALLOCATION_ALIGNMENT, HOST_VM_GRANULARITY};
@@ -240,6 +242,8 @@ pub struct HostBackend {
     health: Vec<Arc<DeviceHealth>>,
     /// Unfinished work items a stream holds before a launch call blocks (0: never).
     launch_queue_depth: usize,
+    /// The launch footprints asked for and announced.
+    footprints: footprints::Footprints,
 }
 
 impl HostBackend {
@@ -279,6 +283,7 @@ impl HostBackend {
                 .collect(),
             health: (0..device_count).map(|_| Arc::default()).collect(),
             launch_queue_depth: config.launch_queue_depth,
+            footprints: footprints::Footprints::default(),
         }
     }
 

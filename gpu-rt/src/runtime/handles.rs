@@ -598,6 +598,8 @@ impl<B: Backend> Kernel<'_, B> {
                 .for_each(|span| span.note_use(stream))
         };
         runtime.run_planned(state, device, after, &note, |backend, stream| {
+            let launch = (args, values, &dims);
+            super::footprint::announce(backend, stream, kernel, self.entry, launch);
             // SAFETY: every pointer argument is the address of a span (no `Arg` holds a raw
             // address), kept valid as in `copy` until the stream noted on it has finished; the
             // caller guarantees (this function's contract) that the kernel stays inside them.

@@ -54,6 +54,7 @@ mod alloc_trace;
 mod allocations;
 mod drivers;
 mod events;
+mod footprint;
 mod foreign;
 mod graphs;
 pub mod guard;

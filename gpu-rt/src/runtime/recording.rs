@@ -12,7 +12,7 @@ use std::sync::{Mutex, PoisonError};
 use core::ffi::{CStr, c_void};
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::graph::{GraphDesc, NodeId, NodeOp};
-use gpu_core::backend::{Backend, DeviceInfo, FillValue, KernelArg, LaunchDims};
+use gpu_core::backend::{Access, Backend, DeviceInfo, FillValue, KernelArg, LaunchDims};
 use gpu_core::error::{ByteRange, DriverError, Error, Result};
 use gpu_core::id::{DeviceId, EventId, StreamId};
 use gpu_core::token::{Defect, TraceOp, check};
@@ -514,6 +514,21 @@ impl<B: Backend> Backend for RecordingBackend<B> {
     /// Passed on, unrecorded: an annotation, not a driver call.
     fn note_buffer(&self, device: DeviceId, range: ByteRange, live: bool) -> Result<()> {
         self.inner.note_buffer(device, range, live)
+    }
+
+    /// Passed on, unrecorded: an annotation, not a driver call.
+    fn footprints_wanted(&self) -> bool {
+        self.inner.footprints_wanted()
+    }
+
+    /// Passed on, unrecorded: an annotation, not a driver call.
+    fn note_launch_footprint(
+        &self,
+        stream: B::Stream,
+        kernel: B::Kernel,
+        ranges: &[(ByteRange, Access)],
+    ) {
+        self.inner.note_launch_footprint(stream, kernel, ranges);
     }
 
     fn vm_granularity(&self, device: DeviceId, kind: MemoryKind) -> Option<usize> {
