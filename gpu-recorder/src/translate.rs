@@ -24,7 +24,8 @@
 //!   `block_use` of the allocator the event names (`gpurt`, `torch`, `nvtx`, `gpurt_region`;
 //!   PyTorch's frees wait for the events it records for them, NVTX regions and our runtime's
 //!   buffers are comments: `blocks`). A launch's word inside a block counts
-//!   as that block; in an allocation carved into blocks but in none of them, as its one byte;
+//!   as that block; in an allocation carved into blocks but in none of them, as nothing (a
+//!   stale pointer the kernel does not follow);
 //! - `cuCtxSynchronize` and `cuCtxSynchronize_v2` (what `cudaDeviceSynchronize` calls in CUDA
 //!   13) are `device_synchronize` of the current context's device;
 //! - a stream created with `CU_STREAM_NON_BLOCKING` is declared so (`stream_kind`);

@@ -125,19 +125,17 @@ impl Translator {
         }
     }
 
-    /// The footprint of a launch parameter word: the block handed out that holds it; else, in
-    /// an allocation carved into blocks, the one byte it points at (no tensor lies there now:
-    /// an access of freed bytes is still seen); else the whole allocation alive that holds it.
+    /// The footprint of a launch parameter word: the block handed out that holds it; else,
+    /// in an allocation carved into blocks, none (a word pointing between live blocks is a
+    /// stale pointer the kernel does not follow: PyTorch's reduction kernels carry such words
+    /// in their parameter structs, and counting them as accesses reported hundreds of false
+    /// uses after free per training run); else the whole allocation alive that holds it.
     pub(super) fn footprint_of(&self, word: u64) -> Option<(u64, u64)> {
         if let Some(block) = holding(&self.blocks, word) {
             return Some(block);
         }
         let (start, len) = self.allocation_of(word)?;
-        if self.carved.contains(&start) {
-            Some((word, 1))
-        } else {
-            Some((start, len))
-        }
+        (!self.carved.contains(&start)).then_some((start, len))
     }
 }
 
