@@ -18,19 +18,10 @@ use crate::result::graph as driver_graph;
 /// What the backend keeps for one graph: the driver's objects, its nodes, the modules its
 /// kernels need, and the lock serialising calls on it.
 pub(super) struct GraphState {
+    /// Destroys the `CUgraph` as it drops: after [`CudaBackend::destroy_graph`] destroyed the
+    /// instantiation, or once a device reset forgot the graph (the reset destroyed the
+    /// instantiation with the context, not the graph, a host-side object).
     live: LiveGraph<sys::CUgraph, sys::CUgraphExec, sys::CUgraphNode, HandleKey<CudaModule>>,
-    /// Destroys the `CUgraph` when the state drops: after [`CudaBackend::destroy_graph`]
-    /// destroyed the instantiation, or once a device reset forgot the graph (the reset
-    /// destroyed the instantiation with the context, not the graph, a host-side object).
-    driver: &'static Driver,
-}
-
-impl Drop for GraphState {
-    fn drop(&mut self) {
-        // SAFETY: the graph made by `instantiate_graph`, destroyed once, here, when no call
-        // holds the state any more (the live graphs drop a value only then).
-        let _ = unsafe { driver_graph::destroy(self.driver, self.live.graph()) };
-    }
 }
 
 // SAFETY: the driver's graph objects are opaque handles, never dereferenced by this crate; the
@@ -104,16 +95,11 @@ impl CudaBackend {
             },
             // SAFETY: the graph just built, used by this thread only; its context is current.
             |graph| unsafe { driver_graph::instantiate(driver, graph) },
-            // SAFETY: the graph just built, not instantiated, and not used again.
-            |graph| drop(unsafe { driver_graph::destroy(driver, graph) }),
+            // SAFETY: the graph just built, destroyed once: on a failure to build it, or when
+            // its state drops (no call holds it any more), never used again.
+            move |graph| drop(unsafe { driver_graph::destroy(driver, graph) }),
         )?;
-        let key = self.graphs.insert(
-            device,
-            GraphState {
-                live: state,
-                driver,
-            },
-        );
+        let key = self.graphs.insert(device, GraphState { live: state });
         Ok(CudaGraph { device, key })
     }
 

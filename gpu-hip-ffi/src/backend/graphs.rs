@@ -17,7 +17,6 @@ use gpu_core::backend::live::{HandleKey, LiveGraph, fill_element, node_arguments
 use gpu_core::{DeviceId, Result};
 
 use super::{HipBackend, HipKernel, HipModule, HipStream};
-use crate::library::Hip;
 use crate::result::graph as hip_graph;
 use crate::result::module::LaunchShape;
 use crate::sys;
@@ -29,19 +28,10 @@ type HipLiveGraph =
 /// What the backend keeps for one graph: HIP's objects, its nodes, the modules its kernels
 /// need, and the lock serialising calls on it.
 pub(super) struct GraphState {
+    /// Destroys the `hipGraph_t` as it drops: after [`HipBackend::destroy_graph`] destroyed
+    /// the instantiation, or once a device reset forgot the graph (the reset destroyed the
+    /// instantiation with the device's state, not the graph, a host object).
     pub(super) live: HipLiveGraph,
-    /// Destroys the `hipGraph_t` when the state drops: after [`HipBackend::destroy_graph`]
-    /// destroyed the instantiation, or once a device reset forgot the graph (the reset
-    /// destroyed the instantiation with the device's state, not the graph, a host object).
-    pub(super) hip: &'static Hip,
-}
-
-impl Drop for GraphState {
-    fn drop(&mut self) {
-        // SAFETY: the graph made by `instantiate_graph`, destroyed once, here, when no call
-        // holds the state any more (the live graphs drop a value only then).
-        let _ = unsafe { hip_graph::destroy(self.hip, self.live.graph()) };
-    }
 }
 
 // SAFETY: HIP's graph objects are opaque handles, never dereferenced by this crate; HIP lets
@@ -117,10 +107,11 @@ impl HipBackend {
             },
             // SAFETY: the graph just built, used by this thread only; its device is current.
             |graph| unsafe { hip_graph::instantiate(hip, graph) },
-            // SAFETY: the graph just built, not instantiated, and not used again.
-            |graph| drop(unsafe { hip_graph::destroy(hip, graph) }),
+            // SAFETY: the graph just built, destroyed once: on a failure to build it, or when
+            // its state drops (no call holds it any more), never used again.
+            move |graph| drop(unsafe { hip_graph::destroy(hip, graph) }),
         )?;
-        let key = self.graphs.insert(device, GraphState { live: state, hip });
+        let key = self.graphs.insert(device, GraphState { live: state });
         Ok(HipGraph { device, key })
     }
 

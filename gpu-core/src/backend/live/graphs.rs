@@ -10,7 +10,9 @@
 //! objects are not internally synchronised (CUDA's programming guide: calls on one graph or one
 //! instantiation "must be serialized externally").
 
+use alloc::boxed::Box;
 use alloc::vec::Vec;
+use core::fmt;
 
 use spin::Mutex;
 
@@ -20,15 +22,35 @@ use crate::error::{Error, Result};
 
 /// A graph as a backend instantiated it: the driver's graph `G` and instantiation `E`, each
 /// node's driver handle `N` in the description's order with its kind, and the distinct
-/// modules `M` of its launch nodes' kernels.
-#[derive(Debug)]
-pub struct LiveGraph<G, E, N, M> {
+/// modules `M` of its launch nodes' kernels. Dropping it destroys the driver's graph (a
+/// host-side object, which a device reset does not take with the instantiation); the
+/// instantiation is the backend's to destroy first, where it still exists.
+pub struct LiveGraph<G: Copy, E, N, M> {
     graph: G,
     exec: E,
     nodes: Vec<(N, &'static str)>,
     modules: Vec<M>,
     /// Held for every driver call on the graph or its instantiation.
     calls: Mutex<()>,
+    /// Destroys the driver's graph, once, when this drops.
+    destroy: Box<dyn Fn(G) + Send + Sync>,
+}
+
+impl<G: Copy + fmt::Debug, E: fmt::Debug, N, M: fmt::Debug> fmt::Debug for LiveGraph<G, E, N, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LiveGraph")
+            .field("graph", &self.graph)
+            .field("exec", &self.exec)
+            .field("nodes", &self.nodes.len())
+            .field("modules", &self.modules)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<G: Copy, E, N, M> Drop for LiveGraph<G, E, N, M> {
+    fn drop(&mut self) {
+        (self.destroy)(self.graph);
+    }
 }
 
 impl<G: Copy, E: Copy, N: Copy, M: Copy + PartialEq> LiveGraph<G, E, N, M> {
@@ -36,15 +58,16 @@ impl<G: Copy, E: Copy, N: Copy, M: Copy + PartialEq> LiveGraph<G, E, N, M> {
     /// `add` adds one node after the driver nodes of its dependencies (in the description's
     /// order, so they exist), `instantiate` makes the executable graph, and `module_of` names
     /// a launch node's kernel's module. If any step fails, `destroy` destroys the graph (and
-    /// with it the nodes added) and the step's error is returned: nothing stays behind. Look
-    /// up `destroy`'s driver entry point before calling this, so that it cannot fail.
+    /// with it the nodes added) and the step's error is returned: nothing stays behind; else
+    /// it destroys the graph when the result drops. Look up `destroy`'s driver entry point
+    /// before calling this, so that it cannot fail.
     pub fn build<K>(
         desc: &GraphDesc<K>,
         module_of: impl Fn(&K) -> M,
         create: impl FnOnce() -> Result<G>,
         mut add: impl FnMut(G, &NodeOp<K>, &[N]) -> Result<N>,
         instantiate: impl FnOnce(G) -> Result<E>,
-        destroy: impl FnOnce(G),
+        destroy: impl Fn(G) + Send + Sync + 'static,
     ) -> Result<Self> {
         let graph = create()?;
         let mut nodes: Vec<(N, &'static str)> = Vec::with_capacity(desc.len());
@@ -71,6 +94,7 @@ impl<G: Copy, E: Copy, N: Copy, M: Copy + PartialEq> LiveGraph<G, E, N, M> {
                 nodes,
                 modules,
                 calls: Mutex::new(()),
+                destroy: Box::new(destroy),
             }),
             Err(error) => {
                 destroy(graph);

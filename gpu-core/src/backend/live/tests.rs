@@ -709,6 +709,8 @@ fn three_node_graph() -> crate::backend::graph::GraphDesc<u32> {
 fn a_graph_is_built_node_by_node_with_the_driver_nodes_of_its_edges() {
     let desc = three_node_graph();
     let added = core::cell::RefCell::new(Vec::new());
+    let destroyed = alloc::sync::Arc::new(core::sync::atomic::AtomicUsize::new(0));
+    let counted = alloc::sync::Arc::clone(&destroyed);
     let graph = LiveGraph::build(
         &desc,
         |kernel: &u32| kernel / 10,
@@ -720,7 +722,10 @@ fn a_graph_is_built_node_by_node_with_the_driver_nodes_of_its_edges() {
             Ok(100 + added.len())
         },
         |graph| Ok((graph, "exec")),
-        |_| panic!("nothing failed"),
+        move |graph| {
+            assert_eq!(graph, "graph");
+            counted.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        },
     )
     .unwrap();
     assert_eq!(
@@ -766,6 +771,10 @@ fn a_graph_is_built_node_by_node_with_the_driver_nodes_of_its_edges() {
         Err(Error::UnknownGraphNode { node: 3, nodes: 3 })
     );
     assert_eq!(graph.serialized(|| 5), 5);
+    // The driver's graph goes when its last holder drops it, once.
+    assert_eq!(destroyed.load(core::sync::atomic::Ordering::Relaxed), 0);
+    drop(graph);
+    assert_eq!(destroyed.load(core::sync::atomic::Ordering::Relaxed), 1);
 }
 
 #[test]
@@ -781,7 +790,8 @@ fn a_graph_step_that_fails_destroys_what_was_built_and_reports_the_step() {
     };
     // Fail at each node in turn, then at the instantiation: the graph is destroyed once.
     for failing in 0..=3 {
-        let destroyed = Cell::new(0);
+        let destroyed = alloc::sync::Arc::new(core::sync::atomic::AtomicUsize::new(0));
+        let counted = alloc::sync::Arc::clone(&destroyed);
         let added = Cell::new(0);
         let built = LiveGraph::<_, (), usize, u32>::build(
             &desc,
@@ -796,14 +806,15 @@ fn a_graph_step_that_fails_destroys_what_was_built_and_reports_the_step() {
                 }
             },
             |_| Err(failure("instantiate")),
-            |graph| {
+            move |graph| {
                 assert_eq!(graph, "graph");
-                destroyed.set(destroyed.get() + 1);
+                counted.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
             },
         );
         let expected = if failing == 3 { "instantiate" } else { "add" };
         assert_eq!(built.unwrap_err(), failure(expected));
-        assert_eq!(destroyed.get(), 1, "failing at step {failing}");
+        let times = destroyed.load(core::sync::atomic::Ordering::Relaxed);
+        assert_eq!(times, 1, "failing at step {failing}");
     }
     // A graph that could not be created has nothing to destroy.
     let built = LiveGraph::<(), (), (), u32>::build(
