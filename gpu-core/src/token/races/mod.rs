@@ -44,12 +44,26 @@ use shadow::{Conflict, Shadow, Stamp};
 /// access of the stream they order).
 #[derive(Debug)]
 pub struct RaceChecker {
-    /// The streams alive before the first memory operation; `None` once checking.
-    waiting: Option<HashMap<u32, (DeviceId, StreamKind)>>,
+    /// The streams alive before the first memory operation, each with its device, kind and
+    /// the number of the declaration that set its kind last; `None` once checking.
+    waiting: Option<HashMap<u32, Waiting>>,
+    /// Declarations of streams seen before the first memory operation (numbers them).
+    declarations: usize,
     clocks: Clocks,
     shadow: Shadow,
     heap: Heap,
     conflicts: Vec<Conflict>,
+}
+
+/// A stream declared before the first memory operation: its device and kind, and the number of
+/// the declaration that set its kind last (they are created in that order when checking begins,
+/// as they were declared, so the legacy default stream of a device is the one declared last
+/// whatever the streams' ids).
+#[derive(Clone, Copy, Debug)]
+struct Waiting {
+    device: DeviceId,
+    kind: StreamKind,
+    declared: usize,
 }
 
 impl Default for RaceChecker {
@@ -76,6 +90,7 @@ impl RaceChecker {
     pub fn new() -> Self {
         RaceChecker {
             waiting: Some(HashMap::new()),
+            declarations: 0,
             clocks: Clocks::default(),
             shadow: Shadow::default(),
             heap: Heap::default(),
@@ -89,18 +104,31 @@ impl RaceChecker {
         let Some(waiting) = &mut self.waiting else {
             return true;
         };
+        let declared = self.declarations;
+        self.declarations += 1;
         match *op {
             TraceOp::CreateStream { stream, device } => {
-                waiting.insert(stream.0, (device, StreamKind::Blocking));
+                let kind = StreamKind::Blocking;
+                waiting.insert(
+                    stream.0,
+                    Waiting {
+                        device,
+                        kind,
+                        declared,
+                    },
+                );
             }
             TraceOp::DefaultStream { stream, device } => {
-                waiting
-                    .entry(stream.0)
-                    .or_insert((device, StreamKind::Legacy));
+                waiting.entry(stream.0).or_insert(Waiting {
+                    device,
+                    kind: StreamKind::Legacy,
+                    declared,
+                });
             }
             TraceOp::SetStreamKind { stream, kind } => {
                 if let Some(entry) = waiting.get_mut(&stream.0) {
-                    entry.1 = kind;
+                    entry.kind = kind;
+                    entry.declared = declared;
                 }
                 return false;
             }
@@ -114,11 +142,12 @@ impl RaceChecker {
             | TraceOp::BlockFree { .. }
             | TraceOp::BlockUse { .. } => {
                 let mut streams: Vec<_> = waiting.drain().collect();
-                // In order of id, so slots do not depend on the map's order.
-                streams.sort_unstable_by_key(|&(id, _)| id);
+                // In the order they were declared, so slots and each device's legacy default
+                // stream depend neither on the map's order nor on the streams' ids.
+                streams.sort_unstable_by_key(|&(_, w)| w.declared);
                 self.waiting = None;
-                for (id, (device, kind)) in streams {
-                    self.clocks.create(StreamId(id), device, kind);
+                for (id, w) in streams {
+                    self.clocks.create(StreamId(id), w.device, w.kind);
                 }
                 if let TraceOp::Access { stream, .. } = *op {
                     // Its operation (the line's launch, copy, ...) came before checking began.

@@ -217,3 +217,51 @@ fn reports_name_both_operations_with_the_traces_names_and_sites() {
     );
     assert_eq!(described, expected);
 }
+
+#[test]
+fn streams_declared_before_the_first_access_keep_their_order_whatever_their_ids() {
+    // Two legacy default streams declared for one device (the later one is its legacy
+    // stream), then a per-thread stream's launch, an allocation on the first default stream,
+    // and a new stream of the per-thread stream's name allocating the launch's bytes. The same
+    // program with the two default streams' ids swapped must be checked alike.
+    let text = "stream_default x 1\nstream_default y 1\nstream_create t 1\n\
+                stream_kind t per_thread\nlaunch t rw:0xa0+35 w:0x70+7\n\
+                mem_alloc 0x0+7 x\nstream_create t 1\nmem_alloc 0xa0+43 t\n";
+    let ops = parse_trace(text).unwrap().ops;
+    // x and y were numbered 0 and 1 by first mention; swap them.
+    let swap = |stream: StreamId| {
+        StreamId(match stream.0 {
+            0 => 1,
+            1 => 0,
+            other => other,
+        })
+    };
+    let swapped: Vec<TraceOp> = ops
+        .iter()
+        .map(|op| match *op {
+            TraceOp::DefaultStream { stream, device } => TraceOp::DefaultStream {
+                stream: swap(stream),
+                device,
+            },
+            TraceOp::Alloc {
+                range,
+                stream,
+                site,
+            } => TraceOp::Alloc {
+                range,
+                stream: stream.map(swap),
+                site,
+            },
+            other => other,
+        })
+        .collect();
+    let found = |ops: &[TraceOp]| -> Vec<(RaceKind, usize, usize)> {
+        check_races(ops)
+            .into_iter()
+            .map(|r| (r.kind, r.earlier.position, r.later.position))
+            .collect()
+    };
+    // (Before, the waiting streams were created in order of id: the swapped ids made x the
+    // legacy stream and found a race the declared order does not have.)
+    assert_eq!(found(&swapped), found(&ops));
+}
