@@ -4,6 +4,8 @@
 //! update or replay, and a fault at every graph call of the backend, changes nothing and
 //! leaks nothing.
 
+mod common;
+
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::graph::NodeId;
 use gpu_core::backend::{FillValue, LaunchDims};
@@ -504,23 +506,5 @@ fn a_buffer_a_replay_still_uses_is_reused_only_after_the_replay() {
     let filled = rt.fill(D0, second.all(), 7, &mut vec![ready]).unwrap();
     release_tx.send(()).unwrap();
     rt.wait(replay).unwrap();
-    let mut back = vec![0u8; BLOCK];
-    rt.download(D0, &mut back, second.all(), &mut vec![filled])
-        .unwrap();
-    if second.address() == address {
-        assert!(
-            back.iter().all(|&b| b == 7),
-            "the reused block was overwritten by the replay"
-        );
-    } else {
-        let stats = rt.stats().allocator;
-        let device = stats
-            .iter()
-            .find(|(_, kind, _)| *kind == MemoryKind::Device)
-            .unwrap();
-        assert!(
-            device.2.misses >= 2,
-            "not reused, so a second segment was allocated"
-        );
-    }
+    common::assert_reuse_waited(&rt, D0, (&second, address), filled, "the replay");
 }

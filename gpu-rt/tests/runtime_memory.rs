@@ -2,6 +2,8 @@
 //! freed while in use reused only after the use, overlapping copies refused, staged transfers of
 //! pageable memory, and fills of 16- and 32-bit elements.
 
+mod common;
+
 use std::sync::{Mutex, mpsc};
 
 use gpu_core::allocator::MemoryKind;
@@ -94,25 +96,7 @@ fn a_buffer_freed_while_in_use_is_reused_only_after_the_use() {
     rt.wait(written).unwrap();
     // Had the fill not been ordered after the gated kernel, the kernel's write would now sit
     // in the reused block.
-    let mut back = vec![0u8; BLOCK];
-    rt.download(D0, &mut back, second.all(), &mut vec![filled])
-        .unwrap();
-    if second.address() == address {
-        assert!(
-            back.iter().all(|&b| b == 7),
-            "the reused block was overwritten by the old kernel"
-        );
-    } else {
-        let stats = rt.stats().allocator;
-        let device = stats
-            .iter()
-            .find(|(_, kind, _)| *kind == MemoryKind::Device)
-            .unwrap();
-        assert!(
-            device.2.misses >= 2,
-            "not reused, so a second segment was allocated"
-        );
-    }
+    common::assert_reuse_waited(&rt, D0, (&second, address), filled, "the old kernel");
 }
 
 /// A copy whose source and destination share bytes is refused before anything is enqueued
