@@ -416,6 +416,21 @@ pub enum Error {
         /// The kind given.
         given: &'static str,
     },
+    /// A block of graph memory its graph does not have (a block of another graph).
+    UnknownGraphBlock {
+        /// The block given.
+        block: u32,
+        /// How many blocks the graph has.
+        blocks: usize,
+    },
+    /// A graph node changed so that two blocks of the graph's memory that share bytes would be
+    /// in use at once (their uses no longer ordered one entirely after the other).
+    GraphBlockConflict {
+        /// The block whose uses changed (the later made of the two).
+        block: u32,
+        /// The block it shares bytes with.
+        other: u32,
+    },
 
     // ----- cuda backend (kernel library and current context; generic enough for any backend) -----
     /// A kernel name the backend's standard kernel library does not have.

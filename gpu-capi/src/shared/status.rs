@@ -276,7 +276,9 @@ fn core_status(error: &Error) -> GpurtStatus {
         | Error::FreeSizeMismatch { .. }
         | Error::LaunchShape { .. }
         | Error::UnknownGraphNode { .. }
-        | Error::GraphNodeKind { .. } => S::InvalidArgument,
+        | Error::GraphNodeKind { .. }
+        | Error::UnknownGraphBlock { .. }
+        | Error::GraphBlockConflict { .. } => S::InvalidArgument,
         Error::OutOfBounds { .. } => S::OutOfBounds,
         Error::UnknownDevice { .. } => S::UnknownDevice,
         Error::WrongDevice { .. } => S::WrongDevice,

@@ -237,6 +237,18 @@ impl fmt::Display for Error {
                 "graph node {node} was recorded as a {recorded} and cannot become a {given}: \
                  an update keeps the graph's shape; record a new graph for a new shape"
             ),
+            Error::UnknownGraphBlock { block, blocks } => write!(
+                f,
+                "graph memory block {block} does not exist: the graph has {blocks} blocks; a \
+                 node can only use blocks its own graph made"
+            ),
+            Error::GraphBlockConflict { block, other } => write!(
+                f,
+                "graph memory blocks {block} and {other} share bytes of the graph's pool and \
+                 would be in use at once: a node may use a block only where every use of it \
+                 stays ordered before or after every use of the blocks laid over it (record a \
+                 new graph instead)"
+            ),
             Error::UnknownKernel { backend, name } => write!(
                 f,
                 "the {backend} backend's kernel library has no kernel called {name:?}; use one \

@@ -9,6 +9,8 @@
 //! parameters can change in place ([`super::Backend::graph_set_node`]) as long as its kind does
 //! not, which keeps the graph's shape, and so its instantiation, valid.
 
+pub mod memory;
+
 use alloc::vec::Vec;
 
 use super::{FillValue, KernelArg, LaunchDims};
