@@ -211,8 +211,12 @@ mod tests {
         }
     }
 
+    /// Per node, picks of the earlier nodes it runs after; per block, its size and picks of
+    /// its users.
+    type Program = (Vec<Vec<u8>>, Vec<(usize, Vec<u8>)>);
+
     /// A random graph (each node after some earlier ones) and blocks with random users.
-    fn program() -> impl Strategy<Value = (Vec<Vec<u8>>, Vec<(usize, Vec<u8>)>)> {
+    fn program() -> impl Strategy<Value = Program> {
         let edges = proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..3), 1..24);
         let blocks = proptest::collection::vec(
             (1usize..3000, proptest::collection::vec(any::<u8>(), 0..4)),
