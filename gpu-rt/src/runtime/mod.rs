@@ -55,6 +55,7 @@ mod allocations;
 mod drivers;
 mod events;
 mod foreign;
+mod graph_memory;
 mod graphs;
 pub mod guard;
 mod handles;
@@ -95,6 +96,7 @@ use state::{HostWait, State};
 use streams::StreamTable;
 
 pub use alloc_trace::AllocTrace;
+pub use graph_memory::{GraphArg, GraphBlock, GraphSpan};
 pub use graphs::{Graph, GraphRecorder};
 pub use guard::{DeviceGuard, restore_failures, with_device};
 use handles::UseList;

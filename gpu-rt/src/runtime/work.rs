@@ -102,6 +102,28 @@ impl<B: Backend> Runtime<B> {
         src: Span<'_>,
         source: CopySource,
     ) -> Result<Option<(DeviceId, DeviceId)>> {
+        let between = self.check_copy_ends(device, dst, src)?;
+        // A range copied onto itself changes nothing (and is what a one-device run of a
+        // peer-copy program does), but writes a read-only source; any other shared byte makes
+        // the driver's result undefined.
+        if let (Some(to), Some(from)) = (
+            ByteRange::new(dst.address, dst.len),
+            ByteRange::new(src.address, src.len),
+        ) && to.overlaps(&from)
+            && (to != from || source == CopySource::ReadOnly)
+        {
+            return Err(Error::CopyOverlap { dst: to, src: from });
+        }
+        Ok(between)
+    }
+
+    /// [`Runtime::check_copy`] but for the overlap of the two spans: for ends known apart.
+    pub(super) fn check_copy_ends(
+        &self,
+        device: DeviceId,
+        dst: Span<'_>,
+        src: Span<'_>,
+    ) -> Result<Option<(DeviceId, DeviceId)>> {
         self.own(&dst)?;
         self.own(&src)?;
         self.health.check(device)?;
@@ -114,17 +136,6 @@ impl<B: Backend> Runtime<B> {
                 len: src.len,
                 size: dst.len,
             });
-        }
-        // A range copied onto itself changes nothing (and is what a one-device run of a
-        // peer-copy program does), but writes a read-only source; any other shared byte makes
-        // the driver's result undefined.
-        if let (Some(to), Some(from)) = (
-            ByteRange::new(dst.address, dst.len),
-            ByteRange::new(src.address, src.len),
-        ) && to.overlaps(&from)
-            && (to != from || source == CopySource::ReadOnly)
-        {
-            return Err(Error::CopyOverlap { dst: to, src: from });
         }
         Ok(match (dst.device, src.device) {
             (Some(to), Some(from)) if to != from => Some((to, from)),
