@@ -17,7 +17,9 @@
 # The work, sized so that the whole table takes about 7 minutes on one H100 (two GPUs for DDP):
 # train.py (clients/torch, PyTorch's allocator) TRAIN_STEPS steps (default 3, the first one
 # warm-up) of 4 sequences of 128 tokens, on one GPU and under torchrun on two (DDP); PyTorch
-# eager (torch_step.py: 5 warm-up steps, then EAGER_STEPS, default 2); the Triton kernel (10
+# eager (torch_step.py: 5 warm-up steps, then EAGER_STEPS, default 2, of width EAGER_WIDTH,
+# default 1024: at clean.sh's 2048, racecheck was cut at 25 s within its 15 steps on an H100);
+# the Triton kernel (10
 # launches); a JAX jit step (jax_step.py: 1 warm-up step, then JAX_STEPS, default 5); our
 # pipeline example (one run); the MLIR programs of a test-hw bundle (our library,
 # MLIR_ITERATIONS after the first, default 10); the IREE module (one call). Each run is cut at
@@ -38,6 +40,7 @@ cap=${CAP:-90}
 budget=${BUDGET:-420}
 train_steps=${TRAIN_STEPS:-3}
 eager_steps=${EAGER_STEPS:-2}
+eager_width=${EAGER_WIDTH:-1024}
 jax_steps=${JAX_STEPS:-5}
 mlir_iterations=${MLIR_ITERATIONS:-10}
 torch_dir=${TORCH_DIR:-$here/../torch}
@@ -118,6 +121,7 @@ program() {
     return
   fi
   local dir=$out/$name
+  rm -rf "$dir"
   mkdir -p "$dir"
   local words=("$@")
   timed "$dir/warm-up.txt" "${words[@]//OUT_JSON/$dir/warm-up.json}"
@@ -168,8 +172,8 @@ if [ "$torch" = yes ] && [ -f "$torch_dir/train.py" ]; then
     --batch 4 --min-length 128 --max-length 128)
   train_work="$train_steps steps (1 warm-up) of 4 x 128 tokens"
   program torch_train "$train_work" -- "$python" "${train[@]}"
-  program torch_eager "5 warm-up + $eager_steps steps, width 2048" -- \
-    "$python" "$here/torch_step.py" eager "$eager_steps"
+  program torch_eager "5 warm-up + $eager_steps steps, width $eager_width" -- \
+    "$python" "$here/torch_step.py" eager "$eager_steps" "$eager_width"
 else
   say "torch: skipped (no torch, or no train.py in $torch_dir)"
 fi
