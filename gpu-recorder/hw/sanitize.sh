@@ -19,13 +19,13 @@
 # warm-up) of 4 sequences of 128 tokens, on one GPU and under torchrun on two (DDP); PyTorch
 # eager (torch_step.py: 5 warm-up steps, then EAGER_STEPS, default 2, of width EAGER_WIDTH,
 # default 1024: at clean.sh's 2048, racecheck was cut at 25 s within its 15 steps on an H100);
-# the Triton kernel (10
-# launches); a JAX jit step (jax_step.py: 1 warm-up step, then JAX_STEPS, default 5); our
-# pipeline example (one run); the MLIR programs of a test-hw bundle (our library,
-# MLIR_ITERATIONS after the first, default 10); the IREE module (one call). Each run is cut at
-# CAP seconds (default 90; its cell then says ">CAP s (cut)" and a lower bound on the ratio) and
-# once BUDGET seconds (default 420) have passed the remaining runs are "skipped (budget)" (a
-# program's untimed and native runs are not cut short): at these sizes neither should happen.
+# the Triton kernel (10 launches); a JAX jit step (jax_step.py: 1 warm-up step, then JAX_STEPS,
+# default 5); our pipeline example (one run); the MLIR programs of a test-hw bundle (our
+# library, MLIR_ITERATIONS after the first, default 10); the IREE module (one call). Each run is
+# cut at CAP seconds (default 90; its cell then says ">CAP s (cut)" and a lower bound on the
+# ratio), and once BUDGET seconds (default 420) have passed the remaining runs are "skipped
+# (budget)" (a program's untimed and native runs are not cut short): at these sizes neither
+# should happen.
 #
 # Programs whose framework or files are missing are skipped with one line. SANITIZER names
 # compute-sanitizer (default: the one on PATH); PYTHON, TORCH_DIR, MLIR_DIR, PIPELINE, IREE_DIR
