@@ -19,7 +19,8 @@
 # Beside this script (a test-hw bundle's recorder/ folder) or named by RECORDER, CHECKER:
 # libgpu_recorder.so, gpu-trace-check. TORCH_DIR (default ../torch: clients/torch), MLIR_DIR
 # (../mlir), PIPELINE (../examples/pipeline), IREE_DIR (./iree), PYTHON (python3), TOOLS
-# (default "memcheck racecheck synccheck"), ONLY (names of programs to run, default all).
+# (default "memcheck racecheck synccheck"; empty: none, sanitize.sh measures them uncut), ONLY
+# (names of programs to run, default all).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,7 +31,7 @@ out=${OUT:-$here/out-clean}
 limit=${LIMIT:-90}
 san_limit=${SAN_LIMIT:-25}
 budget=${BUDGET:-420}
-tools=${TOOLS:-memcheck racecheck synccheck}
+tools=${TOOLS-memcheck racecheck synccheck}
 torch_dir=${TORCH_DIR:-$here/../torch}
 mlir=${MLIR_DIR:-$here/../mlir}
 pipeline=${PIPELINE:-$here/../examples/pipeline}

@@ -8,8 +8,12 @@
 #   expandable, ours default and growable) on the KV-cache inference, then the conformance
 #   suite (its growable-segments case on real virtual memory) under memcheck.
 # PART=capture (issue 23): our allocation trace of the KV-cache inference with growable segments.
-# PART=races (issue 25): the seeded races beside compute-sanitizer (recorder/races/run.sh) and
-#   the clean real programs (recorder/clean.sh).
+# PART=races (issue 25): the seeded races beside compute-sanitizer (recorder/races/run.sh; our
+#   allocator's case from the bundle's gpu_runtime_torch) and the clean real programs recorded
+#   and checked (recorder/clean.sh, without its sanitizer runs: PART=sanitize has them whole).
+# PART=sanitize (issue 25): compute-sanitizer's slowdown on the clean real programs, every run to
+#   its end on a small amount of work (recorder/sanitize.sh: native and memcheck, racecheck,
+#   synccheck, memcheck --track-stream-ordered-races all; about 7 minutes on H100s).
 # PART=graphs (issue 24): the hardware bench (cases 10 and 11 with their kernels compiled here),
 #   the same MLP step captured by torch.cuda.graphs (clients/torch/mlp_graph.py), and the MLIR
 #   programs with the graph mode against our library without it, upstream's wrappers (built
@@ -50,10 +54,14 @@ capture)
   gzip -f "$OUT/infer-growable.trace"
   ;;
 races)
-  step races 240 env OUT="$OUT/races" LIMIT=60 bash "$B/recorder/races/run.sh"
+  step races 300 env OUT="$OUT/races" LIMIT=60 bash "$B/recorder/races/run.sh"
   sed 's/^/races: /' "$OUT/races/races.md" >>"$log" 2>/dev/null
-  step clean 320 env OUT="$OUT/clean" BUDGET="${BUDGET:-270}" bash "$B/recorder/clean.sh"
+  step clean 240 env OUT="$OUT/clean" TOOLS= bash "$B/recorder/clean.sh"
   sed 's/^/clean: /' "$OUT/clean/clean.md" >>"$log" 2>/dev/null
+  ;;
+sanitize)
+  step sanitize 570 env OUT="$OUT/sanitize" SANITIZER="$sanitizer" bash "$B/recorder/sanitize.sh"
+  sed 's/^/sanitize: /' "$OUT/sanitize/sanitize.md" >>"$log" 2>/dev/null
   ;;
 graphs|mlir)
   if [ "${PART}" = graphs ]; then

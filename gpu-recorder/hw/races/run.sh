@@ -7,6 +7,10 @@
 # Beside this script or in its parent folder (a test-hw bundle's recorder/), or named by
 # RECORDER, CHECKER: libgpu_recorder.so, gpu-trace-check.
 # PYTHON (default python3) runs the PyTorch programs, skipped where torch is missing.
+# runtime_no_foreign_mark runs on our allocator: the gpu_runtime_torch package installed from
+# its wheel, else the package and library of a test-hw bundle's torch/ folder (TORCH_DIR,
+# default ../../torch: the package on PYTHONPATH, libgpu_capi.so passed as --lib); skipped
+# only without either, said in bold above the table.
 # Recorded runs go through ../record.sh: the recorder writes footprints (copies', fills' and
 # launches' ranges, allocations and frees, non-blocking streams) and the blocks of the
 # sub-allocators that say where they are: our PyTorch plug-in's (runtime_no_foreign_mark),
@@ -25,6 +29,8 @@ recorder=${RECORDER:-$here/libgpu_recorder.so}
 checker=${CHECKER:-$here/gpu-trace-check}
 [ -x "$checker" ] || checker=$here/../gpu-trace-check
 python=${PYTHON:-python3}
+torch_dir=${TORCH_DIR:-$here/../../torch}
+runtime_lib=
 out=${OUT:-$here/out}
 limit=${LIMIT:-300}
 mkdir -p "$out"
@@ -50,15 +56,39 @@ if "$python" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; th
     touch "$SHIM_DIR/failed"
     say "torch shim: NOT built, PyTorch's blocks are not traced: $(head -n 1 "$SHIM_DIR/build.txt")"
   fi
-  "$python" -c 'import gpu_runtime_torch' 2>/dev/null && programs="$programs runtime_no_foreign_mark"
+  # Our allocator's program needs the gpu_runtime_torch package: installed (its wheel carries
+  # the library), else the bundle's copy of it, Python only, put on PYTHONPATH from a folder of
+  # its own (TORCH_DIR's workload scripts would shadow modules), with the bundle's library
+  # passed as --lib. Without either, the program is skipped, in bold above the table.
+  if "$python" -c 'import gpu_runtime_torch; gpu_runtime_torch.library_path()' 2>/dev/null; then
+    programs="$programs runtime_no_foreign_mark"
+    say "gpu_runtime_torch: installed, with its own library"
+  elif [ -f "$torch_dir/gpu_runtime_torch/__init__.py" ] && [ -f "$torch_dir/libgpu_capi.so" ]; then
+    mkdir -p "$out/python"
+    cp -r "$torch_dir/gpu_runtime_torch" "$out/python/"
+    export PYTHONPATH="$out/python${PYTHONPATH:+:$PYTHONPATH}"
+    runtime_lib=$torch_dir/libgpu_capi.so
+    if why=$("$python" -c 'import gpu_runtime_torch' 2>&1); then
+      programs="$programs runtime_no_foreign_mark"
+      say "gpu_runtime_torch: the bundle's package ($torch_dir/gpu_runtime_torch) with --lib $runtime_lib"
+    else
+      notes+=("**runtime_no_foreign_mark NOT RUN:** the bundle's gpu_runtime_torch ($torch_dir) does not import: $(printf '%s\n' "$why" | tail -n 1)")
+      say "${notes[-1]}"
+    fi
+  else
+    notes+=("**runtime_no_foreign_mark NOT RUN:** gpu_runtime_torch is not installed and $torch_dir lacks gpu_runtime_torch/ or libgpu_capi.so (a test-hw bundle's torch/ has both): install the wheel or set TORCH_DIR")
+    say "${notes[-1]}"
+  fi
 else
   say "torch with CUDA missing: the PyTorch programs are skipped"
 fi
 
+# command_of PROGRAM VARIANT: sets cmd to the command that runs it.
 command_of() {
   case $1 in
-    torch_*|runtime_*) echo "$python $here/torch_seeded.py $1 $2" ;;
-    *) echo "$out/seeded $1 $2" ;;
+    torch_*) cmd=("$python" "$here/torch_seeded.py" "$1" "$2") ;;
+    runtime_*) cmd=("$python" "$here/torch_seeded.py" "$1" "$2" ${runtime_lib:+--lib "$runtime_lib"}) ;;
+    *) cmd=("$out/seeded" "$1" "$2") ;;
   esac
 }
 
@@ -80,10 +110,10 @@ for program in $programs; do
   for variant in bug fixed; do
     dir=$out/$program.$variant
     mkdir -p "$dir"
-    cmd=$(command_of "$program" "$variant")
-    seconds $cmd > "$dir/plain.txt" 2>&1; plain=$elapsed
+    command_of "$program" "$variant"
+    seconds "${cmd[@]}" > "$dir/plain.txt" 2>&1; plain=$elapsed
     say "$program $variant plain: exit $rc; $(tail -n 1 "$dir/plain.txt")"
-    seconds env RECORDER="$recorder" PYTHON="$python" "$here/../record.sh" "$dir" $cmd > "$dir/recorded.txt" 2>&1
+    seconds env RECORDER="$recorder" PYTHON="$python" "$here/../record.sh" "$dir" "${cmd[@]}" > "$dir/recorded.txt" 2>&1
     recorded=$elapsed
     "$checker" "$dir"/*.trace > "$dir/check.txt" 2>&1
     # The recorder notes NVTX's memory extension in the trace when NVTX attaches it.
@@ -102,11 +132,11 @@ for program in $programs; do
     times=""
     for tool in memcheck racecheck synccheck stream-ordered; do
       if [ "$tool" = stream-ordered ]; then
-        args="--tool memcheck --track-stream-ordered-races all"
+        args=(--tool memcheck --track-stream-ordered-races all)
       else
-        args="--tool $tool"
+        args=(--tool "$tool")
       fi
-      seconds compute-sanitizer $args --print-limit 20 $cmd > "$dir/$tool.txt" 2>&1
+      seconds compute-sanitizer "${args[@]}" --print-limit 20 "${cmd[@]}" > "$dir/$tool.txt" 2>&1
       summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$dir/$tool.txt" | tail -n 1 | sed 's/^========= //')
       say "$program $variant $tool: exit $rc; ${summary:-no summary}"
       cells="$cells | ${summary:-no summary (exit $rc)}"

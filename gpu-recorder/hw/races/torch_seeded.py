@@ -2,17 +2,18 @@
 compute-sanitizer side by side (run.sh). Traces of the same programs, written by hand, are
 gpu-core/tests/races/*.trace.
 
-    python torch_seeded.py PROGRAM bug|fixed
+    python torch_seeded.py PROGRAM bug|fixed [--lib LIBRARY]
     PROGRAM: torch_no_record_stream | torch_no_wait_stream | runtime_no_foreign_mark
 
 runtime_no_foreign_mark runs torch_no_record_stream's program on our allocator
 (gpu_runtime_torch), whose record_stream hook is mark_used_on_foreign_stream. PyTorch does not
 pass Tensor.record_stream on to a plug-in installed from Python, so the fixed twin also calls
 gpu_runtime_torch.record_stream (without it, the "fixed" program still races on our allocator,
-as the checker reported on the GPU).
+as the checker reported on the GPU). --lib plugs in that gpu-capi library instead of the
+package's own (a test-hw bundle carries the package without its library: torch/libgpu_capi.so).
 """
 
-import sys
+import argparse
 
 import torch
 
@@ -54,20 +55,24 @@ def no_wait_stream(fixed):
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[2] not in ("bug", "fixed"):
-        sys.exit(__doc__)
-    program, fixed = sys.argv[1], sys.argv[2] == "fixed"
-    if program == "runtime_no_foreign_mark":
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("program", choices=("torch_no_record_stream", "torch_no_wait_stream",
+                                        "runtime_no_foreign_mark"))
+    p.add_argument("variant", choices=("bug", "fixed"))
+    p.add_argument("--lib", help="runtime_no_foreign_mark: the gpu-capi library to plug in "
+                   "instead of the package's own")
+    args = p.parse_args()
+    fixed = args.variant == "fixed"
+    if args.program == "runtime_no_foreign_mark":
         import gpu_runtime_torch
 
-        gpu_runtime_torch.enable()
+        gpu_runtime_torch.enable(library=args.lib)
         no_record_stream(fixed, gpu_runtime_torch.record_stream)
-    elif program == "torch_no_record_stream":
+    elif args.program == "torch_no_record_stream":
         no_record_stream(fixed)
-    elif program == "torch_no_wait_stream":
-        no_wait_stream(fixed)
     else:
-        sys.exit(f"unknown program {program}")
+        no_wait_stream(fixed)
 
 
 if __name__ == "__main__":
