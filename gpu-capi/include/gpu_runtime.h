@@ -556,6 +556,25 @@ enum gpurt_status_t gpurt_launch(struct gpurt_kernel_t kernel,
 // `graph` points to writable memory for a `gpurt_graph`.
 enum gpurt_status_t gpurt_graph_begin(uint32_t device, struct gpurt_graph_t *graph);
 
+// Makes a block of `size` bytes of the recording `graph`'s own memory and writes its handle to
+// `*block`: device memory of the graph's device that this graph's nodes name in spans as they
+// name memory (`gpurt_span_of(block, offset, len)`), for scratch data inside the graph. Its
+// bytes exist from the first node that uses it to the last, in every replay: all blocks lie in
+// one allocation the graph makes at `gpurt_graph_end` and frees when destroyed, blocks whose
+// uses are ordered one after the other share bytes, and a replay allocates nothing (replays of
+// such a graph run one after another). What a replay leaves in a block is undefined for the
+// next: copy results out into memory. The handle is valid until the graph is destroyed; other
+// calls (`gpurt_copy`, `gpurt_free`, another graph's nodes) refuse it. A size of 0 is
+// `GPURT_STATUS_ZERO_SIZE`.
+//
+// Thread safety: any thread.
+//
+// # Safety
+// `block` points to writable memory for a `gpurt_memory`.
+enum gpurt_status_t gpurt_graph_alloc(struct gpurt_graph_t graph,
+                                      size_t size,
+                                      struct gpurt_memory_t *block);
+
 // Adds a copy of `src` into `dst` (equal lengths) to the recording `graph`, to run after the
 // `after_count` nodes of `after` (earlier nodes of this graph); writes the node's number to
 // `*node`. Refused as `gpurt_copy` refuses, and a node number not yet added is

@@ -152,11 +152,8 @@ proptest! {
                 Op::Fill { dst, value } => recorder.fill(operand(dst), FillValue::U32(value), &after),
                 Op::Copy { dst, src } => recorder.copy(operand(dst), operand(src), &after),
                 Op::Kernel { dst, value, count } => {
-                    let dst = match operand(dst) {
-                        GraphSpan::Memory(span) => GraphArg::Arg(Arg::Span(span)),
-                        GraphSpan::Block(block) => GraphArg::Block(block),
-                    };
-                    let args = [dst, Arg::U32(value).into(), Arg::U64(count as u64).into()];
+                    let args: [GraphArg<'_>; 3] =
+                        [operand(dst).into(), Arg::U32(value).into(), Arg::U64(count as u64).into()];
                     // SAFETY: a library kernel, whose reach the runtime checks.
                     unsafe { recorder.launch(&fill, LaunchDims::linear(1, 64), &args, &after) }
                 }

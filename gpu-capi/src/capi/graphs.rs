@@ -5,7 +5,9 @@
 //! `_fill`, `_kernel`, each returning a node number), then, after `gpurt_graph_end`, an
 //! instantiated graph (`gpurt_graph_launch`, `gpurt_graph_update_*`) until
 //! `gpurt_graph_destroy` or shutdown. The graph holds every memory object its nodes name, so
-//! `gpurt_free` of one of them takes effect when the graph is destroyed.
+//! `gpurt_free` of one of them takes effect when the graph is destroyed. A recording may also
+//! make blocks of the graph's own memory (`gpurt_graph_alloc`), named in spans like memory,
+//! whose handles live as long as the graph.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -13,16 +15,16 @@ use gpu_runtime::backend::FillValue;
 use gpu_runtime::backend::graph::NodeId;
 use gpu_runtime::error::Error;
 use gpu_runtime::id::DeviceId;
-use gpu_runtime::runtime::{Arg, Graph, GraphRecorder, Span};
+use gpu_runtime::runtime::{Graph, GraphArg, GraphRecorder, GraphSpan, Span};
 use gpu_runtime::token::Token;
 
 use crate::shared::{
-    CapiError, ClientBackend, GpurtStatus, Session, dispatch, status_of, with_session,
+    CapiError, ClientBackend, GpurtStatus, HandleKind, Session, dispatch, status_of, with_session,
 };
 
 use super::args::{c_slice, out_param, write_out};
 use super::kernels::{GpurtArg, GpurtDims, GpurtKernel, kernel_args, launch_dims};
-use super::memory::{GpurtSpan, held};
+use super::memory::{GpurtMemory, GpurtSpan, held};
 use super::objects::Memory;
 use super::tokens::{GpurtToken, enqueue, token_out};
 
@@ -42,6 +44,8 @@ pub(crate) struct GraphObject<B: ClientBackend> {
     /// Every memory object a node named, once each, kept (not moved: each behind its `Arc`)
     /// while the graph lives.
     memory: Mutex<Vec<Arc<Memory<B>>>>,
+    /// The handles of the blocks of its own memory (`gpurt_graph_alloc`), released with it.
+    blocks: Mutex<Vec<u64>>,
 }
 
 enum Phase<B: ClientBackend> {
@@ -73,9 +77,19 @@ impl<B: ClientBackend> GraphObject<B> {
         Ok(bytes)
     }
 
-    /// The kernel arguments of `args`, their spans borrowed as [`GraphObject::span`] does.
-    fn args(&self, s: &Session<B>, args: &[GpurtArg]) -> Result<Vec<Arg<'static>>, CapiError> {
-        kernel_args(args, |span| self.span(s, span))
+    /// What `span` names for a node: bytes of a block of a graph's own memory, or of memory
+    /// borrowed as [`GraphObject::span`] does.
+    fn operand(&self, s: &Session<B>, span: &GpurtSpan) -> Result<GraphSpan<'static>, CapiError> {
+        if HandleKind::of_handle(span.memory.id) == Some(HandleKind::GraphBlock) {
+            let block = s.capi.graph_blocks.get(span.memory.id)?;
+            return Ok(block.sub(span.offset, span.len)?.into());
+        }
+        Ok(self.span(s, span)?.into())
+    }
+
+    /// The kernel arguments of `args`, their spans as [`GraphObject::operand`] gives them.
+    fn args(&self, s: &Session<B>, args: &[GpurtArg]) -> Result<Vec<GraphArg<'static>>, CapiError> {
+        kernel_args(args, |span| Ok(self.operand(s, span)?.into()))
     }
 
     fn recording<T>(
@@ -152,6 +166,7 @@ fn begin<B: ClientBackend>(s: &'static Session<B>, device: u32) -> Result<GpurtG
     let object = GraphObject {
         phase: Mutex::new(Phase::Recording(recorder)),
         memory: Mutex::new(Vec::new()),
+        blocks: Mutex::new(Vec::new()),
     };
     let id = s.capi.graphs.insert(Arc::new(object))?;
     Ok(GpurtGraph { id })
@@ -181,8 +196,29 @@ fn launch<B: ClientBackend>(
     object.ready(|graph| graph.launch(after)).map(token_out)
 }
 
+fn alloc<B: ClientBackend>(
+    s: &Session<B>,
+    handle: GpurtGraph,
+    size: usize,
+) -> Result<GpurtMemory, CapiError> {
+    let object = graph(s, handle)?;
+    let block = object.recording(|recorder| recorder.alloc(size))?;
+    let id = s.capi.graph_blocks.insert(block)?;
+    object
+        .blocks
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(id);
+    Ok(GpurtMemory { id })
+}
+
 fn destroy<B: ClientBackend>(s: &Session<B>, handle: GpurtGraph) -> Result<(), CapiError> {
     let object = s.capi.graphs.remove(handle.id)?;
+    for block in core::mem::take(&mut *object.blocks.lock().unwrap_or_else(PoisonError::into_inner))
+    {
+        // Each block's handle is this graph's alone: none is released elsewhere.
+        let _ = s.capi.graph_blocks.remove(block);
+    }
     let phase = core::mem::replace(&mut *object.phase(), Phase::Gone);
     match phase {
         Phase::Ready(graph) => Ok(graph.destroy()?),
@@ -203,6 +239,35 @@ pub unsafe extern "C" fn gpurt_graph_begin(device: u32, graph: *mut GpurtGraph) 
     status_of(|| {
         let out = out_param(graph, "graph out-parameter")?;
         let made = with_session(|s| dispatch!(s, s => begin(s, device)))?;
+        write_out(out, made);
+        Ok(())
+    })
+}
+
+/// Makes a block of `size` bytes of the recording `graph`'s own memory and writes its handle to
+/// `*block`: device memory of the graph's device that this graph's nodes name in spans as they
+/// name memory (`gpurt_span_of(block, offset, len)`), for scratch data inside the graph. Its
+/// bytes exist from the first node that uses it to the last, in every replay: all blocks lie in
+/// one allocation the graph makes at `gpurt_graph_end` and frees when destroyed, blocks whose
+/// uses are ordered one after the other share bytes, and a replay allocates nothing (replays of
+/// such a graph run one after another). What a replay leaves in a block is undefined for the
+/// next: copy results out into memory. The handle is valid until the graph is destroyed; other
+/// calls (`gpurt_copy`, `gpurt_free`, another graph's nodes) refuse it. A size of 0 is
+/// `GPURT_STATUS_ZERO_SIZE`.
+///
+/// Thread safety: any thread.
+///
+/// # Safety
+/// `block` points to writable memory for a `gpurt_memory`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gpurt_graph_alloc(
+    graph: GpurtGraph,
+    size: usize,
+    block: *mut GpurtMemory,
+) -> GpurtStatus {
+    status_of(|| {
+        let out = out_param(block, "block out-parameter")?;
+        let made = with_session(|s| dispatch!(s, s => alloc(s, graph, size)))?;
         write_out(out, made);
         Ok(())
     })
@@ -231,7 +296,7 @@ pub unsafe extern "C" fn gpurt_graph_copy(
         with_session(|s| {
             dispatch!(s, s => {
                 let object = self::graph(s, graph)?;
-                let (dst, src) = (object.span(s, &dst)?, object.span(s, &src)?);
+                let (dst, src) = (object.operand(s, &dst)?, object.operand(s, &src)?);
                 object.recording(|recorder| recorder.copy(dst, src, after))
             })
         })
@@ -260,7 +325,7 @@ pub unsafe extern "C" fn gpurt_graph_fill(
         with_session(|s| {
             dispatch!(s, s => {
                 let object = self::graph(s, graph)?;
-                let dst = object.span(s, &dst)?;
+                let dst = object.operand(s, &dst)?;
                 object.recording(|recorder| recorder.fill(dst, FillValue::U8(value), after))
             })
         })
@@ -354,7 +419,7 @@ pub extern "C" fn gpurt_graph_update_copy(
         with_session(|s| {
             dispatch!(s, s => {
                 let object = self::graph(s, graph)?;
-                let (dst, src) = (object.span(s, &dst)?, object.span(s, &src)?);
+                let (dst, src) = (object.operand(s, &dst)?, object.operand(s, &src)?);
                 object.ready(|graph| graph.set_copy(NodeId(node), dst, src))
             })
         })
@@ -376,7 +441,7 @@ pub extern "C" fn gpurt_graph_update_fill(
         with_session(|s| {
             dispatch!(s, s => {
                 let object = self::graph(s, graph)?;
-                let dst = object.span(s, &dst)?;
+                let dst = object.operand(s, &dst)?;
                 object.ready(|graph| graph.set_fill(NodeId(node), dst, FillValue::U8(value)))
             })
         })

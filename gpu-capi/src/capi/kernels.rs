@@ -7,7 +7,7 @@ use std::sync::PoisonError;
 use gpu_runtime::backend::LaunchDims;
 use gpu_runtime::error::Error;
 use gpu_runtime::id::DeviceId;
-use gpu_runtime::runtime::{Arg, Span};
+use gpu_runtime::runtime::Arg;
 use gpu_runtime::token::Token;
 
 use crate::shared::{
@@ -103,7 +103,7 @@ unsafe fn launch<B: ClientBackend>(
         .collect::<Result<Vec<_>, _>>()?;
     let mut held_memory = memory.iter();
     let values = kernel_args(args, |span| match held_memory.next() {
-        Some(memory) => Ok(memory.span(span.offset, span.len)?),
+        Some(memory) => Ok(Arg::Span(memory.span(span.offset, span.len)?)),
         None => Err(Error::NullPointer {
             what: "kernel span argument",
         }
@@ -113,18 +113,19 @@ unsafe fn launch<B: ClientBackend>(
     Ok(token_out(unsafe { kernel.launch(dims, &values, after) }?))
 }
 
-/// The runtime's arguments for `args`, each span argument's memory given by `span_of`.
-pub(super) fn kernel_args<'m>(
+/// The runtime's arguments for `args` (stream launches' [`Arg`]s, or graph nodes' arguments),
+/// each span argument's memory given by `span_of`.
+pub(super) fn kernel_args<'m, A: From<Arg<'m>>>(
     args: &[GpurtArg],
-    mut span_of: impl FnMut(&GpurtSpan) -> Result<Span<'m>, CapiError>,
-) -> Result<Vec<Arg<'m>>, CapiError> {
+    mut span_of: impl FnMut(&GpurtSpan) -> Result<A, CapiError>,
+) -> Result<Vec<A>, CapiError> {
     args.iter()
         .enumerate()
         .map(|(index, arg)| match arg.kind {
-            GPURT_ARG_SPAN => Ok(Arg::Span(span_of(&arg.span)?)),
-            GPURT_ARG_U32 => Ok(Arg::U32(arg.u32_value)),
-            GPURT_ARG_U64 => Ok(Arg::U64(arg.u64_value)),
-            GPURT_ARG_F32 => Ok(Arg::F32(arg.f32_value)),
+            GPURT_ARG_SPAN => span_of(&arg.span),
+            GPURT_ARG_U32 => Ok(Arg::U32(arg.u32_value).into()),
+            GPURT_ARG_U64 => Ok(Arg::U64(arg.u64_value).into()),
+            GPURT_ARG_F32 => Ok(Arg::F32(arg.f32_value).into()),
             other => Err(CapiError::InvalidArgument {
                 what: "kernel argument kind",
                 detail: format!(

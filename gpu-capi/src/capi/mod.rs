@@ -55,9 +55,9 @@ mod tests;
 
 use graphs::GraphObject;
 pub use graphs::{
-    GpurtGraph, gpurt_graph_begin, gpurt_graph_copy, gpurt_graph_destroy, gpurt_graph_end,
-    gpurt_graph_fill, gpurt_graph_kernel, gpurt_graph_launch, gpurt_graph_update_copy,
-    gpurt_graph_update_fill, gpurt_graph_update_kernel,
+    GpurtGraph, gpurt_graph_alloc, gpurt_graph_begin, gpurt_graph_copy, gpurt_graph_destroy,
+    gpurt_graph_end, gpurt_graph_fill, gpurt_graph_kernel, gpurt_graph_launch,
+    gpurt_graph_update_copy, gpurt_graph_update_fill, gpurt_graph_update_kernel,
 };
 pub use kernels::{
     GPURT_ARG_F32, GPURT_ARG_SPAN, GPURT_ARG_U32, GPURT_ARG_U64, GpurtArg, GpurtDims, GpurtKernel,

@@ -1,4 +1,5 @@
-//! What the C API keeps in a session: the handle tables of memory and kernels ([`Objects`]),
+//! What the C API keeps in a session: the handle tables of memory, kernels, graphs and graphs'
+//! memory blocks ([`Objects`]),
 //! and the memory a memory handle names (an allocation, or a registration of host memory).
 
 use hashbrown::HashMap;
@@ -7,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use gpu_runtime::error::Error;
 use gpu_runtime::id::DeviceId;
-use gpu_runtime::runtime::{Buffer, Kernel, LockedHost, Span};
+use gpu_runtime::runtime::{Buffer, GraphBlock, Kernel, LockedHost, Span};
 
 use super::GraphObject;
 use crate::shared::{
@@ -45,6 +46,8 @@ pub struct Objects<B: ClientBackend> {
     pub(super) kernel_handles: Mutex<HashMap<(DeviceId, String), u64>>,
     /// Graphs, recording or instantiated.
     pub(super) graphs: HandleTable<Arc<GraphObject<B>>>,
+    /// Blocks of graphs' own memory (each graph lets go of its own when destroyed).
+    pub(super) graph_blocks: HandleTable<GraphBlock>,
 }
 
 impl<B: ClientBackend> ClientSlot<B> for CapiSlot {
@@ -59,6 +62,7 @@ impl<B: ClientBackend> ClientObjects<B> for Objects<B> {
             kernels: HandleTable::new(HandleKind::Kernel, generation),
             kernel_handles: Mutex::new(HashMap::new()),
             graphs: HandleTable::new(HandleKind::Graph, generation),
+            graph_blocks: HandleTable::new(HandleKind::GraphBlock, generation),
         }
     }
 
@@ -67,6 +71,7 @@ impl<B: ClientBackend> ClientObjects<B> for Objects<B> {
     fn release(&self, _session: &Session<B>) -> usize {
         // Graphs first: they hold memory objects, let go with them.
         let graphs = self.graphs.drain().len();
+        self.graph_blocks.drain();
         let memory = self.memory.drain().len();
         let kernels = self.kernels.drain().len();
         self.kernel_handles

@@ -44,10 +44,12 @@ pub enum HandleKind {
     Function,
     /// A graph of device work (`gpurt_graph_begin`).
     Graph,
+    /// A block of a graph's own memory (`gpurt_graph_alloc`), named in spans like memory.
+    GraphBlock,
 }
 
 impl HandleKind {
-    const ALL: [HandleKind; 7] = [
+    const ALL: [HandleKind; 8] = [
         HandleKind::Memory,
         HandleKind::Kernel,
         HandleKind::Stream,
@@ -55,6 +57,7 @@ impl HandleKind {
         HandleKind::Module,
         HandleKind::Function,
         HandleKind::Graph,
+        HandleKind::GraphBlock,
     ];
 
     /// The kind's name in messages.
@@ -67,6 +70,7 @@ impl HandleKind {
             HandleKind::Module => "MLIR module",
             HandleKind::Function => "MLIR function",
             HandleKind::Graph => "graph",
+            HandleKind::GraphBlock => "graph memory block",
         }
     }
 
@@ -80,6 +84,7 @@ impl HandleKind {
             HandleKind::Module => "MLIR module handle",
             HandleKind::Function => "MLIR function handle",
             HandleKind::Graph => "graph handle",
+            HandleKind::GraphBlock => "graph memory block handle",
         }
     }
 
@@ -94,10 +99,12 @@ impl HandleKind {
             HandleKind::Module => 0xC3,
             HandleKind::Function => 0xC4,
             HandleKind::Graph => 0xB3,
+            HandleKind::GraphBlock => 0xB4,
         }
     }
 
-    fn of_handle(handle: u64) -> Option<HandleKind> {
+    /// The kind a handle's value says it is of (none for a value of no kind).
+    pub fn of_handle(handle: u64) -> Option<HandleKind> {
         Self::ALL
             .into_iter()
             .find(|kind| kind.tag() == handle >> TAG_SHIFT)

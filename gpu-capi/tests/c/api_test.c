@@ -728,6 +728,72 @@ static void graphs_record_replay_and_update(void) {
     OK(gpurt_free(y));
 }
 
+/* A graph with memory of its own: z = 2x + 1 through two scratch blocks, replayed after new
+ * inputs; the blocks' handles are the graph's alone, and misuse is refused. */
+static void graphs_own_memory(void) {
+    enum { N = 256 };
+    gpurt_kernel_t axpy, fill;
+    OK(gpurt_kernel(0, "axpy_f32", &axpy));
+    OK(gpurt_kernel(0, "fill_u32", &fill));
+    gpurt_memory_t x, z;
+    OK(gpurt_alloc(0, GPURT_MEMORY_DEVICE, N * 4, &x));
+    OK(gpurt_alloc(0, GPURT_MEMORY_DEVICE, N * 4, &z));
+    gpurt_span_t xs = gpurt_span_of(x, 0, N * 4), zs = gpurt_span_of(z, 0, N * 4);
+    gpurt_graph_t graph, other;
+    gpurt_memory_t a, b, foreign;
+    OK(gpurt_graph_begin(0, &graph));
+    OK(gpurt_graph_begin(0, &other));
+    EXPECT(GPURT_STATUS_ZERO_SIZE, gpurt_graph_alloc(graph, 0, &a));
+    EXPECT(GPURT_STATUS_NULL_POINTER, gpurt_graph_alloc(graph, 64, NULL));
+    OK(gpurt_graph_alloc(graph, N * 4, &a));
+    OK(gpurt_graph_alloc(graph, N * 4, &b));
+    OK(gpurt_graph_alloc(other, N * 4, &foreign));
+    gpurt_span_t as = gpurt_span_of(a, 0, N * 4), bs = gpurt_span_of(b, 0, N * 4);
+    float one = 1.0f;
+    uint32_t bits, staged, ones, saxpy, out, bad;
+    memcpy(&bits, &one, 4);
+    OK(gpurt_graph_copy(graph, as, xs, NULL, 0, &staged));
+    gpurt_arg_t fill_args[3] = {gpurt_arg_span(bs), gpurt_arg_u32(bits), gpurt_arg_u64(N)};
+    OK(gpurt_graph_kernel(graph, fill, &LINEAR, fill_args, 3, NULL, 0, &ones));
+    uint32_t inputs[2] = {staged, ones};
+    gpurt_arg_t axpy_args[4] = {gpurt_arg_f32(2.0f), gpurt_arg_span(as), gpurt_arg_span(bs),
+                                gpurt_arg_u64(N)};
+    OK(gpurt_graph_kernel(graph, axpy, &LINEAR, axpy_args, 4, inputs, 2, &saxpy));
+    OK(gpurt_graph_copy(graph, zs, bs, &saxpy, 1, &out));
+    /* Another graph's block, a span past a block's end, a block outside graphs: refused. */
+    EXPECT(GPURT_STATUS_INVALID_ARGUMENT,
+           gpurt_graph_fill(graph, gpurt_span_of(foreign, 0, 64), 0, NULL, 0, &bad));
+    EXPECT(GPURT_STATUS_OUT_OF_BOUNDS,
+           gpurt_graph_fill(graph, gpurt_span_of(a, N * 4 - 8, 16), 0, NULL, 0, &bad));
+    EXPECT(GPURT_STATUS_INVALID_HANDLE, gpurt_free(a));
+    gpurt_token_t t;
+    EXPECT(GPURT_STATUS_INVALID_HANDLE, gpurt_fill(0, as, 0, NULL, 0, &t));
+    OK(gpurt_graph_end(graph));
+    gpurt_memory_t late;
+    EXPECT(GPURT_STATUS_INVALID_ARGUMENT, gpurt_graph_alloc(graph, 64, &late));
+
+    float input[N], back[N];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < N; i++)
+            input[i] = (float)(i + round);
+        gpurt_token_t uploaded, done;
+        OK(gpurt_upload(0, xs, input, NULL, 0, &uploaded));
+        OK(gpurt_graph_launch(graph, &uploaded, 1, &done));
+        read_back(0, back, zs, &done, 1);
+        int all_right = 1;
+        for (int i = 0; i < N; i++)
+            all_right &= back[i] == 2.0f * (float)(i + round) + 1.0f;
+        CHECK(all_right);
+    }
+    OK(gpurt_graph_destroy(graph));
+    /* The blocks' handles went with their graph. */
+    EXPECT(GPURT_STATUS_INVALID_HANDLE,
+           gpurt_graph_fill(other, gpurt_span_of(a, 0, 64), 0, NULL, 0, &bad));
+    OK(gpurt_graph_destroy(other));
+    OK(gpurt_free(x));
+    OK(gpurt_free(z));
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s TRACE_FILE\n", argv[0]);
@@ -743,6 +809,7 @@ int main(int argc, char **argv) {
     kernels_by_handle();
     workgroup_memory_above_the_default_limit();
     graphs_record_replay_and_update();
+    graphs_own_memory();
     registered_memory_nests_and_carries_transfers();
     a_registration_is_kept_from_raw_unlocks();
     lock_unlock_lookup();

@@ -119,6 +119,15 @@ impl<'a> From<Arg<'a>> for GraphArg<'a> {
     }
 }
 
+impl<'a> From<GraphSpan<'a>> for GraphArg<'a> {
+    fn from(span: GraphSpan<'a>) -> Self {
+        match span {
+            GraphSpan::Memory(span) => GraphArg::Arg(Arg::Span(span)),
+            GraphSpan::Block(block) => GraphArg::Block(block),
+        }
+    }
+}
+
 impl From<GraphBlock> for GraphArg<'_> {
     fn from(block: GraphBlock) -> Self {
         GraphArg::Block(block)
