@@ -1,6 +1,8 @@
 //! Graphs: a program recorded once through the runtime (fills, a copy, library kernels with
 //! fork and join edges) and replayed with tokens in and out, then updated in place node by
-//! node; every replay's results verified, the graph destroyed, nothing left behind.
+//! node; every replay's results verified, the graph destroyed, nothing left behind. A graph with
+//! memory of its own: scratch blocks laid out in one pool, reused across replays with no
+//! allocation, given back when the graph is destroyed.
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -9,7 +11,7 @@ use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::{Backend, FillValue, LaunchDims};
 use gpu_core::error::Error;
 use gpu_core::id::DeviceId;
-use gpu_rt::runtime::{Arg, Buffer, Runtime};
+use gpu_rt::runtime::{Arg, Buffer, GraphArg, Runtime};
 
 use super::harness::{CaseResult, Harness, Open, Stop, ensure};
 
@@ -111,5 +113,65 @@ pub(super) fn graphs_replay_and_update<B: Backend>(open: Open<'_, B>) -> CaseRes
     let _ = last;
     graph.destroy()?;
     drop((x, y, z, input, other, w, axpy));
+    h.close()
+}
+
+pub(super) fn graphs_with_own_memory<B: Backend>(open: Open<'_, B>) -> CaseResult {
+    let h = Harness::open(open)?;
+    let rt = &h.runtime;
+    let d = DeviceId(0);
+    let (input, out) = (
+        rt.alloc(d, MemoryKind::Device, 4 * N)?,
+        rt.alloc(d, MemoryKind::Device, 4 * N)?,
+    );
+    let axpy = rt.kernel(d, "axpy_f32")?;
+    let dims = LaunchDims::linear(N.div_ceil(256) as u32, 256);
+    let count = Arg::U64(N as u64).into();
+    let mut recorder = rt.record_graph(d)?;
+    let [a, b, c] = [0; 3].map(|_| recorder.alloc(4 * N));
+    let (a, b, c) = (a?, b?, c?);
+    // b = 2 * input + 1 through a; then c (in a's bytes: every use of a is done) = b + 3.
+    let staged = recorder.copy(a, input.all(), &[])?;
+    let ones = recorder.fill(b, FillValue::U32(1f32.to_bits()), &[])?;
+    let b_args: [GraphArg<'_>; 4] = [Arg::F32(2.0).into(), a.into(), b.into(), count];
+    // SAFETY: (both launches) library kernels: the runtime checks their reach into each span.
+    let doubled = unsafe { recorder.launch(&axpy, dims, &b_args, &[staged, ones]) }?;
+    let threes = recorder.fill(c, FillValue::U32(3f32.to_bits()), &[doubled])?;
+    let c_args: [GraphArg<'_>; 4] = [Arg::F32(1.0).into(), b.into(), c.into(), count];
+    // SAFETY: see above.
+    let summed = unsafe { recorder.launch(&axpy, dims, &c_args, &[threes]) }?;
+    recorder.copy(out.all(), c, &[summed])?;
+    let before = rt.allocator_stats(d, MemoryKind::Device)?;
+    let graph = match recorder.instantiate() {
+        Err(Error::Unsupported { what, .. }) => return Err(Stop::Skip(what.into())),
+        other => other?,
+    };
+    let block = (4 * N).next_multiple_of(256);
+    ensure!(
+        graph.memory_bytes() == block + 4 * N,
+        "two blocks' bytes for three blocks, not {}",
+        graph.memory_bytes()
+    );
+    let instantiated = rt.allocator_stats(d, MemoryKind::Device)?;
+    for replay in 0..4 {
+        let uploaded = rt.upload(d, input.all(), &words(replay as f32), &mut vec![])?;
+        let done = graph.launch(&mut vec![uploaded])?;
+        expect_all(rt, &out, 2.0 * replay as f32 + 4.0, done, "out")?;
+    }
+    let replayed = rt.allocator_stats(d, MemoryKind::Device)?;
+    ensure!(
+        replayed.segment_allocations == instantiated.segment_allocations
+            && replayed.allocated == instantiated.allocated,
+        "replays allocated: {instantiated:?} then {replayed:?}"
+    );
+    graph.destroy()?;
+    let destroyed = rt.allocator_stats(d, MemoryKind::Device)?;
+    ensure!(
+        destroyed.requested == before.requested,
+        "the graph's memory given back: {} bytes requested before, {} after",
+        before.requested,
+        destroyed.requested
+    );
+    drop((input, out, axpy));
     h.close()
 }

@@ -73,7 +73,7 @@ pub fn run_all<B: Backend>(open: Open<'_, B>) -> Vec<CaseReport> {
             [$((stringify!($case), $group::$case::<B> as Case<B>)),*]
         };
     }
-    let cases: [(&'static str, Case<B>); 17] = cases![
+    let cases: [(&'static str, Case<B>); 18] = cases![
         memory::devices_report_capabilities,
         memory::allocation_kinds_and_errors,
         memory::lock_rules_through_the_runtime,
@@ -83,6 +83,7 @@ pub fn run_all<B: Backend>(open: Open<'_, B>) -> Vec<CaseReport> {
         kernels::kernels_compute_and_opt_in,
         kernels::library_launches_are_checked,
         graphs::graphs_replay_and_update,
+        graphs::graphs_with_own_memory,
         growable::growable_segments,
         growable::growable_segments_across_peers,
         lifecycle::current_device_restored,
