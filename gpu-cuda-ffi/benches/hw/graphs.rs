@@ -1,11 +1,14 @@
 //! Case 9: graphs. A chain of 1,000 small kernels replayed as one graph (through the runtime's
 //! Graph API, and as a cuGraph built directly) against 1,000 cuLaunchKernel on a stream, each to
-//! completion; and a replay after updating every node's arguments in place against recording
-//! and instantiating the graph again.
+//! completion; a replay after updating every node's arguments in place against recording
+//! and instantiating the graph again; and a graph whose scratch blocks are its own memory
+//! against the same graph over buffers allocated before recording (what the replays' order
+//! and the pool cost).
 
 use super::*;
 
 use gpu_core::backend::graph::NodeId;
+use gpu_rt::runtime::{Buffer, GraphArg, GraphSpan};
 
 /// Kernels in the chain.
 const CHAIN: usize = 1000;
@@ -222,6 +225,89 @@ pub(super) fn graphs(bench: &Bench<'_>, report: &mut Report) -> Outcome<()> {
     }
     drop(raw_graph);
     graph.destroy()?;
+    own_memory(bench, report, &buffer)?;
     rt.free(buffer)?;
+    Ok(())
+}
+
+/// Scratch blocks in [`own_memory`]'s graph.
+const SCRATCH: usize = 16;
+
+/// A graph of `SCRATCH` rounds of a fill of a scratch block then its copy into `out`, the
+/// scratch being blocks of the graph's own memory or buffers allocated before recording; each
+/// replayed to completion, and the last replay's `out` checked.
+fn own_memory(
+    bench: &Bench<'_>,
+    report: &mut Report,
+    out: &Buffer<'_, CudaBackend>,
+) -> Outcome<()> {
+    let rt = bench.rt;
+    let bytes = out.size();
+    let words = bytes / 4;
+    let fill = rt.kernel(D0, "fill_u32")?;
+    let dims = LaunchDims::linear(1, words as u32);
+    let buffers: Vec<_> = (0..SCRATCH)
+        .map(|_| rt.alloc(D0, MemoryKind::Device, bytes))
+        .collect::<Result<_, _>>()?;
+    let record = |own: bool| -> Outcome<gpu_rt::runtime::Graph<'_, CudaBackend>> {
+        let mut recorder = rt.record_graph(D0)?;
+        let mut last: Vec<NodeId> = Vec::new();
+        for (round, buffer) in buffers.iter().enumerate() {
+            let scratch: GraphSpan<'_> = match own {
+                true => recorder.alloc(bytes)?.into(),
+                false => buffer.all().into(),
+            };
+            let args: [GraphArg<'_>; 3] = [
+                scratch.into(),
+                Arg::U32(round as u32).into(),
+                Arg::U64(words as u64).into(),
+            ];
+            // SAFETY: the kernel touches its count of words of its span, which fit.
+            let filled = unsafe { recorder.launch(&fill, dims, &args, &last) }?;
+            last = vec![recorder.copy(out.all(), scratch, &[filled])?];
+        }
+        Ok(recorder.instantiate()?)
+    };
+    let (owning, borrowing) = (record(true)?, record(false)?);
+    let side = |graph: &gpu_rt::runtime::Graph<'_, CudaBackend>, calls: usize| {
+        let start = Instant::now();
+        for _ in 0..calls {
+            rt.wait(graph.launch(&mut vec![])?)?;
+        }
+        Outcome::Ok(start.elapsed())
+    };
+    let [owned, borrowed] = bench.plan.interleaved(
+        31,
+        5,
+        [&mut |c| side(&owning, c), &mut |c| side(&borrowing, c)],
+    )?;
+    report.row(
+        "9",
+        format!(
+            "Graph::launch of {SCRATCH} fills and copies over scratch blocks of its own memory \
+             (one pool of {} bytes), to completion",
+            owning.memory_bytes()
+        ),
+        owned,
+        "the same graph over buffers allocated before recording",
+        borrowed,
+        None,
+        Target::WithinPercent(10.0),
+    );
+    let mut back = vec![0u8; bytes];
+    rt.download(D0, &mut back, out.all(), &mut vec![])?;
+    let last = (SCRATCH - 1) as u32;
+    if back
+        .chunks_exact(4)
+        .any(|word| u32::from_ne_bytes([word[0], word[1], word[2], word[3]]) != last)
+    {
+        report.failed = true;
+        report.notes.push(format!(
+            "case 9: scratch graphs left other than {last} in the output"
+        ));
+    }
+    owning.destroy()?;
+    borrowing.destroy()?;
+    buffers.into_iter().try_for_each(|buffer| rt.free(buffer))?;
     Ok(())
 }
