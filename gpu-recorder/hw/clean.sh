@@ -32,19 +32,9 @@ limit=${LIMIT:-90}
 san_limit=${SAN_LIMIT:-25}
 budget=${BUDGET:-420}
 tools=${TOOLS-memcheck racecheck synccheck}
-torch_dir=${TORCH_DIR:-$here/../torch}
-mlir=${MLIR_DIR:-$here/../mlir}
-pipeline=${PIPELINE:-$here/../examples/pipeline}
-iree=${IREE_DIR:-$here/iree}
-started=$(date +%s)
-mkdir -p "$out"
-log=$out/log.txt
-: > "$log"
-say() { printf '%s\n' "$*" | tee -a "$log"; }
-wanted() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
-has() { "$python" -c "import $1" 2>/dev/null; }
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-say "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC'); $gpus GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
+# shellcheck source-path=SCRIPTDIR source=programs.sh
+. "$here/programs.sh"
+say "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC'); $gpus GPU(s): $gpu_name"
 [ -f "$recorder" ] || { say "no recorder at $recorder"; exit 1; }
 [ -x "$checker" ] || { say "no checker at $checker"; exit 1; }
 command -v compute-sanitizer > /dev/null || { say "compute-sanitizer missing: its columns are empty"; tools=""; }

@@ -43,20 +43,9 @@ eager_steps=${EAGER_STEPS:-2}
 eager_width=${EAGER_WIDTH:-1024}
 jax_steps=${JAX_STEPS:-5}
 mlir_iterations=${MLIR_ITERATIONS:-10}
-torch_dir=${TORCH_DIR:-$here/../torch}
-mlir=${MLIR_DIR:-$here/../mlir}
-pipeline=${PIPELINE:-$here/../examples/pipeline}
-iree=${IREE_DIR:-$here/iree}
 tools=(memcheck racecheck synccheck stream-ordered)
-started=$(date +%s)
-mkdir -p "$out"
-log=$out/log.txt
-: > "$log"
-say() { printf '%s\n' "$*" | tee -a "$log"; }
-wanted() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
-has() { "$python" -c "import $1" 2>/dev/null; }
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+# shellcheck source-path=SCRIPTDIR source=programs.sh
+. "$here/programs.sh"
 say "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC'); $gpus GPU(s): $gpu_name; compute-sanitizer: ${sanitizer:-missing}"
 [ -x "$sanitizer" ] || { say "compute-sanitizer not found: nothing to measure"; exit 1; }
 say "$("$sanitizer" --version 2>&1 | tail -n 1)"

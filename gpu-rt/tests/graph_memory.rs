@@ -11,25 +11,19 @@ use gpu_core::backend::{FillValue, LaunchDims};
 use gpu_core::token::UnwaitedKind;
 use gpu_core::{DeviceId, Error};
 use gpu_rt::host::{CallKind, HostBackend, HostConfig};
-use gpu_rt::runtime::{Arg, Buffer, GraphArg, GraphSpan, Runtime};
+use gpu_rt::runtime::{Arg, GraphArg, GraphSpan, Runtime};
 use proptest::prelude::*;
 
+mod graph_programs;
+
+use graph_programs::{Op, WORDS, op, words};
+
 const D0: DeviceId = DeviceId(0);
-const WORDS: usize = 64;
 const BUFFERS: usize = 3;
 const BLOCKS: usize = 4;
 
 fn runtime() -> Runtime<HostBackend> {
     Runtime::new(HostBackend::new(HostConfig::with_devices(1))).unwrap()
-}
-
-fn words<B: gpu_core::backend::Backend>(rt: &Runtime<B>, buffer: &Buffer<'_, B>) -> Vec<u32> {
-    let mut back = vec![0u8; buffer.size()];
-    rt.download(buffer.device(), &mut back, buffer.all(), &mut vec![])
-        .unwrap();
-    back.chunks(4)
-        .map(|w| u32::from_ne_bytes(w.try_into().unwrap()))
-        .collect()
 }
 
 fn device_bytes(rt: &Runtime<HostBackend>) -> usize {
@@ -38,60 +32,8 @@ fn device_bytes(rt: &Runtime<HostBackend>) -> usize {
         .requested
 }
 
-/// One operation of a random program; operands `0..BUFFERS` are buffers, the others blocks
-/// of the graph's own memory, all of `WORDS` words.
-#[derive(Clone, Copy, Debug)]
-enum Op {
-    Fill {
-        dst: usize,
-        value: u32,
-    },
-    Copy {
-        dst: usize,
-        src: usize,
-    },
-    /// `fill_u32` over the first `count` words.
-    Kernel {
-        dst: usize,
-        value: u32,
-        count: usize,
-    },
-}
-
-impl Op {
-    fn operands(&self) -> Vec<usize> {
-        match *self {
-            Op::Fill { dst, .. } | Op::Kernel { dst, .. } => vec![dst],
-            Op::Copy { dst, src } => vec![dst, src],
-        }
-    }
-
-    fn apply(&self, model: &mut [Vec<u32>]) {
-        match *self {
-            Op::Fill { dst, value } => model[dst].fill(value),
-            Op::Copy { dst, src } => model[dst] = model[src].clone(),
-            Op::Kernel { dst, value, count } => model[dst][..count].fill(value),
-        }
-    }
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    let operands = BUFFERS + BLOCKS;
-    prop_oneof![
-        (0..operands, any::<u32>()).prop_map(|(dst, value)| Op::Fill { dst, value }),
-        (0..operands, 1..operands).prop_map(move |(dst, shift)| Op::Copy {
-            dst,
-            src: (dst + shift) % operands
-        }),
-        (0..operands, any::<u32>(), 1..=WORDS).prop_map(|(dst, value, count)| Op::Kernel {
-            dst,
-            value,
-            count
-        }),
-    ]
-}
-
-/// `program` with a whole fill of each block before its first use: what a replay leaves in a
+/// `program` (whose operands `0..BUFFERS` are buffers, the others blocks of the graph's own
+/// memory) with a whole fill of each block before its first use: what a replay leaves in a
 /// block is undefined for the next, so each replay writes a block before reading it.
 fn with_blocks_written_first(program: &[(Op, u64)]) -> Vec<(Op, u64)> {
     let mut written = [false; BLOCKS];
@@ -121,7 +63,7 @@ proptest! {
     /// nothing; and dropping the graph gives its memory back.
     #[test]
     fn replays_with_graph_memory_give_what_the_model_gives(
-        program in proptest::collection::vec((op(), any::<u64>()), 1..20)
+        program in proptest::collection::vec((op(BUFFERS + BLOCKS), any::<u64>()), 1..20)
     ) {
         let program = with_blocks_written_first(&program);
         let rt = runtime();

@@ -5,6 +5,9 @@
 //! leaks nothing.
 
 mod common;
+mod graph_programs;
+
+use graph_programs::{Op, WORDS, op, words};
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::graph::NodeId;
@@ -14,76 +17,14 @@ use gpu_core::token::UnwaitedKind;
 use gpu_core::{DeviceId, Error};
 use gpu_rt::host::{CallKind, HostBackend, HostConfig};
 use gpu_rt::runtime::recording::RecordingBackend;
-use gpu_rt::runtime::{Arg, Buffer, Runtime, RuntimeConfig};
+use gpu_rt::runtime::{Arg, Runtime, RuntimeConfig};
 use proptest::prelude::*;
 use std::sync::Arc;
 
 const D0: DeviceId = DeviceId(0);
-const WORDS: usize = 64;
 
 fn runtime(devices: usize) -> Runtime<HostBackend> {
     Runtime::new(HostBackend::new(HostConfig::with_devices(devices))).unwrap()
-}
-
-fn words<B: gpu_core::backend::Backend>(rt: &Runtime<B>, buffer: &Buffer<'_, B>) -> Vec<u32> {
-    let mut back = vec![0u8; buffer.size()];
-    rt.download(buffer.device(), &mut back, buffer.all(), &mut vec![])
-        .unwrap();
-    back.chunks(4)
-        .map(|w| u32::from_ne_bytes(w.try_into().unwrap()))
-        .collect()
-}
-
-/// One operation of a random program over a few buffers of `WORDS` words.
-#[derive(Clone, Debug)]
-enum Op {
-    Fill {
-        dst: usize,
-        value: u32,
-    },
-    Copy {
-        dst: usize,
-        src: usize,
-    },
-    /// `fill_u32` over the first `count` words.
-    Kernel {
-        dst: usize,
-        value: u32,
-        count: usize,
-    },
-}
-
-impl Op {
-    fn buffers(&self) -> Vec<usize> {
-        match *self {
-            Op::Fill { dst, .. } | Op::Kernel { dst, .. } => vec![dst],
-            Op::Copy { dst, src } => vec![dst, src],
-        }
-    }
-
-    /// What the operation does to plain vectors.
-    fn apply(&self, model: &mut [Vec<u32>]) {
-        match *self {
-            Op::Fill { dst, value } => model[dst].fill(value),
-            Op::Copy { dst, src } => model[dst] = model[src].clone(),
-            Op::Kernel { dst, value, count } => model[dst][..count].fill(value),
-        }
-    }
-}
-
-fn op(buffers: usize) -> impl Strategy<Value = Op> {
-    prop_oneof![
-        (0..buffers, any::<u32>()).prop_map(|(dst, value)| Op::Fill { dst, value }),
-        (0..buffers, 1..buffers).prop_map(move |(dst, shift)| Op::Copy {
-            dst,
-            src: (dst + shift) % buffers
-        }),
-        (0..buffers, any::<u32>(), 1..=WORDS).prop_map(|(dst, value, count)| Op::Kernel {
-            dst,
-            value,
-            count
-        }),
-    ]
 }
 
 proptest! {
@@ -105,7 +46,7 @@ proptest! {
         let mut nodes: Vec<(NodeId, Vec<usize>)> = Vec::new();
         let mut edges: Vec<Vec<usize>> = Vec::new();
         for (op, extra) in &program {
-            let touched = op.buffers();
+            let touched = op.operands();
             let mut after: Vec<NodeId> = nodes
                 .iter()
                 .enumerate()

@@ -19,6 +19,9 @@
 #   programs with the graph mode against our library without it, upstream's wrappers (built
 #   here from hw-upstream/, carried beside the bundle) and the hand-written floor. PART=mlir:
 #   the MLIR comparison alone.
+# PART=graphmem (issue 24): graphs with their own memory: the conformance suites of the CUDA
+#   backend and of HIP on NVIDIA (graphs_with_own_memory among them) under memcheck, then the
+#   hardware bench (case 9's scratch-block rows; cases 10 and 11 skip without their PTX).
 set -u
 B=${B:-hw-bundle}
 OUT=${OUT:-out}
@@ -62,6 +65,15 @@ races)
 sanitize)
   step sanitize 570 env OUT="$OUT/sanitize" SANITIZER="$sanitizer" bash "$B/recorder/sanitize.sh"
   sed 's/^/sanitize: /' "$OUT/sanitize/sanitize.md" >>"$log" 2>/dev/null
+  ;;
+graphmem)
+  for test in backend_hw hip_hw; do
+    step "memcheck-$test" 200 "$sanitizer" --tool memcheck --leak-check full --error-exitcode 99 \
+      "$B/tests/$test" conformance --test-threads=1 --nocapture
+    grep -E 'graphs|ERROR SUMMARY|LEAK SUMMARY|test result|FAILED' "$OUT/memcheck-$test.out" | sed "s/^/memcheck-$test: /" >>"$log"
+  done
+  GIT_COMMIT=$(cat "$B/COMMIT") HW_BENCH_OUT="$OUT/bench-hw.md" step bench-hw 150 "$B/benches/hw" --bench
+  grep -E '^\| 9 ' "$OUT/bench-hw.md" | sed 's/^/bench-hw: /' >>"$log"
   ;;
 graphs|mlir)
   if [ "${PART}" = graphs ]; then
