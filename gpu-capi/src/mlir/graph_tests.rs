@@ -28,7 +28,7 @@ const BYTES: u64 = WORDS as u64 * 4;
 fn mode(on: bool) {
     shared::with_session(|session| {
         crate::shared::session::dispatch!(session, s => {
-            set_mode(&mut s.mlir.lock(), s.runtime(), on)
+            set_mode(&s.mlir, s.runtime(), on)
         })
     })
     .unwrap();
@@ -636,4 +636,47 @@ fn the_programs_trace_is_the_same_with_the_mode() {
         seen[0], seen[1],
         "(calls, defects) without and with the mode"
     );
+}
+
+/// With the mode off, each call it would defer or that would end its sequence locks the
+/// session's objects once, for its own work: the mode is read without the lock.
+#[test]
+fn with_the_mode_off_each_call_locks_the_objects_once() {
+    let _serial = process_test_lock();
+    open_host();
+    mode(false);
+    let stream = mgpuStreamCreate();
+    let event = mgpuEventCreate();
+    let device = mgpuMemAlloc(BYTES, stream, false);
+    let scratch = mgpuMemAlloc(BYTES, stream, false);
+    let mut host = [0u32; WORDS];
+    let h: *mut c_void = host.as_mut_ptr().cast();
+    let locks = |call: &str, run: &dyn Fn()| {
+        let before = super::objects::locks_taken();
+        run();
+        assert_eq!(super::objects::locks_taken() - before, 1, "{call}");
+    };
+    locks("mgpuMemset16", &|| mgpuMemset16(device, 5, 2, stream));
+    locks("mgpuMemset32", &|| {
+        mgpuMemset32(device, 7, WORDS as u64, stream)
+    });
+    locks("mgpuMemcpy", &|| mgpuMemcpy(h, device, BYTES, stream));
+    locks("mgpuEventRecord", &|| mgpuEventRecord(event, stream));
+    locks("mgpuStreamWaitEvent", &|| {
+        mgpuStreamWaitEvent(stream, event)
+    });
+    locks("mgpuLaunchKernel (no such function)", &|| {
+        // SAFETY: refused before anything runs: no function.
+        unsafe { mgpuLaunchKernel(NULL, 1, 1, 1, 1, 1, 1, 0, stream, NULL.cast(), NULL.cast()) }
+    });
+    locks("mgpuMemFree", &|| mgpuMemFree(scratch, stream));
+    locks("mgpuEventSynchronize", &|| mgpuEventSynchronize(event));
+    locks("mgpuStreamSynchronize", &|| mgpuStreamSynchronize(stream));
+    locks("mgpuEventDestroy", &|| mgpuEventDestroy(event));
+    assert!(host.iter().all(|&word| word == 7), "{host:?}");
+    mgpuMemFree(device, stream);
+    mgpuStreamSynchronize(stream);
+    mgpuStreamDestroy(stream);
+    let report = shared::shutdown().unwrap();
+    assert_eq!(report.shutdown.program.unwaited, vec![]);
 }

@@ -1,6 +1,10 @@
 //! The graph mode of the MLIR drop-in (`GPU_RUNTIME_MLIR_GRAPHS=1`, off by default): the
 //! asynchronous calls between two host synchronisations, deferred, and replayed as one graph.
 //!
+//! The mode is fixed when the session opens, and each call reads it from a flag outside the
+//! objects' lock ([`MlirObjects::graph_mode`](super::objects::MlirObjects::graph_mode)): with the
+//! mode off, a call takes the lock once, for its own work, as if the mode did not exist.
+//!
 //! While the mode is on, the session's objects hold a [`Deferred`] log. The stream-ordered
 //! copies, memsets and kernel launches, event records, event waits, event destructions and
 //! frees on a stream are checked at the call exactly as without the mode (a refusal is reported
@@ -159,11 +163,15 @@ pub(super) enum Logged {
 
 /// Runs `body` on the objects and the log, when the mode is on; `stream` is checked first
 /// (live). A refusal is the call's; [`Logged::EndsSequence`] flushes and hands the call back.
+/// With the mode off, the objects are not locked.
 pub(super) fn with_log<B: ClientBackend>(
     session: &'static Session<B>,
     stream: Option<u64>,
     body: impl FnOnce(&mut Objects<B>, &mut Deferred<B>) -> Result<Logged, CapiError>,
 ) -> Deferral {
+    if !session.mlir.graph_mode() {
+        return Deferral::Off;
+    }
     let mut objects = session.mlir.lock();
     let Some(mut log) = objects.graphs.take() else {
         return Deferral::Off;
@@ -436,8 +444,12 @@ pub(super) fn flush_before<B: ClientBackend>(session: &'static Session<B>) {
 }
 
 /// Ends the current sequence: replays it as a graph when its key was seen before, else
-/// issues its calls in order. Returns the first failure of the issued calls.
+/// issues its calls in order. Returns the first failure of the issued calls. With the mode
+/// off, there is none, and the objects are not locked.
 pub(super) fn flush<B: ClientBackend>(session: &'static Session<B>) -> Result<(), CapiError> {
+    if !session.mlir.graph_mode() {
+        return Ok(());
+    }
     let mut objects = session.mlir.lock();
     let Some(log) = objects.graphs.as_mut() else {
         return Ok(());
@@ -482,14 +494,16 @@ pub(super) fn flush<B: ClientBackend>(session: &'static Session<B>) -> Result<()
     issued.and(copied_out)
 }
 
-/// Turns the mode on or off (for tests); turning it off releases the log as shutdown does
-/// (the unsynchronised sequence dropped).
+/// Turns the mode on or off (for tests): its flag and its log; turning it off releases the
+/// log as shutdown does (the unsynchronised sequence dropped).
 #[cfg(test)]
 pub(super) fn set_mode<B: ClientBackend>(
-    objects: &mut Objects<B>,
+    mlir: &super::objects::MlirObjects<B>,
     runtime: &Runtime<B>,
     on: bool,
 ) -> Result<(), CapiError> {
+    let mut objects = mlir.lock();
+    mlir.set_graph_mode(on);
     match (on, objects.graphs.take()) {
         (true, log) => {
             objects.graphs = Some(log.unwrap_or_else(|| Box::new(Deferred::new())));

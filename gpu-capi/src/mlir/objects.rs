@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use hashbrown::HashMap;
@@ -44,6 +45,10 @@ pub(super) type Allocations<B> = BTreeMap<usize, Buffer<'static, B>>;
 /// and allocations, by handle or address. One lock: MLIR programs call from one thread.
 pub struct MlirObjects<B: ClientBackend> {
     inner: Mutex<Objects<B>>,
+    /// Whether the graph mode is on (its log is [`Objects::graphs`]): fixed when the session
+    /// opens (only tests change it), and read without the lock, so a call with the mode off
+    /// takes the lock once, for its own work.
+    graph_mode: AtomicBool,
 }
 
 /// The objects behind [`MlirObjects`]'s lock.
@@ -85,6 +90,7 @@ impl<B: ClientBackend> ClientObjects<B> for MlirObjects<B> {
             name.push(".mlir");
             (PathBuf::from(name), Vec::new())
         });
+        let graph_mode = crate::shared::config::mlir_graphs(std::env::var_os).unwrap_or(false);
         Self {
             inner: Mutex::new(Objects {
                 trace: program_trace,
@@ -96,11 +102,10 @@ impl<B: ClientBackend> ClientObjects<B> for MlirObjects<B> {
                 function_names: HashMap::new(),
                 kernels: HashMap::new(),
                 buffers: BTreeMap::new(),
-                graphs: crate::shared::config::mlir_graphs(std::env::var_os)
-                    .unwrap_or(false)
-                    .then(|| Box::new(super::graph_log::Deferred::new())),
+                graphs: graph_mode.then(|| Box::new(super::graph_log::Deferred::new())),
                 spare: Vec::new(),
             }),
+            graph_mode: AtomicBool::new(graph_mode),
         }
     }
 
@@ -151,8 +156,34 @@ impl<B: ClientBackend> MlirObjects<B> {
     /// The objects, locked (a panic while they were locked left nothing half-changed that a
     /// later call relies on).
     pub(super) fn lock(&self) -> MutexGuard<'_, Objects<B>> {
+        #[cfg(test)]
+        LOCKS.with(|locks| locks.set(locks.get() + 1));
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Whether the graph mode is on, read without the lock (`Relaxed`: the flag orders nothing;
+    /// a call that finds it on takes the lock and reads the log there, as before the flag).
+    pub(super) fn graph_mode(&self) -> bool {
+        self.graph_mode.load(Ordering::Relaxed)
+    }
+
+    /// Turns the graph mode's flag on or off (for tests, with the log set under the lock).
+    #[cfg(test)]
+    pub(super) fn set_graph_mode(&self, on: bool) {
+        self.graph_mode.store(on, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many times this thread has locked a session's MLIR objects (for tests).
+    static LOCKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many times this thread has locked a session's MLIR objects (for tests).
+#[cfg(test)]
+pub(super) fn locks_taken() -> u64 {
+    LOCKS.with(std::cell::Cell::get)
 }
 
 impl<B: ClientBackend> Objects<B> {
