@@ -328,17 +328,23 @@ impl Blocks {
     }
 
     /// The blocks' users were `node` to use the blocks of `addresses` instead of its current
-    /// ones, whose addresses this fills in `op`: refused if the pool's layout would not hold
-    /// ([`Error::GraphBlockConflict`]), or for a block no node used at instantiation, which has
-    /// no bytes ([`Error::UnknownGraphBlock`]). Nothing changes here: [`Blocks::commit`] makes
-    /// the change once the node took `op`.
+    /// ones, whose addresses this fills in `op` (none: no block's users change): refused if the
+    /// pool's layout would not hold ([`Error::GraphBlockConflict`]), or for a block no node used
+    /// at instantiation, which has no bytes ([`Error::UnknownGraphBlock`]). Nothing changes
+    /// here: [`Blocks::commit`] makes the change once the node took `op`.
     pub(super) fn prepare<K>(
         &self,
         graph: &GraphDesc<K>,
         node: NodeId,
         addresses: &[BlockAddress],
         op: &mut NodeOp<K>,
-    ) -> Result<Vec<Vec<NodeId>>> {
+    ) -> Result<Option<Vec<Vec<NodeId>>>> {
+        // An update of a node that names no block, before or after, costs nothing here (every
+        // update of a graph without memory of its own).
+        let before = self.addresses.get(node.index()).map_or(&[][..], Vec::as_slice);
+        if before.is_empty() && addresses.is_empty() {
+            return Ok(None);
+        }
         let mut users = self.users.clone();
         for list in &mut users {
             list.retain(|&user| user != node);
@@ -359,21 +365,29 @@ impl Blocks {
                     blocks: self.sizes.len(),
                 });
             }
-            check_placement(graph, &self.uses(&users), &pool.placement)?;
+            // Fewer uses keep every ordering the layout relied on: only a new use can break it.
+            let gains = addresses
+                .iter()
+                .any(|address| !self.users[address.block.index as usize].contains(&node));
+            if gains {
+                check_placement(graph, &self.uses(&users), &pool.placement)?;
+            }
         }
         self.fill_in(op, addresses);
-        Ok(users)
+        Ok(Some(users))
     }
 
     /// Makes the change [`Blocks::prepare`] found to hold.
     pub(super) fn commit(
         &mut self,
         node: NodeId,
-        users: Vec<Vec<NodeId>>,
+        users: Option<Vec<Vec<NodeId>>>,
         addresses: Vec<BlockAddress>,
     ) {
-        self.users = users;
-        self.addresses[node.index()] = addresses;
+        if let Some(users) = users {
+            self.users = users;
+            self.addresses[node.index()] = addresses;
+        }
     }
 
     /// The size of the pool laid out (0 before instantiation or when no node uses a block).
