@@ -341,7 +341,10 @@ impl Blocks {
     ) -> Result<Option<Vec<Vec<NodeId>>>> {
         // An update of a node that names no block, before or after, costs nothing here (every
         // update of a graph without memory of its own).
-        let before = self.addresses.get(node.index()).map_or(&[][..], Vec::as_slice);
+        let before = self
+            .addresses
+            .get(node.index())
+            .map_or(&[][..], Vec::as_slice);
         if before.is_empty() && addresses.is_empty() {
             return Ok(None);
         }
