@@ -16,7 +16,7 @@ use proptest::prelude::*;
 
 mod graph_programs;
 
-use graph_programs::{Op, WORDS, op, words};
+use graph_programs::{Op, WORDS, assert_refused, op, words};
 
 const D0: DeviceId = DeviceId(0);
 const BUFFERS: usize = 3;
@@ -166,32 +166,22 @@ fn blocks_are_checked_as_spans_and_belong_to_their_graph() {
             recorder.launch(&fill, LaunchDims::linear(1, 65), &args, &[])
         },
     ];
-    let errors: Vec<Error> = refusals.into_iter().map(Result::unwrap_err).collect();
-    let foreign_block = Error::UnknownGraphBlock {
-        block: 0,
-        blocks: 1,
-    };
-    assert_eq!(errors[0], foreign_block);
-    assert_eq!(errors[1], foreign_block);
-    assert!(
-        matches!(errors[2], Error::OutOfBounds { .. }),
-        "{}",
-        errors[2]
-    );
-    assert!(
-        matches!(errors[3], Error::OutOfBounds { .. }),
-        "{}",
-        errors[3]
-    );
-    assert!(
-        matches!(errors[4], Error::CopyOverlap { .. }),
-        "{}",
-        errors[4]
-    );
-    assert!(
-        matches!(errors[5], Error::KernelReach { .. }),
-        "{}",
-        errors[5]
+    assert_refused!(
+        refusals,
+        [
+            Error::UnknownGraphBlock {
+                block: 0,
+                blocks: 1
+            },
+            Error::UnknownGraphBlock {
+                block: 0,
+                blocks: 1
+            },
+            Error::OutOfBounds { .. },
+            Error::OutOfBounds { .. },
+            Error::CopyOverlap { .. },
+            Error::KernelReach { .. },
+        ]
     );
     assert!(recorder.is_empty());
     // Halves of one block copied into each other, and a block copied from a buffer: accepted.

@@ -7,7 +7,7 @@
 mod common;
 mod graph_programs;
 
-use graph_programs::{Op, WORDS, op, words};
+use graph_programs::{Op, WORDS, assert_refused, op, words};
 
 use gpu_core::allocator::MemoryKind;
 use gpu_core::backend::graph::NodeId;
@@ -250,36 +250,16 @@ fn refused_recordings_leave_the_recorder_as_it_was() {
             )
         },
     ];
-    let errors: Vec<Error> = refusals.into_iter().map(Result::unwrap_err).collect();
-    assert!(
-        matches!(errors[0], Error::OutOfBounds { .. }),
-        "{}",
-        errors[0]
-    );
-    assert!(
-        matches!(errors[1], Error::WrongDevice { .. }),
-        "{}",
-        errors[1]
-    );
-    assert!(
-        matches!(errors[2], Error::CopyOverlap { .. }),
-        "{}",
-        errors[2]
-    );
-    assert!(
-        matches!(errors[3], Error::OutOfBounds { .. }),
-        "{}",
-        errors[3]
-    );
-    assert!(
-        matches!(errors[4], Error::UnknownGraphNode { node: 7, nodes: 1 }),
-        "{}",
-        errors[4]
-    );
-    assert!(
-        matches!(errors[5], Error::WrongDevice { .. }),
-        "{}",
-        errors[5]
+    assert_refused!(
+        refusals,
+        [
+            Error::OutOfBounds { .. },
+            Error::WrongDevice { .. },
+            Error::CopyOverlap { .. },
+            Error::OutOfBounds { .. },
+            Error::UnknownGraphNode { node: 7, nodes: 1 },
+            Error::WrongDevice { .. },
+        ]
     );
     assert_eq!(recorder.len(), 1);
     let graph = recorder.instantiate().unwrap();

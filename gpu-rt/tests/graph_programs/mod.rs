@@ -1,5 +1,6 @@
 //! Random programs of fills, copies and library kernel launches over a few operands of `WORDS`
-//! words, and what they do to plain vectors: the model the graph tests check replays against.
+//! words, and what they do to plain vectors: the model the graph tests check replays against;
+//! and the check of a list of refused recordings.
 
 use gpu_rt::runtime::{Buffer, Runtime};
 use proptest::prelude::*;
@@ -73,3 +74,27 @@ pub(crate) fn op(operands: usize) -> impl Strategy<Value = Op> {
         }),
     ]
 }
+
+/// Asserts that `results`, recordings that must all be refused, failed with errors matching
+/// `patterns`, one each, in order (a result that succeeded, or one pattern too many or too
+/// few, fails too).
+macro_rules! assert_refused {
+    ($results:expr, [$($pattern:pat),* $(,)?]) => {{
+        let errors: Vec<gpu_core::Error> =
+            $results.into_iter().map(Result::unwrap_err).collect();
+        let patterns = [$(stringify!($pattern)),*];
+        assert_eq!(errors.len(), patterns.len(), "refusals: {errors:?}");
+        let mut index = 0;
+        $(
+            assert!(
+                matches!(errors[index], $pattern),
+                "refusal {index}: {}, expected {}",
+                errors[index],
+                patterns[index]
+            );
+            index += 1;
+        )*
+        let _ = index;
+    }};
+}
+pub(crate) use assert_refused;
