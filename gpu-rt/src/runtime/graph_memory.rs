@@ -150,46 +150,39 @@ pub(super) struct BlockAddress {
     block: GraphBlock,
 }
 
-/// A node's operands as the runtime's checks see them, with the places of its block addresses.
+/// A node's operands: the memory it borrows, and the places of its block addresses.
+#[derive(Default)]
 pub(super) struct Operands<'a> {
-    /// Spans to check: the memory operands as given, blocks as their stand-ins.
-    pub(super) checked: Vec<Span<'a>>,
     /// The memory operands only (the graph borrows them and notes their use on replays).
     pub(super) memory: Vec<Span<'a>>,
     pub(super) blocks: Vec<BlockAddress>,
 }
 
 impl<'a> Operands<'a> {
-    /// The operands of a copy or fill: `(slot, operand)` each.
-    pub(super) fn of_spans(device: DeviceId, spans: &[(Slot, GraphSpan<'a>)]) -> Self {
-        let mut operands = Operands {
-            checked: Vec::with_capacity(spans.len()),
-            memory: Vec::new(),
-            blocks: Vec::new(),
-        };
-        for &(slot, span) in spans {
-            match span {
-                GraphSpan::Memory(span) => {
-                    operands.checked.push(span);
-                    operands.memory.push(span);
-                }
-                GraphSpan::Block(block) => {
-                    operands.checked.push(block.stand_in(device));
-                    operands.blocks.push(BlockAddress { slot, block });
-                }
+    /// A copy's or fill's `(slot, operand)`s as the runtime's checks see them (a block as its
+    /// stand-in span), and its operands.
+    pub(super) fn of_spans<const N: usize>(
+        device: DeviceId,
+        spans: &[(Slot, GraphSpan<'a>); N],
+    ) -> ([Span<'a>; N], Self) {
+        let mut operands = Operands::default();
+        let checked = spans.map(|(slot, span)| match span {
+            GraphSpan::Memory(span) => {
+                operands.memory.push(span);
+                span
             }
-        }
-        operands
+            GraphSpan::Block(block) => {
+                operands.blocks.push(BlockAddress { slot, block });
+                block.stand_in(device)
+            }
+        });
+        (checked, operands)
     }
 
     /// A launch's arguments as stream-launch arguments (a block as its stand-in span) and its
     /// operands.
     pub(super) fn of_args(device: DeviceId, args: &[GraphArg<'a>]) -> (Vec<Arg<'a>>, Self) {
-        let mut operands = Operands {
-            checked: Vec::new(),
-            memory: Vec::new(),
-            blocks: Vec::new(),
-        };
+        let mut operands = Operands::default();
         let args = args
             .iter()
             .enumerate()

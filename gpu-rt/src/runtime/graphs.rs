@@ -492,9 +492,8 @@ fn copy_node<'a, B: Backend>(
     blocks: &Blocks,
     ends: &[(Slot, GraphSpan<'a>); 2],
 ) -> Result<(NodeOp<B::Kernel>, Operands<'a>)> {
-    let operands = Operands::of_spans(device, ends);
+    let ([dst, src], operands) = Operands::of_spans(device, ends);
     blocks.check(&operands)?;
-    let [dst, src] = [operands.checked[0], operands.checked[1]];
     if operands.blocks.is_empty() || operands.one_block() {
         runtime.check_copy(device, dst, src, work::CopySource::Shared)?;
     } else {
@@ -521,9 +520,8 @@ fn fill_node<'a, B: Backend>(
     dst: &[(Slot, GraphSpan<'a>); 1],
     value: FillValue,
 ) -> Result<(NodeOp<B::Kernel>, Operands<'a>)> {
-    let operands = Operands::of_spans(device, dst);
+    let ([dst], operands) = Operands::of_spans(device, dst);
     blocks.check(&operands)?;
-    let dst = operands.checked[0];
     runtime.check_fill(device, dst, value)?;
     if dst.len == 0 {
         return Err(Error::ZeroSize {
@@ -557,13 +555,7 @@ fn launch_node<'a, B: Backend, A: Copy + Into<GraphArg<'a>>>(
     }
     let values: Vec<KernelArg> = args.iter().map(Arg::value).collect();
     kernel.check_args(dims, &args, &values)?;
-    let mut state = kernel.prepare(dims)?;
-    let handle = state.kernel_for(
-        &kernel.runtime.backend,
-        device,
-        kernel.index,
-        dims.dynamic_workgroup_bytes,
-    )?;
+    let (_, handle) = kernel.prepare(dims)?;
     let op = NodeOp::Launch {
         kernel: handle,
         dims,

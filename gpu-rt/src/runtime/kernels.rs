@@ -179,13 +179,7 @@ impl<B: Backend> Kernel<'_, B> {
         after: &mut Vec<Token>,
     ) -> Result<Token> {
         let (runtime, device) = (self.runtime, self.device);
-        let mut state = self.prepare(dims)?;
-        let kernel = state.kernel_for(
-            &runtime.backend,
-            device,
-            self.index,
-            dims.dynamic_workgroup_bytes,
-        )?;
+        let (state, kernel) = self.prepare(dims)?;
         runtime.run_planned(state, device, after, &|_| (), |backend, stream| {
             // SAFETY: this function's contract, passed on.
             unsafe { backend.launch_packed(stream, kernel, dims, params) }
@@ -237,8 +231,12 @@ impl<B: Backend> Kernel<'_, B> {
     }
 
     /// Refuses a launch shape no device runs and dynamic workgroup memory above the device's
-    /// opt-in limit, then locks the state.
-    pub(super) fn prepare(&self, dims: LaunchDims) -> Result<BackoffGuard<'_, State<B>>> {
+    /// opt-in limit, then locks the state and gives the backend's kernel for `dims` (its
+    /// dynamic workgroup size opted in where needed), with the state still locked.
+    pub(super) fn prepare(
+        &self,
+        dims: LaunchDims,
+    ) -> Result<(BackoffGuard<'_, State<B>>, B::Kernel)> {
         dims.check_shape()?;
         let limit = self
             .runtime
@@ -256,7 +254,14 @@ impl<B: Backend> Kernel<'_, B> {
                 )],
             });
         }
-        self.runtime.state()
+        let mut state = self.runtime.state()?;
+        let kernel = state.kernel_for(
+            &self.runtime.backend,
+            self.device,
+            self.index,
+            dims.dynamic_workgroup_bytes,
+        )?;
+        Ok((state, kernel))
     }
 
     /// Enqueues the kernel on its device after `after`. Refused before anything is queued:
@@ -324,13 +329,7 @@ impl<B: Backend> Kernel<'_, B> {
             &on_heap
         };
         self.check_args(dims, args, values)?;
-        let mut state = self.prepare(dims)?;
-        let kernel = state.kernel_for(
-            &runtime.backend,
-            device,
-            self.index,
-            dims.dynamic_workgroup_bytes,
-        )?;
+        let (state, kernel) = self.prepare(dims)?;
         let note = |stream| {
             args.iter()
                 .filter_map(Arg::span)
